@@ -1,0 +1,320 @@
+package vips_test
+
+import (
+	"bytes"
+	"compress/zlib"
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+func TestConformance(t *testing.T) {
+	upscaletest.TestUpscaler(t, func(t *testing.T) upscale.Upscaler { return vips.New(vips.Options{}) })
+}
+
+// TestUpscaleBenchmarkImages enlarges every Set5 and Set14 image at 2 and 4,
+// and a 64×64 crop of each at 8 and 16 (whole images at those scales take
+// seconds each to encode and prove nothing more about geometry).
+func TestUpscaleBenchmarkImages(t *testing.T) {
+	e := vips.New(vips.Options{})
+	files, _ := filepath.Glob("../../testdata/sr/Set*/*.png")
+	if len(files) != 18 {
+		t.Fatalf("found %d Set5/Set14 images, want 18", len(files))
+	}
+	for _, file := range files {
+		whole, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crop := encodePNG(t, centreCrop(t, whole, 64))
+		for _, scale := range upscale.Scales {
+			src := whole
+			if scale > 4 {
+				src = crop
+			}
+			t.Run(filepath.Base(file)+"/x"+strconv.Itoa(scale), func(t *testing.T) {
+				t.Parallel()
+				w, h := decodeSize(t, src)
+				img, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := img.ContentType, "image/png"; got != want {
+					t.Errorf("content type %q, want %q", got, want)
+				}
+				if got := bimg.NewImage(img.Data).Type(); got != "png" {
+					t.Errorf("output is %s, want png", got)
+				}
+				gotW, gotH := decodeSize(t, img.Data)
+				if gotW != w*scale || gotH != h*scale || img.Width != gotW || img.Height != gotH {
+					t.Errorf("got %dx%d (reported %dx%d), want %dx%d", gotW, gotH, img.Width, img.Height, w*scale, h*scale)
+				}
+			})
+		}
+	}
+}
+
+func centreCrop(t *testing.T, pngData []byte, side int) image.Image {
+	t.Helper()
+	img, err := png.Decode(bytes.NewReader(pngData))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := img.Bounds().Size().Div(2)
+	r := image.Rect(c.X-side/2, c.Y-side/2, c.X+side/2, c.Y+side/2)
+	return img.(interface {
+		SubImage(image.Rectangle) image.Image
+	}).SubImage(r)
+}
+
+func TestFormats(t *testing.T) {
+	e := vips.New(vips.Options{})
+	src := gradient(40, 30, 255)
+	pngData := encodePNG(t, src)
+	jpegData := encodeJPEG(t, src)
+	webpData, err := bimg.NewImage(pngData).Convert(bimg.WEBP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, contentType string
+		src               []byte
+	}{
+		{"JPEG", "image/jpeg", jpegData},
+		{"PNG", "image/png", pngData},
+		{"WebP", "image/webp", webpData},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img, err := e.Upscale(context.Background(), tc.src, upscale.Options{Scale: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := bimg.NewImage(img.Data).Type(); got != bimg.ImageTypeName(mustType(tc.contentType)) {
+				t.Errorf("output is %s, want %s", got, tc.contentType)
+			}
+			if img.ContentType != tc.contentType {
+				t.Errorf("content type %q, want %q", img.ContentType, tc.contentType)
+			}
+			if img.Width != 160 || img.Height != 120 {
+				t.Errorf("got %dx%d, want 160x120", img.Width, img.Height)
+			}
+		})
+	}
+}
+
+func TestAlphaKept(t *testing.T) {
+	src := gradient(32, 32, 0) // alpha ramps from 0 to 255 across the rows
+	img, err := vips.New(vips.Options{}).Upscale(context.Background(), encodePNG(t, src), upscale.Options{Scale: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := png.Decode(bytes.NewReader(img.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, top := out.At(32, 0).RGBA()
+	_, _, _, bottom := out.At(32, 63).RGBA()
+	if top > 0x1000 || bottom < 0xF000 {
+		t.Errorf("alpha top %#x bottom %#x: want transparent top, opaque bottom", top, bottom)
+	}
+}
+
+func TestEXIFOrientation(t *testing.T) {
+	// A 40×20 picture, left half black and right half white, stored with
+	// EXIF orientation 6 ("rotate 90° clockwise to view"). Upright it is
+	// 20×40 with black on top.
+	src := image.NewRGBA(image.Rect(0, 0, 40, 20))
+	for y := 0; y < 20; y++ {
+		for x := 0; x < 40; x++ {
+			if x >= 20 {
+				src.Set(x, y, color.White)
+			} else {
+				src.Set(x, y, color.Black)
+			}
+		}
+	}
+	data := withEXIFOrientation(t, encodeJPEG(t, src), 6)
+	img, err := vips.New(vips.Options{}).Upscale(context.Background(), data, upscale.Options{Scale: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := jpeg.Decode(bytes.NewReader(img.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.Bounds().Size(); got != image.Pt(40, 80) {
+		t.Fatalf("size %v, want 40x80 (upright, doubled)", got)
+	}
+	topY, _, _, _ := color.GrayModel.Convert(out.At(20, 5)).RGBA()
+	bottomY, _, _, _ := color.GrayModel.Convert(out.At(20, 75)).RGBA()
+	if topY > 0x4000 || bottomY < 0xC000 {
+		t.Errorf("top luma %#x, bottom luma %#x: want black on top, white below", topY, bottomY)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	small := encodePNG(t, gradient(100, 100, 255))
+	for _, tc := range []struct {
+		name  string
+		opts  vips.Options
+		scale int
+	}{
+		{"SourcePixels", vips.Options{MaxSourcePixels: 9_999}, 2},
+		{"OutputPixels", vips.Options{MaxOutputPixels: 100 * 100 * 16}, 8},
+		{"Side", vips.Options{MaxSide: 399}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := vips.New(tc.opts).Upscale(context.Background(), small, upscale.Options{Scale: tc.scale})
+			if !errors.Is(err, upscale.ErrImageTooLarge) {
+				t.Errorf("err = %v, want ErrImageTooLarge", err)
+			}
+		})
+	}
+	t.Run("HeaderOnly", func(t *testing.T) {
+		// A PNG header claiming 100000×100000 pixels and no pixel data: it
+		// must be refused from the header, quickly.
+		flood := pngHeader(100000, 100000)
+		start := time.Now()
+		_, err := vips.New(vips.Options{}).Upscale(context.Background(), flood, upscale.Options{Scale: 2})
+		if !errors.Is(err, upscale.ErrImageTooLarge) {
+			t.Errorf("err = %v, want ErrImageTooLarge", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("took %v: the header alone should decide", d)
+		}
+	})
+}
+
+func TestUnsupported(t *testing.T) {
+	e := vips.New(vips.Options{})
+	gif := []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+	svg := []byte(`<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>`)
+	truncated := encodePNG(t, gradient(10, 10, 255))[:20]
+	for name, src := range map[string][]byte{"GIF": gif, "SVG": svg, "Empty": nil, "TruncatedPNG": truncated, "Text": []byte("hello, world")} {
+		t.Run(name, func(t *testing.T) {
+			_, err := e.Upscale(context.Background(), src, upscale.Options{Scale: 2})
+			if !errors.Is(err, upscale.ErrUnsupportedImage) {
+				t.Errorf("err = %v, want ErrUnsupportedImage", err)
+			}
+		})
+	}
+}
+
+func TestQueueWaitCountsAgainstDeadline(t *testing.T) {
+	e := vips.New(vips.Options{Concurrency: 1})
+	src := encodePNG(t, gradient(8, 8, 255))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := e.Upscale(ctx, src, upscale.Options{Scale: 2})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+}
+
+// gradient returns an RGBA image; alpha ramps top to bottom from minAlpha
+// to 255.
+func gradient(w, h int, minAlpha uint8) *image.NRGBA {
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		a := uint8(int(minAlpha) + (255-int(minAlpha))*y/max(h-1, 1))
+		for x := 0; x < w; x++ {
+			img.SetNRGBA(x, y, color.NRGBA{uint8(x * 255 / w), uint8(y * 255 / h), 128, a})
+		}
+	}
+	return img
+}
+
+func encodePNG(t *testing.T, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func encodeJPEG(t *testing.T, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, img, &jpeg.Options{Quality: 95}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// withEXIFOrientation inserts an APP1 segment with one EXIF tag, the
+// orientation, right after the JPEG's SOI marker.
+func withEXIFOrientation(t *testing.T, jpg []byte, orientation uint16) []byte {
+	t.Helper()
+	var tiff bytes.Buffer
+	tiff.WriteString("MM\x00\x2a")                                  // big-endian TIFF header
+	binary.Write(&tiff, binary.BigEndian, uint32(8))                // offset of IFD0
+	binary.Write(&tiff, binary.BigEndian, uint16(1))                // one entry
+	binary.Write(&tiff, binary.BigEndian, []uint16{0x0112, 3})      // Orientation, SHORT
+	binary.Write(&tiff, binary.BigEndian, uint32(1))                // count
+	binary.Write(&tiff, binary.BigEndian, []uint16{orientation, 0}) // value, padded
+	binary.Write(&tiff, binary.BigEndian, uint32(0))                // no next IFD
+	payload := append([]byte("Exif\x00\x00"), tiff.Bytes()...)
+	seg := []byte{0xFF, 0xE1, 0, 0}
+	binary.BigEndian.PutUint16(seg[2:], uint16(len(payload)+2))
+	out := append([]byte{}, jpg[:2]...)
+	out = append(out, seg...)
+	out = append(out, payload...)
+	return append(out, jpg[2:]...)
+}
+
+// pngHeader returns a PNG of a w×h RGB image whose data is one tiny IDAT:
+// what a pixel flood looks like, a huge header over next to no bytes.
+func pngHeader(w, h uint32) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x89PNG\r\n\x1a\n")
+	ihdr := make([]byte, 13)
+	binary.BigEndian.PutUint32(ihdr[0:], w)
+	binary.BigEndian.PutUint32(ihdr[4:], h)
+	ihdr[8], ihdr[9] = 8, 2 // 8-bit RGB
+	binary.Write(&b, binary.BigEndian, uint32(len(ihdr)))
+	chunk := append([]byte("IHDR"), ihdr...)
+	b.Write(chunk)
+	binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write(make([]byte, 1024))
+	zw.Close()
+	binary.Write(&b, binary.BigEndian, uint32(z.Len()))
+	chunk = append([]byte("IDAT"), z.Bytes()...)
+	b.Write(chunk)
+	binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
+	b.Write([]byte{0, 0, 0, 0})
+	b.WriteString("IEND")
+	binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE([]byte("IEND")))
+	return b.Bytes()
+}
+
+func decodeSize(t *testing.T, data []byte) (int, int) {
+	t.Helper()
+	size, err := bimg.Size(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return size.Width, size.Height
+}
+
+func mustType(contentType string) bimg.ImageType {
+	return map[string]bimg.ImageType{"image/jpeg": bimg.JPEG, "image/png": bimg.PNG, "image/webp": bimg.WEBP}[contentType]
+}

@@ -1,0 +1,75 @@
+package upscale
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The sentinel errors below are the whole error vocabulary of the package.
+// Implementations of the four interfaces wrap them with %w; the handler
+// recognises them with errors.Is and maps each to one HTTP status and machine
+// code in the table in handler.go. context.DeadlineExceeded from the engine
+// is treated as ErrUpstreamTimeout.
+var (
+	// ErrInvalidRequest means the body is not one JSON object of the
+	// documented shape (bad JSON, unknown field, wrong type, too large).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrInvalidImageURL means imageUrl is missing or not an absolute
+	// http/https URL the service will fetch.
+	ErrInvalidImageURL = errors.New("invalid image url")
+	// ErrInvalidScale means scale is not one of 2, 4, 8 or 16.
+	ErrInvalidScale = errors.New("invalid scale")
+	// ErrInvalidImageType means imageType is not "photo" or "anime".
+	ErrInvalidImageType = errors.New("invalid image type")
+	// ErrInvalidDenoise means denoise is not one of the documented levels.
+	ErrInvalidDenoise = errors.New("invalid denoise")
+	// ErrSourceForbidden means imageUrl points, directly or through a
+	// redirect, at an address or port the fetch policy refuses.
+	ErrSourceForbidden = errors.New("source forbidden")
+	// ErrSourceUnreachable means the image could not be downloaded: DNS
+	// failure, refused connection, non-2xx answer, too many redirects or
+	// the fetch deadline.
+	ErrSourceUnreachable = errors.New("source unreachable")
+	// ErrUnsupportedImage means the bytes are not a JPEG, PNG or WebP image
+	// that can be decoded.
+	ErrUnsupportedImage = errors.New("unsupported image")
+	// ErrImageTooLarge means the file or its pixel dimensions exceed a limit.
+	ErrImageTooLarge = errors.New("image too large")
+	// ErrUnauthorized means the API key is missing, malformed, unknown or
+	// revoked.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrPaidPlanRequired means the request needs paid capability (scale 8
+	// or 16, or a file above the free tier's size) and the account has
+	// neither a paid plan nor credits.
+	ErrPaidPlanRequired = errors.New("paid plan required")
+	// ErrQuotaExhausted means no pool that may pay for the request has a
+	// unit left.
+	ErrQuotaExhausted = errors.New("quota exhausted")
+	// ErrUpstream means the upscaling engine failed; retrying is safe.
+	ErrUpstream = errors.New("upstream error")
+	// ErrUpstreamTimeout means the engine did not finish before
+	// Config.EngineTimeout; retrying is safe.
+	ErrUpstreamTimeout = errors.New("upstream timeout")
+	// ErrNotFound means a reservation, account or stored item does not
+	// exist (or no longer does). It never reaches an API caller as such.
+	ErrNotFound = errors.New("not found")
+)
+
+// callerError is an error whose message was written for the API caller. The
+// handler shows the message as the problem detail; the message of any other
+// error is logged, never shown, because it may carry paths, addresses or keys.
+type callerError struct {
+	sentinel error
+	detail   string
+}
+
+func (e *callerError) Error() string { return e.detail }
+func (e *callerError) Unwrap() error { return e.sentinel }
+
+// Explain returns an error that wraps sentinel (one of the Err values of
+// this package) and whose message the handler shows to the API caller as the
+// problem detail. Use it only for sentences that are safe and useful to show,
+// such as a limit the caller exceeded.
+func Explain(sentinel error, format string, args ...any) error {
+	return &callerError{sentinel: sentinel, detail: fmt.Sprintf(format, args...)}
+}

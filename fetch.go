@@ -1,0 +1,143 @@
+package upscale
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"code.dny.dev/ssrf"
+)
+
+// MaxRedirects is how many redirects a fetch follows before giving up.
+const MaxRedirects = 5
+
+// fetcher downloads source images under the address policy: http and https
+// only, allowed ports only, no credentials in URLs, no proxy, every address
+// actually dialled (first request and each redirect) checked at connect time,
+// one deadline for the whole download, and a byte cap applied while
+// streaming. It never forwards anything from the caller's request.
+type fetcher struct {
+	client  *http.Client
+	ports   []uint16 // nil: any port
+	timeout time.Duration
+}
+
+func newFetcher(cfg Config) *fetcher {
+	f := &fetcher{ports: cfg.AllowedPorts, timeout: cfg.FetchTimeout}
+	dialer := &net.Dialer{Timeout: cfg.FetchTimeout, KeepAlive: 30 * time.Second}
+	if cfg.AllowPrivateNetworks {
+		f.ports = nil
+	} else {
+		// The check runs on the resolved address of every connection, so DNS
+		// tricks (rebinding, public names of private IPs) and redirects
+		// cannot reach what a literal URL could not.
+		dialer.Control = ssrf.New(ssrf.WithPorts(f.ports...)).Safe
+	}
+	f.client = &http.Client{
+		Transport: &http.Transport{
+			Proxy:                 nil, // a proxy would dial on our behalf, unchecked
+			DialContext:           dialer.DialContext,
+			ForceAttemptHTTP2:     true,
+			TLSHandshakeTimeout:   10 * time.Second,
+			MaxIdleConnsPerHost:   4,
+			IdleConnTimeout:       90 * time.Second,
+			DisableCompression:    true, // so the byte cap counts what we store, not a gzip bomb's inflation
+			ResponseHeaderTimeout: cfg.FetchTimeout,
+		},
+		CheckRedirect: f.checkRedirect,
+	}
+	return f
+}
+
+// checkURL applies the parts of the policy that need no network: scheme,
+// credentials and port.
+func (f *fetcher) checkURL(u *url.URL) error {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return Explain(ErrSourceForbidden, "The image URL redirects to a %q URL; only http and https are fetched.", u.Scheme)
+	}
+	if u.User != nil {
+		return Explain(ErrSourceForbidden, "The image URL redirects to a URL with a user name or password; those are not fetched.")
+	}
+	if f.ports == nil || u.Port() == "" {
+		return nil
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil || !slices.Contains(f.ports, uint16(port)) {
+		return Explain(ErrSourceForbidden, "The image URL uses port %s; only ports %v are fetched.", u.Port(), f.ports)
+	}
+	return nil
+}
+
+func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) > MaxRedirects {
+		return Explain(ErrSourceUnreachable, "The image URL redirected more than %d times; link to the image itself.", MaxRedirects)
+	}
+	return f.checkURL(req.URL)
+}
+
+// fetch downloads u. It returns an error wrapping ErrImageTooLarge when the
+// body exceeds maxBytes, ErrSourceForbidden when the policy refuses an
+// address or port on the way, and ErrSourceUnreachable for every other
+// failure.
+func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64) ([]byte, error) {
+	if err := f.checkURL(u); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, Explain(ErrInvalidImageURL, "imageUrl could not be turned into a request; check its syntax.")
+	}
+	req.Header.Set("User-Agent", "upscale (+https://github.com/upscalekit/upscale)")
+	req.Header.Set("Accept", "image/jpeg, image/png, image/webp")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, classifyFetchError(err, f.timeout)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, Explain(ErrSourceUnreachable, "The image URL answered HTTP %d; it must answer 200 with the image.", resp.StatusCode)
+	}
+	tooLarge := Explain(ErrImageTooLarge, "The image is larger than %d bytes, the most your plan accepts.", maxBytes)
+	if resp.ContentLength > maxBytes {
+		return nil, tooLarge // a declared size may refuse early, never accept
+	}
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxBytes+1))
+	if err != nil {
+		return nil, classifyFetchError(err, f.timeout)
+	}
+	if n > maxBytes {
+		return nil, tooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+func classifyFetchError(err error, timeout time.Duration) error {
+	if _, ok := errors.AsType[*callerError](err); ok {
+		return err
+	}
+	if errors.Is(err, ssrf.ErrProhibitedIP) || errors.Is(err, ssrf.ErrProhibitedPort) || errors.Is(err, ssrf.ErrProhibitedNetwork) {
+		return Explain(ErrSourceForbidden, "The image URL leads to a private, local or reserved network address; only public addresses are fetched.")
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Explain(ErrSourceUnreachable, "Downloading the image took longer than %v; host it somewhere faster.", timeout)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return Explain(ErrSourceUnreachable, "The image URL's host name could not be resolved; check the URL.")
+	}
+	return fmt.Errorf("%w: %v", Explain(ErrSourceUnreachable, "The image could not be downloaded from its URL; check that it is publicly reachable."), err)
+}

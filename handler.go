@@ -1,0 +1,302 @@
+package upscale
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Config configures a Handler. The four stores are required; every other
+// field's zero value means the default given beside it.
+type Config struct {
+	Keys     KeyStore    // resolves API keys to accounts; required
+	Ledger   QuotaLedger // charges accounts; required
+	Upscaler Upscaler    // enlarges images, e.g. engine/vips; required
+	Blobs    BlobStore   // keeps results behind expiring links; required
+
+	// LinkTTL is how long a result's link works. Zero means one hour.
+	LinkTTL time.Duration
+	// EngineTimeout bounds the Upscaler's work on one request, queueing
+	// included; past it the caller gets 504. Zero means 60 seconds.
+	EngineTimeout time.Duration
+	// FetchTimeout bounds the whole download of a source image, redirects
+	// included; past it the caller gets 400 source_unreachable. Zero means
+	// 20 seconds.
+	FetchTimeout time.Duration
+	// FreeTierMaxFileBytes is the largest source file a request may have
+	// without needing paid capability. Zero means 5 MiB. A plan whose
+	// MaxFileBytes is zero accepts files up to this size.
+	FreeTierMaxFileBytes int64
+	// AllowedPorts are the ports source URLs may use. Nil means 80 and 443.
+	AllowedPorts []uint16
+	// AllowPrivateNetworks lifts the address policy (loopback, private,
+	// link-local and reserved addresses, and the port list) for sources.
+	// It is for local development and tests: never set it on a server that
+	// takes URLs from callers it does not trust.
+	AllowPrivateNetworks bool
+	// Logger receives every failure in full. Nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Handler serves POST requests of the upscale API. The host mounts it at
+// /api/v1/upscale (or wherever it likes: the handler does not look at the
+// path).
+type Handler struct {
+	cfg     Config
+	fetcher *fetcher
+}
+
+// New validates cfg, fills its defaults and returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	switch {
+	case cfg.Keys == nil:
+		return nil, errors.New("upscale: Config.Keys is required")
+	case cfg.Ledger == nil:
+		return nil, errors.New("upscale: Config.Ledger is required")
+	case cfg.Upscaler == nil:
+		return nil, errors.New("upscale: Config.Upscaler is required")
+	case cfg.Blobs == nil:
+		return nil, errors.New("upscale: Config.Blobs is required")
+	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.FreeTierMaxFileBytes < 0:
+		return nil, errors.New("upscale: Config durations and sizes cannot be negative")
+	}
+	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
+	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
+	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 20*time.Second)
+	cfg.FreeTierMaxFileBytes = cmp.Or(cfg.FreeTierMaxFileBytes, 5<<20)
+	if cfg.AllowedPorts == nil {
+		cfg.AllowedPorts = []uint16{80, 443}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Handler{cfg: cfg, fetcher: newFetcher(cfg)}, nil
+}
+
+// Response is the body of a successful upscale request.
+type Response struct {
+	// URL is the temporary link to the enlarged image.
+	URL string `json:"url"`
+	// ResizedTo is always null in this version of the API.
+	ResizedTo *struct{} `json:"resizedTo"`
+	// Via names the pool that paid.
+	Via Pool `json:"via"`
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.fail(w, r, errMethodNotAllowed)
+		return
+	}
+	resp, err := h.upscale(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(resp)
+}
+
+// upscale runs one request: authenticate, validate, reserve a unit, fetch,
+// enlarge, store, commit. The unit is released on every path that does not
+// reach the commit, so a failed request is never charged.
+func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, error) {
+	ctx := r.Context()
+	key, ok := bearerKey(r.Header)
+	if !ok {
+		return Response{}, ErrUnauthorized
+	}
+	accountID, err := h.cfg.Keys.Authenticate(ctx, key)
+	if errors.Is(err, ErrUnauthorized) {
+		return Response{}, ErrUnauthorized // one body for every refused key, whatever the store said
+	}
+	if err != nil {
+		return Response{}, err
+	}
+	req, err := decodeRequest(w, r)
+	if err != nil {
+		return Response{}, err
+	}
+
+	// Reserving before fetching means an exhausted account costs us no
+	// download; a file that turns out to need paid capability is re-checked
+	// below.
+	hold, err := h.cfg.Ledger.Reserve(ctx, accountID, req.Scale >= 8)
+	if err != nil {
+		return Response{}, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			h.release(ctx, hold)
+		}
+	}()
+
+	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
+	src, err := h.fetcher.fetch(ctx, req.source, maxBytes)
+	if err != nil {
+		return Response{}, err
+	}
+	if needsPaid := int64(len(src)) > h.cfg.FreeTierMaxFileBytes; !hold.Covers(needsPaid) {
+		paid, err := h.cfg.Ledger.Reserve(ctx, accountID, true)
+		if err != nil {
+			return Response{}, err
+		}
+		h.release(ctx, hold)
+		hold = paid
+	}
+
+	img, err := h.enlarge(ctx, src, req.Options)
+	if err != nil {
+		return Response{}, err
+	}
+	blobKey := strings.ToLower(rand.Text()) + extension(img.ContentType)
+	link, err := h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, h.cfg.Now().Add(h.cfg.LinkTTL))
+	if err != nil {
+		return Response{}, fmt.Errorf("store result: %w", err)
+	}
+	if err := h.cfg.Ledger.Commit(ctx, hold.ID); err != nil {
+		return Response{}, fmt.Errorf("commit reservation: %w", err)
+	}
+	committed = true
+	return Response{URL: link, Via: hold.Pool}, nil
+}
+
+// release gives a unit back even when the caller has gone away: the
+// request's context may be cancelled, the money is still owed back.
+func (h *Handler) release(ctx context.Context, hold Reservation) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := h.cfg.Ledger.Release(ctx, hold.ID); err != nil {
+		h.cfg.Logger.Error("upscale: release reservation", "reservation", hold.ID, "account", hold.AccountID, "err", err)
+	}
+}
+
+// enlarge runs the Upscaler under EngineTimeout. It answers at the deadline
+// even if the Upscaler does not, so a stuck engine cannot hold the request.
+func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.EngineTimeout)
+	defer cancel()
+	type result struct {
+		img Image
+		err error
+	}
+	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
+	go func() {
+		img, err := h.cfg.Upscaler.Upscale(ctx, src, opts)
+		done <- result{img, err}
+	}()
+	select {
+	case res := <-done:
+		return res.img, res.err
+	case <-ctx.Done():
+		return Image{}, ctx.Err()
+	}
+}
+
+func extension(contentType string) string {
+	switch contentType {
+	case "image/jpeg":
+		return ".jpg"
+	case "image/png":
+		return ".png"
+	case "image/webp":
+		return ".webp"
+	}
+	return ""
+}
+
+var errMethodNotAllowed = errors.New("method not allowed")
+
+// problems maps errors to HTTP status, machine code and the detail shown
+// when the error carries no explanation of its own (see Explain). It is the
+// only place that decides what a caller sees; the first matching row wins.
+var problems = []struct {
+	err    error
+	status int
+	code   string
+	detail string
+}{
+	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Use POST with a JSON body."},
+	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Send a valid API key as \"Authorization: Bearer <key>\"; keys are issued on the account dashboard."},
+	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "The request body must be one JSON object with imageUrl and optional scale, imageType and denoise."},
+	{ErrInvalidImageURL, http.StatusBadRequest, "invalid_image_url", "imageUrl must be an absolute http or https URL of an image."},
+	{ErrInvalidScale, http.StatusBadRequest, "invalid_scale", "scale must be 2, 4, 8 or 16."},
+	{ErrInvalidImageType, http.StatusBadRequest, "invalid_image_type", "imageType must be \"photo\" or \"anime\"."},
+	{ErrInvalidDenoise, http.StatusBadRequest, "invalid_denoise", "denoise must be \"none\", \"low\", \"mid\", \"high\" or \"max\"."},
+	{ErrSourceForbidden, http.StatusBadRequest, "source_forbidden", "The image URL leads to an address or port this service does not fetch from; use a public http or https URL."},
+	{ErrSourceUnreachable, http.StatusBadRequest, "source_unreachable", "The image could not be downloaded from its URL; check that it is publicly reachable."},
+	{ErrUnsupportedImage, http.StatusBadRequest, "unsupported_image", "The file is not a JPEG, PNG or WebP image that can be decoded."},
+	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
+	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scale 8 and 16 and files above the free tier's size need a paid plan or credits."},
+	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; buy credits or subscribe to the unlimited plan."},
+	{ErrUpstream, http.StatusBadGateway, "upstream_error", "The upscaling engine failed on this image; retrying is safe."},
+	{ErrUpstreamTimeout, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
+}
+
+// Problem is the application/problem+json body (RFC 9457) of every error.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Code is the stable machine-readable name of the error.
+	Code string `json:"code"`
+}
+
+func problemFor(err error) Problem {
+	p := Problem{
+		Status: http.StatusInternalServerError,
+		Code:   "internal_error",
+		Detail: "Something went wrong on our side; try again later.",
+	}
+	for _, row := range problems {
+		if errors.Is(err, row.err) {
+			p.Status, p.Code, p.Detail = row.status, row.code, row.detail
+			break
+		}
+	}
+	if ce, ok := errors.AsType[*callerError](err); ok && p.Status != http.StatusInternalServerError {
+		p.Detail = ce.detail
+	}
+	p.Type = "urn:upscale:error:" + p.Code
+	p.Title = http.StatusText(p.Status)
+	return p
+}
+
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		h.cfg.Logger.Debug("upscale: caller went away", "err", err)
+		return
+	}
+	p := problemFor(err)
+	level := slog.LevelInfo
+	if p.Status >= 500 {
+		level = slog.LevelError
+	}
+	h.cfg.Logger.Log(r.Context(), level, "upscale: request failed", "status", p.Status, "code", p.Code, "err", err)
+	hdr := w.Header()
+	if p.Status == http.StatusUnauthorized {
+		hdr.Set("WWW-Authenticate", `Bearer realm="upscale"`)
+	}
+	hdr.Set("Content-Type", "application/problem+json")
+	hdr.Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
+}

@@ -1,0 +1,77 @@
+package upscale_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+func TestMemoryKeyStore(t *testing.T) {
+	upscaletest.TestKeyStore(t, func(t *testing.T) upscaletest.KeyStoreHarness {
+		return upscale.NewMemoryKeyStore()
+	})
+}
+
+func TestMemoryLedger(t *testing.T) {
+	upscaletest.TestQuotaLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.LedgerHarness {
+		return upscale.NewMemoryLedger(opts)
+	})
+}
+
+func TestMemoryBlobStore(t *testing.T) {
+	upscaletest.TestBlobStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.BlobStore {
+		return newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{Now: clock.Now})
+	})
+}
+
+func TestPixelUpscaler(t *testing.T) {
+	upscaletest.TestUpscaler(t, func(t *testing.T) upscale.Upscaler { return upscaletest.PixelUpscaler{} })
+}
+
+// newMemoryBlobs returns a MemoryBlobStore served by a test server, with
+// opts.BaseURL pointing at it.
+func newMemoryBlobs(t *testing.T, opts upscale.MemoryBlobStoreOptions) *upscale.MemoryBlobStore {
+	t.Helper()
+	var store *upscale.MemoryBlobStore
+	// The server must exist before the store, whose links point at it.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { store.ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	opts.BaseURL = srv.URL + "/outputs"
+	store, err := upscale.NewMemoryBlobStore(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+func TestMemoryBlobStoreFreesExpiredItems(t *testing.T) {
+	s := newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{CleanupInterval: 10 * time.Millisecond})
+	if _, err := s.Put(t.Context(), "gone.png", make([]byte, 1<<20), "image/png", time.Now().Add(50*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 1 {
+		t.Fatalf("Len after Put = %d, want 1", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("expired item still held after 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNewLinkSigner(t *testing.T) {
+	for _, base := range []string{"", "/outputs", "ftp://example.com/x", "https://example.com/x?q=1", "https:///x"} {
+		if _, err := upscale.NewLinkSigner(base, nil, nil); err == nil {
+			t.Errorf("NewLinkSigner(%q) accepted a base that is not an absolute http(s) URL", base)
+		}
+	}
+	if _, err := upscale.NewLinkSigner("https://cdn.example.com/outputs", []byte("short"), nil); err == nil {
+		t.Error("NewLinkSigner accepted a 5-byte secret")
+	}
+}

@@ -1,0 +1,168 @@
+package upscale
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+const (
+	// MaxRequestBytes is the largest request body the handler reads.
+	MaxRequestBytes = 16 << 10
+	// MaxImageURLBytes is the longest imageUrl the handler accepts.
+	MaxImageURLBytes = 2048
+)
+
+// request is a validated upscale request.
+type request struct {
+	source *url.URL
+	Options
+}
+
+var (
+	imageTypes    = []ImageType{Photo, Anime}
+	denoiseLevels = []Denoise{DenoiseNone, DenoiseLow, DenoiseMid, DenoiseHigh, DenoiseMax}
+)
+
+// decodeRequest reads and validates the body of an upscale request. It is
+// strict by design: exactly one JSON object of valid UTF-8, field names
+// matched case-sensitively, no duplicate or unknown fields, nothing after
+// the object. A null field counts as absent.
+func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+		return request{}, Explain(ErrInvalidRequest, "The request body is larger than %d bytes; send a JSON object with imageUrl, scale, imageType and denoise.", MaxRequestBytes)
+	}
+	if err != nil {
+		return request{}, Explain(ErrInvalidRequest, "The request body could not be read; send it again.")
+	}
+	if !utf8.Valid(body) {
+		return request{}, Explain(ErrInvalidRequest, "The request body is not valid UTF-8.")
+	}
+	fields, err := objectFields(body)
+	if err != nil {
+		return request{}, err
+	}
+	req := request{Options: Options{Scale: 2, ImageType: Photo, Denoise: DenoiseMax}}
+	if req.source, err = parseImageURL(fields["imageUrl"]); err != nil {
+		return request{}, err
+	}
+	if raw := fields["scale"]; raw != nil {
+		if req.Scale, err = parseScale(raw); err != nil {
+			return request{}, err
+		}
+	}
+	if raw := fields["imageType"]; raw != nil {
+		if req.ImageType, err = parseEnum(raw, imageTypes, ErrInvalidImageType, "imageType"); err != nil {
+			return request{}, err
+		}
+	}
+	if raw := fields["denoise"]; raw != nil {
+		if req.Denoise, err = parseEnum(raw, denoiseLevels, ErrInvalidDenoise, "denoise"); err != nil {
+			return request{}, err
+		}
+	}
+	return req, nil
+}
+
+// objectFields splits a JSON object into its known fields, refusing anything
+// else. Fields whose value is null are left out.
+func objectFields(body []byte) (map[string]json.RawMessage, error) {
+	errShape := Explain(ErrInvalidRequest, "The request body must be one JSON object, such as {\"imageUrl\": \"https://example.com/a.png\", \"scale\": 2}.")
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errShape
+	}
+	fields := make(map[string]json.RawMessage)
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, errShape
+		}
+		name := tok.(string) // inside an object, a token before a value is its name
+		switch name {
+		case "imageUrl", "scale", "imageType", "denoise":
+		default:
+			return nil, Explain(ErrInvalidRequest, "Unknown field %q; the fields are imageUrl, scale, imageType and denoise (names are case-sensitive).", name)
+		}
+		if seen[name] {
+			return nil, Explain(ErrInvalidRequest, "The field %q appears twice; give each field once.", name)
+		}
+		seen[name] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, errShape
+		}
+		if !bytes.Equal(raw, []byte("null")) {
+			fields[name] = raw
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, errShape
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, Explain(ErrInvalidRequest, "The request body has data after the JSON object; send exactly one object.")
+	}
+	return fields, nil
+}
+
+func parseImageURL(raw json.RawMessage) (*url.URL, error) {
+	var s string
+	if raw == nil || json.Unmarshal(raw, &s) != nil || s == "" {
+		return nil, Explain(ErrInvalidImageURL, "imageUrl is required: give the http or https URL of a JPEG, PNG or WebP image as a string.")
+	}
+	if len(s) > MaxImageURLBytes {
+		return nil, Explain(ErrInvalidImageURL, "imageUrl is %d bytes long; at most %d are accepted.", len(s), MaxImageURLBytes)
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "" {
+		return nil, Explain(ErrInvalidImageURL, "imageUrl must be an absolute http or https URL, such as https://example.com/photo.jpg.")
+	}
+	if u.User != nil {
+		return nil, Explain(ErrInvalidImageURL, "imageUrl must not contain a user name or password.")
+	}
+	u.Fragment, u.RawFragment = "", "" // never sent to the server anyway
+	return u, nil
+}
+
+func parseScale(raw json.RawMessage) (int, error) {
+	errScale := Explain(ErrInvalidScale, "scale must be the number 2, 4, 8 or 16 (not a string).")
+	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, errScale
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
+		return 0, Explain(ErrInvalidRequest, "scale %s is not a number this service can read; use 2, 4, 8 or 16.", raw)
+	}
+	s := int(f)
+	if float64(s) != f || !slices.Contains(Scales, s) {
+		return 0, errScale
+	}
+	return s, nil
+}
+
+func parseEnum[T ~string](raw json.RawMessage, allowed []T, sentinel error, field string) (T, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil && slices.Contains(allowed, T(s)) {
+		return T(s), nil
+	}
+	return "", Explain(sentinel, "%s must be one of %s (case-sensitive).", field, quotedList(allowed))
+}
+
+func quotedList[T ~string](values []T) string {
+	var b []byte
+	for i, v := range values {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, string(v))
+	}
+	return string(b)
+}

@@ -1,0 +1,100 @@
+package upscaletest
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+// TestBlobStore checks that a BlobStore's links are absolute, serve exactly
+// what was stored with its content type, stop working at expiry, and cannot
+// be forged by editing them. newStore must return an empty store whose links
+// are reachable with http.DefaultClient and which reads time from clock.
+func TestBlobStore(t *testing.T, newStore func(t *testing.T, clock *Clock) upscale.BlobStore) {
+	ctx := context.Background()
+	put := func(t *testing.T, s upscale.BlobStore, key string, data []byte, contentType string, expires time.Time) string {
+		t.Helper()
+		link, err := s.Put(ctx, key, data, contentType, expires)
+		if err != nil {
+			t.Fatalf("Put(%q): %v", key, err)
+		}
+		u, err := url.Parse(link)
+		if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") {
+			t.Fatalf("Put returned %q, want an absolute http(s) URL", link)
+		}
+		return link
+	}
+
+	t.Run("OK", func(t *testing.T) {
+		clock := NewClock(time.Now())
+		s := newStore(t, clock)
+		data := []byte("\x89PNG\r\n\x1a\nnot really, but bytes are bytes")
+		link := put(t, s, "k1.png", data, "image/png", clock.Now().Add(time.Hour))
+		status, body, contentType := get(t, link)
+		if status != http.StatusOK || !bytes.Equal(body, data) || contentType != "image/png" {
+			t.Errorf("GET = %d, %q, %q; want 200, the stored bytes, image/png", status, body, contentType)
+		}
+	})
+
+	t.Run("Expires", func(t *testing.T) {
+		clock := NewClock(time.Now())
+		s := newStore(t, clock)
+		link := put(t, s, "k2.jpg", []byte("jpeg"), "image/jpeg", clock.Now().Add(time.Hour))
+		clock.Advance(59 * time.Minute)
+		if status, _, _ := get(t, link); status != http.StatusOK {
+			t.Fatalf("GET before expiry = %d, want 200", status)
+		}
+		clock.Advance(2 * time.Minute)
+		if status, _, _ := get(t, link); status != http.StatusNotFound {
+			t.Errorf("GET after expiry = %d, want 404", status)
+		}
+	})
+
+	t.Run("Forged", func(t *testing.T) {
+		clock := NewClock(time.Now())
+		s := newStore(t, clock)
+		link1 := put(t, s, "k3.png", []byte("one"), "image/png", clock.Now().Add(time.Hour))
+		link2 := put(t, s, "k4.png", []byte("two"), "image/png", clock.Now().Add(time.Hour))
+		u1, _ := url.Parse(link1)
+		u2, _ := url.Parse(link2)
+		swapped := *u1
+		swapped.RawQuery = u2.RawQuery // k3's path with k4's signature
+		tampered := *u1
+		q := tampered.Query()
+		for name, values := range q {
+			v := []byte(values[0])
+			v[len(v)/2] ^= 1 // flip one bit in the middle of each parameter
+			q.Set(name, string(v))
+		}
+		tampered.RawQuery = q.Encode()
+		bare := *u1
+		bare.RawQuery = ""
+		for name, link := range map[string]string{"Swapped": swapped.String(), "Tampered": tampered.String(), "Unsigned": bare.String(), "Unknown": strings.Replace(link1, "k3.png", "k5.png", 1)} {
+			status, body, _ := get(t, link)
+			if status/100 != 4 || bytes.Equal(body, []byte("one")) || bytes.Equal(body, []byte("two")) {
+				t.Errorf("%s link %s: GET = %d, %q; want a 4xx without the data", name, link, status, body)
+			}
+		}
+	})
+}
+
+func get(t *testing.T, link string) (status int, body []byte, contentType string) {
+	t.Helper()
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatalf("GET %s: %v", link, err)
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: read body: %v", link, err)
+	}
+	return resp.StatusCode, body, resp.Header.Get("Content-Type")
+}

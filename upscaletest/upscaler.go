@@ -1,0 +1,139 @@
+package upscaletest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+// TestUpscaler checks that an Upscaler enlarges JPEG and PNG to exactly
+// Scale times the source, keeps the format, refuses non-images with
+// ErrUnsupportedImage and gives up on a done context.
+func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler) {
+	src := TestImage(24, 16)
+	inputs := []struct {
+		name, contentType string
+		data              []byte
+		decode            func([]byte) (image.Image, error)
+	}{
+		{"PNG", "image/png", encode(t, "png", src), func(b []byte) (image.Image, error) { return png.Decode(bytes.NewReader(b)) }},
+		{"JPEG", "image/jpeg", encode(t, "jpeg", src), func(b []byte) (image.Image, error) { return jpeg.Decode(bytes.NewReader(b)) }},
+	}
+	for _, in := range inputs {
+		for _, scale := range upscale.Scales {
+			t.Run(fmt.Sprintf("%s/x%d", in.name, scale), func(t *testing.T) {
+				u := newUpscaler(t)
+				img, err := u.Upscale(context.Background(), in.data, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+				if err != nil {
+					t.Fatalf("Upscale: %v", err)
+				}
+				if img.ContentType != in.contentType {
+					t.Errorf("content type %q, want %q", img.ContentType, in.contentType)
+				}
+				out, err := in.decode(img.Data)
+				if err != nil {
+					t.Fatalf("result does not decode as %s: %v", in.name, err)
+				}
+				want := image.Pt(24*scale, 16*scale)
+				if got := out.Bounds().Size(); got != want || img.Width != want.X || img.Height != want.Y {
+					t.Errorf("result %v (reported %dx%d), want %v", got, img.Width, img.Height, want)
+				}
+			})
+		}
+	}
+
+	t.Run("ErrUnsupportedImage", func(t *testing.T) {
+		u := newUpscaler(t)
+		for _, data := range [][]byte{nil, []byte("not an image at all"), []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")} {
+			if _, err := u.Upscale(context.Background(), data, upscale.Options{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
+				t.Errorf("Upscale(%q): err = %v, want ErrUnsupportedImage", data, err)
+			}
+		}
+	})
+
+	t.Run("ContextDone", func(t *testing.T) {
+		u := newUpscaler(t)
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		defer cancel()
+		if _, err := u.Upscale(ctx, inputs[0].data, upscale.Options{Scale: 2}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Upscale past its deadline: err = %v, want context.DeadlineExceeded", err)
+		}
+	})
+}
+
+// TestImage returns a w×h opaque image with smooth gradients and a sharp
+// edge, for feeding to Upscalers.
+func TestImage(w, h int) *image.NRGBA {
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			c := color.NRGBA{uint8(x * 255 / w), uint8(y * 255 / h), 96, 255}
+			if x > w/2 {
+				c.B = 224
+			}
+			img.SetNRGBA(x, y, c)
+		}
+	}
+	return img
+}
+
+func encode(t *testing.T, format string, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	var err error
+	if format == "jpeg" {
+		err = jpeg.Encode(&b, img, &jpeg.Options{Quality: 95})
+	} else {
+		err = png.Encode(&b, img)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// PixelUpscaler is a pure-Go Upscaler that enlarges PNG and JPEG by
+// repeating pixels. It is for tests of code that needs an Upscaler without
+// libvips; its output is exact in size and crude in looks.
+type PixelUpscaler struct{}
+
+var _ upscale.Upscaler = PixelUpscaler{}
+
+// Upscale implements upscale.Upscaler.
+func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+	if err := ctx.Err(); err != nil {
+		return upscale.Image{}, err
+	}
+	img, format, err := image.Decode(bytes.NewReader(src))
+	if err != nil || (format != "png" && format != "jpeg") {
+		return upscale.Image{}, fmt.Errorf("%w: %v", upscale.ErrUnsupportedImage, err)
+	}
+	b := img.Bounds()
+	out := image.NewNRGBA(image.Rect(0, 0, b.Dx()*opts.Scale, b.Dy()*opts.Scale))
+	for y := range out.Bounds().Dy() {
+		for x := range out.Bounds().Dx() {
+			out.Set(x, y, img.At(b.Min.X+x/opts.Scale, b.Min.Y+y/opts.Scale))
+		}
+	}
+	var buf bytes.Buffer
+	contentType := "image/png"
+	if format == "jpeg" {
+		contentType = "image/jpeg"
+		err = jpeg.Encode(&buf, out, &jpeg.Options{Quality: 90})
+	} else {
+		err = png.Encode(&buf, out)
+	}
+	if err != nil {
+		return upscale.Image{}, fmt.Errorf("%w: encode: %v", upscale.ErrUpstream, err)
+	}
+	return upscale.Image{Data: buf.Bytes(), ContentType: contentType, Width: out.Bounds().Dx(), Height: out.Bounds().Dy()}, nil
+}

@@ -1,0 +1,45 @@
+// Package upscaletest holds the conformance suites that every implementation
+// of the upscale interfaces runs, ours and a host's alike, so that all of them
+// keep one contract. Each suite is one function taking a maker of fresh
+// instances; a backend's test calls it in a few lines:
+//
+//	func TestLedger(t *testing.T) {
+//		upscaletest.TestQuotaLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.LedgerHarness {
+//			return upscale.NewMemoryLedger(opts)
+//		})
+//	}
+//
+// # Time
+//
+// Suites that depend on time pass the implementation a Clock they advance
+// themselves, so no suite sleeps to see a reservation or a link expire.
+package upscaletest
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is a manual clock for tests: it stands still until Advance moves it.
+// It is safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a Clock reading t.
+func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
