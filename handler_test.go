@@ -1,0 +1,655 @@
+package upscale_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+const (
+	keyFree = "upk_test_free_0123456789abcdef"
+	keyPro  = "upk_test_pro_0123456789abcdef"
+	// freeTierBytes is the test's free-tier file limit: smallPNG is under
+	// it, bigPNG over it.
+	freeTierBytes = 2000
+)
+
+var (
+	freePlan = upscale.Plan{Name: "free", MonthlyImages: 3, MaxFileBytes: 1 << 20}
+	proPlan  = upscale.Plan{Name: "pro", Paid: true, MonthlyImages: 3, MaxFileBytes: 1 << 20}
+	tinyPlan = upscale.Plan{Name: "tiny", MonthlyImages: 3, MaxFileBytes: 1000}
+)
+
+// env is a Handler wired to in-memory stores and a loopback origin that
+// serves test images.
+type env struct {
+	t       *testing.T
+	handler *upscale.Handler
+	keys    *upscale.MemoryKeyStore
+	ledger  *upscale.MemoryLedger
+	blobs   *upscale.MemoryBlobStore
+	clock   *upscaletest.Clock
+	origin  *httptest.Server
+	hits    atomic.Int64 // requests the origin received
+}
+
+func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
+	t.Helper()
+	e := &env{t: t, keys: upscale.NewMemoryKeyStore(), clock: upscaletest.NewClock(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))}
+	e.ledger = upscale.NewMemoryLedger(upscale.LedgerOptions{Now: e.clock.Now})
+	e.blobs = newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{Now: e.clock.Now})
+	e.origin = httptest.NewServer(http.HandlerFunc(e.serveOrigin))
+	t.Cleanup(e.origin.Close)
+	ctx := context.Background()
+	e.keys.Add(ctx, keyFree, "free")
+	e.keys.Add(ctx, keyPro, "pro")
+	e.putAccount(upscale.Account{ID: "free", Plan: freePlan})
+	e.putAccount(upscale.Account{ID: "pro", Plan: proPlan})
+	cfg := upscale.Config{
+		Keys:                 e.keys,
+		Ledger:               e.ledger,
+		Upscaler:             upscaletest.PixelUpscaler{},
+		Blobs:                e.blobs,
+		FreeTierMaxFileBytes: freeTierBytes,
+		AllowPrivateNetworks: true, // the origin is on loopback
+		Logger:               slog.New(slog.DiscardHandler),
+		Now:                  e.clock.Now,
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	h, err := upscale.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.handler = h
+	return e
+}
+
+var (
+	smallPNG = mustPNG(upscaletest.TestImage(16, 12))
+	bigPNG   = mustPNG(noise(48, 48)) // incompressible: well over freeTierBytes
+)
+
+func (e *env) serveOrigin(w http.ResponseWriter, r *http.Request) {
+	e.hits.Add(1)
+	switch r.URL.Path {
+	case "/small.png":
+		w.Write(smallPNG)
+	case "/big.png":
+		w.Write(bigPNG)
+	case "/text":
+		io.WriteString(w, "this is not an image")
+	case "/slow.png":
+		time.Sleep(300 * time.Millisecond)
+		w.Write(smallPNG)
+	case "/redirect-loop":
+		http.Redirect(w, r, "/redirect-loop", http.StatusFound)
+	case "/redirect-ftp":
+		http.Redirect(w, r, "ftp://example.com/a.png", http.StatusFound)
+	case "/redirect-small":
+		http.Redirect(w, r, "/small.png", http.StatusFound)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (e *env) url(path string) string { return e.origin.URL + path }
+
+func (e *env) putAccount(a upscale.Account) {
+	e.t.Helper()
+	if err := e.ledger.PutAccount(context.Background(), a); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) balance(account string) upscale.Balance {
+	e.t.Helper()
+	b, err := e.ledger.Balance(context.Background(), account)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+// post sends body to the handler with key (none when empty).
+func (e *env) post(key, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	return e.serve(r)
+}
+
+func (e *env) serve(r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	e.handler.ServeHTTP(w, r)
+	return w
+}
+
+func body(url string, fields ...string) string {
+	s := fmt.Sprintf(`{"imageUrl": %q`, url)
+	for _, f := range fields {
+		s += ", " + f
+	}
+	return s + "}"
+}
+
+// checkProblem asserts an application/problem+json error with status and code.
+func checkProblem(t *testing.T, w *httptest.ResponseRecorder, status int, code string) upscale.Problem {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p upscale.Problem
+	dec := json.NewDecoder(w.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("problem body: %v", err)
+	}
+	if p.Code != code || p.Status != status || p.Title == "" || p.Detail == "" || !strings.HasSuffix(p.Type, code) {
+		t.Errorf("problem %+v, want code %q, status %d, a title, a detail and a type naming the code", p, code, status)
+	}
+	return p
+}
+
+// checkOK asserts a success paid by via and returns the decoded image.
+func checkOK(t *testing.T, w *httptest.ResponseRecorder, via upscale.Pool) image.Image {
+	t.Helper()
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d, want 200; body %s", w.Code, w.Body)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(w.Body.Bytes(), &fields); err != nil {
+		t.Fatal(err)
+	}
+	if len(fields) != 3 || string(fields["resizedTo"]) != "null" || string(fields["via"]) != `"`+string(via)+`"` {
+		t.Fatalf("body %s: want exactly url, resizedTo null and via %q", w.Body, via)
+	}
+	var link string
+	json.Unmarshal(fields["url"], &link)
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET result link: status %d", resp.StatusCode)
+	}
+	img, err := png.Decode(resp.Body)
+	if err != nil {
+		t.Fatalf("result is not a PNG: %v", err)
+	}
+	return img
+}
+
+func TestUpscaleOK(t *testing.T) {
+	e := newEnv(t)
+	roomy := upscale.Plan{Name: "roomy", MonthlyImages: 100, MaxFileBytes: 1 << 20}
+	e.putAccount(upscale.Account{ID: "free", Plan: roomy})
+	for _, tc := range []struct {
+		name   string
+		fields []string
+		scale  int
+	}{
+		{"DefaultScale", nil, 2},
+		{"Scale4", []string{`"scale": 4`}, 4},
+		{"ScaleAsFloat", []string{`"scale": 2.0`}, 2},
+		{"AllFields", []string{`"scale": 2`, `"imageType": "anime"`, `"denoise": "none"`}, 2},
+		{"NullsAreDefaults", []string{`"scale": null`, `"imageType": null`, `"denoise": null`}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := checkOK(t, e.post(keyFree, body(e.url("/small.png"), tc.fields...)), upscale.PoolFree)
+			if got, want := img.Bounds().Size(), image.Pt(16*tc.scale, 12*tc.scale); got != want {
+				t.Errorf("result %v, want %v", got, want)
+			}
+		})
+	}
+	t.Run("BearerCaseInsensitive", func(t *testing.T) {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body(e.url("/small.png"))))
+		r.Header.Set("Authorization", "bEaReR "+keyPro)
+		checkOK(t, e.serve(r), upscale.PoolFree)
+	})
+	t.Run("Redirect", func(t *testing.T) {
+		checkOK(t, e.post(keyPro, body(e.url("/redirect-small"))), upscale.PoolFree)
+	})
+}
+
+// recordingUpscaler remembers the options it was called with.
+type recordingUpscaler struct {
+	upscaletest.PixelUpscaler
+	got chan upscale.Options
+}
+
+func (u recordingUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+	u.got <- opts
+	return u.PixelUpscaler.Upscale(ctx, src, opts)
+}
+
+func TestOptionsReachEngine(t *testing.T) {
+	rec := recordingUpscaler{got: make(chan upscale.Options, 1)}
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = rec })
+	for _, tc := range []struct {
+		fields []string
+		want   upscale.Options
+	}{
+		{nil, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax}},
+		{[]string{`"scale": 4`, `"imageType": "anime"`, `"denoise": "low"`}, upscale.Options{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow}},
+	} {
+		checkOK(t, e.post(keyPro, body(e.url("/small.png"), tc.fields...)), upscale.PoolFree)
+		if got := <-rec.got; got != tc.want {
+			t.Errorf("engine got %+v, want %+v", got, tc.want)
+		}
+	}
+}
+
+func TestMethodNotAllowed(t *testing.T) {
+	e := newEnv(t)
+	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete, http.MethodHead} {
+		w := e.serve(httptest.NewRequest(method, "/api/v1/upscale", nil))
+		if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "POST" {
+			t.Errorf("%s: status %d, Allow %q; want 405 and POST", method, w.Code, w.Header().Get("Allow"))
+		}
+		if method != http.MethodHead {
+			checkProblem(t, w, http.StatusMethodNotAllowed, "method_not_allowed")
+		}
+	}
+}
+
+func TestUnauthorized(t *testing.T) {
+	e := newEnv(t)
+	revoked := "upk_test_revoked_0123456789"
+	e.keys.Add(context.Background(), revoked, "free")
+	e.keys.Revoke(context.Background(), revoked)
+	valid := body(e.url("/small.png"))
+	cases := map[string]func(r *http.Request){
+		"Missing":     func(r *http.Request) {},
+		"Empty":       func(r *http.Request) { r.Header.Set("Authorization", "") },
+		"BasicScheme": func(r *http.Request) { r.Header.Set("Authorization", "Basic "+keyFree) },
+		"NoKey":       func(r *http.Request) { r.Header.Set("Authorization", "Bearer") },
+		"TooShort":    func(r *http.Request) { r.Header.Set("Authorization", "Bearer abc") },
+		"TwoSpaces":   func(r *http.Request) { r.Header.Set("Authorization", "Bearer  "+keyFree) },
+		"Unknown":     func(r *http.Request) { r.Header.Set("Authorization", "Bearer upk_test_unknown_0123456789") },
+		"Revoked":     func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+revoked) },
+		"TwoHeaders": func(r *http.Request) {
+			r.Header.Add("Authorization", "Bearer "+keyFree)
+			r.Header.Add("Authorization", "Bearer "+keyFree)
+		},
+		"Huge": func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+strings.Repeat("k", 64<<10)) },
+	}
+	var first []byte
+	for name, setAuth := range cases {
+		t.Run(name, func(t *testing.T) {
+			for _, b := range []string{valid, "not json"} { // the key is checked before the body
+				r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(b))
+				setAuth(r)
+				w := e.serve(r)
+				raw := w.Body.Bytes()
+				checkProblem(t, w, http.StatusUnauthorized, "unauthorized")
+				if !strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("WWW-Authenticate %q, want a Bearer challenge", w.Header().Get("WWW-Authenticate"))
+				}
+				if first == nil {
+					first = raw
+				} else if !bytes.Equal(raw, first) {
+					t.Errorf("body %s differs from %s: every refused key must get the same answer", raw, first)
+				}
+			}
+		})
+	}
+	if e.hits.Load() != 0 {
+		t.Errorf("origin was fetched %d times for unauthorized requests", e.hits.Load())
+	}
+	if b := e.balance("free"); b.Free != 3 {
+		t.Errorf("free pool %d after refused requests, want 3", b.Free)
+	}
+}
+
+func TestBadRequest(t *testing.T) {
+	e := newEnv(t)
+	small := e.url("/small.png")
+	cases := []struct {
+		name, body, code string
+	}{
+		{"Empty", ``, "invalid_request"},
+		{"NotJSON", `imageUrl=x`, "invalid_request"},
+		{"Array", `[{"imageUrl": "` + small + `"}]`, "invalid_request"},
+		{"BareNull", `null`, "invalid_request"},
+		{"Truncated", `{"imageUrl": "` + small + `"`, "invalid_request"},
+		{"UnknownField", body(small, `"size": 2`), "invalid_request"},
+		{"FieldCase", `{"IMAGEURL": "` + small + `"}`, "invalid_request"},
+		{"DuplicateField", body(small, `"imageUrl": "`+small+`"`), "invalid_request"},
+		{"TrailingData", body(small) + `{}`, "invalid_request"},
+		{"InvalidUTF8", "{\"imageUrl\": \"" + small + "\xff\"}", "invalid_request"},
+		{"TooLarge", body(small + "?" + strings.Repeat("a", 16<<10)), "invalid_request"},
+		{"ScaleOutOfRange", body(small, `"scale": 1e400`), "invalid_request"},
+		{"MissingURL", `{"scale": 2}`, "invalid_image_url"},
+		{"NullURL", `{"imageUrl": null}`, "invalid_image_url"},
+		{"EmptyURL", body(""), "invalid_image_url"},
+		{"URLNotString", `{"imageUrl": 42}`, "invalid_image_url"},
+		{"RelativeURL", body("/small.png"), "invalid_image_url"},
+		{"SchemeRelative", body("//127.0.0.1/a.png"), "invalid_image_url"},
+		{"FTP", body("ftp://example.com/a.png"), "invalid_image_url"},
+		{"File", body("file:///etc/passwd"), "invalid_image_url"},
+		{"Opaque", body("http:127.0.0.1"), "invalid_image_url"},
+		{"UserInfo", body("http://user:pass@example.com/a.png"), "invalid_image_url"},
+		{"URLTooLong", body("https://example.com/" + strings.Repeat("a", 2048)), "invalid_image_url"},
+		{"ScaleString", body(small, `"scale": "2"`), "invalid_scale"},
+		{"Scale3", body(small, `"scale": 3`), "invalid_scale"},
+		{"ScaleFraction", body(small, `"scale": 2.5`), "invalid_scale"},
+		{"ScaleZero", body(small, `"scale": 0`), "invalid_scale"},
+		{"ScaleNegative", body(small, `"scale": -2`), "invalid_scale"},
+		{"Scale32", body(small, `"scale": 32`), "invalid_scale"},
+		{"ScaleBool", body(small, `"scale": true`), "invalid_scale"},
+		{"ImageTypeCase", body(small, `"imageType": "Photo"`), "invalid_image_type"},
+		{"ImageTypeUnknown", body(small, `"imageType": "cartoon"`), "invalid_image_type"},
+		{"ImageTypeNumber", body(small, `"imageType": 1`), "invalid_image_type"},
+		{"DenoiseCase", body(small, `"denoise": "MAX"`), "invalid_denoise"},
+		{"DenoiseUnknown", body(small, `"denoise": "extreme"`), "invalid_denoise"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			checkProblem(t, e.post(keyFree, tc.body), http.StatusBadRequest, tc.code)
+		})
+	}
+	if e.hits.Load() != 0 {
+		t.Errorf("origin was fetched %d times for invalid requests", e.hits.Load())
+	}
+	if b := e.balance("free"); b.Free != 3 {
+		t.Errorf("free pool %d after invalid requests, want 3", b.Free)
+	}
+}
+
+func TestSourceErrors(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL + "/a.png"
+	closed.Close()
+	strict := newEnv(t, func(c *upscale.Config) { c.AllowPrivateNetworks = false })
+	lenient := newEnv(t, func(c *upscale.Config) { c.FetchTimeout = 100 * time.Millisecond })
+	lenient.putAccount(upscale.Account{ID: "free", Plan: tinyPlan})
+	cases := []struct {
+		name string
+		e    *env
+		url  string
+		code string
+	}{
+		{"Loopback", strict, "http://127.0.0.1/a.png", "source_forbidden"},
+		{"LoopbackOriginPort", strict, strict.url("/small.png"), "source_forbidden"},
+		{"IPv6Loopback", strict, "http://[::1]/a.png", "source_forbidden"},
+		{"Metadata", strict, "http://169.254.169.254/latest/meta-data/", "source_forbidden"},
+		{"Private", strict, "http://10.0.0.1/a.png", "source_forbidden"},
+		{"Unspecified", strict, "http://0.0.0.0/a.png", "source_forbidden"},
+		{"MappedLoopback", strict, "http://[::ffff:127.0.0.1]/a.png", "source_forbidden"},
+		{"Port22", strict, "http://example.com:22/a.png", "source_forbidden"},
+		{"RedirectToFTP", lenient, lenient.url("/redirect-ftp"), "source_forbidden"},
+		{"NotFound", lenient, lenient.url("/missing.png"), "source_unreachable"},
+		{"ConnectionRefused", lenient, closedURL, "source_unreachable"},
+		{"RedirectLoop", lenient, lenient.url("/redirect-loop"), "source_unreachable"},
+		{"Timeout", lenient, lenient.url("/slow.png"), "source_unreachable"},
+		{"NotAnImage", lenient, lenient.url("/text"), "unsupported_image"},
+		{"LargerThanPlan", lenient, lenient.url("/big.png"), "image_too_large"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.e.balance("free")
+			checkProblem(t, tc.e.post(keyFree, body(tc.url)), http.StatusBadRequest, tc.code)
+			if after := tc.e.balance("free"); after != before {
+				t.Errorf("balance %+v after a failed request, want %+v", after, before)
+			}
+		})
+	}
+	if n := strict.hits.Load(); n != 0 {
+		t.Errorf("the strict handler reached the loopback origin %d times", n)
+	}
+	if n := lenient.hits.Load(); n > 5+1+5 { // at most MaxRedirects+1 hops for the loop, one for each other case
+		t.Errorf("origin hit %d times", n)
+	}
+}
+
+func TestWhoPays(t *testing.T) {
+	t.Run("PoolOrder", func(t *testing.T) {
+		e := newEnv(t)
+		e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "one", MonthlyImages: 1, MaxFileBytes: 1 << 20}, ShareBonus: 1, Credits: 1})
+		for _, via := range []upscale.Pool{upscale.PoolFree, upscale.PoolShareBonus, upscale.PoolCredit} {
+			checkOK(t, e.post(keyFree, body(e.url("/small.png"))), via)
+		}
+		hits := e.hits.Load()
+		checkProblem(t, e.post(keyFree, body(e.url("/small.png"))), http.StatusTooManyRequests, "quota_exhausted")
+		if e.hits.Load() != hits {
+			t.Errorf("an exhausted account's image was fetched")
+		}
+	})
+	t.Run("Unlimited", func(t *testing.T) {
+		e := newEnv(t)
+		e.putAccount(upscale.Account{ID: "pro", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true, MaxFileBytes: 1 << 20}})
+		for range 3 {
+			checkOK(t, e.post(keyPro, body(e.url("/big.png"), `"scale": 8`)), upscale.PoolUnlimited)
+		}
+	})
+	t.Run("ScaleNeedsPaid", func(t *testing.T) {
+		e := newEnv(t)
+		for _, scale := range []string{`"scale": 8`, `"scale": 16`} {
+			hits := e.hits.Load()
+			checkProblem(t, e.post(keyFree, body(e.url("/small.png"), scale)), http.StatusForbidden, "paid_plan_required")
+			if e.hits.Load() != hits {
+				t.Errorf("%s: source fetched although the account cannot pay", scale)
+			}
+			checkOK(t, e.post(keyPro, body(e.url("/small.png"), scale)), upscale.PoolFree)
+		}
+		e.putAccount(upscale.Account{ID: "free", Plan: freePlan, Credits: 1})
+		checkOK(t, e.post(keyFree, body(e.url("/small.png"), `"scale": 8`)), upscale.PoolCredit)
+		if got, want := e.balance("free"), (upscale.Balance{Plan: freePlan, Free: 3}); got != want {
+			t.Errorf("balance %+v, want %+v", got, want)
+		}
+	})
+	t.Run("FileSizeNeedsPaid", func(t *testing.T) {
+		e := newEnv(t)
+		checkProblem(t, e.post(keyFree, body(e.url("/big.png"))), http.StatusForbidden, "paid_plan_required")
+		if got, want := e.balance("free"), (upscale.Balance{Plan: freePlan, Free: 3}); got != want {
+			t.Errorf("balance %+v after 403, want %+v", got, want)
+		}
+		checkOK(t, e.post(keyPro, body(e.url("/big.png"))), upscale.PoolFree)
+		// A free account with credits pays for the big file with a credit,
+		// and the free unit first reserved goes back.
+		e.putAccount(upscale.Account{ID: "free", Plan: freePlan, Credits: 1})
+		checkOK(t, e.post(keyFree, body(e.url("/big.png"))), upscale.PoolCredit)
+		if got, want := e.balance("free"), (upscale.Balance{Plan: freePlan, Free: 3}); got != want {
+			t.Errorf("balance %+v, want %+v", got, want)
+		}
+		// With credits gone but free images left: 403, nothing charged.
+		checkProblem(t, e.post(keyFree, body(e.url("/big.png"))), http.StatusForbidden, "paid_plan_required")
+	})
+	t.Run("PaidPlanExhausted", func(t *testing.T) {
+		e := newEnv(t)
+		e.putAccount(upscale.Account{ID: "pro", Plan: upscale.Plan{Name: "pro0", Paid: true, MaxFileBytes: 1 << 20}})
+		checkProblem(t, e.post(keyPro, body(e.url("/small.png"), `"scale": 16`)), http.StatusTooManyRequests, "quota_exhausted")
+	})
+}
+
+// failingUpscaler returns err, after sleeping for delay (ignoring ctx, as a
+// stuck engine would).
+type failingUpscaler struct {
+	err   error
+	delay time.Duration
+}
+
+func (u failingUpscaler) Upscale(context.Context, []byte, upscale.Options) (upscale.Image, error) {
+	time.Sleep(u.delay)
+	return upscale.Image{}, u.err
+}
+
+type failingBlobs struct{}
+
+func (failingBlobs) Put(context.Context, string, []byte, string, time.Time) (string, error) {
+	return "", errors.New("disk full at /var/lib/upscale/blobs")
+}
+
+func TestEngineAndStorageFailures(t *testing.T) {
+	cases := []struct {
+		name   string
+		config func(*upscale.Config)
+		status int
+		code   string
+	}{
+		{"UpstreamError", func(c *upscale.Config) {
+			c.Upscaler = failingUpscaler{err: fmt.Errorf("%w: model crashed", upscale.ErrUpstream)}
+		}, 502, "upstream_error"},
+		{"UpstreamTimeout", func(c *upscale.Config) {
+			c.Upscaler = failingUpscaler{delay: 300 * time.Millisecond}
+			c.EngineTimeout = 50 * time.Millisecond
+		}, 504, "upstream_timeout"},
+		{"EngineTooLarge", func(c *upscale.Config) { c.Upscaler = failingUpscaler{err: upscale.ErrImageTooLarge} }, 400, "image_too_large"},
+		{"UnknownEngineError", func(c *upscale.Config) { c.Upscaler = failingUpscaler{err: errors.New("secret path /srv/model.bin")} }, 500, "internal_error"},
+		{"StorageFailure", func(c *upscale.Config) { c.Blobs = failingBlobs{} }, 500, "internal_error"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.config)
+			p := checkProblem(t, e.post(keyFree, body(e.url("/small.png"))), tc.status, tc.code)
+			if strings.Contains(p.Detail, "/srv") || strings.Contains(p.Detail, "/var") {
+				t.Errorf("detail %q leaks an internal path", p.Detail)
+			}
+			if got, want := e.balance("free"), (upscale.Balance{Plan: freePlan, Free: 3}); got != want {
+				t.Errorf("balance %+v after a failure, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestLinkExpiry(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.LinkTTL = 30 * time.Minute })
+	w := e.post(keyFree, body(e.url("/small.png")))
+	var resp upscale.Response
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.URL == "" {
+		t.Fatalf("response %s: %v", w.Body, err)
+	}
+	status := func() int {
+		r, err := http.Get(resp.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	e.clock.Advance(29 * time.Minute)
+	if got := status(); got != http.StatusOK {
+		t.Fatalf("link after 29 minutes: %d, want 200", got)
+	}
+	e.clock.Advance(2 * time.Minute)
+	if got := status(); got != http.StatusNotFound {
+		t.Errorf("link after 31 minutes: %d, want 404", got)
+	}
+}
+
+func TestConcurrentRequestsSpendEachUnitOnce(t *testing.T) {
+	e := newEnv(t)
+	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "two", MonthlyImages: 2, MaxFileBytes: 1 << 20}, ShareBonus: 1, Credits: 2})
+	const n = 200
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for range n {
+		wg.Go(func() {
+			w := e.post(keyFree, body(e.url("/small.png")))
+			mu.Lock()
+			statuses[w.Code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if statuses[200] != 5 || statuses[429] != n-5 || len(statuses) != 2 {
+		t.Errorf("statuses %v, want 5×200 and %d×429", statuses, n-5)
+	}
+	if b := e.balance("free"); b.Free != 0 || b.ShareBonus != 0 || b.Credits != 0 {
+		t.Errorf("balance %+v, want every pool at 0", b)
+	}
+}
+
+func TestCallerGoneReleases(t *testing.T) {
+	started := make(chan struct{})
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = blockingUpscaler{started}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader(body(e.url("/small.png"))))
+	r.Header.Set("Authorization", "Bearer "+keyFree)
+	done := make(chan struct{})
+	go func() { e.serve(r); close(done) }()
+	<-started
+	cancel()
+	<-done
+	if got := e.balance("free").Free; got != 3 {
+		t.Errorf("free pool %d after the caller went away, want 3", got)
+	}
+}
+
+type blockingUpscaler struct{ started chan struct{} }
+
+func (u blockingUpscaler) Upscale(ctx context.Context, _ []byte, _ upscale.Options) (upscale.Image, error) {
+	close(u.started)
+	<-ctx.Done()
+	return upscale.Image{}, ctx.Err()
+}
+
+func TestNewValidates(t *testing.T) {
+	keys, ledger := upscale.NewMemoryKeyStore(), upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	blobs, _ := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/o"})
+	full := upscale.Config{Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs}
+	if _, err := upscale.New(full); err != nil {
+		t.Fatalf("New with every store: %v", err)
+	}
+	for name, c := range map[string]func(*upscale.Config){
+		"NoKeys":          func(c *upscale.Config) { c.Keys = nil },
+		"NoLedger":        func(c *upscale.Config) { c.Ledger = nil },
+		"NoUpscaler":      func(c *upscale.Config) { c.Upscaler = nil },
+		"NoBlobs":         func(c *upscale.Config) { c.Blobs = nil },
+		"NegativeTimeout": func(c *upscale.Config) { c.EngineTimeout = -time.Second },
+	} {
+		cfg := full
+		c(&cfg)
+		if _, err := upscale.New(cfg); err == nil {
+			t.Errorf("%s: New accepted an invalid Config", name)
+		}
+	}
+}
+
+func mustPNG(img image.Image) []byte {
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
+
+func noise(w, h int) image.Image {
+	rng := rand.New(rand.NewPCG(1, 2))
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			img.SetNRGBA(x, y, color.NRGBA{uint8(rng.Uint32()), uint8(rng.Uint32()), uint8(rng.Uint32()), 255})
+		}
+	}
+	return img
+}
