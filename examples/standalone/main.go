@@ -1,0 +1,167 @@
+// Command standalone serves the upscale API on its own: the handler, the
+// libvips engine and in-memory stores, configured by flags and an optional
+// JSON file of plans, accounts and keys.
+//
+// Without -config it creates a demo account on a free plan and prints its key
+// and a curl command to try it.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "standalone:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	addr, configFile, publicURL string
+	linkTTL, engineTimeout      time.Duration
+	allowPrivateSources         bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("standalone", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port)")
+	fs.StringVar(&o.configFile, "config", "", "JSON file of plans, accounts and keys (default: one demo account and key)")
+	fs.StringVar(&o.publicURL, "public-url", "", "base URL under which clients reach this server, for output links (default: http://<addr>)")
+	fs.DurationVar(&o.linkTTL, "link-ttl", time.Hour, "how long output links work")
+	fs.DurationVar(&o.engineTimeout, "engine-timeout", 60*time.Second, "longest the engine may work on one image, queueing included")
+	fs.BoolVar(&o.allowPrivateSources, "allow-private-sources", false, "fetch images from loopback and private addresses on any port (local testing only)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	keys := upscale.NewMemoryKeyStore()
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	cfg := fileConfig{}
+	demoKey := ""
+	if o.configFile != "" {
+		if cfg, err = loadConfig(o.configFile); err != nil {
+			return err
+		}
+	} else {
+		demoKey = "upk_demo_" + strings.ToLower(rand.Text())
+		cfg = demoConfig(demoKey)
+	}
+	if err := cfg.seed(ctx, keys, ledger); err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	publicURL := strings.TrimSuffix(o.publicURL, "/")
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String()
+	}
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: publicURL + "/outputs"})
+	if err != nil {
+		return fmt.Errorf("-public-url: %w", err)
+	}
+	handler, err := upscale.New(upscale.Config{
+		Keys:                 keys,
+		Ledger:               ledger,
+		Upscaler:             vips.New(vips.Options{}),
+		Blobs:                blobs,
+		LinkTTL:              o.linkTTL,
+		EngineTimeout:        o.engineTimeout,
+		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
+		AllowPrivateNetworks: o.allowPrivateSources,
+		Logger:               logger,
+	})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/api/v1/upscale", handler)
+	mux.Handle("GET /outputs/", blobs)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// A request may fetch for up to 20 s and enlarge for EngineTimeout.
+		WriteTimeout:   o.engineTimeout + time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+
+	fmt.Fprintf(stdout, "upscale standalone listening on %s\n", publicURL)
+	if demoKey != "" {
+		fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", cfg.Plans["free"].MonthlyImages)
+		fmt.Fprintf(stdout, "API key: %s\n", demoKey)
+		fmt.Fprintf(stdout, "try:\n  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"imageUrl\": \"%s\", \"scale\": 2}'\n",
+			publicURL, demoKey, "https://raw.githubusercontent.com/upscalekit/upscale/main/testdata/sr/Set5/butterfly.png")
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: finishing requests in flight")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), srv.WriteTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// demoConfig is the configuration used without -config: the plans of the
+// README's example file and one demo account on the free plan.
+func demoConfig(key string) fileConfig {
+	return fileConfig{
+		FreeTierMaxFileBytes: 5 << 20,
+		Plans: map[string]filePlan{
+			"free":      {MonthlyImages: 10, MaxFileBytes: 25 << 20},
+			"unlimited": {Paid: true, Unlimited: true, MaxFileBytes: 50 << 20},
+		},
+		Accounts: []fileAccount{{ID: "demo", Plan: "free"}},
+		Keys:     []fileKey{{Key: key, Account: "demo"}},
+	}
+}
