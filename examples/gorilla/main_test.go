@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+func TestUserTableIsAKeyStore(t *testing.T) {
+	upscaletest.TestKeyStore(t, func(t *testing.T) upscaletest.KeyStoreHarness { return userTableHarness{newUserTable()} })
+}
+
+// userTableHarness gives the conformance suite the admin operations it needs.
+type userTableHarness struct{ *userTable }
+
+func (h userTableHarness) Add(_ context.Context, key, accountID string) error {
+	h.mu.RLock()
+	_, dup := h.byKey[upscale.DigestKey(key)]
+	h.mu.RUnlock()
+	if dup {
+		return fmt.Errorf("duplicate key")
+	}
+	h.add(user{ID: accountID}, key)
+	return nil
+}
+
+func (h userTableHarness) Revoke(_ context.Context, key string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u, ok := h.byKey[upscale.DigestKey(key)]
+	if !ok {
+		return upscale.ErrNotFound
+	}
+	u.Suspended = true
+	return nil
+}
+
+func TestMountedInTheApp(t *testing.T) {
+	const key = "upk_live_ada_0123456789abcdef"
+	users := newUserTable()
+	users.add(user{ID: "u1", Name: "Ada"}, key)
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	ledger.PutAccount(context.Background(), upscale.Account{ID: "u1", Plan: upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 1 << 20}})
+	a := &app{users: users}
+
+	var router http.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { router.ServeHTTP(w, r) }))
+	defer srv.Close()
+	api, results, err := newUpscale(users, ledger, vips.New(vips.Options{}), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example's handler refuses loopback sources, as it should; this
+	// test's origin is on loopback, so it uses a lenient twin.
+	lenient, err := upscale.New(upscale.Config{Keys: users, Ledger: ledger, Upscaler: vips.New(vips.Options{}), Blobs: results, AllowPrivateNetworks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router = a.routes(lenient, results)
+	butterfly, _ := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
+	defer origin.Close()
+
+	post := func(key, imageURL string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/upscale", strings.NewReader(fmt.Sprintf(`{"imageUrl": %q}`, imageURL)))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	t.Run("OK", func(t *testing.T) {
+		resp := post(key, origin.URL+"/b.png")
+		defer resp.Body.Close()
+		var got upscale.Response
+		json.NewDecoder(resp.Body).Decode(&got)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Request-ID") == "" || !strings.HasPrefix(got.URL, srv.URL+"/results/") {
+			t.Fatalf("status %d, X-Request-ID %q, url %q: want 200 through the app's middleware with a /results/ link", resp.StatusCode, resp.Header.Get("X-Request-ID"), got.URL)
+		}
+		img, err := http.Get(got.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer img.Body.Close()
+		decoded, err := png.Decode(img.Body)
+		if err != nil || decoded.Bounds().Dx() != 512 {
+			t.Errorf("result: %v, %v; want a 512-wide PNG", err, decoded)
+		}
+	})
+
+	t.Run("SourcePolicyOfTheRealHandler", func(t *testing.T) {
+		router = a.routes(api, results)
+		defer func() { router = a.routes(lenient, results) }()
+		resp := post(key, origin.URL+"/b.png")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("loopback source through the example's handler: %d, want 400", resp.StatusCode)
+		}
+	})
+
+	t.Run("SuspendedUser", func(t *testing.T) {
+		users.suspend("u1")
+		resp := post(key, origin.URL+"/b.png")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("suspended user: %d, want 401", resp.StatusCode)
+		}
+	})
+
+	t.Run("AppRoutesStillWork", func(t *testing.T) {
+		resp, err := http.Get(srv.URL + "/users/u1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var u map[string]any
+		json.NewDecoder(resp.Body).Decode(&u)
+		if resp.StatusCode != 200 || u["name"] != "Ada" {
+			t.Errorf("GET /users/u1: %d %v", resp.StatusCode, u)
+		}
+	})
+}
