@@ -1,0 +1,32 @@
+// Package upscale serves a paid image-upscaling API from any Go program:
+// POST /api/v1/upscale takes {imageUrl, scale, imageType, denoise} with a
+// bearer API key, fetches the image, enlarges it, stores the result behind a
+// link that expires, and charges one unit of the key's account.
+//
+// # Mounting
+//
+// New returns a Handler, a plain http.Handler: mount it on any router at
+// /api/v1/upscale. Mount the BlobStore's link handler (MemoryBlobStore is
+// one) wherever its base URL points.
+//
+// # Backends
+//
+// Four interfaces make the handler's dependencies pluggable: KeyStore,
+// QuotaLedger, Upscaler and BlobStore. The root package ships in-memory
+// defaults for three of them; the default Upscaler, on libvips, is in
+// engine/vips so that this package never needs cgo. Every implementation is
+// held to one contract by the suites in upscaletest.
+//
+// # Charging
+//
+// A request reserves one unit before it fetches anything, commits it after
+// the result is stored, and releases it on every failure, so failed requests
+// are never charged and concurrent requests never spend a unit twice. Which
+// pool pays is decided by ChoosePool.
+//
+// # Errors
+//
+// Every failure is an application/problem+json body with a stable code; the
+// sentinel errors of this package are the only errors the handler maps to a
+// status, and messages of other errors are logged, never shown.
+package upscale
