@@ -245,6 +245,16 @@ func (acc *memoryAccount) add(pool Pool, month string, n int64) {
 	}
 }
 
+// lock takes l.mu and brings the ledger up to the clock: reservations past
+// their TTL are given back first. It returns the time it used; the caller
+// unlocks l.mu.
+func (l *MemoryLedger) lock() time.Time {
+	now := l.opts.Now()
+	l.mu.Lock()
+	l.expireHolds(now)
+	return now
+}
+
 // expireHolds gives back the units of reservations past their TTL. The
 // caller holds l.mu.
 func (l *MemoryLedger) expireHolds(now time.Time) {
@@ -267,10 +277,8 @@ func (l *MemoryLedger) settle(id string, h memoryHold, giveBack bool, now time.T
 
 // Reserve implements QuotaLedger.
 func (l *MemoryLedger) Reserve(_ context.Context, accountID string, needsPaid bool) (Reservation, error) {
-	now := l.opts.Now()
-	l.mu.Lock()
+	now := l.lock()
 	defer l.mu.Unlock()
-	l.expireHolds(now)
 	acc, err := l.account(accountID, now)
 	if err != nil {
 		return Reservation{}, err
@@ -296,10 +304,8 @@ func (l *MemoryLedger) Release(_ context.Context, reservationID string) error {
 }
 
 func (l *MemoryLedger) finish(reservationID string, giveBack bool) error {
-	now := l.opts.Now()
-	l.mu.Lock()
+	now := l.lock()
 	defer l.mu.Unlock()
-	l.expireHolds(now)
 	h, ok := l.holds[reservationID]
 	if !ok {
 		return fmt.Errorf("reservation %q: %w", reservationID, ErrNotFound)
@@ -310,10 +316,8 @@ func (l *MemoryLedger) finish(reservationID string, giveBack bool) error {
 
 // Balance implements QuotaLedger.
 func (l *MemoryLedger) Balance(_ context.Context, accountID string) (Balance, error) {
-	now := l.opts.Now()
-	l.mu.Lock()
+	now := l.lock()
 	defer l.mu.Unlock()
-	l.expireHolds(now)
 	acc, err := l.account(accountID, now)
 	if err != nil {
 		return Balance{}, err
