@@ -49,6 +49,7 @@ type env struct {
 	clock   *upscaletest.Clock
 	origin  *httptest.Server
 	hits    atomic.Int64 // requests the origin received
+	lastHdr atomic.Value // http.Header of the origin's last request
 }
 
 func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
@@ -91,6 +92,7 @@ var (
 
 func (e *env) serveOrigin(w http.ResponseWriter, r *http.Request) {
 	e.hits.Add(1)
+	e.lastHdr.Store(r.Header.Clone())
 	switch r.URL.Path {
 	case "/small.png":
 		w.Write(smallPNG)
@@ -235,6 +237,25 @@ func TestUpscaleOK(t *testing.T) {
 	t.Run("Redirect", func(t *testing.T) {
 		checkOK(t, e.post(keyPro, body(e.url("/redirect-small"))), upscale.PoolFree)
 	})
+}
+
+func TestCallerHeadersNotForwarded(t *testing.T) {
+	e := newEnv(t)
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body(e.url("/small.png"))))
+	r.Header.Set("Authorization", "Bearer "+keyFree)
+	r.Header.Set("Cookie", "session=secret")
+	r.Header.Set("X-Forwarded-For", "10.1.2.3")
+	r.Header.Set("User-Agent", "caller-agent")
+	checkOK(t, e.serve(r), upscale.PoolFree)
+	got := e.lastHdr.Load().(http.Header)
+	for _, name := range []string{"Authorization", "Cookie", "X-Forwarded-For"} {
+		if v := got.Get(name); v != "" {
+			t.Errorf("origin received %s: %q", name, v)
+		}
+	}
+	if ua := got.Get("User-Agent"); !strings.HasPrefix(ua, "upscale") {
+		t.Errorf("origin saw User-Agent %q, want the service's own", ua)
+	}
 }
 
 // recordingUpscaler remembers the options it was called with.
