@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -25,26 +26,42 @@ const MaxRedirects = 5
 // one deadline for the whole download, and a byte cap applied while
 // streaming. It never forwards anything from the caller's request.
 type fetcher struct {
-	client  *http.Client
-	ports   []uint16 // nil: any port
-	timeout time.Duration
+	client   *http.Client
+	ports    []uint16 // nil: any port
+	timeout  time.Duration
+	guard    *ssrf.Guardian // nil: AllowPrivateNetworks
+	resolver Resolver
+	dial     func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Resolver looks up the addresses of a host name. *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 func newFetcher(cfg Config) *fetcher {
-	f := &fetcher{ports: cfg.AllowedPorts, timeout: cfg.FetchTimeout}
-	dialer := &net.Dialer{Timeout: cfg.FetchTimeout, KeepAlive: 30 * time.Second}
+	f := &fetcher{ports: cfg.AllowedPorts, timeout: cfg.FetchTimeout, resolver: cfg.Resolver, dial: cfg.Dial}
+	if f.resolver == nil {
+		f.resolver = net.DefaultResolver
+	}
 	if cfg.AllowPrivateNetworks {
 		f.ports = nil
 	} else {
-		// The check runs on the resolved address of every connection, so DNS
-		// tricks (rebinding, public names of private IPs) and redirects
-		// cannot reach what a literal URL could not.
-		dialer.Control = ssrf.New(ssrf.WithPorts(f.ports...)).Safe
+		f.guard = ssrf.New(ssrf.WithPorts(f.ports...))
+	}
+	if f.dial == nil {
+		dialer := &net.Dialer{Timeout: cfg.FetchTimeout, KeepAlive: 30 * time.Second}
+		if f.guard != nil {
+			// Checked again on the socket itself: a second line of defence
+			// should a later change ever dial something resolve did not check.
+			dialer.Control = f.guard.Safe
+		}
+		f.dial = dialer.DialContext
 	}
 	f.client = &http.Client{
 		Transport: &http.Transport{
 			Proxy:                 nil, // a proxy would dial on our behalf, unchecked
-			DialContext:           dialer.DialContext,
+			DialContext:           f.dialChecked,
 			ForceAttemptHTTP2:     true,
 			TLSHandshakeTimeout:   10 * time.Second,
 			MaxIdleConnsPerHost:   4,
@@ -55,6 +72,58 @@ func newFetcher(cfg Config) *fetcher {
 		CheckRedirect: f.checkRedirect,
 	}
 	return f
+}
+
+// dialChecked resolves the host of address once, refuses the whole name if
+// any of its addresses is forbidden, and then dials the checked addresses
+// themselves, in order, so no second lookup can answer differently (DNS
+// rebinding). It runs for the first request and for every redirect.
+func (f *fetcher) dialChecked(ctx context.Context, network, address string) (net.Conn, error) {
+	host, portText, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("%w: port %q", ssrf.ErrProhibitedPort, portText)
+	}
+	addrs, err := f.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if f.guard != nil {
+		for _, a := range addrs {
+			if err := f.guard.SafeAddrPort(netip.AddrPortFrom(a, uint16(port))); err != nil {
+				return nil, fmt.Errorf("%s: %w", host, err)
+			}
+		}
+	}
+	var errs []error
+	for _, a := range addrs {
+		conn, err := f.dial(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (f *fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	addrs, err := f.resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+	}
+	for i, a := range addrs {
+		addrs[i] = a.WithZone("") // a zone would make the dialled address differ from the checked one
+	}
+	return addrs, nil
 }
 
 // checkURL applies the parts of the policy that need no network: scheme,

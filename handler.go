@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -41,6 +42,14 @@ type Config struct {
 	// It is for local development and tests: never set it on a server that
 	// takes URLs from callers it does not trust.
 	AllowPrivateNetworks bool
+	// Resolver looks up source host names. Nil means net.DefaultResolver.
+	// Every address it returns is checked; one forbidden address refuses
+	// the whole name.
+	Resolver Resolver
+	// Dial connects to a source's checked ip:port. Nil means a net.Dialer.
+	// It exists so tests can reach fake origins without a network; the
+	// address policy is applied before Dial is called.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Logger receives every failure in full. Nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Nil means time.Now.

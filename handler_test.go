@@ -107,6 +107,11 @@ func (e *env) serveOrigin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/redirect-loop", http.StatusFound)
 	case "/redirect-ftp":
 		http.Redirect(w, r, "ftp://example.com/a.png", http.StatusFound)
+	case "/redirect":
+		if r.URL.Query().Has("close") { // make the client dial (and resolve) again for the next hop
+			w.Header().Set("Connection", "close")
+		}
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
 	case "/redirect-small":
 		http.Redirect(w, r, "/small.png", http.StatusFound)
 	default:

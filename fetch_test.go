@@ -1,0 +1,141 @@
+package upscale_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+)
+
+// fakeNet is a resolver and dialer for the fetcher that never touches the
+// real network: names resolve from a table (a name with several answers
+// gives them in turn, as a rebinding DNS server would), and every dial lands
+// on one local origin while the address asked for is recorded.
+type fakeNet struct {
+	origin string // host:port of the local listener behind every address
+
+	mu      sync.Mutex
+	answers map[string][][]netip.Addr
+	lookups map[string]int
+	dialled []netip.AddrPort
+}
+
+func (n *fakeNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	answers, ok := n.answers[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	i := min(n.lookups[host], len(answers)-1)
+	n.lookups[host]++
+	return answers[i], nil
+}
+
+func (n *fakeNet) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	n.mu.Lock()
+	n.dialled = append(n.dialled, netip.MustParseAddrPort(address))
+	n.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, n.origin)
+}
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+func newFakeNetEnv(t *testing.T) (*env, *fakeNet) {
+	t.Helper()
+	fake := &fakeNet{
+		answers: map[string][][]netip.Addr{
+			"public.test": {addrs("8.8.4.4")},
+			"mixed.test":  {addrs("8.8.8.8", "127.0.0.1")},
+			"rebind.test": {addrs("8.8.8.8"), addrs("127.0.0.1")},
+			"v6.test":     {addrs("2606:4700:4700::1111")},
+			"meta.test":   {addrs("169.254.169.254")},
+		},
+		lookups: map[string]int{},
+	}
+	e := newEnv(t, func(c *upscale.Config) {
+		c.AllowPrivateNetworks = false
+		c.Resolver = fake
+		c.Dial = fake.dial
+	})
+	fake.origin = e.origin.Listener.Addr().String()
+	return e, fake
+}
+
+func TestFetchThroughFakeNetwork(t *testing.T) {
+	t.Run("PublicNamesReachTheOrigin", func(t *testing.T) {
+		e, fake := newFakeNetEnv(t)
+		e.putAccount(upscale.Account{ID: "pro", Plan: upscale.Plan{Name: "big", Paid: true, MonthlyImages: 100, MaxFileBytes: 1 << 20}})
+		for _, u := range []string{"http://public.test/small.png", "http://v6.test/small.png", "http://8.8.8.8/small.png", "http://public.test/redirect-small"} {
+			checkOK(t, e.post(keyPro, body(u)), upscale.PoolFree)
+		}
+		if len(fake.dialled) == 0 {
+			t.Fatal("no dial went through the injected dialer")
+		}
+		for _, a := range fake.dialled {
+			if !a.Addr().IsGlobalUnicast() || a.Addr().IsPrivate() {
+				t.Errorf("dialled %v", a)
+			}
+		}
+	})
+	t.Run("Refused", func(t *testing.T) {
+		for _, u := range []string{
+			"http://mixed.test/small.png", // one bad answer refuses the whole name
+			"http://meta.test/latest/meta-data/",
+			"http://public.test/redirect?to=http://meta.test/",
+			"http://public.test/redirect?to=http://127.0.0.1/",
+		} {
+			t.Run(u, func(t *testing.T) {
+				e, fake := newFakeNetEnv(t)
+				checkProblem(t, e.post(keyFree, body(u)), http.StatusBadRequest, "source_forbidden")
+				for _, a := range fake.dialled {
+					if a.Addr() != netip.MustParseAddr("8.8.4.4") {
+						t.Errorf("dialled %v", a)
+					}
+				}
+				if got := e.balance("free").Free; got != 3 {
+					t.Errorf("free pool %d after a refused source, want 3", got)
+				}
+			})
+		}
+	})
+	t.Run("Rebinding", func(t *testing.T) {
+		// 100 attempts: each names rebind.test twice (the first request and
+		// a redirect back to it, after which the origin closes the
+		// connection so the client must dial again), and the fake DNS answers
+		// public once and loopback from then on. Every second hop must be
+		// refused without a dial to loopback.
+		e, fake := newFakeNetEnv(t)
+		e.putAccount(upscale.Account{ID: "pro", Plan: upscale.Plan{Name: "big", Paid: true, MonthlyImages: 1000, MaxFileBytes: 1 << 20}})
+		for i := range 100 {
+			fake.mu.Lock()
+			fake.lookups["rebind.test"] = 0
+			fake.mu.Unlock()
+			w := e.post(keyPro, body(fmt.Sprintf("http://rebind.test/redirect?close=1&to=http://rebind.test/small.png&n=%d", i)))
+			checkProblem(t, w, http.StatusBadRequest, "source_forbidden")
+		}
+		for _, a := range fake.dialled {
+			if a.Addr().IsLoopback() {
+				t.Fatalf("dialled %v", a)
+			}
+		}
+		if got := len(fake.dialled); got != 100 {
+			t.Errorf("%d dials, want 100: one to the public answer per attempt, none after rebinding", got)
+		}
+		if got := e.balance("pro").Free; got != 1000 {
+			t.Errorf("free pool %d after refused requests, want 1000", got)
+		}
+	})
+}
