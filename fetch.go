@@ -21,10 +21,11 @@ import (
 const MaxRedirects = 5
 
 // fetcher downloads source images under the address policy: http and https
-// only, allowed ports only, no credentials in URLs, no proxy, every address
-// actually dialled (first request and each redirect) checked at connect time,
-// one deadline for the whole download, and a byte cap applied while
-// streaming. It never forwards anything from the caller's request.
+// only, allowed ports only, no credentials in URLs, no proxy, every hop's host
+// resolved once with all answers checked before the checked addresses are
+// dialled (see dialChecked), one deadline for the whole download, and a byte
+// cap applied while streaming. It never forwards anything from the caller's
+// request.
 type fetcher struct {
 	client   *http.Client
 	ports    []uint16 // nil: any port
