@@ -12,9 +12,9 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
-
-	"code.dny.dev/ssrf"
 )
 
 // MaxRedirects is how many redirects a fetch follows before giving up.
@@ -30,7 +30,8 @@ type fetcher struct {
 	client   *http.Client
 	ports    []uint16 // nil: any port
 	timeout  time.Duration
-	guard    *ssrf.Guardian // nil: AllowPrivateNetworks
+	policy   *addressPolicy // nil: AllowPrivateNetworks
+	hosts    []string       // Config.AllowedHosts, lower case without a trailing dot
 	resolver Resolver
 	dial     func(ctx context.Context, network, address string) (net.Conn, error)
 }
@@ -42,20 +43,21 @@ type Resolver interface {
 
 func newFetcher(cfg Config) *fetcher {
 	f := &fetcher{ports: cfg.AllowedPorts, timeout: cfg.FetchTimeout, resolver: cfg.Resolver, dial: cfg.Dial}
+	for _, h := range cfg.AllowedHosts {
+		f.hosts = append(f.hosts, canonicalHost(h))
+	}
 	if f.resolver == nil {
 		f.resolver = net.DefaultResolver
 	}
 	if cfg.AllowPrivateNetworks {
 		f.ports = nil
 	} else {
-		f.guard = ssrf.New(ssrf.WithPorts(f.ports...))
+		f.policy = &addressPolicy{allowed: cfg.AllowedNetworks}
 	}
 	if f.dial == nil {
 		dialer := &net.Dialer{Timeout: cfg.FetchTimeout, KeepAlive: 30 * time.Second}
-		if f.guard != nil {
-			// Checked again on the socket itself: a second line of defence
-			// should a later change ever dial something resolve did not check.
-			dialer.Control = f.guard.Safe
+		if f.policy != nil {
+			dialer.ControlContext = f.checkSocket
 		}
 		f.dial = dialer.DialContext
 	}
@@ -63,6 +65,7 @@ func newFetcher(cfg Config) *fetcher {
 		Transport: &http.Transport{
 			Proxy:                 nil, // a proxy would dial on our behalf, unchecked
 			DialContext:           f.dialChecked,
+			TLSClientConfig:       cfg.TLSClientConfig.Clone(),
 			ForceAttemptHTTP2:     true,
 			TLSHandshakeTimeout:   10 * time.Second,
 			MaxIdleConnsPerHost:   4,
@@ -75,6 +78,10 @@ func newFetcher(cfg Config) *fetcher {
 	return f
 }
 
+// hostAllowedKey marks a dial's context when Config.AllowedHosts let its
+// host through, so that checkSocket does not refuse what the host allowed.
+type hostAllowedKey struct{}
+
 // dialChecked resolves the host of address once, refuses the whole name if
 // any of its addresses is forbidden, and then dials the checked addresses
 // themselves, in order, so no second lookup can answer differently (DNS
@@ -85,17 +92,21 @@ func (f *fetcher) dialChecked(ctx context.Context, network, address string) (net
 		return nil, err
 	}
 	port, err := strconv.ParseUint(portText, 10, 16)
-	if err != nil {
-		return nil, fmt.Errorf("%w: port %q", ssrf.ErrProhibitedPort, portText)
+	if err != nil || (f.ports != nil && !slices.Contains(f.ports, uint16(port))) {
+		return nil, f.errPort(portText)
 	}
 	addrs, err := f.resolve(ctx, host)
 	if err != nil {
 		return nil, err
 	}
-	if f.guard != nil {
+	switch {
+	case f.policy == nil:
+	case slices.Contains(f.hosts, canonicalHost(host)):
+		ctx = context.WithValue(ctx, hostAllowedKey{}, true)
+	default:
 		for _, a := range addrs {
-			if err := f.guard.SafeAddrPort(netip.AddrPortFrom(a, uint16(port))); err != nil {
-				return nil, fmt.Errorf("%s: %w", host, err)
+			if err := f.policy.check(a); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -110,9 +121,23 @@ func (f *fetcher) dialChecked(ctx context.Context, network, address string) (net
 	return nil, errors.Join(errs...)
 }
 
+// checkSocket checks the address again on the socket itself, just before
+// connect: a second line of defence should a later change ever dial
+// something dialChecked did not check.
+func (f *fetcher) checkSocket(ctx context.Context, _, address string, _ syscall.RawConn) error {
+	if ctx.Value(hostAllowedKey{}) != nil {
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return Explain(ErrSourceForbidden, "The image URL leads to an address that cannot be checked.")
+	}
+	return f.policy.check(ap.Addr())
+}
+
 func (f *fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{a}, nil
+	if a, err := netip.ParseAddr(strings.TrimSuffix(host, ".")); err == nil {
+		return []netip.Addr{a}, nil // a literal, perhaps written fully qualified ("127.0.0.1.")
 	}
 	addrs, err := f.resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
@@ -127,8 +152,15 @@ func (f *fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	return addrs, nil
 }
 
+// canonicalHost is how host names are compared: DNS ignores case and the
+// trailing dot of a fully qualified name.
+func canonicalHost(host string) string {
+	return strings.ToLower(strings.TrimSuffix(host, "."))
+}
+
 // checkURL applies the parts of the policy that need no network: scheme,
-// credentials and port.
+// credentials, host syntax and port. It runs on imageUrl and on every
+// redirect target.
 func (f *fetcher) checkURL(u *url.URL) error {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return Explain(ErrSourceForbidden, "The image URL redirects to a %q URL; only http and https are fetched.", u.Scheme)
@@ -136,14 +168,21 @@ func (f *fetcher) checkURL(u *url.URL) error {
 	if u.User != nil {
 		return Explain(ErrSourceForbidden, "The image URL redirects to a URL with a user name or password; those are not fetched.")
 	}
+	if err := checkHostSyntax(u.Hostname()); err != nil {
+		return err
+	}
 	if f.ports == nil || u.Port() == "" {
 		return nil
 	}
 	port, err := strconv.ParseUint(u.Port(), 10, 16)
 	if err != nil || !slices.Contains(f.ports, uint16(port)) {
-		return Explain(ErrSourceForbidden, "The image URL uses port %s; only ports %v are fetched.", u.Port(), f.ports)
+		return f.errPort(u.Port())
 	}
 	return nil
+}
+
+func (f *fetcher) errPort(port string) error {
+	return Explain(ErrSourceForbidden, "The image URL uses port %s; only ports %v are fetched.", port, f.ports)
 }
 
 func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
@@ -198,9 +237,6 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64) ([]byte
 func classifyFetchError(err error, timeout time.Duration) error {
 	if _, ok := errors.AsType[*callerError](err); ok {
 		return err
-	}
-	if errors.Is(err, ssrf.ErrProhibitedIP) || errors.Is(err, ssrf.ErrProhibitedPort) || errors.Is(err, ssrf.ErrProhibitedNetwork) {
-		return Explain(ErrSourceForbidden, "The image URL leads to a private, local or reserved network address; only public addresses are fetched.")
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Explain(ErrSourceUnreachable, "Downloading the image took longer than %v; host it somewhere faster.", timeout)

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,9 +17,15 @@ import (
 // fakeNet is a resolver and dialer for the fetcher that never touches the
 // real network: names resolve from a table (a name with several answers
 // gives them in turn, as a rebinding DNS server would), and every dial lands
-// on one local origin while the address asked for is recorded.
+// on a local origin (the TLS one for port 443) while the address asked for
+// is recorded. Names in system go to net.DefaultResolver instead, spelled
+// as DNS would compare them (lower case, no trailing dot) so that the local
+// hosts file answers without a query leaving the machine; the resolver
+// GODEBUG=netdns picks is then the one the policy is tested against.
 type fakeNet struct {
-	origin string // host:port of the local listener behind every address
+	origin    string // host:port of the local listener behind every address
+	tlsOrigin string // the same for port 443, when set
+	system    map[string]bool
 
 	mu      sync.Mutex
 	answers map[string][][]netip.Addr
@@ -25,24 +33,38 @@ type fakeNet struct {
 	dialled []netip.AddrPort
 }
 
-func (n *fakeNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+func (n *fakeNet) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	name := strings.ToLower(strings.TrimSuffix(host, ".")) // as DNS compares names
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	answers, ok := n.answers[host]
+	n.lookups[name]++
+	if n.system[name] {
+		return net.DefaultResolver.LookupNetIP(ctx, network, name)
+	}
+	answers, ok := n.answers[name]
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
-	i := min(n.lookups[host], len(answers)-1)
-	n.lookups[host]++
-	return answers[i], nil
+	return answers[min(n.lookups[name], len(answers))-1], nil
 }
 
 func (n *fakeNet) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	ap := netip.MustParseAddrPort(address)
 	n.mu.Lock()
-	n.dialled = append(n.dialled, netip.MustParseAddrPort(address))
+	n.dialled = append(n.dialled, ap)
 	n.mu.Unlock()
+	target := n.origin
+	if ap.Port() == 443 && n.tlsOrigin != "" {
+		target = n.tlsOrigin
+	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, n.origin)
+	return d.DialContext(ctx, network, target)
+}
+
+func (n *fakeNet) dials() []netip.AddrPort {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.dialled)
 }
 
 func addrs(s ...string) []netip.Addr {

@@ -3,7 +3,6 @@ module github.com/upscalekit/upscale
 go 1.26.0
 
 require (
-	code.dny.dev/ssrf v0.3.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/gorilla/mux v1.8.1
 	github.com/h2non/bimg v1.1.9

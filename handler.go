@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -37,11 +39,24 @@ type Config struct {
 	FreeTierMaxFileBytes int64
 	// AllowedPorts are the ports source URLs may use. Nil means 80 and 443.
 	AllowedPorts []uint16
+	// AllowedNetworks are address ranges sources may come from although the
+	// address policy refuses them, such as an internal image server's
+	// 10.20.0.0/16, or 64:ff9b::/96 on an IPv6-only network with NAT64 (the
+	// IPv4 address inside a NAT64 address is still checked). Nil means none.
+	AllowedNetworks []netip.Prefix
+	// AllowedHosts are host names whose addresses are not checked at all,
+	// such as "images.internal". Compared without case or trailing dot; a
+	// redirect to any other host is checked as usual. Nil means none.
+	AllowedHosts []string
 	// AllowPrivateNetworks lifts the address policy (loopback, private,
 	// link-local and reserved addresses, and the port list) for sources.
 	// It is for local development and tests: never set it on a server that
 	// takes URLs from callers it does not trust.
 	AllowPrivateNetworks bool
+	// TLSClientConfig is used for https sources. Nil means Go's defaults
+	// with the system's root certificates; set RootCAs to trust a private
+	// CA, for instance for AllowedHosts.
+	TLSClientConfig *tls.Config
 	// Resolver looks up source host names. Nil means net.DefaultResolver.
 	// Every address it returns is checked; one forbidden address refuses
 	// the whole name.

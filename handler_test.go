@@ -94,7 +94,7 @@ func (e *env) serveOrigin(w http.ResponseWriter, r *http.Request) {
 	e.hits.Add(1)
 	e.lastHdr.Store(r.Header.Clone())
 	switch r.URL.Path {
-	case "/small.png":
+	case "/small.png", "/a.png", "/ok.png":
 		w.Write(smallPNG)
 	case "/big.png":
 		w.Write(bigPNG)

@@ -128,6 +128,9 @@ func parseImageURL(raw json.RawMessage) (*url.URL, error) {
 	if u.User != nil {
 		return nil, Explain(ErrInvalidImageURL, "imageUrl must not contain a user name or password.")
 	}
+	if err := checkHostSyntax(u.Hostname()); err != nil {
+		return nil, err
+	}
 	u.Fragment, u.RawFragment = "", "" // never sent to the server anyway
 	return u, nil
 }
