@@ -216,6 +216,11 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64) ([]byte
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, Explain(ErrSourceUnreachable, "The image URL answered HTTP %d; it must answer 200 with the image.", resp.StatusCode)
 	}
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		// We ask for no encoding, so one sent anyway is a misbehaving or
+		// hostile server (a gzip bomb, say): its bytes are not an image.
+		return nil, Explain(ErrSourceUnreachable, "The image URL answered with Content-Encoding %q although no compression was asked for; serve the image file as it is.", enc)
+	}
 	tooLarge := Explain(ErrImageTooLarge, "The image is larger than %d bytes, the most your plan accepts.", maxBytes)
 	if resp.ContentLength > maxBytes {
 		return nil, tooLarge // a declared size may refuse early, never accept

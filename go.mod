@@ -8,3 +8,5 @@ require (
 	github.com/h2non/bimg v1.1.9
 	github.com/patrickmn/go-cache v2.1.0+incompatible
 )
+
+require go.uber.org/goleak v1.3.0

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -119,8 +120,24 @@ type Response struct {
 	Via Pool `json:"via"`
 }
 
-// ServeHTTP implements http.Handler.
+// CloseIdleConnections closes the idle connections to sources kept for
+// reuse. A host calls it on shutdown; requests may still be served after it.
+func (h *Handler) CloseIdleConnections() {
+	h.fetcher.client.CloseIdleConnections()
+}
+
+// ServeHTTP implements http.Handler. A panic anywhere in a request, the
+// stores and the Upscaler included, is answered 500 internal_error with
+// the unit released, and the server goes on serving.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v) // net/http's own way to abort a response
+			}
+			h.fail(w, r, panicError(v))
+		}
+	}()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		h.fail(w, r, errMethodNotAllowed)
@@ -222,6 +239,11 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image,
 	}
 	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
 	go func() {
+		defer func() {
+			if v := recover(); v != nil { // on this goroutine a panic would end the process
+				done <- result{err: panicError(v)}
+			}
+		}()
 		img, err := h.cfg.Upscaler.Upscale(ctx, src, opts)
 		done <- result{img, err}
 	}()
@@ -246,6 +268,12 @@ func extension(contentType string) string {
 }
 
 var errMethodNotAllowed = errors.New("method not allowed")
+
+// panicError turns a recovered panic into an error that keeps the stack for
+// the log; the caller sees internal_error.
+func panicError(v any) error {
+	return fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+}
 
 // problems maps errors to HTTP status, machine code and the detail shown
 // when the error carries no explanation of its own (see Explain). It is the
