@@ -54,8 +54,11 @@ type Engine struct {
 
 var _ upscale.Upscaler = (*Engine)(nil)
 
-// New returns an Engine.
+// New returns an Engine. The first call restricts libvips, for the whole
+// process, to its JPEG, PNG and WebP loaders; a program that also uses
+// libvips for other formats should not share the process with an Engine.
 func New(opts Options) *Engine {
+	restrictLoaders()
 	if opts.MaxSourcePixels == 0 {
 		opts.MaxSourcePixels = DefaultMaxSourcePixels
 	}
@@ -122,6 +125,9 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 		return upscale.Image{}, err
 	}
 
+	if err := decodeStrictly(src); err != nil {
+		return upscale.Image{}, fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), err)
+	}
 	out, err := bimg.NewImage(src).Process(bimg.Options{
 		Width:        outW,
 		Height:       outH,

@@ -216,6 +216,35 @@ func TestUnsupported(t *testing.T) {
 	}
 }
 
+// TestOnlyThreeLoadersRun: past New, libvips itself refuses every format
+// but JPEG, PNG and WebP, even when handed the bytes directly (bypassing
+// sniff). The TIFF and GIF files are made by libvips's own savers, so their
+// loaders are built in and it is the block that stops them.
+func TestOnlyThreeLoadersRun(t *testing.T) {
+	vips.New(vips.Options{})
+	src := encodePNG(t, gradient(8, 8, 255))
+	for _, typ := range []bimg.ImageType{bimg.TIFF, bimg.GIF} {
+		t.Run(bimg.ImageTypeName(typ), func(t *testing.T) {
+			converted, err := bimg.NewImage(src).Convert(typ)
+			if err != nil {
+				t.Skipf("this libvips cannot write %s: %v", bimg.ImageTypeName(typ), err)
+			}
+			if size, err := bimg.NewImage(converted).Size(); err == nil {
+				t.Errorf("libvips loaded a %s (%dx%d)", bimg.ImageTypeName(typ), size.Width, size.Height)
+			}
+		})
+	}
+	for _, typ := range []bimg.ImageType{bimg.JPEG, bimg.PNG, bimg.WEBP} {
+		converted, err := bimg.NewImage(src).Convert(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bimg.NewImage(converted).Size(); err != nil {
+			t.Errorf("%s refused: %v", bimg.ImageTypeName(typ), err)
+		}
+	}
+}
+
 func TestQueueWaitCountsAgainstDeadline(t *testing.T) {
 	e := vips.New(vips.Options{Concurrency: 1})
 	src := encodePNG(t, gradient(8, 8, 255))
@@ -282,27 +311,47 @@ func withEXIFOrientation(t *testing.T, jpg []byte, orientation uint16) []byte {
 // pngHeader returns a PNG of a w×h RGB image whose data is one tiny IDAT:
 // what a pixel flood looks like, a huge header over next to no bytes.
 func pngHeader(w, h uint32) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	ihdr[8], ihdr[9] = 8, 2 // 8-bit RGB
-	binary.Write(&b, binary.BigEndian, uint32(len(ihdr)))
-	chunk := append([]byte("IHDR"), ihdr...)
-	b.Write(chunk)
-	binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
 	var z bytes.Buffer
 	zw := zlib.NewWriter(&z)
 	zw.Write(make([]byte, 1024))
 	zw.Close()
-	binary.Write(&b, binary.BigEndian, uint32(z.Len()))
-	chunk = append([]byte("IDAT"), z.Bytes()...)
-	b.Write(chunk)
-	binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(chunk))
-	b.Write([]byte{0, 0, 0, 0})
-	b.WriteString("IEND")
-	binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE([]byte("IEND")))
+	return pngFile(ihdr(w, h), pngChunk{typ: "IDAT", data: z.Bytes()}, pngChunk{typ: "IEND"})
+}
+
+// pngChunk is one chunk of a hand-made PNG; a non-zero length overrides the
+// real one, and badCRC spoils the checksum.
+type pngChunk struct {
+	typ    string
+	data   []byte
+	length uint32
+	badCRC bool
+}
+
+func ihdr(w, h uint32) pngChunk {
+	data := make([]byte, 13)
+	binary.BigEndian.PutUint32(data[0:], w)
+	binary.BigEndian.PutUint32(data[4:], h)
+	data[8], data[9] = 8, 2 // 8-bit RGB
+	return pngChunk{typ: "IHDR", data: data}
+}
+
+func pngFile(chunks ...pngChunk) []byte {
+	var b bytes.Buffer
+	b.WriteString("\x89PNG\r\n\x1a\n")
+	for _, c := range chunks {
+		length := c.length
+		if length == 0 {
+			length = uint32(len(c.data))
+		}
+		binary.Write(&b, binary.BigEndian, length)
+		body := append([]byte(c.typ), c.data...)
+		b.Write(body)
+		crc := crc32.ChecksumIEEE(body)
+		if c.badCRC {
+			crc ^= 0xFFFFFFFF
+		}
+		binary.Write(&b, binary.BigEndian, crc)
+	}
 	return b.Bytes()
 }
 
