@@ -112,16 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/upscale", handler)
 	mux.Handle("GET /outputs/", blobs)
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		// A request may fetch for up to 20 s and enlarge for EngineTimeout.
-		WriteTimeout:   o.engineTimeout + time.Minute,
-		IdleTimeout:    2 * time.Minute,
-		MaxHeaderBytes: 64 << 10,
-		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := newServer(mux, o.engineTimeout, logger)
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s\n", publicURL)
 	if demoKey != "" {
@@ -146,10 +137,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	handler.CloseIdleConnections()
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// newServer wraps handler in a server whose every timeout is set, so that
+// slow or silent clients cannot hold connections: headers must arrive within
+// 10 s and the whole request within 30 s, and the response may take the
+// fetch (up to 20 s) plus engineTimeout with a margin.
+func newServer(handler http.Handler, engineTimeout time.Duration, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      engineTimeout + time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }
 
 // demoConfig is the configuration used without -config: the plans of the

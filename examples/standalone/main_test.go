@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -53,8 +55,10 @@ func TestLoadConfig(t *testing.T) {
 }
 
 // TestEndToEnd builds the real binary, starts it on a free port, upscales a
-// PNG served by a local origin, downloads the link and checks the result,
-// then stops the server with SIGTERM.
+// PNG served by a local origin, downloads the link and checks the result.
+// Then it stops the server with SIGTERM while a second request is held at
+// the origin: the server must stop accepting connections, finish that
+// request with a 200 and exit cleanly.
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -67,7 +71,14 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
+	heldArrived, releaseHeld := make(chan struct{}), make(chan struct{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/held.png" {
+			close(heldArrived)
+			<-releaseHeld
+		}
+		w.Write(butterfly)
+	}))
 	defer origin.Close()
 
 	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-allow-private-sources")
@@ -80,32 +91,15 @@ func TestEndToEnd(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	defer cmd.Process.Kill()
-
 	base, key := readBanner(t, stdout)
-	body := fmt.Sprintf(`{"imageUrl": %q, "scale": 2}`, origin.URL+"/butterfly.png")
-	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+
+	link := upscaleVia(t, base, key, origin.URL+"/butterfly.png", &stderr)
+	resp, err := http.Get(link)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got struct {
-		URL       string          `json:"url"`
-		ResizedTo json.RawMessage `json:"resizedTo"`
-		Via       string          `json:"via"`
-	}
-	json.NewDecoder(resp.Body).Decode(&got)
+	img, err := png.Decode(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || got.Via != "free_pool" || string(got.ResizedTo) != "null" || !strings.HasPrefix(got.URL, base+"/outputs/") {
-		t.Fatalf("POST: status %d, body %+v; stderr:\n%s", resp.StatusCode, got, stderr.String())
-	}
-	link, err := http.Get(got.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer link.Body.Close()
-	img, err := png.Decode(link.Body)
 	if err != nil {
 		t.Fatalf("result: %v", err)
 	}
@@ -113,7 +107,25 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("result is %v, want 512x512 (butterfly.png is 256x256)", size)
 	}
 
+	held := make(chan string, 1)
+	go func() { held <- upscaleVia(t, base, key, origin.URL+"/held.png", &stderr) }()
+	<-heldArrived
 	cmd.Process.Signal(syscall.SIGTERM)
+	addr := strings.TrimPrefix(base, "http://")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			break // the listener is closed: no new requests while draining
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections 10s after SIGTERM")
+		}
+	}
+	close(releaseHeld)
+	if got := <-held; got == "" {
+		t.Error("the request in flight at SIGTERM did not finish")
+	}
 	select {
 	case err := <-exited:
 		if err != nil {
@@ -122,6 +134,32 @@ func TestEndToEnd(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("still running 10s after SIGTERM")
 	}
+}
+
+// upscaleVia asks the server at base to upscale imageURL ×2 and returns the
+// result's link, failing the test on anything but a 200 from free_pool.
+func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) string {
+	body := fmt.Sprintf(`{"imageUrl": %q, "scale": 2}`, imageURL)
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	defer resp.Body.Close()
+	var got struct {
+		URL       string          `json:"url"`
+		ResizedTo json.RawMessage `json:"resizedTo"`
+		Via       string          `json:"via"`
+	}
+	json.NewDecoder(resp.Body).Decode(&got)
+	if resp.StatusCode != http.StatusOK || got.Via != "free_pool" || string(got.ResizedTo) != "null" || !strings.HasPrefix(got.URL, base+"/outputs/") {
+		t.Errorf("POST %s: status %d, body %+v; stderr:\n%s", imageURL, resp.StatusCode, got, stderr.String())
+		return ""
+	}
+	return got.URL
 }
 
 // readBanner reads the server's start-up lines: its address and demo key.
@@ -142,4 +180,72 @@ func readBanner(t *testing.T, stdout io.Reader) (base, key string) {
 	}
 	go io.Copy(io.Discard, stdout)
 	return base, key
+}
+
+// TestServerTimeouts checks the server newServer builds against clients
+// that are slow on purpose. The timeouts are shortened here so the test is
+// quick; that the real ones are all set is checked first.
+func TestServerTimeouts(t *testing.T) {
+	readsBody := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	srv := newServer(readsBody, time.Minute, slog.New(slog.DiscardHandler))
+	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.IdleTimeout == 0 || srv.MaxHeaderBytes == 0 {
+		t.Fatalf("a timeout or limit is unset: %+v", srv)
+	}
+	srv.ReadHeaderTimeout, srv.ReadTimeout, srv.IdleTimeout = 200*time.Millisecond, 400*time.Millisecond, 200*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	// closedWithin writes head (and body, slowly, if given) and reports how
+	// long the server took to end the exchange, and what it said.
+	closedWithin := func(t *testing.T, head string, slowBody bool) (time.Duration, string) {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		start := time.Now()
+		io.WriteString(conn, head)
+		if slowBody {
+			go func() {
+				for range 100 {
+					if _, err := conn.Write([]byte("x")); err != nil {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		said, _ := io.ReadAll(conn)
+		return time.Since(start), string(said)
+	}
+
+	t.Run("HeadersNeverFinish", func(t *testing.T) {
+		took, _ := closedWithin(t, "POST /api/v1/upscale HTTP/1.1\r\nHost: x\r\n", false)
+		if took > 5*time.Second {
+			t.Errorf("connection held %v with a header timeout of %v", took, srv.ReadHeaderTimeout)
+		}
+	})
+	t.Run("BodyDrips", func(t *testing.T) {
+		took, _ := closedWithin(t, "POST /api/v1/upscale HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", true)
+		if took > 5*time.Second {
+			t.Errorf("connection held %v with a read timeout of %v", took, srv.ReadTimeout)
+		}
+	})
+	t.Run("HugeHeaders", func(t *testing.T) {
+		_, said := closedWithin(t, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 200<<10)+"\r\n\r\n", false)
+		if !strings.HasPrefix(said, "HTTP/1.1 431") {
+			t.Errorf("answer %.60q, want 431 Request Header Fields Too Large", said)
+		}
+	})
+	t.Run("IdleKeepAlive", func(t *testing.T) {
+		took, said := closedWithin(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", false)
+		if !strings.HasPrefix(said, "HTTP/1.1 200") || took > 5*time.Second {
+			t.Errorf("after %v: %.40q; want a 200 and then the idle connection closed", took, said)
+		}
+	})
 }
