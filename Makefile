@@ -1,10 +1,13 @@
 # make run:  install libvips if missing, start the standalone server with a demo key
 # make test: install libvips if missing, check formatting, vet, run every test with -race
+# make fuzz: run each fuzz target for FUZZTIME (default 1m); CI runs them for 10s
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ARGS ?=
+FUZZTIME ?= 1m
+FUZZ_TARGETS := FuzzDecodeRequest FuzzImageURL FuzzAddressPolicy
 
-.PHONY: deps run test
+.PHONY: deps run test fuzz
 
 # libvips-dev for the default engine (cgo), with gcc and pkg-config to build it.
 deps:
@@ -21,3 +24,12 @@ test: deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	go test -race ./...
+
+# The seed corpora in testdata/fuzz run with every go test. New inputs found
+# here stay in the Go build cache, but a failing one is written to
+# testdata/fuzz, to be fixed and committed.
+fuzz:
+	@for target in $(FUZZ_TARGETS); do \
+		echo "fuzzing $$target for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) . || exit 1; \
+	done

@@ -1,0 +1,105 @@
+package upscale
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var badRequestSentinels = []error{ErrInvalidRequest, ErrInvalidImageURL, ErrInvalidScale, ErrInvalidImageType, ErrInvalidDenoise}
+
+func isBadRequest(err error) bool {
+	return slices.ContainsFunc(badRequestSentinels, func(s error) bool { return errors.Is(err, s) })
+}
+
+// FuzzDecodeRequest: any body is either refused with a 400 sentinel or gives
+// a request whose every field is valid, and which reads back the same when
+// written out again.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"imageUrl": "https://example.com/a.png"}`,
+		`{"imageUrl": "https://example.com/a.png", "scale": 4, "imageType": "anime", "denoise": "low"}`,
+		`{"imageUrl": "http://8.8.8.8/a.jpg", "scale": 2.0, "imageType": null, "denoise": null}`,
+		`{"imageUrl": "https://example.com/a.png", "scale": 1e400}`,
+		`{"imageUrl": "https://example.com/a.png", "imageUrl": "http://127.0.0.1/"}`,
+		`{"IMAGEURL": "https://example.com/a.png"}`,
+		`{"imageUrl": "https://example.com/a.png"} {}`,
+		"{\"imageUrl\": \"https://example.com/\xff.png\"}",
+		`null`, `[]`, `{}`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := decodeRequest(httptest.NewRecorder(), httptest.NewRequest("POST", "/", bytes.NewReader(body)))
+		if err != nil {
+			if !isBadRequest(err) {
+				t.Fatalf("refused with %v, which is not a 400 sentinel", err)
+			}
+			return
+		}
+		checkValidRequest(t, req)
+		again, err := json.Marshal(map[string]any{"imageUrl": req.source.String(), "scale": req.Scale, "imageType": req.ImageType, "denoise": req.Denoise})
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeRequest(httptest.NewRecorder(), httptest.NewRequest("POST", "/", bytes.NewReader(again)))
+		if err != nil || back.source.String() != req.source.String() || back.Options != req.Options {
+			t.Fatalf("%s read back as %+v, %v; want %+v", again, back, err, req)
+		}
+	})
+}
+
+func checkValidRequest(t *testing.T, req request) {
+	t.Helper()
+	u := req.source
+	switch {
+	case !slices.Contains(Scales, req.Scale), !slices.Contains(imageTypes, req.ImageType), !slices.Contains(denoiseLevels, req.Denoise):
+		t.Fatalf("accepted options %+v", req.Options)
+	case u.Scheme != "http" && u.Scheme != "https", u.Hostname() == "", u.User != nil, u.Fragment != "":
+		t.Fatalf("accepted imageUrl %q", u)
+	case checkHostSyntax(u.Hostname()) != nil:
+		t.Fatalf("accepted host %q", u.Hostname())
+	}
+}
+
+// FuzzImageURL: an imageUrl is refused with a 400 sentinel or accepted as
+// an http(s) URL with an ASCII, unambiguous host and no credentials; the
+// fetcher's own URL check then either passes it on an allowed port or
+// refuses it as source_forbidden, and nothing else.
+func FuzzImageURL(f *testing.F) {
+	seeds, err := os.Open("testdata/hostile_urls.txt")
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer seeds.Close()
+	for sc := bufio.NewScanner(seeds); sc.Scan(); {
+		if line := sc.Text(); line != "" && !strings.HasPrefix(line, "#") {
+			f.Add(strings.Split(line, "\t")[0])
+		}
+	}
+	fetch := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	f.Fuzz(func(t *testing.T, s string) {
+		raw, _ := json.Marshal(s)
+		u, err := parseImageURL(raw)
+		if err != nil {
+			if !isBadRequest(err) {
+				t.Fatalf("%q refused with %v, which is not a 400 sentinel", s, err)
+			}
+			return
+		}
+		checkValidRequest(t, request{source: u, Options: Options{Scale: 2, ImageType: Photo, Denoise: DenoiseMax}})
+		err = fetch.checkURL(u)
+		switch {
+		case err == nil && u.Port() != "" && u.Port() != "80" && u.Port() != "443":
+			t.Fatalf("%q passed on port %q", s, u.Port())
+		case err != nil && !errors.Is(err, ErrSourceForbidden) && !errors.Is(err, ErrInvalidImageURL):
+			t.Fatalf("%q: fetcher refused with %v", s, err)
+		}
+	})
+}
