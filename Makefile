@@ -1,5 +1,5 @@
 # make run:  install libvips if missing, start the standalone server with a demo key
-# make test: install libvips if missing, check formatting, vet, run every test with -race
+# make test: install libvips and PostgreSQL if missing, check formatting, vet, run every test with -race
 # make fuzz: run each fuzz target for FUZZTIME (default 1m); CI runs them for 10s
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -7,9 +7,11 @@ ARGS ?=
 FUZZTIME ?= 1m
 FUZZ_TARGETS := FuzzDecodeRequest FuzzImageURL FuzzAddressPolicy
 
-.PHONY: deps run test fuzz
+.PHONY: deps test-deps run test fuzz
 
-# libvips-dev for the default engine (cgo), with gcc and pkg-config to build it.
+# libvips-dev for the default engine (cgo), with gcc and pkg-config to build
+# it; for the tests also PostgreSQL's server binaries, from which the tests
+# start a throwaway cluster of their own (the system cluster is not used).
 deps:
 	@if ! pkg-config --exists vips 2>/dev/null || ! command -v gcc >/dev/null; then \
 		echo "installing libvips-dev, gcc and pkg-config (Debian/Ubuntu packages)"; \
@@ -17,10 +19,17 @@ deps:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libvips-dev gcc pkg-config libc6-dev; \
 	fi
 
+test-deps: deps
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "installing postgresql (Debian/Ubuntu package) for the sqlstore tests"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
+	fi
+
 run: deps
 	go run ./examples/standalone $(ARGS)
 
-test: deps
+test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	go test -race ./...

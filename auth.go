@@ -2,6 +2,7 @@ package upscale
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"net/http"
@@ -21,6 +22,10 @@ type KeyStore interface {
 // KeyDigest is the SHA-256 of an API key: what a KeyStore keeps instead of
 // the key itself.
 type KeyDigest [sha256.Size]byte
+
+// NewKey returns a new random API key: prefix (such as "upk_") followed by
+// 26 lower-case base32 characters carrying 130 random bits.
+func NewKey(prefix string) string { return prefix + strings.ToLower(rand.Text()) }
 
 // DigestKey returns the digest under which a KeyStore keeps key.
 func DigestKey(key string) KeyDigest { return sha256.Sum256([]byte(key)) }

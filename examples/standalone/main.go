@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		demoKey = "upk_demo_" + strings.ToLower(rand.Text())
+		demoKey = upscale.NewKey("upk_demo_")
 		cfg = demoConfig(demoKey)
 	}
 	if err := cfg.seed(ctx, keys, ledger); err != nil {

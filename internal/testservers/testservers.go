@@ -1,0 +1,155 @@
+// Package testservers starts the real database servers that integration
+// tests run against, as throwaway instances on free loopback ports.
+//
+// A missing server skips the test with a message saying what to install,
+// except when the environment variable UPSCALE_REQUIRE_SERVERS is set (CI
+// sets it): then a missing server fails the test, so nothing is skipped
+// silently.
+package testservers
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Unavailable skips t, or fails it when servers are required, explaining
+// why the server it needs cannot be had.
+func Unavailable(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("UPSCALE_REQUIRE_SERVERS") != "" {
+		t.Fatalf("%s (UPSCALE_REQUIRE_SERVERS is set, so this fails instead of skipping)", why)
+	}
+	t.Skip(why)
+}
+
+var postgres struct {
+	once sync.Once
+	url  string // of the maintenance database "postgres"
+	dir  string
+	err  error
+}
+
+// PostgresDatabase returns the URL of a new, empty PostgreSQL database. It
+// uses UPSCALE_TEST_POSTGRES_URL when set (a server the tests may create
+// databases on); otherwise it starts one cluster per test process with
+// Debian's initdb and pg_ctl (package postgresql), stopped by Stop.
+func PostgresDatabase(t testing.TB) string {
+	t.Helper()
+	postgres.once.Do(startPostgres)
+	if postgres.err != nil {
+		Unavailable(t, "PostgreSQL: "+postgres.err.Error())
+	}
+	db, err := sql.Open("pgx", postgres.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	name := "upscale_test_" + strings.ToLower(upscale.NewKey(""))[:12]
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("pgx", postgres.url)
+		if err == nil {
+			db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+			db.Close()
+		}
+	})
+	u, err := url.Parse(postgres.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func startPostgres() {
+	if u := os.Getenv("UPSCALE_TEST_POSTGRES_URL"); u != "" {
+		postgres.url = u
+		return
+	}
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(bins) == 0 {
+		postgres.err = fmt.Errorf("no initdb under /usr/lib/postgresql; install Debian's postgresql package or set UPSCALE_TEST_POSTGRES_URL")
+		return
+	}
+	bin := filepath.Dir(bins[len(bins)-1])
+	dir, err := os.MkdirTemp("", "upscale-pg-")
+	if err != nil {
+		postgres.err = err
+		return
+	}
+	postgres.dir = dir
+	port, err := freePort()
+	if err != nil {
+		postgres.err = err
+		return
+	}
+	// initdb refuses to run as root, so a root test process runs the server
+	// as the postgres user, which must own the directory.
+	asUser := func(name string, args ...string) *exec.Cmd { return exec.Command(name, args...) }
+	if os.Geteuid() == 0 {
+		pg, err := user.Lookup("postgres")
+		if err != nil {
+			postgres.err = fmt.Errorf("running as root and there is no postgres user to run the server as")
+			return
+		}
+		if out, err := exec.Command("chown", pg.Username, dir).CombinedOutput(); err != nil {
+			postgres.err = fmt.Errorf("chown: %v: %s", err, out)
+			return
+		}
+		asUser = func(name string, args ...string) *exec.Cmd {
+			return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := asUser(filepath.Join(bin, "initdb"), "-D", data, "-U", "test", "--auth=trust", "--no-sync").CombinedOutput(); err != nil {
+		postgres.err = fmt.Errorf("initdb: %v: %s", err, out)
+		return
+	}
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c fsync=off -c max_connections=300", port, dir)
+	if out, err := asUser(filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
+		postgres.err = fmt.Errorf("pg_ctl start: %v: %s", err, out)
+		return
+	}
+	postgres.url = fmt.Sprintf("postgres://test@127.0.0.1:%d/postgres?sslmode=disable", port)
+	stopPostgres = func() {
+		asUser(filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop").Run()
+		os.RemoveAll(dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, _ := sql.Open("pgx", postgres.url)
+	defer db.Close()
+	postgres.err = db.PingContext(ctx)
+}
+
+var stopPostgres = func() {}
+
+// Stop stops the servers this process started. Call it from TestMain after
+// m.Run.
+func Stop() { stopPostgres() }
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

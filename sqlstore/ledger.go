@@ -1,0 +1,215 @@
+package sqlstore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+// account is an account row with its plan, as the ledger reads it.
+type account struct {
+	upscale.Account
+	freeMonth string
+	freeUsed  int64
+}
+
+func loadAccount(ctx context.Context, tx *sql.Tx, id string) (account, error) {
+	var a account
+	var paid, unlimited int
+	err := tx.QueryRowContext(ctx, `
+		SELECT a.id, a.credits, a.share_bonus, a.free_month, a.free_used,
+		       p.name, p.paid, p.unlimited, p.monthly_images, p.max_file_bytes
+		FROM accounts a JOIN plans p ON p.name = a.plan
+		WHERE a.id = $1`, id).Scan(
+		&a.ID, &a.Credits, &a.ShareBonus, &a.freeMonth, &a.freeUsed,
+		&a.Plan.Name, &paid, &unlimited, &a.Plan.MonthlyImages, &a.Plan.MaxFileBytes)
+	a.Plan.Paid, a.Plan.Unlimited = paid != 0, unlimited != 0
+	return a, noRows(err, "account", id)
+}
+
+// balance is what a can spend in the month of now: a free pool last used
+// in an earlier month is full again.
+func (a account) balance(now time.Time) upscale.Balance {
+	used := a.freeUsed
+	if a.freeMonth != upscale.Month(now) {
+		used = 0
+	}
+	return upscale.Balance{Plan: a.Plan, Free: max(a.Plan.MonthlyImages-used, 0), ShareBonus: a.ShareBonus, Credits: a.Credits}
+}
+
+// take holds one unit of pool with one conditional UPDATE, so that of
+// concurrent takers only as many succeed as there are units, on any engine
+// and across processes. It reports false when the unit went to someone else
+// since the balance was read.
+func take(ctx context.Context, tx *sql.Tx, accountID string, pool upscale.Pool, month string) (bool, error) {
+	var res sql.Result
+	var err error
+	switch pool {
+	case upscale.PoolUnlimited:
+		return true, nil
+	case upscale.PoolFree:
+		res, err = tx.ExecContext(ctx, `
+			UPDATE accounts
+			SET free_used = CASE WHEN free_month = $2 THEN free_used + 1 ELSE 1 END, free_month = $2
+			WHERE id = $1
+			  AND CASE WHEN free_month = $2 THEN free_used ELSE 0 END < (SELECT monthly_images FROM plans WHERE name = accounts.plan)`,
+			accountID, month)
+	case upscale.PoolShareBonus:
+		res, err = tx.ExecContext(ctx, `UPDATE accounts SET share_bonus = share_bonus - 1 WHERE id = $1 AND share_bonus > 0`, accountID)
+	case upscale.PoolCredit:
+		res, err = tx.ExecContext(ctx, `UPDATE accounts SET credits = credits - 1 WHERE id = $1 AND credits > 0`, accountID)
+	}
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// giveBack returns one unit of pool. A free unit of an earlier month is not
+// returned: that month's pool is gone.
+func giveBack(ctx context.Context, tx *sql.Tx, accountID string, pool upscale.Pool, month string) error {
+	var err error
+	switch pool {
+	case upscale.PoolFree:
+		_, err = tx.ExecContext(ctx, `UPDATE accounts SET free_used = free_used - 1 WHERE id = $1 AND free_month = $2 AND free_used > 0`, accountID, month)
+	case upscale.PoolShareBonus:
+		_, err = tx.ExecContext(ctx, `UPDATE accounts SET share_bonus = share_bonus + 1 WHERE id = $1`, accountID)
+	case upscale.PoolCredit:
+		_, err = tx.ExecContext(ctx, `UPDATE accounts SET credits = credits + 1 WHERE id = $1`, accountID)
+	}
+	return err
+}
+
+// expire gives back the units of accountID's reservations past their TTL.
+// Doing it whenever the account is touched means no sweeper is needed: a
+// unit held by a replica that died is back by the time anyone looks.
+func (s *Store) expire(ctx context.Context, tx *sql.Tx, accountID string, now time.Time) error {
+	rows, err := tx.QueryContext(ctx, `DELETE FROM reservations WHERE account_id = $1 AND expires_at < $2 RETURNING id, pool, month`, accountID, now.UnixNano())
+	if err != nil {
+		return err
+	}
+	type hold struct{ id, pool, month string }
+	var expired []hold
+	for rows.Next() {
+		var h hold
+		if err := rows.Scan(&h.id, &h.pool, &h.month); err != nil {
+			rows.Close()
+			return err
+		}
+		expired = append(expired, h)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, h := range expired {
+		if err := s.settle(ctx, tx, accountID, h.id, upscale.Pool(h.pool), h.month, "expire", now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle records the end of a reservation: "commit" keeps the unit spent,
+// "release" and "expire" give it back.
+func (s *Store) settle(ctx context.Context, tx *sql.Tx, accountID, reservationID string, pool upscale.Pool, month, reason string, now time.Time) error {
+	delta := int64(0)
+	if reason != "commit" {
+		delta = 1
+		if err := giveBack(ctx, tx, accountID, pool, month); err != nil {
+			return err
+		}
+	}
+	return journal(ctx, tx, accountID, pool, delta, reason, reservationID, month, now)
+}
+
+// Reserve implements upscale.QuotaLedger.
+func (s *Store) Reserve(ctx context.Context, accountID string, needsPaid bool) (upscale.Reservation, error) {
+	now := s.opts.Now()
+	month := upscale.Month(now)
+	var r upscale.Reservation
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.expire(ctx, tx, accountID, now); err != nil {
+			return err
+		}
+		// Under PostgreSQL's read committed, another replica may take the
+		// unit between the read and the UPDATE; the UPDATE then changes
+		// nothing, and the next read sees what is really left.
+		for {
+			a, err := loadAccount(ctx, tx, accountID)
+			if err != nil {
+				return err
+			}
+			pool, err := upscale.ChoosePool(a.balance(now), needsPaid)
+			if err != nil {
+				return err
+			}
+			took, err := take(ctx, tx, accountID, pool, month)
+			if err != nil {
+				return err
+			}
+			if took {
+				r = upscale.Reservation{ID: rand.Text(), AccountID: accountID, Pool: pool, Plan: a.Plan}
+				break
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO reservations (id, account_id, pool, month, expires_at) VALUES ($1, $2, $3, $4, $5)`,
+			r.ID, accountID, string(r.Pool), month, now.Add(s.opts.ReservationTTL).UnixNano()); err != nil {
+			return err
+		}
+		return journal(ctx, tx, accountID, r.Pool, -1, "reserve", r.ID, month, now)
+	})
+	return r, err
+}
+
+// Commit implements upscale.QuotaLedger.
+func (s *Store) Commit(ctx context.Context, reservationID string) error {
+	return s.finish(ctx, reservationID, "commit")
+}
+
+// Release implements upscale.QuotaLedger.
+func (s *Store) Release(ctx context.Context, reservationID string) error {
+	return s.finish(ctx, reservationID, "release")
+}
+
+func (s *Store) finish(ctx context.Context, reservationID, reason string) error {
+	now := s.opts.Now()
+	expired := false
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var accountID, pool, month string
+		var expires int64
+		err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = $1 RETURNING account_id, pool, month, expires_at`, reservationID).
+			Scan(&accountID, &pool, &month, &expires)
+		if err != nil {
+			return noRows(err, "reservation", reservationID)
+		}
+		// Past its TTL the unit goes back whatever was asked, as it would
+		// have had anyone looked at the account first.
+		if expired = now.UnixNano() > expires; expired {
+			reason = "expire"
+		}
+		return s.settle(ctx, tx, accountID, reservationID, upscale.Pool(pool), month, reason, now)
+	})
+	if err == nil && expired {
+		return notFound("reservation", reservationID)
+	}
+	return err
+}
+
+// Balance implements upscale.QuotaLedger.
+func (s *Store) Balance(ctx context.Context, accountID string) (upscale.Balance, error) {
+	now := s.opts.Now()
+	var b upscale.Balance
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if err := s.expire(ctx, tx, accountID, now); err != nil {
+			return err
+		}
+		a, err := loadAccount(ctx, tx, accountID)
+		b = a.balance(now)
+		return err
+	})
+	return b, err
+}
