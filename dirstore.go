@@ -1,0 +1,258 @@
+package upscale
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DirBlobStoreOptions configures a DirBlobStore.
+type DirBlobStoreOptions struct {
+	// Dir holds the results, one file each plus a small metadata file.
+	// It is created if missing. Required.
+	Dir string
+	// BaseURL is where the store's handler is mounted; links are
+	// BaseURL/<key>?token=... Required.
+	BaseURL string
+	// Secret signs the links. Nil means a random secret kept in
+	// Dir/.link-secret, so links outlive a restart.
+	Secret []byte
+	// Now is the clock that decides expiry. Nil means time.Now.
+	Now func() time.Time
+	// SweepInterval is how often expired files are deleted. Zero means one
+	// minute.
+	SweepInterval time.Duration
+}
+
+// DirBlobStore is a BlobStore in a directory of the local file system, for
+// a single machine: results and their links survive a restart. It is also
+// the http.Handler that serves its links, which are signed (HS256) and stop
+// working at expiry; a sweeper deletes expired files. It is safe for
+// concurrent use. Close stops the sweeper.
+type DirBlobStore struct {
+	dir    string
+	signer *LinkSigner
+	now    func() time.Time
+	http.Handler
+
+	stop, swept chan struct{}
+	closeOnce   sync.Once
+}
+
+var _ BlobStore = (*DirBlobStore)(nil)
+
+// dirBlobMeta is what the metadata file beside each result holds.
+type dirBlobMeta struct {
+	ContentType string    `json:"contentType"`
+	Expires     time.Time `json:"expires"`
+}
+
+const (
+	metaSuffix = ".meta"
+	tempPrefix = ".tmp-"
+)
+
+// NewDirBlobStore opens the store in opts.Dir and starts its sweeper.
+func NewDirBlobStore(opts DirBlobStoreOptions) (*DirBlobStore, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("upscale: DirBlobStoreOptions.Dir is required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = time.Minute
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("upscale: blob directory: %w", err)
+	}
+	if opts.Secret == nil {
+		var err error
+		if opts.Secret, err = loadOrCreateSecret(filepath.Join(opts.Dir, ".link-secret")); err != nil {
+			return nil, err
+		}
+	}
+	signer, err := NewLinkSigner(opts.BaseURL, opts.Secret, opts.Now)
+	if err != nil {
+		return nil, err
+	}
+	s := &DirBlobStore{dir: opts.Dir, signer: signer, now: opts.Now, stop: make(chan struct{}), swept: make(chan struct{})}
+	s.Handler = signer.Handler(s.open)
+	go s.sweepEvery(opts.SweepInterval)
+	return s, nil
+}
+
+// loadOrCreateSecret reads the link secret kept at path, making one the
+// first time. Only the owner may read it: it forges links.
+func loadOrCreateSecret(path string) ([]byte, error) {
+	secret, err := os.ReadFile(path)
+	if err == nil && len(secret) >= 32 {
+		return secret, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("upscale: link secret: %w", err)
+	}
+	secret = []byte(rand.Text() + rand.Text())
+	if err := writeFileAtomic(path, secret, 0o600); err != nil {
+		return nil, fmt.Errorf("upscale: link secret: %w", err)
+	}
+	return secret, nil
+}
+
+// Close stops the sweeper; calling it again does nothing. Files stay, and a
+// new store on the directory serves them.
+func (s *DirBlobStore) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.swept
+	})
+	return nil
+}
+
+// validBlobKey keeps keys to one plain file name inside the directory.
+func validBlobKey(key string) error {
+	if key == "" || len(key) > 200 || strings.HasPrefix(key, ".") || strings.HasSuffix(key, metaSuffix) ||
+		strings.Trim(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+		return fmt.Errorf("blob key %q: want letters, digits, '.', '_' or '-', not starting with a dot", key)
+	}
+	return nil
+}
+
+// Put implements BlobStore. The result and then its metadata are each
+// written to a temporary file and renamed into place, so a crash never
+// leaves a half-written result behind a link: without its metadata file a
+// result is not served, and the sweeper deletes it.
+func (s *DirBlobStore) Put(_ context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+	if err := validBlobKey(key); err != nil {
+		return "", err
+	}
+	if !expires.After(s.now()) {
+		return "", fmt.Errorf("put %q: expiry %v is not in the future", key, expires)
+	}
+	meta, err := json.Marshal(dirBlobMeta{ContentType: contentType, Expires: expires})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(s.dir, key)
+	if err := writeFileAtomic(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("put %q: %w", key, err)
+	}
+	if err := writeFileAtomic(path+metaSuffix, meta, 0o600); err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("put %q: %w", key, err)
+	}
+	return s.signer.URL(key, expires)
+}
+
+// writeFileAtomic writes data to a temporary file in path's directory,
+// flushes it to disk and renames it to path.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), tempPrefix+"*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), perm)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+func (s *DirBlobStore) readMeta(key string) (dirBlobMeta, error) {
+	var m dirBlobMeta
+	raw, err := os.ReadFile(filepath.Join(s.dir, key+metaSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, fmt.Errorf("blob %q: %w", key, ErrNotFound)
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &m)
+	}
+	return m, err
+}
+
+func (s *DirBlobStore) open(_ context.Context, key string) ([]byte, string, error) {
+	if validBlobKey(key) != nil {
+		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
+	}
+	m, err := s.readMeta(key)
+	if err != nil {
+		return nil, "", err
+	}
+	if !s.now().Before(m.Expires) {
+		return nil, "", fmt.Errorf("blob %q: expired: %w", key, ErrNotFound)
+	}
+	data, err := os.ReadFile(filepath.Join(s.dir, key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
+	}
+	return data, m.ContentType, err
+}
+
+func (s *DirBlobStore) sweepEvery(interval time.Duration) {
+	defer close(s.swept)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.Sweep()
+		}
+	}
+}
+
+// orphanAge is how old a temporary file, or a result without metadata, must
+// be before the sweeper takes it for the leftover of a crashed Put rather
+// than one in progress.
+const orphanAge = 10 * time.Minute
+
+// Sweep deletes expired results now, and the leftovers of interrupted
+// writes. The sweeper calls it every SweepInterval.
+func (s *DirBlobStore) Sweep() {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	now := s.now()
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(s.dir, name)
+		switch {
+		case strings.HasSuffix(name, metaSuffix):
+			key := strings.TrimSuffix(name, metaSuffix)
+			if m, err := s.readMeta(key); err == nil && !now.Before(m.Expires) {
+				os.Remove(filepath.Join(s.dir, key))
+				os.Remove(path)
+			}
+		case strings.HasPrefix(name, tempPrefix) || validBlobKey(name) == nil:
+			if _, err := os.Stat(path + metaSuffix); err == nil {
+				continue // a result with its metadata: the case above decides
+			}
+			if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > orphanAge {
+				os.Remove(path)
+			}
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package upscale_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+// newDirBlobs opens a DirBlobStore on dir, served by a test server.
+func newDirBlobs(t *testing.T, dir string, clock *upscaletest.Clock) *upscale.DirBlobStore {
+	t.Helper()
+	var store *upscale.DirBlobStore
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { store.ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	store, err := upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: dir, BaseURL: srv.URL + "/outputs", Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+func TestDirBlobStoreConformance(t *testing.T) {
+	upscaletest.TestBlobStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.BlobStore {
+		return newDirBlobs(t, t.TempDir(), clock)
+	})
+}
+
+func TestDirBlobStoreSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	clock := upscaletest.NewClock(time.Now())
+	first := newDirBlobs(t, dir, clock)
+	link, err := first.Put(context.Background(), "abc.png", []byte("png bytes"), "image/png", clock.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+
+	// A new store on the same directory, behind a new server: the old
+	// link's path and token are served by it.
+	again := newDirBlobs(t, dir, clock)
+	w := httptest.NewRecorder()
+	again.ServeHTTP(w, httptest.NewRequest(http.MethodGet, link, nil))
+	if w.Code != http.StatusOK || w.Body.String() != "png bytes" {
+		t.Errorf("old link after restart: %d %q", w.Code, w.Body)
+	}
+	if info, err := os.Stat(filepath.Join(dir, ".link-secret")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("link secret: %v, %v; want a file only its owner reads", info, err)
+	}
+}
+
+func TestDirBlobStoreSweep(t *testing.T) {
+	dir := t.TempDir()
+	clock := upscaletest.NewClock(time.Now())
+	s := newDirBlobs(t, dir, clock)
+	ctx := context.Background()
+	s.Put(ctx, "short.png", []byte("a"), "image/png", clock.Now().Add(time.Minute))
+	s.Put(ctx, "long.png", []byte("b"), "image/png", clock.Now().Add(time.Hour))
+	// The leftovers of a Put that crashed between its two renames, and
+	// before its first one.
+	os.WriteFile(filepath.Join(dir, "orphan.png"), []byte("c"), 0o600)
+	os.WriteFile(filepath.Join(dir, ".tmp-123"), []byte("d"), 0o600)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(dir, "orphan.png"), old, old)
+	os.Chtimes(filepath.Join(dir, ".tmp-123"), old, old)
+
+	clock.Advance(2 * time.Minute)
+	s.Sweep()
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{".link-secret", "long.png", "long.png.meta"}
+	if len(left) != len(want) {
+		t.Fatalf("after sweeping: %v, want %v", left, want)
+	}
+	for i := range want {
+		if left[i] != want[i] {
+			t.Fatalf("after sweeping: %v, want %v", left, want)
+		}
+	}
+}
+
+func TestDirBlobStoreKeys(t *testing.T) {
+	s := newDirBlobs(t, t.TempDir(), upscaletest.NewClock(time.Now()))
+	for _, key := range []string{"", "../escape.png", "a/b.png", ".hidden", "x.meta", "nul\x00.png"} {
+		if _, err := s.Put(context.Background(), key, []byte("x"), "image/png", time.Now().Add(time.Hour)); err == nil {
+			t.Errorf("Put(%q) succeeded", key)
+		}
+	}
+}
