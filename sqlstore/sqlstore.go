@@ -12,6 +12,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +41,11 @@ type Options struct {
 	// Ledger sets the ledger's clock and reservation TTL; see
 	// upscale.LedgerOptions for their defaults.
 	Ledger upscale.LedgerOptions
+	// MaxOpenConns caps this Store's PostgreSQL connections. Zero means
+	// four per CPU: more only adds server processes fighting for the same
+	// cores (on 2 cores, 64 busy goroutines charged 5× faster through 8
+	// connections than through 64). SQLite always uses one.
+	MaxOpenConns int
 }
 
 // Store is a KeyStore and QuotaLedger on SQLite or PostgreSQL. It is safe
@@ -63,6 +70,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	var err error
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		s.db, err = sql.Open("pgx", dsn)
+		if err == nil {
+			s.db.SetMaxOpenConns(cmp.Or(opts.MaxOpenConns, 4*runtime.NumCPU()))
+		}
 	} else {
 		s.sqlite = true
 		s.db, err = sql.Open("sqlite", sqliteDSN(dsn))

@@ -20,12 +20,12 @@ func TestMain(m *testing.M) {
 
 // engines are the two databases every test here runs on; each returns the
 // DSN of a new, empty database.
-var engines = map[string]func(t *testing.T) string{
-	"SQLite":     func(t *testing.T) string { return filepath.Join(t.TempDir(), "upscale.db") },
-	"PostgreSQL": func(t *testing.T) string { return testservers.PostgresDatabase(t) },
+var engines = map[string]func(t testing.TB) string{
+	"SQLite":     func(t testing.TB) string { return filepath.Join(t.TempDir(), "upscale.db") },
+	"PostgreSQL": func(t testing.TB) string { return testservers.PostgresDatabase(t) },
 }
 
-func open(t *testing.T, dsn string, opts upscale.LedgerOptions) *sqlstore.Store {
+func open(t testing.TB, dsn string, opts upscale.LedgerOptions) *sqlstore.Store {
 	t.Helper()
 	s, err := sqlstore.Open(context.Background(), dsn, sqlstore.Options{Ledger: opts})
 	if err != nil {
