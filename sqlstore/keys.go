@@ -34,11 +34,15 @@ func (s *Store) CreateKey(ctx context.Context, accountID string) (string, error)
 	return key, s.AddKey(ctx, key, accountID)
 }
 
+// ErrKeyRevoked is returned by AddKey for a key that was revoked: a revoked
+// key is never brought back.
+var ErrKeyRevoked = errors.New("sqlstore: the key was revoked")
+
 // AddKey makes a key chosen by the host authenticate as accountID. Adding a
 // key that already belongs to accountID changes nothing, so seeding from a
-// config file can be repeated; a key that belongs to another account, or was
-// revoked, is refused. It returns an error wrapping ErrNotFound when the
-// account does not exist.
+// config file can be repeated; a key that belongs to another account is
+// refused, and one that was revoked gives ErrKeyRevoked. It returns an error
+// wrapping ErrNotFound when the account does not exist.
 func (s *Store) AddKey(ctx context.Context, key, accountID string) error {
 	if err := upscale.ValidateKey(key); err != nil {
 		return err
@@ -48,10 +52,12 @@ func (s *Store) AddKey(ctx context.Context, key, accountID string) error {
 		var revoked sql.NullInt64
 		err := tx.QueryRowContext(ctx, `SELECT account_id, revoked_at FROM api_keys WHERE digest = $1`, digestHex(key)).Scan(&owner, &revoked)
 		switch {
-		case err == nil && owner == accountID && !revoked.Valid:
-			return nil
+		case err == nil && owner != accountID:
+			return errors.New("sqlstore: the key already belongs to another account")
+		case err == nil && revoked.Valid:
+			return ErrKeyRevoked
 		case err == nil:
-			return errors.New("sqlstore: key already exists for another account or was revoked")
+			return nil
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/sqlstore"
 )
 
 // fileConfig is the JSON file given with -config.
@@ -103,24 +104,41 @@ func (c fileConfig) validate() error {
 	return nil
 }
 
-// seed puts the file's accounts and keys into the stores.
-func (c fileConfig) seed(ctx context.Context, keys *upscale.MemoryKeyStore, ledger *upscale.MemoryLedger) error {
+// seed puts the file's plans, accounts and keys into the store. It can be
+// run again with the same file and changes nothing: plans take the file's
+// terms, but accounts that exist keep their balances (billing changes them
+// through the admin subcommands), and keys that exist stay as they are,
+// revoked ones included.
+func (c fileConfig) seed(ctx context.Context, store *sqlstore.Store) error {
+	for name, p := range c.Plans {
+		if err := store.PutPlan(ctx, p.plan(name)); err != nil {
+			return err
+		}
+	}
 	for _, a := range c.Accounts {
-		p := c.Plans[a.Plan]
-		plan := upscale.Plan{Name: a.Plan, Paid: p.Paid, Unlimited: p.Unlimited, MonthlyImages: p.MonthlyImages, MaxFileBytes: p.MaxFileBytes}
-		if err := ledger.PutAccount(ctx, upscale.Account{ID: a.ID, Plan: plan, Credits: a.Credits, ShareBonus: a.ShareBonus}); err != nil {
+		acct := upscale.Account{ID: a.ID, Plan: c.Plans[a.Plan].plan(a.Plan), Credits: a.Credits, ShareBonus: a.ShareBonus}
+		if _, err := store.CreateAccount(ctx, acct); err != nil {
 			return err
 		}
 	}
 	for _, k := range c.Keys {
-		if err := keys.Add(ctx, k.Key, k.Account); err != nil {
-			return err
+		err := store.AddKey(ctx, k.Key, k.Account)
+		if errors.Is(err, sqlstore.ErrKeyRevoked) {
+			continue // revoked in the database, by the file or an operator: it stays so
 		}
-		if k.Revoked {
-			if err := keys.Revoke(ctx, k.Key); err != nil {
-				return err
-			}
+		if err != nil {
+			return fmt.Errorf("key of account %q: %w", k.Account, err)
+		}
+		if !k.Revoked {
+			continue
+		}
+		if err := store.RevokeKey(ctx, k.Key); err != nil && !errors.Is(err, upscale.ErrNotFound) {
+			return err // ErrNotFound: revoked on an earlier run
 		}
 	}
 	return nil
+}
+
+func (p filePlan) plan(name string) upscale.Plan {
+	return upscale.Plan{Name: name, Paid: p.Paid, Unlimited: p.Unlimited, MonthlyImages: p.MonthlyImages, MaxFileBytes: p.MaxFileBytes}
 }

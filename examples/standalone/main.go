@@ -1,9 +1,11 @@
 // Command standalone serves the upscale API on its own: the handler, the
-// libvips engine and in-memory stores, configured by flags and an optional
-// JSON file of plans, accounts and keys.
+// libvips engine, keys and quotas in SQLite under -data (or PostgreSQL with
+// -database-url) and results in -data/outputs, configured by flags and an
+// optional JSON file of plans, accounts and keys.
 //
 // Without -config it creates a demo account on a free plan and prints its key
-// and a curl command to try it.
+// and a curl command to try it. Admin subcommands (standalone keys create
+// --account acme, ...) work on the same database; see usage.go.
 package main
 
 import (
@@ -17,15 +19,21 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/sqlstore"
 )
 
 func main() {
+	run := run
+	if len(os.Args) > 1 && isSubcommand(os.Args[1]) {
+		run = runSubcommand
+	}
 	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "standalone:", err)
 		os.Exit(1)
@@ -36,12 +44,38 @@ type options struct {
 	addr, configFile, publicURL string
 	linkTTL, engineTimeout      time.Duration
 	allowPrivateSources         bool
+	storage
+}
+
+// storage is where keys, quotas and results live; the server and every
+// admin subcommand take the same two flags.
+type storage struct {
+	dataDir, databaseURL string
+}
+
+func (st *storage) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&st.dataDir, "data", "./data", "directory for the SQLite database and the results")
+	fs.StringVar(&st.databaseURL, "database-url", "", "postgres:// URL of a PostgreSQL database shared by replicas (default: SQLite in -data)")
+}
+
+// open opens the key and quota store: PostgreSQL when -database-url is set,
+// else SQLite in -data.
+func (st storage) open(ctx context.Context) (*sqlstore.Store, error) {
+	if err := os.MkdirAll(st.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("-data: %w", err)
+	}
+	dsn := st.databaseURL
+	if dsn == "" {
+		dsn = filepath.Join(st.dataDir, "upscale.db")
+	}
+	return sqlstore.Open(ctx, dsn, sqlstore.Options{})
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("standalone", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	o.storage.addFlags(fs)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port)")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of plans, accounts and keys (default: one demo account and key)")
 	fs.StringVar(&o.publicURL, "public-url", "", "base URL under which clients reach this server, for output links (default: http://<addr>)")
@@ -64,8 +98,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
-	keys := upscale.NewMemoryKeyStore()
-	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	store, err := o.storage.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
 	cfg := fileConfig{}
 	demoKey := ""
 	if o.configFile != "" {
@@ -73,10 +110,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		demoKey = upscale.NewKey("upk_demo_")
+		if demoKey, err = loadOrCreateDemoKey(filepath.Join(o.dataDir, "demo-key")); err != nil {
+			return err
+		}
 		cfg = demoConfig(demoKey)
 	}
-	if err := cfg.seed(ctx, keys, ledger); err != nil {
+	if err := cfg.seed(ctx, store); err != nil {
 		return err
 	}
 
@@ -89,13 +128,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
 	}
-	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: publicURL + "/outputs"})
+	blobs, err := upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: filepath.Join(o.dataDir, "outputs"), BaseURL: publicURL + "/outputs"})
 	if err != nil {
-		return fmt.Errorf("-public-url: %w", err)
+		return err
 	}
+	defer blobs.Close()
 	handler, err := upscale.New(upscale.Config{
-		Keys:                 keys,
-		Ledger:               ledger,
+		Keys:                 store,
+		Ledger:               store,
 		Upscaler:             vips.New(vips.Options{}),
 		Blobs:                blobs,
 		LinkTTL:              o.linkTTL,
@@ -157,6 +197,20 @@ func newServer(handler http.Handler, engineTimeout time.Duration, logger *slog.L
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+}
+
+// loadOrCreateDemoKey returns the demo key kept at path, making it on the
+// first start: the demo key stays the same across restarts, as the
+// account it opens does.
+func loadOrCreateDemoKey(path string) (string, error) {
+	if key, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(key)), nil
+	}
+	key := upscale.NewKey("upk_demo_")
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("demo key: %w", err)
+	}
+	return key, nil
 }
 
 // demoConfig is the configuration used without -config: the plans of the

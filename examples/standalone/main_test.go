@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/png"
 	"io"
@@ -18,6 +20,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/sqlstore"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -60,13 +65,7 @@ func TestLoadConfig(t *testing.T) {
 // the origin: the server must stop accepting connections, finish that
 // request with a 200 and exit cleanly.
 func TestEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "standalone")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildStandalone(t)
 	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
 	if err != nil {
 		t.Fatal(err)
@@ -81,19 +80,10 @@ func TestEndToEnd(t *testing.T) {
 	}))
 	defer origin.Close()
 
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-allow-private-sources")
-	stdout, _ := cmd.StdoutPipe()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer cmd.Process.Kill()
-	base, key := readBanner(t, stdout)
+	srv := startStandalone(t, bin, "-data", t.TempDir())
+	base, key, stderr, cmd, exited := srv.base, srv.key, &srv.stderr, srv.cmd, srv.exited
 
-	link := upscaleVia(t, base, key, origin.URL+"/butterfly.png", &stderr)
+	link := upscaleVia(t, base, key, origin.URL+"/butterfly.png", stderr)
 	resp, err := http.Get(link)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +98,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	held := make(chan string, 1)
-	go func() { held <- upscaleVia(t, base, key, origin.URL+"/held.png", &stderr) }()
+	go func() { held <- upscaleVia(t, base, key, origin.URL+"/held.png", stderr) }()
 	<-heldArrived
 	cmd.Process.Signal(syscall.SIGTERM)
 	addr := strings.TrimPrefix(base, "http://")
@@ -133,6 +123,57 @@ func TestEndToEnd(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("still running 10s after SIGTERM")
+	}
+}
+
+func buildStandalone(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "standalone")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// standalone is a running server process.
+type standalone struct {
+	base, key string
+	cmd       *exec.Cmd
+	exited    chan error
+	stderr    bytes.Buffer
+}
+
+// startStandalone runs bin with args on a free port, sources allowed on
+// loopback, and waits for its banner.
+func startStandalone(t *testing.T, bin string, args ...string) *standalone {
+	t.Helper()
+	s := &standalone{exited: make(chan error, 1)}
+	s.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-allow-private-sources"}, args...)...)
+	stdout, _ := s.cmd.StdoutPipe()
+	s.cmd.Stderr = &s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.exited <- s.cmd.Wait() }()
+	t.Cleanup(func() { s.cmd.Process.Kill() })
+	s.base, s.key = readBanner(t, stdout)
+	return s
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *standalone) stop(t *testing.T) {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, s.stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still running 10s after SIGTERM")
 	}
 }
 
@@ -248,4 +289,102 @@ func TestServerTimeouts(t *testing.T) {
 			t.Errorf("after %v: %.40q; want a 200 and then the idle connection closed", took, said)
 		}
 	})
+}
+
+// TestRestartKeepsState runs the server on a -data directory, changes its
+// state from the admin subcommands while it serves, restarts it, and finds
+// keys, balances and unexpired links as they were.
+func TestRestartKeepsState(t *testing.T) {
+	bin := buildStandalone(t)
+	data := t.TempDir()
+	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
+	defer origin.Close()
+	admin := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append(args, "-data", data)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("standalone %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+
+	first := startStandalone(t, bin, "-data", data)
+	link := upscaleVia(t, first.base, first.key, origin.URL+"/a.png", &first.stderr)
+	admin("credits", "grant", "-account", "demo", "-amount", "5", "-ref", "invoice-1") // while the server runs
+	newKey := strings.TrimSpace(admin("keys", "create", "-account", "demo"))
+	first.stop(t)
+
+	second := startStandalone(t, bin, "-data", data)
+	if second.key != first.key {
+		t.Errorf("demo key changed across the restart: %q, then %q", first.key, second.key)
+	}
+	// The link names the first server's port; the second listens elsewhere.
+	resp, err := http.Get(strings.Replace(link, first.base, second.base, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("link made before the restart: status %d", resp.StatusCode)
+	}
+	if upscaleVia(t, second.base, newKey, origin.URL+"/a.png", &second.stderr) == "" {
+		t.Error("the key made by 'keys create' does not work")
+	}
+	usage := admin("usage", "-account", "demo")
+	for _, want := range []string{"free_pool    used 2", "left: free_pool 8, share_bonus 0, credit 5"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("usage says:\n%s\nwant it to contain %q", usage, want)
+		}
+	}
+	admin("keys", "revoke", "-key", newKey)
+	req, _ := http.NewRequest(http.MethodPost, second.base+"/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin.URL+`/a.png"}`))
+	req.Header.Set("Authorization", "Bearer "+newKey)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("revoked key: %v, %v; want 401", resp.Status, err)
+	}
+	second.stop(t)
+
+	if out, err := exec.Command(bin, "credits", "grant", "-account", "nobody", "-amount", "1", "-data", data).CombinedOutput(); err == nil || !strings.Contains(string(out), "nobody") {
+		t.Errorf("granting to an unknown account: %v, %s; want an error naming it", err, out)
+	}
+}
+
+// TestSeedIsIdempotent: seeding again from the same file changes nothing,
+// neither balances spent or granted since, nor revoked keys.
+func TestSeedIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := loadConfig("config.example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlstore.Open(ctx, filepath.Join(t.TempDir(), "upscale.db"), sqlstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := cfg.seed(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	acct := cfg.Accounts[0].ID
+	store.GrantCredits(ctx, acct, 7, "test")
+	r, _ := store.Reserve(ctx, acct, false)
+	store.Commit(ctx, r.ID)
+	before, _ := store.Balance(ctx, acct)
+	revoked := cfg.Keys[0].Key // an operator revokes a key the file lists
+	if err := store.RevokeKey(ctx, revoked); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.seed(ctx, store); err != nil {
+		t.Fatalf("seeding again: %v", err)
+	}
+	if after, _ := store.Balance(ctx, acct); after != before {
+		t.Errorf("balance %+v after seeding again, was %+v", after, before)
+	}
+	if _, err := store.Authenticate(ctx, revoked); !errors.Is(err, upscale.ErrUnauthorized) {
+		t.Errorf("revoked key after seeding again: %v; want it still revoked", err)
+	}
 }

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/sqlstore"
+)
+
+// An adminCommand is one subcommand for a host's operators and billing
+// scripts, working on the same database as the server (which may be
+// running).
+type adminCommand struct {
+	name, usage string
+	run         func(ctx context.Context, store *sqlstore.Store, a adminArgs, stdout io.Writer) error
+}
+
+// adminArgs are the flags the subcommands share; each uses some.
+type adminArgs struct {
+	account, key, plan, month, ref string
+	amount                         int64
+}
+
+var adminCommands = []adminCommand{
+	{"keys create", "--account ID: make a key for the account and print it (shown once; only its hash is stored)",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+			key, err := s.CreateKey(ctx, a.account)
+			if err == nil {
+				fmt.Fprintln(stdout, key)
+			}
+			return err
+		}},
+	{"keys revoke", "--key KEY: make the key fail from now on",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
+			return s.RevokeKey(ctx, a.key)
+		}},
+	{"credits grant", "--account ID --amount N [--ref R]: add N credits (negative takes them away)",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
+			return s.GrantCredits(ctx, a.account, a.amount, a.ref)
+		}},
+	{"share-bonus grant", "--account ID --amount N [--ref R]: add N share-bonus images",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
+			return s.GrantShareBonus(ctx, a.account, a.amount, a.ref)
+		}},
+	{"plan set", "--account ID --plan NAME: move the account to a plan of the config file",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
+			return s.SetPlan(ctx, a.account, a.plan)
+		}},
+	{"usage", "--account ID [--month YYYY-MM]: what the account spent and has left",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+			u, err := s.Usage(ctx, a.account, a.month)
+			if err != nil {
+				return err
+			}
+			b, err := s.Balance(ctx, a.account)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "account %s, plan %s, month %s\n", a.account, b.Plan.Name, u.Month)
+			for _, pool := range []upscale.Pool{upscale.PoolUnlimited, upscale.PoolFree, upscale.PoolShareBonus, upscale.PoolCredit} {
+				fmt.Fprintf(stdout, "  %-12s used %d\n", pool, u.ByPool[pool])
+			}
+			fmt.Fprintf(stdout, "left: free_pool %d, share_bonus %d, credit %d\n", b.Free, b.ShareBonus, b.Credits)
+			return nil
+		}},
+}
+
+func isSubcommand(word string) bool {
+	return slices.ContainsFunc(adminCommands, func(c adminCommand) bool { return strings.HasPrefix(c.name, word) })
+}
+
+// runSubcommand runs "standalone <command> [flags]".
+func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cmd *adminCommand
+	for i := range adminCommands {
+		words := strings.Fields(adminCommands[i].name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			cmd, args = &adminCommands[i], args[len(words):]
+			break
+		}
+	}
+	if cmd == nil {
+		var b strings.Builder
+		for _, c := range adminCommands {
+			fmt.Fprintf(&b, "\n  standalone %s %s", c.name, c.usage)
+		}
+		return fmt.Errorf("unknown command %q; the admin commands are:%s", strings.Join(args, " "), b.String())
+	}
+	var st storage
+	var a adminArgs
+	fs := flag.NewFlagSet("standalone "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	st.addFlags(fs)
+	fs.StringVar(&a.account, "account", "", "account ID")
+	fs.StringVar(&a.key, "key", "", "API key")
+	fs.StringVar(&a.plan, "plan", "", "plan name")
+	fs.StringVar(&a.month, "month", upscale.Month(time.Now()), "calendar month, YYYY-MM (UTC)")
+	fs.StringVar(&a.ref, "ref", "standalone-"+strings.ReplaceAll(cmd.name, " ", "-"), "reference kept in the journal, such as an invoice number")
+	fs.Int64Var(&a.amount, "amount", 0, "number of units")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	store, err := st.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	err = cmd.run(ctx, store, a, stdout)
+	if errors.Is(err, upscale.ErrNotFound) {
+		return fmt.Errorf("%s: %w (check --account, --key or --plan)", cmd.name, err)
+	}
+	return err
+}
