@@ -1,6 +1,7 @@
 package upscale
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"strings"
@@ -184,4 +185,23 @@ func FuzzAddressPolicy(f *testing.F) {
 			t.Fatalf("with NAT64 allowed, %v refused = %v but %v refused = %v", translated, got, a, refused)
 		}
 	})
+}
+
+// TestCheckSocket: the default dialer's last-moment check refuses what the
+// policy refuses, and lets through a host the Config allowed by name.
+func TestCheckSocket(t *testing.T) {
+	f := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	ctx := t.Context()
+	if err := f.checkSocket(ctx, "tcp4", "8.8.8.8:443", nil); err != nil {
+		t.Errorf("public address refused: %v", err)
+	}
+	for _, addr := range []string{"127.0.0.1:80", "[::ffff:169.254.169.254]:80", "[fe80::1%eth0]:443", "garbage"} {
+		if err := f.checkSocket(ctx, "tcp", addr, nil); !errors.Is(err, ErrSourceForbidden) {
+			t.Errorf("checkSocket(%s) = %v, want ErrSourceForbidden", addr, err)
+		}
+	}
+	allowed := context.WithValue(ctx, hostAllowedKey{}, true)
+	if err := f.checkSocket(allowed, "tcp", "10.1.2.3:80", nil); err != nil {
+		t.Errorf("address of an allowed host refused: %v", err)
+	}
 }

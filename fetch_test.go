@@ -75,7 +75,7 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-func newFakeNetEnv(t *testing.T) (*env, *fakeNet) {
+func newFakeNetEnv(t *testing.T, configure ...func(*upscale.Config)) (*env, *fakeNet) {
 	t.Helper()
 	fake := &fakeNet{
 		answers: map[string][][]netip.Addr{
@@ -91,6 +91,9 @@ func newFakeNetEnv(t *testing.T) (*env, *fakeNet) {
 		c.AllowPrivateNetworks = false
 		c.Resolver = fake
 		c.Dial = fake.dial
+		for _, f := range configure {
+			f(c)
+		}
 	})
 	fake.origin = e.origin.Listener.Addr().String()
 	return e, fake
@@ -160,4 +163,39 @@ func TestFetchThroughFakeNetwork(t *testing.T) {
 			t.Errorf("free pool %d after refused requests, want 1000", got)
 		}
 	})
+}
+
+// TestWidenedPolicy: a host lets private sources through on purpose, by
+// network or by name, and nothing else through with them.
+func TestWidenedPolicy(t *testing.T) {
+	widen := func(c *upscale.Config) {
+		c.AllowedNetworks = []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}
+		c.AllowedHosts = []string{"Images.Internal."}
+	}
+	for u, code := range map[string]string{
+		"http://in-network.test/small.png":                               "",
+		"http://images.internal/small.png":                               "",
+		"http://IMAGES.INTERNAL./small.png":                              "",
+		"http://out-of-network.test/small.png":                           "source_forbidden",
+		"http://images.internal/redirect?to=http://out-of-network.test/": "source_forbidden",
+		"http://in-network.test/redirect?to=http://meta.test/":           "source_forbidden",
+	} {
+		t.Run(u, func(t *testing.T) {
+			e, fake := newFakeNetEnv(t, widen)
+			fake.answers["in-network.test"] = [][]netip.Addr{addrs("10.20.0.5")}
+			fake.answers["images.internal"] = [][]netip.Addr{addrs("192.168.7.7")}
+			fake.answers["out-of-network.test"] = [][]netip.Addr{addrs("10.21.0.5")}
+			w := e.post(keyFree, body(u))
+			if code == "" {
+				checkOK(t, w, upscale.PoolFree)
+				return
+			}
+			checkProblem(t, w, http.StatusBadRequest, code)
+			for _, a := range fake.dials() {
+				if a.Addr() == netip.MustParseAddr("10.21.0.5") || a.Addr().Is4() && a.Addr().As4()[0] == 169 {
+					t.Errorf("dialled %v", a)
+				}
+			}
+		})
+	}
 }
