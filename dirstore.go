@@ -95,10 +95,14 @@ func NewDirBlobStore(opts DirBlobStoreOptions) (*DirBlobStore, error) {
 // first time. Only the owner may read it: it forges links.
 func loadOrCreateSecret(path string) ([]byte, error) {
 	secret, err := os.ReadFile(path)
-	if err == nil && len(secret) >= 32 {
+	switch {
+	case err == nil && len(secret) < 32:
+		// Replacing it would silently break every link out there, and a
+		// short secret is more likely damage or tampering than anything.
+		return nil, fmt.Errorf("upscale: link secret %s is shorter than 32 bytes; delete it to make a new one (outstanding links stop working)", path)
+	case err == nil:
 		return secret, nil
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("upscale: link secret: %w", err)
 	}
 	secret = []byte(rand.Text() + rand.Text())

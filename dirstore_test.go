@@ -97,3 +97,14 @@ func TestDirBlobStoreKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestDirBlobStoreRefusesShortSecret(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, ".link-secret"), []byte("short"), 0o600)
+	if _, err := upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: dir, BaseURL: "http://x.test/outputs"}); err == nil {
+		t.Fatal("a 5-byte link secret was accepted or replaced silently")
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, ".link-secret")); string(got) != "short" {
+		t.Errorf("secret file now %q; it must be left for the operator to look at", got)
+	}
+}

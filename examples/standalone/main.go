@@ -5,7 +5,7 @@
 //
 // Without -config it creates a demo account on a free plan and prints its key
 // and a curl command to try it. Admin subcommands (standalone keys create
-// --account acme, ...) work on the same database; see usage.go.
+// --account acme, ...) work on the same database; see admin.go.
 package main
 
 import (
