@@ -1,17 +1,22 @@
 # make run:  install libvips if missing, start the standalone server with a demo key
-# make test: install libvips and PostgreSQL if missing, check formatting, vet, run every test with -race
+# make test: install libvips and PostgreSQL and build versitygw if missing, check formatting, vet, run every test with -race
 # make fuzz: run each fuzz target for FUZZTIME (default 1m); CI runs them for 10s
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ARGS ?=
 FUZZTIME ?= 1m
 FUZZ_TARGETS := FuzzDecodeRequest FuzzImageURL FuzzAddressPolicy
+# The S3-compatible server the s3store tests start. Building it takes about
+# three minutes on two cores, once: the binary is kept outside the clone.
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW := $(HOME)/.cache/upscale-tools/versitygw-$(VERSITYGW_VERSION)/versitygw
 
 .PHONY: deps test-deps run test fuzz
 
 # libvips-dev for the default engine (cgo), with gcc and pkg-config to build
-# it; for the tests also PostgreSQL's server binaries, from which the tests
-# start a throwaway cluster of their own (the system cluster is not used).
+# it; for the tests also PostgreSQL's server binaries and versitygw, from
+# which the tests start throwaway servers of their own (the system
+# PostgreSQL cluster is not used).
 deps:
 	@if ! pkg-config --exists vips 2>/dev/null || ! command -v gcc >/dev/null; then \
 		echo "installing libvips-dev, gcc and pkg-config (Debian/Ubuntu packages)"; \
@@ -25,6 +30,10 @@ test-deps: deps
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
 	fi
+	@if [ ! -x "$(VERSITYGW)" ]; then \
+		echo "building versitygw $(VERSITYGW_VERSION) (S3-compatible server) for the s3store tests, about 3 minutes"; \
+		CGO_ENABLED=0 GOBIN="$(dir $(VERSITYGW))" go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+	fi
 
 run: deps
 	go run ./examples/standalone $(ARGS)
@@ -32,7 +41,7 @@ run: deps
 test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
-	go test -race ./...
+	UPSCALE_VERSITYGW="$(VERSITYGW)" go test -race ./...
 
 # The seed corpora in testdata/fuzz run with every go test. New inputs found
 # here stay in the Go build cache, but a failing one is written to

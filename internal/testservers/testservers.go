@@ -1,5 +1,6 @@
-// Package testservers starts the real database servers that integration
-// tests run against, as throwaway instances on free loopback ports.
+// Package testservers starts the real servers that integration tests run
+// against (PostgreSQL, an S3-compatible store), as throwaway instances on
+// free loopback ports.
 //
 // A missing server skips the test with a message saying what to install,
 // except when the environment variable UPSCALE_REQUIRE_SERVERS is set (CI
@@ -128,10 +129,10 @@ func startPostgres() {
 		return
 	}
 	postgres.url = fmt.Sprintf("postgres://test@127.0.0.1:%d/postgres?sslmode=disable", port)
-	stopPostgres = func() {
+	onStop(func() {
 		asUser(filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop").Run()
 		os.RemoveAll(dir)
-	}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	db, _ := sql.Open("pgx", postgres.url)
@@ -139,11 +140,27 @@ func startPostgres() {
 	postgres.err = db.PingContext(ctx)
 }
 
-var stopPostgres = func() {}
+var stoppers struct {
+	sync.Mutex
+	funcs []func()
+}
+
+func onStop(f func()) {
+	stoppers.Lock()
+	defer stoppers.Unlock()
+	stoppers.funcs = append(stoppers.funcs, f)
+}
 
 // Stop stops the servers this process started. Call it from TestMain after
 // m.Run.
-func Stop() { stopPostgres() }
+func Stop() {
+	stoppers.Lock()
+	defer stoppers.Unlock()
+	for _, f := range stoppers.funcs {
+		f()
+	}
+	stoppers.funcs = nil
+}
 
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

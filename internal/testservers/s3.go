@@ -1,0 +1,107 @@
+package testservers
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+// S3Server is a running S3-compatible server. Buckets are created by the
+// tests themselves.
+type S3Server struct {
+	Endpoint  string // http://127.0.0.1:PORT, for path-style requests
+	AccessKey string
+	SecretKey string
+}
+
+var s3 struct {
+	once   sync.Once
+	server S3Server
+	err    error
+}
+
+// S3 returns a versitygw server with a POSIX back end in a temporary
+// directory, started once per test process and stopped by Stop. The binary
+// is the one named by UPSCALE_VERSITYGW, else versitygw on PATH; make
+// test-deps builds it.
+func S3(t testing.TB) S3Server {
+	t.Helper()
+	s3.once.Do(startS3)
+	if s3.err != nil {
+		Unavailable(t, "S3: "+s3.err.Error())
+	}
+	return s3.server
+}
+
+func startS3() {
+	bin := os.Getenv("UPSCALE_VERSITYGW")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("versitygw"); err != nil {
+			s3.err = fmt.Errorf("no versitygw binary; run make test-deps, or build it with CGO_ENABLED=0 go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 and set UPSCALE_VERSITYGW")
+			return
+		}
+	}
+	dir, err := os.MkdirTemp("", "upscale-s3-")
+	if err != nil {
+		s3.err = err
+		return
+	}
+	port, err := freePort()
+	if err != nil {
+		s3.err = err
+		return
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	server := S3Server{Endpoint: "http://" + addr, AccessKey: "test" + upscale.NewKey("")[:8], SecretKey: upscale.NewKey("")}
+	log, err := os.Create(filepath.Join(dir, "log"))
+	if err != nil {
+		s3.err = err
+		return
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		s3.err = err
+		return
+	}
+	cmd := exec.Command(bin, "--access", server.AccessKey, "--secret", server.SecretKey, "--port", addr, "posix", root)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		s3.err = fmt.Errorf("start %s: %w", bin, err)
+		return
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	onStop(func() {
+		cmd.Process.Kill()
+		<-exited
+		log.Close()
+		os.RemoveAll(dir)
+	})
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			out, _ := os.ReadFile(log.Name())
+			s3.err = fmt.Errorf("%s exited: %v: %s", bin, err, out)
+			exited <- err
+			return
+		default:
+		}
+		if conn, err := net.Dial("tcp", addr); err == nil {
+			conn.Close()
+			s3.server = server
+			return
+		}
+		if time.Now().After(deadline) {
+			s3.err = fmt.Errorf("%s did not listen on %s within 15s", bin, addr)
+			return
+		}
+	}
+}
