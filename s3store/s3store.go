@@ -1,0 +1,270 @@
+// Package s3store is an upscale.BlobStore on S3-compatible object storage
+// (AWS S3, MinIO, Ceph, Cloudflare R2, versitygw, ...), for several
+// replicas sharing one bucket.
+//
+// Links are presigned GET URLs that stop working at expiry: the storage
+// server checks them, so replicas share no secret and serve no result
+// themselves. Expired objects are deleted by a sweeper in every replica
+// (deleting twice is harmless), and in production also by a bucket
+// lifecycle rule, which covers the time no replica runs:
+//
+//	{"Rules": [{"ID": "upscale-results", "Status": "Enabled",
+//	  "Filter": {"Prefix": "upscale/"}, "Expiration": {"Days": 1}}]}
+//
+// (aws s3api put-bucket-lifecycle-configuration --bucket B
+// --lifecycle-configuration file://rule.json). Lifecycle rules count whole
+// days, so the sweeper is what keeps the bucket near one LinkTTL of results.
+//
+// The bucket must not be public: a presigned link is the only way in.
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/upscalekit/upscale"
+)
+
+// MaxLinkTTL is the longest a presigned link can last (SigV4's limit).
+const MaxLinkTTL = 7 * 24 * time.Hour
+
+// Options configures a Store.
+type Options struct {
+	// Client talks to the storage; NewClient makes one from the standard
+	// AWS environment. Required.
+	Client *s3.Client
+	// Bucket holds the results. It must exist and should not be public.
+	// Required.
+	Bucket string
+	// Prefix starts every object key the store writes, and bounds what the
+	// sweeper lists and deletes. Empty means "upscale/".
+	Prefix string
+	// Now is the clock that decides link lifetimes and what the sweeper
+	// deletes. Nil means time.Now.
+	Now func() time.Time
+	// SweepInterval is how often expired objects are deleted. Zero means
+	// ten minutes; negative turns the sweeper off, leaving deletion to the
+	// bucket's lifecycle rule.
+	SweepInterval time.Duration
+}
+
+// Store is an upscale.BlobStore on an S3 bucket. Each result is one object
+// whose key begins with its expiry time, so the sweeper finds every expired
+// object by listing in key order and stopping at the first live one. It is
+// safe for concurrent use; Close stops the sweeper.
+type Store struct {
+	client  *s3.Client
+	presign *s3.PresignClient
+	bucket  string
+	prefix  string
+	now     func() time.Time
+
+	stop, swept chan struct{}
+	closeOnce   sync.Once
+}
+
+var _ upscale.BlobStore = (*Store)(nil)
+
+// NewClient returns a client configured the way the AWS CLI is: region and
+// credentials from the standard environment variables (AWS_REGION,
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE),
+// the shared config files and, on AWS, the instance or task role. A
+// non-empty region overrides the environment's. A non-empty endpoint
+// (http(s)://host:port of an S3-compatible server) is used with path-style
+// addressing, which such servers expect; the region then defaults to
+// us-east-1.
+func NewClient(ctx context.Context, endpoint, region string) (*s3.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: AWS configuration: %w", err)
+	}
+	if region != "" {
+		cfg.Region = region
+	}
+	if cfg.Region == "" && endpoint != "" {
+		cfg.Region = "us-east-1"
+	}
+	if cfg.Region == "" {
+		return nil, errors.New("s3store: no region: set AWS_REGION or pass one")
+	}
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+			o.UsePathStyle = true
+		}
+	}), nil
+}
+
+// New checks that the bucket is reachable with the client's credentials,
+// so a wrong name, region or key fails at start and not at the first
+// request, and starts the sweeper.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Client == nil || opts.Bucket == "" {
+		return nil, errors.New("s3store: Options.Client and Options.Bucket are required")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "upscale/"
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = 10 * time.Minute
+	}
+	if _, err := opts.Client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &opts.Bucket}); err != nil {
+		return nil, fmt.Errorf("s3store: bucket %q: %w", opts.Bucket, err)
+	}
+	s := &Store{
+		client:  opts.Client,
+		presign: s3.NewPresignClient(opts.Client),
+		bucket:  opts.Bucket,
+		prefix:  opts.Prefix,
+		now:     opts.Now,
+		stop:    make(chan struct{}),
+		swept:   make(chan struct{}),
+	}
+	if opts.SweepInterval > 0 {
+		go s.sweepEvery(opts.SweepInterval)
+	} else {
+		close(s.swept)
+	}
+	return s, nil
+}
+
+// Close stops the sweeper; calling it again does nothing. Objects stay,
+// and their links keep working until they expire.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.swept
+	})
+	return nil
+}
+
+// objectKey puts the expiry, in Unix seconds padded to a fixed width, in
+// front of key, so that key order is expiry order.
+func (s *Store) objectKey(key string, expires time.Time) string {
+	return fmt.Sprintf("%s%011d/%s", s.prefix, expires.Unix(), key)
+}
+
+// expiryOf reads back the expiry objectKey wrote; ok is false for an object
+// the store did not write.
+func (s *Store) expiryOf(objectKey string) (expires time.Time, ok bool) {
+	stamp, _, found := strings.Cut(strings.TrimPrefix(objectKey, s.prefix), "/")
+	if !found || len(stamp) != 11 {
+		return time.Time{}, false
+	}
+	unix, err := strconv.ParseInt(stamp, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(unix, 0), true
+}
+
+// Put implements upscale.BlobStore: one PutObject, which S3 makes visible
+// whole or not at all, then a presigned GET lasting until expires (rounded
+// up to the second; at most MaxLinkTTL away).
+func (s *Store) Put(ctx context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+	ttl := expires.Sub(s.now())
+	switch {
+	case ttl <= 0:
+		return "", fmt.Errorf("s3store: %q already expired", key)
+	case ttl > MaxLinkTTL:
+		return "", fmt.Errorf("s3store: link for %q would last %v; presigned links last at most %v", key, ttl, MaxLinkTTL)
+	}
+	objectKey := s.objectKey(key, expires)
+	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        &s.bucket,
+		Key:           &objectKey,
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+		ContentType:   &contentType,
+		// Caches may keep a result as long as its link works, no longer.
+		CacheControl: aws.String("private, max-age=" + strconv.Itoa(int(ttl.Seconds()))),
+	})
+	if err != nil {
+		return "", fmt.Errorf("s3store: put %s: %w", objectKey, err)
+	}
+	link, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &objectKey},
+		s3.WithPresignExpires(time.Duration(math.Ceil(ttl.Seconds()))*time.Second))
+	if err != nil {
+		// No link will ever reach the object; don't leave it for the sweeper.
+		s.client.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &objectKey})
+		return "", fmt.Errorf("s3store: presign %s: %w", objectKey, err)
+	}
+	return link.URL, nil
+}
+
+func (s *Store) sweepEvery(interval time.Duration) {
+	defer close(s.swept)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), interval)
+			s.Sweep(ctx)
+			cancel()
+		}
+	}
+}
+
+// Sweep deletes every object the store wrote whose expiry has passed,
+// returning how many. The sweeper calls it every SweepInterval; other
+// replicas may sweep at the same time, and objects they already deleted
+// count as deleted.
+func (s *Store) Sweep(ctx context.Context) (deleted int, err error) {
+	now := s.now()
+	pages := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &s.prefix})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return deleted, fmt.Errorf("s3store: list %s: %w", s.prefix, err)
+		}
+		var expired []types.ObjectIdentifier
+		live := false
+		for _, obj := range page.Contents {
+			expires, ok := s.expiryOf(aws.ToString(obj.Key))
+			if !ok {
+				continue
+			}
+			if expires.After(now) {
+				live = true
+				break
+			}
+			expired = append(expired, types.ObjectIdentifier{Key: obj.Key})
+		}
+		if len(expired) > 0 { // a page holds at most 1000 keys, DeleteObjects' limit
+			out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+				Bucket: &s.bucket,
+				Delete: &types.Delete{Objects: expired, Quiet: aws.Bool(true)},
+			})
+			if err != nil {
+				return deleted, fmt.Errorf("s3store: delete expired: %w", err)
+			}
+			deleted += len(expired) - len(out.Errors)
+			if len(out.Errors) > 0 {
+				e := out.Errors[0]
+				return deleted, fmt.Errorf("s3store: delete %s: %s", aws.ToString(e.Key), aws.ToString(e.Message))
+			}
+		}
+		if live {
+			break
+		}
+	}
+	return deleted, nil
+}
