@@ -1,7 +1,8 @@
 // Command standalone serves the upscale API on its own: the handler, the
 // libvips engine, keys and quotas in SQLite under -data (or PostgreSQL with
-// -database-url) and results in -data/outputs, configured by flags and an
-// optional JSON file of plans, accounts and keys.
+// -database-url) and results in -data/outputs (or an S3 bucket with
+// -s3-bucket), configured by flags and an optional JSON file of plans,
+// accounts and keys.
 //
 // Without -config it creates a demo account on a free plan and prints its key
 // and a curl command to try it. Admin subcommands (standalone keys create
@@ -26,6 +27,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
@@ -45,6 +47,7 @@ type options struct {
 	linkTTL, engineTimeout      time.Duration
 	allowPrivateSources         bool
 	storage
+	s3Endpoint, s3Bucket, s3Region string
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -82,13 +85,40 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.linkTTL, "link-ttl", time.Hour, "how long output links work")
 	fs.DurationVar(&o.engineTimeout, "engine-timeout", 60*time.Second, "longest the engine may work on one image, queueing included")
 	fs.BoolVar(&o.allowPrivateSources, "allow-private-sources", false, "fetch images from loopback and private addresses on any port (local testing only)")
+	fs.StringVar(&o.s3Bucket, "s3-bucket", "", "keep results in this S3 bucket, behind presigned links (default: files in -data); credentials come from the standard AWS environment variables")
+	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "URL of an S3-compatible server, e.g. http://127.0.0.1:9000 (default: AWS)")
+	fs.StringVar(&o.s3Region, "s3-region", "", "region of the S3 bucket (default: AWS_REGION, or us-east-1 with -s3-endpoint)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	if o.s3Bucket == "" && (o.s3Endpoint != "" || o.s3Region != "") {
+		return o, errors.New("-s3-endpoint and -s3-region need -s3-bucket")
+	}
 	return o, nil
+}
+
+// resultStore is a BlobStore the server closes on the way out. The
+// directory store also serves its links (it is an http.Handler); an S3
+// bucket serves its own.
+type resultStore interface {
+	upscale.BlobStore
+	Close() error
+}
+
+// openResults opens the S3 bucket when -s3-bucket is set, else the
+// directory -data/outputs, whose links point at publicURL/outputs.
+func (o options) openResults(ctx context.Context, publicURL string) (resultStore, error) {
+	if o.s3Bucket == "" {
+		return upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: filepath.Join(o.dataDir, "outputs"), BaseURL: publicURL + "/outputs"})
+	}
+	client, err := s3store.NewClient(ctx, o.s3Endpoint, o.s3Region)
+	if err != nil {
+		return nil, err
+	}
+	return s3store.New(ctx, s3store.Options{Client: client, Bucket: o.s3Bucket})
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -128,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
 	}
-	blobs, err := upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: filepath.Join(o.dataDir, "outputs"), BaseURL: publicURL + "/outputs"})
+	blobs, err := o.openResults(ctx, publicURL)
 	if err != nil {
 		return err
 	}
@@ -150,7 +180,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/upscale", handler)
-	mux.Handle("GET /outputs/", blobs)
+	if links, ok := blobs.(http.Handler); ok {
+		mux.Handle("GET /outputs/", links)
+	}
 	srv := newServer(mux, o.engineTimeout, logger)
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s\n", publicURL)

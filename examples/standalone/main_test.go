@@ -17,11 +17,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/testservers"
+	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
@@ -386,5 +391,109 @@ func TestSeedIsIdempotent(t *testing.T) {
 	}
 	if _, err := store.Authenticate(ctx, revoked); !errors.Is(err, upscale.ErrUnauthorized) {
 		t.Errorf("revoked key after seeding again: %v; want it still revoked", err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testservers.Stop()
+	os.Exit(code)
+}
+
+// TestTwoReplicas runs two standalone processes on one PostgreSQL database
+// and one S3 bucket, as a host with a load balancer would, and sends 200
+// requests at once, alternating between them, on the demo account's 10
+// free images: exactly 10 must succeed, with links either replica's
+// clients can follow.
+func TestTwoReplicas(t *testing.T) {
+	bin := buildStandalone(t)
+	ctx := context.Background()
+	database := testservers.PostgresDatabase(t)
+	server := testservers.S3(t)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_ACCESS_KEY_ID", server.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", server.SecretKey)
+	client, err := s3store.NewClient(ctx, server.Endpoint, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := "replicas-" + strings.ToLower(upscale.NewKey(""))[:12]
+	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
+	defer origin.Close()
+
+	shared := []string{"-database-url", database, "-s3-endpoint", server.Endpoint, "-s3-bucket", bucket}
+	var replicas []*standalone
+	for range 2 { // separate -data: nothing on local disk is shared
+		replicas = append(replicas, startStandalone(t, bin, append(shared, "-data", t.TempDir())...))
+	}
+
+	statuses := make(chan int, 200)
+	links := make(chan string, 200)
+	var wg sync.WaitGroup
+	for i := range 200 {
+		r := replicas[i%2]
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, r.base+"/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin.URL+`/b.png", "scale": 2}`))
+			req.Header.Set("Authorization", "Bearer "+r.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			statuses <- resp.StatusCode
+			var got struct{ URL string }
+			if json.NewDecoder(resp.Body).Decode(&got); resp.StatusCode == http.StatusOK {
+				links <- got.URL
+			}
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	close(links)
+	count := map[int]int{}
+	for s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusOK] != 10 || count[http.StatusTooManyRequests] != 190 {
+		t.Fatalf("statuses %v; want exactly 10×200 and 190×429\nreplica 1:\n%s\nreplica 2:\n%s", count, replicas[0].stderr.String(), replicas[1].stderr.String())
+	}
+	for link := range links {
+		resp, err := http.Get(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.DecodeConfig(resp.Body)
+		resp.Body.Close()
+		if err != nil || img.Width != 512 || !strings.HasPrefix(link, server.Endpoint+"/"+bucket+"/") {
+			t.Errorf("link %s: %d×%d, %v; want a 512-pixel-wide PNG from the bucket", link, img.Width, img.Height, err)
+		}
+	}
+	out, err := exec.Command(bin, "usage", "-account", "demo", "-database-url", database, "-data", t.TempDir()).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "free_pool    used 10") {
+		t.Errorf("usage: %v\n%s\nwant 10 free images used", err, out)
+	}
+	for _, r := range replicas {
+		r.stop(t)
+	}
+}
+
+func TestS3FlagsNeedABucket(t *testing.T) {
+	for _, args := range [][]string{{"-s3-endpoint", "http://127.0.0.1:9000"}, {"-s3-region", "eu-west-1"}} {
+		if _, err := parseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), "-s3-bucket") {
+			t.Errorf("parseFlags(%q) = %v; want an error naming -s3-bucket", args, err)
+		}
+	}
+	o, err := parseFlags([]string{"-s3-bucket", "results", "-s3-endpoint", "http://127.0.0.1:9000"}, io.Discard)
+	if err != nil || o.s3Bucket != "results" {
+		t.Errorf("parseFlags with a bucket = %+v, %v", o, err)
 	}
 }
