@@ -14,9 +14,9 @@
 // Four interfaces make the handler's dependencies pluggable: KeyStore,
 // QuotaLedger, Upscaler and BlobStore. The root package ships in-memory
 // defaults for three of them, and DirBlobStore for results on local disk;
-// keys and quotas on SQLite or PostgreSQL are in sqlstore, and the default
-// Upscaler, on libvips, is in engine/vips, so that this package never needs
-// cgo. Every implementation is held to one contract by the suites in
+// keys and quotas on SQLite or PostgreSQL are in sqlstore, results in an S3
+// bucket in s3store, and the default Upscaler, on libvips, is in
+// engine/vips, so that this package never needs cgo. Every implementation is held to one contract by the suites in
 // upscaletest.
 //
 // # Charging
