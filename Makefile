@@ -1,5 +1,6 @@
 # make run:  install libvips if missing, start the standalone server with a demo key
 # make test: install libvips and PostgreSQL and build versitygw if missing, check formatting, vet, run every test with -race
+# make bench: the engine's quality, speed and memory benchmarks (BENCHMARKS.md)
 # make fuzz: run each fuzz target for FUZZTIME (default 1m); CI runs them for 10s
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -11,7 +12,7 @@ FUZZ_TARGETS := FuzzDecodeRequest FuzzImageURL FuzzAddressPolicy
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW := $(HOME)/.cache/upscale-tools/versitygw-$(VERSITYGW_VERSION)/versitygw
 
-.PHONY: deps test-deps run test fuzz
+.PHONY: deps test-deps run test bench fuzz
 
 # libvips-dev for the default engine (cgo), with gcc and pkg-config to build
 # it; for the tests also PostgreSQL's server binaries and versitygw, from
@@ -42,6 +43,14 @@ test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	UPSCALE_VERSITYGW="$(VERSITYGW)" go test -race ./...
+
+# Quality scores are deterministic, so one run of each is enough; speed and
+# memory runs report images/s, p50/p99 latency and peak RSS side by side
+# with the in-process floor.
+bench: deps
+	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x ./engine/vips
+	go test -run '^$$' -bench 'Throughput' -benchtime 24x ./engine/vips
+	go test -run '^$$' -bench 'LargeScale' -benchtime 3x ./engine/vips
 
 # The seed corpora in testdata/fuzz run with every go test. New inputs found
 # here stay in the Go build cache, but a failing one is written to

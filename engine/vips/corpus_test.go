@@ -160,7 +160,7 @@ func BenchmarkCorruptCorpus(b *testing.B) {
 // returns a function that reports how far the peak has risen above the
 // resident size at the reset. Where the kernel cannot reset the mark, ok is
 // false and the memory bound is not checked.
-func startPeakRSS(t *testing.T) func() (grew int64, ok bool) {
+func startPeakRSS(t testing.TB) func() (grew int64, ok bool) {
 	debug.FreeOSMemory()
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
 		t.Logf("peak memory not measured: %v", err)
@@ -170,7 +170,7 @@ func startPeakRSS(t *testing.T) func() (grew int64, ok bool) {
 	return func() (int64, bool) { return (procStatusKB(t, "VmHWM") - base) << 10, true }
 }
 
-func procStatusKB(t *testing.T, field string) int64 {
+func procStatusKB(t testing.TB, field string) int64 {
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		t.Fatal(err)

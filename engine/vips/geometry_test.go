@@ -1,0 +1,178 @@
+package vips_test
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"testing"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+)
+
+func upscalePNG(t *testing.T, src image.Image, opts upscale.Options) image.Image {
+	t.Helper()
+	img, err := vips.New(vips.Options{}).Upscale(context.Background(), encodePNG(t, src), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := png.Decode(bytes.NewReader(img.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestSamplingIsCentred puts one bright pixel at (4, 2) of a black 9×5
+// image: enlarged s times, its light must be centred where that pixel's
+// centre lands, ((4 + 0.5)·s − 0.5, (2 + 0.5)·s − 0.5), not shifted by a
+// fraction of a pixel as plain vips_affine leaves it.
+func TestSamplingIsCentred(t *testing.T) {
+	for _, scale := range upscale.Scales {
+		for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
+			src := image.NewGray(image.Rect(0, 0, 9, 5))
+			src.SetGray(4, 2, color.Gray{200})
+			out := upscalePNG(t, src, upscale.Options{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
+			var mass, mx, my float64
+			for y := range out.Bounds().Dy() {
+				for x := range out.Bounds().Dx() {
+					v, _, _, _ := out.At(x, y).RGBA()
+					mass += float64(v)
+					mx += float64(v) * float64(x)
+					my += float64(v) * float64(y)
+				}
+			}
+			wantX, wantY := 4.5*float64(scale)-0.5, 2.5*float64(scale)-0.5
+			if gotX, gotY := mx/mass, my/mass; math.Abs(gotX-wantX) > 0.01 || math.Abs(gotY-wantY) > 0.01 {
+				t.Errorf("×%d %s: light centred at (%.3f, %.3f), want (%.1f, %.1f)", scale, imageType, gotX, gotY, wantX, wantY)
+			}
+		}
+	}
+}
+
+// TestEdgesExtend enlarges a flat image: every result pixel must keep the
+// colour, none fades toward black at the borders.
+func TestEdgesExtend(t *testing.T) {
+	src := image.NewNRGBA(image.Rect(0, 0, 7, 5))
+	want := color.NRGBA{200, 100, 50, 255}
+	for i := range 7 * 5 {
+		copy(src.Pix[4*i:], []uint8{want.R, want.G, want.B, want.A})
+	}
+	out := upscalePNG(t, src, upscale.Options{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+	for y := range 20 {
+		for x := range 28 {
+			if got := color.NRGBAModel.Convert(out.At(x, y)); got != want {
+				t.Fatalf("pixel (%d, %d) = %v, want %v everywhere", x, y, got, want)
+			}
+		}
+	}
+}
+
+// TestAlphaEdgesNotDarkened: white opaque pixels next to transparent black
+// ones. Resampling without premultiplying mixes the hidden black into the
+// edge and greys it; every visible result pixel must stay white.
+func TestAlphaEdgesNotDarkened(t *testing.T) {
+	src := image.NewNRGBA(image.Rect(0, 0, 16, 16))
+	for y := range 16 {
+		for x := range 8 {
+			src.SetNRGBA(x, y, color.NRGBA{255, 255, 255, 255})
+		}
+	}
+	out := upscalePNG(t, src, upscale.Options{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	edge := 0
+	for y := range 64 {
+		for x := range 64 {
+			c := color.NRGBAModel.Convert(out.At(x, y)).(color.NRGBA)
+			if c.A > 0 && c.A < 255 {
+				edge++
+			}
+			if c.A >= 8 && (c.R < 250 || c.G < 250 || c.B < 250) {
+				t.Fatalf("pixel (%d, %d) = %v: a visible pixel darkened by the transparent ones", x, y, c)
+			}
+		}
+	}
+	if edge == 0 {
+		t.Error("no partly transparent pixel at the edge: the alpha was not resampled")
+	}
+}
+
+func TestSixteenBitAndGreyKept(t *testing.T) {
+	grey16 := image.NewGray16(image.Rect(0, 0, 10, 6))
+	rgb16 := image.NewNRGBA64(image.Rect(0, 0, 10, 6))
+	grey := image.NewGray(image.Rect(0, 0, 10, 6))
+	for y := range 6 {
+		for x := range 10 {
+			v := uint16(x*6000 + y*1000 + 7) // low bits that 8 bits would lose
+			grey16.SetGray16(x, y, color.Gray16{v})
+			rgb16.SetNRGBA64(x, y, color.NRGBA64{v, 65535 - v, v / 2, 65535})
+			grey.SetGray(x, y, color.Gray{uint8(x * 20)})
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		src   image.Image
+		model color.Model
+	}{
+		{"Gray16", grey16, color.Gray16Model},
+		{"RGB16", rgb16, color.RGBA64Model},
+		{"Gray", grey, color.GrayModel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := upscalePNG(t, tc.src, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+			if out.ColorModel() != tc.model || out.Bounds().Size() != image.Pt(20, 12) {
+				t.Errorf("result: %T, %v; want the source's pixel format at 20×12", out, out.Bounds().Size())
+			}
+			if tc.model != color.GrayModel {
+				odd := 0
+				for x := range 20 {
+					if r, _, _, _ := out.At(x, 6).RGBA(); r&0xFF != r>>8 {
+						odd++ // a value 8 bits could not hold
+					}
+				}
+				if odd == 0 {
+					t.Error("every value is an 8-bit one: the result lost the source's depth")
+				}
+			}
+		})
+	}
+}
+
+// TestCMYKJPEG: a CMYK JPEG (libvips writes one through bimg) comes out as
+// an sRGB JPEG of the same colour.
+func TestCMYKJPEG(t *testing.T) {
+	src := image.NewNRGBA(image.Rect(0, 0, 16, 16))
+	want := color.NRGBA{200, 40, 40, 255}
+	for i := range 16 * 16 {
+		copy(src.Pix[4*i:], []uint8{want.R, want.G, want.B, want.A})
+	}
+	cmyk, err := bimg.NewImage(encodePNG(t, src)).Process(bimg.Options{Type: bimg.JPEG, Quality: 95, Interpretation: bimg.InterpretationCMYK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta, _ := bimg.NewImage(cmyk).Metadata(); meta.Space != "cmyk" {
+		t.Fatalf("test source is %q, want a CMYK JPEG", meta.Space)
+	}
+	img, err := vips.New(vips.Options{}).Upscale(context.Background(), cmyk, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := bimg.NewImage(img.Data).Metadata()
+	if err != nil || meta.Space != "srgb" || meta.Channels != 3 || img.ContentType != "image/jpeg" {
+		t.Fatalf("result: %+v, %v; want a 3-channel sRGB JPEG", meta, err)
+	}
+	out, _, err := image.Decode(bytes.NewReader(img.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := color.NRGBAModel.Convert(out.At(16, 16)).(color.NRGBA)
+	for _, d := range []int{int(got.R) - int(want.R), int(got.G) - int(want.G), int(got.B) - int(want.B)} {
+		if d < -20 || d > 20 {
+			t.Fatalf("colour %v after the CMYK round trip, want about %v", got, want)
+		}
+	}
+}

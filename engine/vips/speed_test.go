@@ -1,0 +1,153 @@
+package vips_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+)
+
+// photoJPEG returns a side×side JPEG (quality 90) of Set14's baboon, whose
+// fur is about as costly to encode as photos get.
+func photoJPEG(b *testing.B, side int) []byte {
+	src, err := os.ReadFile("../../testdata/sr/Set14/baboon.png")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := bimg.NewImage(src).Process(bimg.Options{Width: side, Height: side, Force: true, Enlarge: true, Type: bimg.JPEG, Quality: 90})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// timeEach runs do b.N times on concurrency goroutines and reports
+// images/s, the 50th and 99th percentile latency, and how far the
+// process's peak RSS rose above its resident size at the start.
+func timeEach(b *testing.B, concurrency int, do func() error) {
+	peak := startPeakRSS(b)
+	var next atomic.Int64
+	latencies := make([]time.Duration, b.N)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+				t := time.Now()
+				if err := do(); err != nil {
+					b.Error(err)
+					return
+				}
+				latencies[i] = time.Since(t)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(latencies)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "images/s")
+	b.ReportMetric(float64(latencies[b.N/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(latencies[min(b.N-1, b.N*99/100)].Microseconds())/1000, "p99-ms")
+	if grew, ok := peak(); ok {
+		b.ReportMetric(float64(grew)/(1<<20), "peakRSS-MiB")
+	}
+}
+
+// BenchmarkThroughput runs the engine alone in a loop (the floor) and the
+// whole handler over HTTP (fetch from a loopback origin, enlarge, store in
+// memory, answer) on a 1024×1024 JPEG, side by side in one run.
+func BenchmarkThroughput(b *testing.B) {
+	src := photoJPEG(b, 1024)
+	engine := vips.New(vips.Options{})
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/jpeg")
+		w.Write(src)
+	}))
+	defer origin.Close()
+	server := newBenchServer(b, engine)
+	defer server.Close()
+	for _, scale := range []int{2, 4} {
+		for _, concurrency := range []int{1, 2, 8} {
+			opts := upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+			b.Run(fmt.Sprintf("x%d/c%d/floor", scale, concurrency), func(b *testing.B) {
+				timeEach(b, concurrency, func() error {
+					_, err := engine.Upscale(context.Background(), src, opts)
+					return err
+				})
+			})
+			b.Run(fmt.Sprintf("x%d/c%d/handler", scale, concurrency), func(b *testing.B) {
+				body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d, "imageType": "photo", "denoise": "none"}`, origin.URL+"/photo.jpg", scale)
+				timeEach(b, concurrency, func() error { return post(server.URL, body) })
+			})
+		}
+	}
+}
+
+// BenchmarkLargeScale enlarges a 512×512 JPEG ×8 and ×16, one at a time.
+func BenchmarkLargeScale(b *testing.B) {
+	src := photoJPEG(b, 512)
+	engine := vips.New(vips.Options{})
+	for _, scale := range []int{8, 16} {
+		b.Run(fmt.Sprintf("x%d", scale), func(b *testing.B) {
+			timeEach(b, 1, func() error {
+				_, err := engine.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+				return err
+			})
+		})
+	}
+}
+
+func newBenchServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
+	ctx := context.Background()
+	keys := upscale.NewMemoryKeyStore()
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	if err := errors.Join(
+		ledger.PutAccount(ctx, upscale.Account{ID: "bench", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true, MaxFileBytes: 50 << 20}}),
+		keys.Add(ctx, "bench-key-0123456789", "bench"),
+	); err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	server := httptest.NewServer(mux)
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: server.URL + "/results", CleanupInterval: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	handler, err := upscale.New(upscale.Config{Keys: keys, Ledger: ledger, Upscaler: engine, Blobs: blobs, AllowPrivateNetworks: true, LinkTTL: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux.Handle("/api/v1/upscale", handler)
+	mux.Handle("/results/", blobs)
+	return server
+}
+
+func post(base, body string) error {
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer bench-key-0123456789")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
