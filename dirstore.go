@@ -11,8 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/periodic"
 )
 
 // DirBlobStoreOptions configures a DirBlobStore.
@@ -44,8 +45,7 @@ type DirBlobStore struct {
 	now    func() time.Time
 	http.Handler
 
-	stop, swept chan struct{}
-	closeOnce   sync.Once
+	sweeper *periodic.Job
 }
 
 var _ BlobStore = (*DirBlobStore)(nil)
@@ -85,9 +85,9 @@ func NewDirBlobStore(opts DirBlobStoreOptions) (*DirBlobStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &DirBlobStore{dir: opts.Dir, signer: signer, now: opts.Now, stop: make(chan struct{}), swept: make(chan struct{})}
+	s := &DirBlobStore{dir: opts.Dir, signer: signer, now: opts.Now}
 	s.Handler = signer.Handler(s.open)
-	go s.sweepEvery(opts.SweepInterval)
+	s.sweeper = periodic.Start(opts.SweepInterval, s.Sweep)
 	return s, nil
 }
 
@@ -115,10 +115,7 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 // Close stops the sweeper; calling it again does nothing. Files stay, and a
 // new store on the directory serves them.
 func (s *DirBlobStore) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.stop)
-		<-s.swept
-	})
+	s.sweeper.Stop()
 	return nil
 }
 
@@ -211,20 +208,6 @@ func (s *DirBlobStore) open(_ context.Context, key string) ([]byte, string, erro
 		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
 	}
 	return data, m.ContentType, err
-}
-
-func (s *DirBlobStore) sweepEvery(interval time.Duration) {
-	defer close(s.swept)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-			s.Sweep()
-		}
-	}
 }
 
 // orphanAge is how old a temporary file, or a result without metadata, must

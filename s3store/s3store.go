@@ -26,7 +26,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -35,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/periodic"
 )
 
 // MaxLinkTTL is the longest a presigned link can last (SigV4's limit).
@@ -71,8 +71,7 @@ type Store struct {
 	prefix  string
 	now     func() time.Time
 
-	stop, swept chan struct{}
-	closeOnce   sync.Once
+	sweeper *periodic.Job
 }
 
 var _ upscale.BlobStore = (*Store)(nil)
@@ -132,24 +131,19 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		bucket:  opts.Bucket,
 		prefix:  opts.Prefix,
 		now:     opts.Now,
-		stop:    make(chan struct{}),
-		swept:   make(chan struct{}),
 	}
-	if opts.SweepInterval > 0 {
-		go s.sweepEvery(opts.SweepInterval)
-	} else {
-		close(s.swept)
-	}
+	s.sweeper = periodic.Start(opts.SweepInterval, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opts.SweepInterval)
+		defer cancel()
+		s.Sweep(ctx)
+	})
 	return s, nil
 }
 
 // Close stops the sweeper; calling it again does nothing. Objects stay,
 // and their links keep working until they expire.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		close(s.stop)
-		<-s.swept
-	})
+	s.sweeper.Stop()
 	return nil
 }
 
@@ -205,22 +199,6 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 		return "", fmt.Errorf("s3store: presign %s: %w", objectKey, err)
 	}
 	return link.URL, nil
-}
-
-func (s *Store) sweepEvery(interval time.Duration) {
-	defer close(s.swept)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-			ctx, cancel := context.WithTimeout(context.Background(), interval)
-			s.Sweep(ctx)
-			cancel()
-		}
-	}
 }
 
 // Sweep deletes every object the store wrote whose expiry has passed,

@@ -1,5 +1,8 @@
-// Package vips is the default upscale.Upscaler: libvips through
-// github.com/h2non/bimg. It needs cgo and libvips (Debian: libvips-dev).
+// Package vips is the default upscale.Upscaler, on libvips. bimg starts
+// libvips and reads image headers; the enlargement itself is one cgo
+// pipeline (libvips.go), because bimg cannot sample centred, stream with
+// sequential access, premultiply alpha or decode strictly. It needs cgo
+// and libvips (Debian: libvips-dev).
 package vips
 
 import (

@@ -1,0 +1,28 @@
+package periodic
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestRunsUntilStopped(t *testing.T) {
+	var runs atomic.Int64
+	j := Start(time.Millisecond, func() { runs.Add(1) })
+	for runs.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	j.Stop()
+	after := runs.Load()
+	time.Sleep(10 * time.Millisecond)
+	if runs.Load() != after {
+		t.Errorf("ran %d more times after Stop", runs.Load()-after)
+	}
+	j.Stop() // a second Stop returns at once
+}
+
+func TestNonpositiveIntervalRunsNothing(t *testing.T) {
+	j := Start(0, func() { t.Error("ran with interval 0") })
+	time.Sleep(5 * time.Millisecond)
+	j.Stop()
+}
