@@ -2,9 +2,14 @@ package vips
 
 /*
 #cgo pkg-config: vips
+#cgo CFLAGS: -O3
+#cgo LDFLAGS: -lm
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <vips/vips.h>
+
+#include "denoise.h"
 
 static void restrict_loaders(void) {
 	vips_block_untrusted_set(TRUE);
@@ -35,10 +40,9 @@ enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP };
 // up_params is one enlargement, as recipe() in Go chooses it.
 typedef struct {
 	int scale;
-	int sequential;           // load with sequential access (no autorot, no denoise)
+	int sequential;           // load with sequential access (not when rotating)
 	const char *interpolator; // a VipsInterpolate nickname: "nohalo", "bicubic", ...
-	double denoise;           // detail shrinkage threshold in noise sigmas; 0 is off
-	double denoise_blur;      // sigma of the blur that splits detail from base
+	denoise_params denoise;
 	double sharpen;           // unsharp-mask amount, applied to the source; 0 is off
 	double sharpen_sigma;
 	int clamp;                // 0, or clamp each result pixel to the range of its 2x2 or 3x3 source pixels
@@ -53,40 +57,98 @@ typedef struct {
 // context object owns: unreffing the context frees every image at once.
 #define STEP(call) do { if (call) goto done; x = t[i++]; } while (0)
 
-// noise_sigma estimates the standard deviation of additive noise in in
-// (all bands averaged) from the median absolute response of Immerkaer's
-// Laplacian-difference mask, which cancels smooth ramps and is 6 sigma
-// wide for white noise. The median keeps edges and texture, which are few
-// pixels, from counting as noise.
-static int noise_sigma(VipsObject *ctx, VipsImage *in, double *sigma) {
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 6);
-	int median;
-	// The response is scaled by 8 before it is made an integer for the
-	// histogram, so the median keeps a resolution of 1/8.
+// The colour planes the denoiser works in: JPEG's Y, Cb and Cr.
+static double ycbcr[9] = {
+	0.299, 0.587, 0.114,
+	-0.168736, -0.331264, 0.5,
+	0.5, -0.418688, -0.081312,
+};
+
+// noise_sigmas estimates the standard deviation of white noise in each of
+// the colour planes of in from the median absolute response of Immerkaer's
+// mask, which cancels smooth ramps and is 6 sigma wide for white noise;
+// the median keeps edges and texture, which are few pixels, from counting
+// as noise. unit is one grey level of the source's format (1, or 257 for
+// 16-bit).
+static int noise_sigmas(VipsObject *ctx, VipsImage *in, int colour, double unit, double sigma[3]) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 9);
+	// The response is kept in 1/8 grey levels in a 16-bit histogram.
+	double scale = 8.0 / unit;
 	t[0] = vips_image_new_matrixv(3, 3, 1.0, -2.0, 1.0, -2.0, 4.0, -2.0, 1.0, -2.0, 1.0);
-	if (vips_bandmean(in, &t[1], NULL) ||
-		vips_conv(t[1], &t[2], t[0], "precision", VIPS_PRECISION_FLOAT, NULL) ||
-		vips_abs(t[2], &t[3], NULL) ||
-		vips_linear1(t[3], &t[4], 8.0, 0.0, NULL) ||
-		vips_cast(t[4], &t[5], VIPS_FORMAT_USHORT, NULL) ||
-		vips_percent(t[5], 50.0, &median, NULL))
+	t[1] = vips_image_new_matrix_from_array(3, 3, ycbcr, 9);
+	if (vips_extract_band(in, &t[2], 0, "n", colour, NULL) ||
+		(colour == 3 ? vips_recomb(t[2], &t[3], t[1], NULL) : vips_copy(t[2], &t[3], NULL)) ||
+		vips_conv(t[3], &t[4], t[0], "precision", VIPS_PRECISION_FLOAT, NULL) ||
+		vips_abs(t[4], &t[5], NULL) ||
+		vips_linear1(t[5], &t[6], scale, 0.0, NULL) ||
+		vips_cast(t[6], &t[7], VIPS_FORMAT_USHORT, NULL) ||
+		vips_hist_find(t[7], &t[8], NULL) ||
+		vips_image_wio_input(t[8]))
 		return -1;
-	*sigma = median / 8.0 / (6.0 * 0.6745);
+	// The histogram is one row of 65536 counts per band.
+	const guint *counts = (const guint *) VIPS_IMAGE_ADDR(t[8], 0, 0);
+	for (int c = 0; c < colour; c++) {
+		guint64 total = 0, seen = 0;
+		int v = 0;
+		for (int i = 0; i < t[8]->Xsize; i++)
+			total += counts[i * colour + c];
+		while (v < t[8]->Xsize - 1 && (seen += counts[v * colour + c]) * 2 < total)
+			v++;
+		sigma[c] = v / scale / (6.0 * 0.6745);
+	}
 	return 0;
 }
 
-// shrink_detail splits in into a blurred base and the detail around it,
-// and shrinks each detail value d by d^2 / (d^2 + (k sigma)^2): detail at
-// the noise's own amplitude mostly goes, edges well above it stay.
-static int shrink_detail(VipsObject *ctx, VipsImage *in, VipsImage **out, double blur, double threshold) {
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 6);
-	return vips_gaussblur(in, &t[0], blur, "precision", VIPS_PRECISION_FLOAT, NULL) ||
-		vips_subtract(in, t[0], &t[1], NULL) ||
-		vips_multiply(t[1], t[1], &t[2], NULL) ||
-		vips_linear1(t[2], &t[3], 1.0, threshold * threshold, NULL) ||
-		vips_divide(t[2], t[3], &t[4], NULL) ||
-		vips_multiply(t[1], t[4], &t[5], NULL) ||
-		vips_add(t[0], t[5], out, NULL);
+// denoise_job is one image's denoising, shared by its tiles.
+typedef struct {
+	denoise_params params;
+	double sigma[3];
+	int colour;
+} denoise_job;
+
+// denoise_tile makes one tile of the denoised image from the tile and the
+// 8 pixels around it, which the blocks covering its edge pixels reach.
+static int denoise_tile(VipsRegion *out, void *seq, void *a, void *b, gboolean *stop) {
+	VipsRegion *in = (VipsRegion *) seq;
+	const denoise_job *job = (const denoise_job *) b;
+	const VipsRect *r = &out->valid;
+	VipsRect image = {0, 0, in->im->Xsize, in->im->Ysize};
+	VipsRect need = {r->left - 8, r->top - 8, r->width + 16, r->height + 16};
+	vips_rect_intersectrect(&need, &image, &need);
+	if (vips_region_prepare(in, &need))
+		return -1;
+	size_t row = (size_t) need.width * in->im->Bands;
+	float *buf = g_try_malloc(row * need.height * sizeof(float));
+	if (!buf) {
+		vips_error("upscale", "out of memory for denoising");
+		return -1;
+	}
+	for (int y = 0; y < need.height; y++)
+		memcpy(buf + y * row, VIPS_REGION_ADDR(in, need.left, need.top + y), row * sizeof(float));
+	int status = denoise_image(buf, need.width, need.height, in->im->Bands, job->colour, job->sigma,
+		(8 - need.left % 8) % 8, (8 - need.top % 8) % 8, &job->params);
+	if (status == 0)
+		for (int y = 0; y < r->height; y++)
+			memcpy(VIPS_REGION_ADDR(out, r->left, r->top + y),
+				buf + (size_t) (r->top + y - need.top) * row + (size_t) (r->left - need.left) * in->im->Bands,
+				(size_t) r->width * in->im->Bands * sizeof(float));
+	else
+		vips_error("upscale", "out of memory for denoising");
+	g_free(buf);
+	return status;
+}
+
+// denoise filters in (float) tile by tile as job says. Tiles are cached,
+// since the steps after it read overlapping areas.
+static int denoise(VipsObject *ctx, VipsImage *in, VipsImage **out, denoise_job *job) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 1);
+	const int tile = 128;
+	t[0] = vips_image_new();
+	if (vips_image_pipelinev(t[0], VIPS_DEMAND_STYLE_SMALLTILE, in, NULL) ||
+		vips_image_generate(t[0], vips_start_one, denoise_tile, vips_stop_one, in, job))
+		return -1;
+	return vips_tilecache(t[0], out, "tile_width", tile, "tile_height", tile,
+		"max_tiles", 3 * (in->Xsize / tile + 1), NULL);
 }
 
 // clamp_to limits in, band by band, to [lo, hi].
@@ -107,6 +169,7 @@ static int upscale(const void *buf, size_t len, const up_params *p, void **out, 
 	VipsInterpolate *interpolate = NULL;
 	VipsArrayInt *area = NULL;
 	VipsImage *x, *source;
+	denoise_job job;
 	int i = 0, status = -1;
 
 	STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "",
@@ -115,23 +178,24 @@ static int upscale(const void *buf, size_t len, const up_params *p, void **out, 
 	STEP(vips_autorot(x, &t[i], NULL));
 	if (x->Type == VIPS_INTERPRETATION_CMYK)
 		STEP(vips_icc_transform(x, &t[i], "srgb", "input_profile", "cmyk", "embedded", TRUE, NULL));
-	if (p->denoise > 0) // two passes over the source: estimate the noise, then filter
-		STEP(!(t[i] = vips_image_copy_memory(x)));
 	VipsBandFormat format = x->BandFmt;
 	int alpha = vips_image_hasalpha(x);
 
 	// Work in float, with colour premultiplied by alpha so that transparent
 	// pixels, whatever colour they hide, do not bleed into their neighbours.
+	if (p->denoise.step > 0) // read twice: to measure the noise, then to filter
+		STEP(!(t[i] = vips_image_copy_memory(x)));
 	if (alpha)
 		STEP(vips_premultiply(x, &t[i], NULL));
 	else
 		STEP(vips_cast(x, &t[i], VIPS_FORMAT_FLOAT, NULL));
 
-	if (p->denoise > 0) {
-		double sigma;
-		if (noise_sigma(ctx, x, &sigma))
+	if (p->denoise.step > 0) {
+		job.params = p->denoise;
+		job.colour = x->Bands - alpha >= 3 ? 3 : 1;
+		if (noise_sigmas(ctx, x, job.colour, format == VIPS_FORMAT_USHORT ? 257.0 : 1.0, job.sigma))
 			goto done;
-		STEP(shrink_detail(ctx, x, &t[i], p->denoise_blur, p->denoise * sigma));
+		STEP(denoise(ctx, x, &t[i], &job));
 	}
 	source = x;
 	if (p->sharpen > 0) {
@@ -264,18 +328,16 @@ const (
 
 // run decodes src strictly and enlarges it by scale following r, in one
 // libvips pipeline that streams from the decoder to the encoder, and
-// returns the encoded result. Sequential access keeps only a few source
-// rows in memory; it is off when the source must be turned (EXIF
-// orientation) or read twice (denoising).
-func run(src []byte, f format, scale int, r recipe, sequential bool) ([]byte, error) {
+// returns the encoded result. orientation is the source's EXIF orientation:
+// sequential access, which keeps only a few source rows in memory, is on
+// unless the source must be turned.
+func run(src []byte, f format, scale int, r recipe, orientation int) ([]byte, error) {
 	interpolator := C.CString(r.interpolator)
 	defer C.free(unsafe.Pointer(interpolator))
 	params := C.up_params{
 		scale:         C.int(scale),
-		sequential:    cBool(sequential),
+		sequential:    cBool(orientation <= 1),
 		interpolator:  interpolator,
-		denoise:       C.double(r.denoise),
-		denoise_blur:  C.double(r.denoiseBlur),
 		sharpen:       C.double(r.sharpen),
 		sharpen_sigma: C.double(r.sharpenSigma),
 		clamp:         C.int(r.clamp),
@@ -284,6 +346,20 @@ func run(src []byte, f format, scale int, r recipe, sequential bool) ([]byte, er
 		subsample:     C.int(f.subsample),
 		compression:   C.int(f.compression),
 		effort:        C.int(f.effort),
+	}
+	if d := r.denoise; d.step > 0 {
+		params.denoise = C.denoise_params{noise_threshold: C.double(d.noise), quant_threshold: C.double(d.quant), step: C.int(d.step)}
+		if luma, chroma, ok := quantTables(src); ok {
+			if orientation >= 5 { // autorot turns the blocks a quarter
+				luma, chroma = transpose(luma), transpose(chroma)
+			}
+			params.denoise.has_tables = 1
+			// A turned image's blocks no longer start where the file's did.
+			params.denoise.project = cBool(orientation <= 1)
+			for i := range 64 {
+				params.denoise.luma_table[i], params.denoise.chroma_table[i] = C.float(luma[i]), C.float(chroma[i])
+			}
+		}
 	}
 	var out unsafe.Pointer
 	var n C.size_t

@@ -69,9 +69,11 @@ func (m *rgbImage) toNRGBA() *image.NRGBA {
 
 func to8(v float64) uint8 { return uint8(math.Round(min(255, max(0, v)))) }
 
-func (m *rgbImage) png(tb testing.TB) []byte {
+func (m *rgbImage) png(tb testing.TB) []byte { return encodeImagePNG(tb, m.toNRGBA()) }
+
+func encodeImagePNG(tb testing.TB, img image.Image) []byte {
 	var buf bytes.Buffer
-	if err := png.Encode(&buf, m.toNRGBA()); err != nil {
+	if err := png.Encode(&buf, img); err != nil {
 		tb.Fatal(err)
 	}
 	return buf.Bytes()
@@ -242,16 +244,17 @@ func ssim(a, b []float64, w, h int) float64 {
 	return sum / float64(len(muA))
 }
 
-// degradation spoils an LR image the way a real source may be spoilt.
+// degradation is how a real source may be spoilt: it turns an LR image
+// into the file the engine is given.
 type degradation struct {
-	name  string
-	apply func(tb testing.TB, lr *rgbImage) *rgbImage
+	name   string
+	source func(tb testing.TB, lr *rgbImage) []byte
 }
 
-var clean = degradation{"clean", func(_ testing.TB, lr *rgbImage) *rgbImage { return lr }}
+var clean = degradation{"clean", func(tb testing.TB, lr *rgbImage) []byte { return lr.png(tb) }}
 
 func gaussianNoise(sigma float64) degradation {
-	return degradation{"noise σ" + strconv.Itoa(int(sigma)), func(_ testing.TB, lr *rgbImage) *rgbImage {
+	return degradation{"noise σ" + strconv.Itoa(int(sigma)), func(tb testing.TB, lr *rgbImage) []byte {
 		rng := rand.New(rand.NewPCG(uint64(sigma), uint64(lr.w*lr.h))) // the same noise every run
 		out := newRGB(lr.w, lr.h)
 		for _, p := range [][2][]float64{{lr.r, out.r}, {lr.g, out.g}, {lr.b, out.b}} {
@@ -259,18 +262,32 @@ func gaussianNoise(sigma float64) degradation {
 				p[1][i] = float64(to8(v + sigma*rng.NormFloat64()))
 			}
 		}
-		return out
+		return out.png(tb)
 	}}
 }
 
+// jpegArtefacts is LR saved as a JPEG (Go's encoder: 4:2:0, the IJG
+// tables scaled to quality), which the engine is given as it is.
 func jpegArtefacts(quality int) degradation {
-	return degradation{"JPEG q" + strconv.Itoa(quality), func(tb testing.TB, lr *rgbImage) *rgbImage {
-		var buf bytes.Buffer
-		if err := jpeg.Encode(&buf, lr.toNRGBA(), &jpeg.Options{Quality: quality}); err != nil {
-			tb.Fatal(err)
-		}
-		return decodeRGB(tb, buf.Bytes())
+	return degradation{"JPEG q" + strconv.Itoa(quality), func(tb testing.TB, lr *rgbImage) []byte {
+		return encodeJPEG(tb, lr, quality)
 	}}
+}
+
+// jpegAsPNG is LR saved as a JPEG, decoded and saved again as a PNG: the
+// artefacts are there, the quantisation tables that describe them are not.
+func jpegAsPNG(quality int) degradation {
+	return degradation{"JPEG q" + strconv.Itoa(quality) + " as PNG", func(tb testing.TB, lr *rgbImage) []byte {
+		return decodeRGB(tb, encodeJPEG(tb, lr, quality)).png(tb)
+	}}
+}
+
+func encodeJPEG(tb testing.TB, m *rgbImage, quality int) []byte {
+	var buf bytes.Buffer
+	if err := jpeg.Encode(&buf, m.toNRGBA(), &jpeg.Options{Quality: quality}); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // score enlarges every image of set degraded by d with r at scale, and
@@ -278,8 +295,7 @@ func jpegArtefacts(quality int) degradation {
 func score(tb testing.TB, set []*rgbImage, scale int, d degradation, r recipe) (meanPSNR, meanSSIM float64) {
 	for _, hr := range set {
 		hr = hr.crop(hr.w-hr.w%scale, hr.h-hr.h%scale)
-		lr := d.apply(tb, matlabShrink(hr, scale))
-		out, err := run(lr.png(tb), pngFormat, scale, r, r.denoise == 0)
+		out, err := run(d.source(tb, matlabShrink(hr, scale)), pngFormat, scale, r, 1)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -381,11 +397,11 @@ func TestAnimeBeatsPhotoOnCelImages(t *testing.T) {
 // level below it does.
 func TestDenoiseIsMonotonic(t *testing.T) {
 	butterfly := loadSet(t, "Set5")[1]
-	noisy := gaussianNoise(15).apply(t, matlabShrink(butterfly, 2)).png(t)
+	noisy := gaussianNoise(15).source(t, matlabShrink(butterfly, 2))
 	var plain *rgbImage
 	previous := -1.0
 	for _, level := range levels {
-		out, err := run(noisy, pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), level == upscale.DenoiseNone)
+		out, err := run(noisy, pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +455,7 @@ func BenchmarkQuality(b *testing.B) {
 // spoilt by Gaussian noise and by JPEG compression.
 func BenchmarkDenoise(b *testing.B) {
 	images := loadSet(b, "Set5")
-	for _, d := range []degradation{clean, gaussianNoise(5), gaussianNoise(15), gaussianNoise(25), jpegArtefacts(30), jpegArtefacts(60)} {
+	for _, d := range []degradation{clean, gaussianNoise(5), gaussianNoise(15), gaussianNoise(25), jpegArtefacts(30), jpegArtefacts(60), jpegAsPNG(30)} {
 		for _, level := range levels {
 			b.Run(d.name+"/"+string(level), func(b *testing.B) {
 				for range b.N {

@@ -98,17 +98,27 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
-// BenchmarkLargeScale enlarges a 512×512 JPEG ×8 and ×16, one at a time.
+// BenchmarkLargeScale enlarges a 512×512 JPEG ×8 and ×16, and a 4096×4096
+// one ×2, one at a time, without denoising and with the spec's default
+// (max), whose filter works on a copy of the source.
 func BenchmarkLargeScale(b *testing.B) {
-	src := photoJPEG(b, 512)
 	engine := vips.New(vips.Options{})
-	for _, scale := range []int{8, 16} {
-		b.Run(fmt.Sprintf("x%d", scale), func(b *testing.B) {
-			timeEach(b, 1, func() error {
-				_, err := engine.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
-				return err
-			})
-		})
+	for _, side := range []int{512, 4096} {
+		src := photoJPEG(b, side)
+		scales := []int{8, 16}
+		if side == 4096 {
+			scales = []int{2}
+		}
+		for _, scale := range scales {
+			for _, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
+				b.Run(fmt.Sprintf("%d/x%d/%s", side, scale, level), func(b *testing.B) {
+					timeEach(b, 1, func() error {
+						_, err := engine.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: level})
+						return err
+					})
+				})
+			}
+		}
 	}
 }
 

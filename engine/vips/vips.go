@@ -116,12 +116,19 @@ func sniff(src []byte) (format, bool) {
 
 // recipe is how one imageType and denoise level enlarge an image.
 type recipe struct {
-	interpolator string  // libvips interpolator nickname
-	denoise      float64 // detail below this many noise sigmas is shrunk away; 0 is off
-	denoiseBlur  float64 // sigma of the blur that splits detail from base
+	interpolator string // libvips interpolator nickname
+	denoise      denoising
 	sharpen      float64 // unsharp-mask amount, on the source; 0 is off
 	sharpenSigma float64 // in source pixels
 	clamp        int     // 0, or clamp each result pixel to the range of its 2×2 or 3×3 source pixels
+}
+
+// denoising is one denoise level's filter (denoise.c); the zero value is
+// off.
+type denoising struct {
+	noise float64 // drop DCT coefficients below noise × the measured noise sigma
+	quant float64 // and, for a JPEG source, below quant × the step JPEG rounded them to
+	step  int     // shift between block grids, in pixels
 }
 
 // recipeFor chooses the recipe for opts. Every value was chosen by the
@@ -140,35 +147,33 @@ type recipe struct {
 //     on flat colours and outlines, where the clamp keeps edges free of
 //     ringing, and costs on photographic texture.
 //
-// Denoise levels shrink fine detail below a threshold of k noise sigmas,
-// sigma being measured on each image, so a clean image is barely touched;
-// stronger levels raise k and halve the sharpening, which would amplify
-// what noise is left:
+// Denoise levels filter the source before it is sharpened and enlarged
+// (denoise.c): in 8×8 DCT blocks on grids 2 pixels apart, every
+// coefficient below k times the noise measured in that plane is dropped,
+// and for a JPEG source also below a fraction of the step JPEG rounded it
+// to; the luma blocks are then moved back to what the JPEG file allows. A
+// clean image measures almost no noise and is barely touched:
 //
-//	none  no denoising
-//	low   k = 1
-//	mid   k = 2
-//	high  k = 2, half sharpening
-//	max   k = 3, half sharpening
+//	none  no filtering
+//	low   k = 1.5, 1/4 step
+//	mid   k = 2, 1/2 step
+//	high  k = 2.5, 1/2 step
+//	max   k = 3, 3/4 step
 func recipeFor(opts upscale.Options) recipe {
 	r := recipe{interpolator: "bicubic", sharpen: 0.5, sharpenSigma: 1, clamp: 3}
 	if opts.ImageType == upscale.Anime {
 		r.sharpen, r.sharpenSigma = 1.5, 0.75
 	}
-	level := denoiseLevels[opts.Denoise]
-	r.denoise, r.sharpen = level.threshold, r.sharpen*level.sharpen
-	if r.denoise > 0 {
-		r.denoiseBlur = 1
-	}
+	r.denoise = denoiseLevels[opts.Denoise]
 	return r
 }
 
-var denoiseLevels = map[upscale.Denoise]struct{ threshold, sharpen float64 }{
-	upscale.DenoiseNone: {0, 1},
-	upscale.DenoiseLow:  {1, 1},
-	upscale.DenoiseMid:  {2, 1},
-	upscale.DenoiseHigh: {2, 0.5},
-	upscale.DenoiseMax:  {3, 0.5},
+var denoiseLevels = map[upscale.Denoise]denoising{
+	upscale.DenoiseNone: {},
+	upscale.DenoiseLow:  {noise: 1.5, quant: 0.25, step: 2},
+	upscale.DenoiseMid:  {noise: 2, quant: 0.5, step: 2},
+	upscale.DenoiseHigh: {noise: 2.5, quant: 0.5, step: 2},
+	upscale.DenoiseMax:  {noise: 3, quant: 0.75, step: 2},
 }
 
 func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
@@ -202,7 +207,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 	}
 
 	r := recipeFor(opts)
-	out, err := run(src, f, opts.Scale, r, meta.Orientation <= 1 && r.denoise == 0)
+	out, err := run(src, f, opts.Scale, r, meta.Orientation)
 	if err != nil {
 		if decodeErr := decodeStrictly(src); decodeErr != nil {
 			return upscale.Image{}, fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)

@@ -1,0 +1,90 @@
+package vips
+
+import "encoding/binary"
+
+// zigzag[i] is the row-major index of the i-th coefficient in the order
+// JPEG stores them.
+var zigzag = [64]int{
+	0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5,
+	12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6, 7, 14, 21, 28,
+	35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+	58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+}
+
+// quantTables reads the quantisation tables of a JPEG's first (luma) and
+// second (chroma) components, row-major, from the segments before its
+// first scan. ok is false when src is not a JPEG or a table is missing; a
+// greyscale JPEG has no chroma table and leaves it zero.
+func quantTables(src []byte) (luma, chroma [64]float32, ok bool) {
+	if len(src) < 2 || src[0] != 0xFF || src[1] != 0xD8 {
+		return luma, chroma, false
+	}
+	var tables [4]*[64]float32
+	var components []byte // table number of each component
+	for pos := 2; pos+4 <= len(src); {
+		if src[pos] != 0xFF {
+			return luma, chroma, false
+		}
+		marker := src[pos+1]
+		if marker == 0xFF { // fill byte
+			pos++
+			continue
+		}
+		if marker == 0xDA { // start of scan: every table the scan needs is known
+			break
+		}
+		length := int(binary.BigEndian.Uint16(src[pos+2:]))
+		if length < 2 || pos+2+length > len(src) {
+			return luma, chroma, false
+		}
+		segment := src[pos+4 : pos+2+length]
+		pos += 2 + length
+		switch {
+		case marker == 0xDB: // DQT: one or more tables
+			for len(segment) > 0 {
+				precision, id := segment[0]>>4, segment[0]&15
+				size := 64 << min(precision, 1)
+				if id > 3 || len(segment) < 1+size {
+					return luma, chroma, false
+				}
+				table := new([64]float32)
+				for i := range 64 {
+					if precision == 0 {
+						table[zigzag[i]] = float32(segment[1+i])
+					} else {
+						table[zigzag[i]] = float32(binary.BigEndian.Uint16(segment[1+2*i:]))
+					}
+				}
+				tables[id] = table
+				segment = segment[1+size:]
+			}
+		case marker >= 0xC0 && marker <= 0xC2: // SOF: baseline, extended, progressive
+			if len(segment) < 6 || len(segment) < 6+3*int(segment[5]) {
+				return luma, chroma, false
+			}
+			for c := range int(segment[5]) {
+				components = append(components, segment[6+3*c+2]&3)
+			}
+		}
+	}
+	if len(components) == 0 || tables[components[0]] == nil {
+		return luma, chroma, false
+	}
+	luma = *tables[components[0]]
+	if len(components) >= 2 {
+		if tables[components[1]] == nil {
+			return luma, chroma, false
+		}
+		chroma = *tables[components[1]]
+	}
+	return luma, chroma, true
+}
+
+// transpose swaps a table's rows and columns.
+func transpose(table [64]float32) [64]float32 {
+	var out [64]float32
+	for i, v := range table {
+		out[i%8*8+i/8] = v
+	}
+	return out
+}
