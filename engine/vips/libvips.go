@@ -11,7 +11,8 @@ package vips
 
 #include "denoise.h"
 
-static void restrict_loaders(void) {
+static void configure_libvips(void) {
+	vips_cache_set_max(0);
 	vips_block_untrusted_set(TRUE);
 	vips_operation_block_set("VipsForeignLoad", TRUE);
 	vips_operation_block_set("VipsForeignLoadJpeg", FALSE);
@@ -290,14 +291,22 @@ import (
 	"unsafe"
 )
 
-// restrictLoaders leaves libvips able to load JPEG, PNG and WebP and nothing
-// else: every other loader (SVG, PDF, TIFF, HEIF, JXL, GIF, FITS, Matlab,
-// ...) is blocked, the untrusted ones first of all. sniff already refuses
-// those formats before libvips sees them; this is the second line, should a
-// file ever get past it. It applies to the whole process, which is why New
+// configureLibvips sets libvips up for the whole process, which is why New
 // says so. libvips is already started by then: bimg starts it when it is
-// imported.
-var restrictLoaders = sync.OnceFunc(func() { C.restrict_loaders() })
+// imported, with one worker thread per image, which is kept (the Engine
+// runs Concurrency images at once instead).
+//
+//   - It loads JPEG, PNG and WebP and nothing else: every other loader (SVG,
+//     PDF, TIFF, HEIF, JXL, GIF, FITS, Matlab, ...) is blocked, the
+//     untrusted ones first of all. sniff already refuses those formats
+//     before libvips sees them; this is the second line, should a file ever
+//     get past it.
+//   - The operation cache is off. Every request brings new pixels, so it
+//     never hits; bimg's 100 MB / 500 operations only kept finished
+//     requests' images alive, and its bookkeeping cost throughput: two
+//     images at once went from 4.7 to 6.8 per second without it
+//     (BENCHMARKS.md).
+var configureLibvips = sync.OnceFunc(func() { C.configure_libvips() })
 
 // decodeStrictly decodes all of src and fails on any decoder error or
 // truncation. The pipeline decodes just as strictly; this runs only after
@@ -324,6 +333,14 @@ const (
 	saveJPEG = C.SAVE_JPEG
 	savePNG  = C.SAVE_PNG
 	saveWebP = C.SAVE_WEBP
+)
+
+// JPEG chroma subsampling modes: libvips's automatic choice (none from
+// quality 90 up), always 4:2:0, or never.
+const (
+	subsampleAuto = C.VIPS_FOREIGN_SUBSAMPLE_AUTO
+	subsampleOn   = C.VIPS_FOREIGN_SUBSAMPLE_ON
+	subsampleOff  = C.VIPS_FOREIGN_SUBSAMPLE_OFF
 )
 
 // run decodes src strictly and enlarges it by scale following r, in one

@@ -1,0 +1,95 @@
+package vips
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+)
+
+// BenchmarkEncoders enlarges a 1024² photo (Set14's baboon) and a 1024²
+// cel image ×2 and saves the result with each candidate setting: the
+// size, the time of the whole enlargement (the enlarging part is the
+// same in every row, so differences are the encoder's), and for lossy
+// formats the PSNR of luma and of chroma against the lossless result. Run it once
+// (-benchtime 1x).
+func BenchmarkEncoders(b *testing.B) {
+	baboon, err := os.ReadFile("../../testdata/sr/Set14/baboon.png")
+	if err != nil {
+		b.Fatal(err)
+	}
+	photo, err := bimg.NewImage(baboon).Process(bimg.Options{Width: 1024, Height: 1024, Force: true, Enlarge: true, Type: bimg.PNG})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sources := []struct {
+		name string
+		png  []byte
+	}{{"photo", photo}, {"cel", celImage(5, 1024).png(b)}}
+	settings := []struct {
+		name string
+		f    format
+	}{
+		{"png/level1", withSetting(pngFormat, func(f *format) { f.compression = 1 })},
+		{"png/level2", withSetting(pngFormat, func(f *format) { f.compression = 2 })},
+		{"png/level4", withSetting(pngFormat, func(f *format) { f.compression = 4 })},
+		{"png/level6", withSetting(pngFormat, func(f *format) { f.compression = 6 })},
+		{"jpeg/q90-444", withSetting(jpegFormat, func(f *format) { f.quality, f.subsample = 90, subsampleOff })},
+		{"jpeg/q90-420", withSetting(jpegFormat, func(f *format) { f.quality, f.subsample = 90, subsampleOn })},
+		{"jpeg/q85-420", withSetting(jpegFormat, func(f *format) { f.quality, f.subsample = 85, subsampleOn })},
+		{"webp/q90-effort2", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 2 })},
+		{"webp/q90-effort4", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 4 })},
+		{"webp/q90-effort6", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 6 })},
+	}
+	r := recipeFor(upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	for _, src := range sources {
+		lossless, err := run(src.png, pngFormat, 2, r, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reference := decodeRGB(b, lossless)
+		for _, s := range settings {
+			b.Run(src.name+"/"+s.name, func(b *testing.B) {
+				for range b.N {
+					start := time.Now()
+					out, err := run(src.png, s.f, 2, r, 1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms")
+					b.ReportMetric(float64(len(out))/(1<<20), "MiB")
+					if s.f.saver != savePNG {
+						decoded, err := bimg.NewImage(out).Convert(bimg.PNG) // image/* has no WebP
+						if err != nil {
+							b.Fatal(err)
+						}
+						encoded := decodeRGB(b, decoded)
+						y, _, _ := luma(encoded, 0)
+						yRef, _, _ := luma(reference, 0)
+						b.ReportMetric(psnr(yRef, y), "dB-luma")
+						b.ReportMetric(psnr(chroma(reference), chroma(encoded)), "dB-chroma")
+					}
+				}
+			})
+		}
+	}
+}
+
+func withSetting(f format, set func(*format)) format {
+	set(&f)
+	return f
+}
+
+// chroma is BT.601 Cb and Cr of every pixel, one after the other.
+func chroma(m *rgbImage) []float64 {
+	out := make([]float64, 0, 2*len(m.r))
+	for i := range m.r {
+		out = append(out,
+			-0.168736*m.r[i]-0.331264*m.g[i]+0.5*m.b[i],
+			0.5*m.r[i]-0.418688*m.g[i]-0.081312*m.b[i])
+	}
+	return out
+}
