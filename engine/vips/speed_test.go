@@ -84,13 +84,13 @@ func BenchmarkThroughput(b *testing.B) {
 	for _, scale := range []int{2, 4} {
 		for _, concurrency := range []int{1, 2, 8} {
 			opts := upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
-			b.Run(fmt.Sprintf("x%d/c%d/floor", scale, concurrency), func(b *testing.B) {
+			b.Run(fmt.Sprintf("scale=%d/c=%d/path=floor", scale, concurrency), func(b *testing.B) {
 				timeEach(b, concurrency, func() error {
 					_, err := engine.Upscale(context.Background(), src, opts)
 					return err
 				})
 			})
-			b.Run(fmt.Sprintf("x%d/c%d/handler", scale, concurrency), func(b *testing.B) {
+			b.Run(fmt.Sprintf("scale=%d/c=%d/path=handler", scale, concurrency), func(b *testing.B) {
 				body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d, "imageType": "photo", "denoise": "none"}`, origin.URL+"/photo.jpg", scale)
 				timeEach(b, concurrency, func() error { return post(server.URL, body) })
 			})
