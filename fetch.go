@@ -91,8 +91,8 @@ func (f *fetcher) dialChecked(ctx context.Context, network, address string) (net
 	if err != nil {
 		return nil, err
 	}
-	port, err := strconv.ParseUint(portText, 10, 16)
-	if err != nil || (f.ports != nil && !slices.Contains(f.ports, uint16(port))) {
+	port, ok := f.allowedPort(portText)
+	if !ok {
 		return nil, f.errPort(portText)
 	}
 	addrs, err := f.resolve(ctx, host)
@@ -171,14 +171,19 @@ func (f *fetcher) checkURL(u *url.URL) error {
 	if err := checkHostSyntax(u.Hostname()); err != nil {
 		return err
 	}
-	if f.ports == nil || u.Port() == "" {
-		return nil
-	}
-	port, err := strconv.ParseUint(u.Port(), 10, 16)
-	if err != nil || !slices.Contains(f.ports, uint16(port)) {
+	if _, ok := f.allowedPort(u.Port()); u.Port() != "" && !ok {
 		return f.errPort(u.Port())
 	}
 	return nil
+}
+
+// allowedPort parses text as a port the fetcher may dial, written the one
+// canonical way: "0443" is refused, since parsers disagree on it (decimal
+// 443 here, octal 291 in others).
+func (f *fetcher) allowedPort(text string) (uint16, bool) {
+	port, err := strconv.ParseUint(text, 10, 16)
+	ok := err == nil && strconv.FormatUint(port, 10) == text && (f.ports == nil || slices.Contains(f.ports, uint16(port)))
+	return uint16(port), ok
 }
 
 func (f *fetcher) errPort(port string) error {
