@@ -11,6 +11,12 @@
 
 typedef float basis_t[8][8];
 
+const double ycbcr_from_rgb[9] = {
+	0.299, 0.587, 0.114,
+	-0.168736, -0.331264, 0.5,
+	0.5, -0.418688, -0.081312,
+};
+
 // init_basis fills b with the orthonormal 8-point DCT-II, the one JPEG uses,
 // so JPEG's quantisation steps apply to its coefficients as they are.
 static void init_basis(basis_t b) {
@@ -142,9 +148,10 @@ int denoise_image(float *pixels, int w, int h, int bands, int colour_bands, cons
 	for (size_t i = 0; i < n; i++) {
 		const float *px = pixels + i * bands;
 		if (colour_bands == 3) {
-			planes[i] = 0.299f * px[0] + 0.587f * px[1] + 0.114f * px[2];
-			planes[n + i] = -0.168736f * px[0] - 0.331264f * px[1] + 0.5f * px[2];
-			planes[2 * n + i] = 0.5f * px[0] - 0.418688f * px[1] - 0.081312f * px[2];
+			for (int c = 0; c < 3; c++) {
+				const double *m = ycbcr_from_rgb + 3 * c;
+				planes[c * n + i] = m[0] * px[0] + m[1] * px[1] + m[2] * px[2];
+			}
 		} else
 			planes[i] = px[0];
 	}

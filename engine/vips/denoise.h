@@ -20,6 +20,10 @@ typedef struct {
 	int step;
 } denoise_params;
 
+// ycbcr_from_rgb is the matrix, row by row, from RGB to JPEG's Y, Cb and
+// Cr, the planes the denoiser works in.
+extern const double ycbcr_from_rgb[9];
+
 // denoise_image filters the first colour_bands (1 or 3) bands of an
 // interleaved float image of w x h pixels and bands bands in place; other
 // bands (alpha) are left alone. sigma is the noise of each colour plane (Y,

@@ -58,13 +58,6 @@ typedef struct {
 // context object owns: unreffing the context frees every image at once.
 #define STEP(call) do { if (call) goto done; x = t[i++]; } while (0)
 
-// The colour planes the denoiser works in: JPEG's Y, Cb and Cr.
-static double ycbcr[9] = {
-	0.299, 0.587, 0.114,
-	-0.168736, -0.331264, 0.5,
-	0.5, -0.418688, -0.081312,
-};
-
 // noise_sigmas estimates the standard deviation of white noise in each of
 // the colour planes of in from the median absolute response of Immerkaer's
 // mask, which cancels smooth ramps and is 6 sigma wide for white noise;
@@ -76,7 +69,7 @@ static int noise_sigmas(VipsObject *ctx, VipsImage *in, int colour, double unit,
 	// The response is kept in 1/8 grey levels in a 16-bit histogram.
 	double scale = 8.0 / unit;
 	t[0] = vips_image_new_matrixv(3, 3, 1.0, -2.0, 1.0, -2.0, 4.0, -2.0, 1.0, -2.0, 1.0);
-	t[1] = vips_image_new_matrix_from_array(3, 3, ycbcr, 9);
+	t[1] = vips_image_new_matrix_from_array(3, 3, ycbcr_from_rgb, 9);
 	if (vips_extract_band(in, &t[2], 0, "n", colour, NULL) ||
 		(colour == 3 ? vips_recomb(t[2], &t[3], t[1], NULL) : vips_copy(t[2], &t[3], NULL)) ||
 		vips_conv(t[3], &t[4], t[0], "precision", VIPS_PRECISION_FLOAT, NULL) ||

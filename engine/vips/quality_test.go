@@ -6,8 +6,9 @@ package vips
 //  1. HR: the benchmark image, cropped to a multiple of the scale.
 //  2. LR: HR shrunk by 1/scale with MATLAB's imresize (bicubic, a = -0.5,
 //     kernel widened by the scale to antialias, symmetric edges), rounded
-//     to 8 bits. Degraded cases then add noise or JPEG artefacts to LR.
-//  3. SR: the engine enlarges LR, as a PNG, back to HR's size.
+//     to 8 bits. Degraded cases then add noise to LR, or save it as a JPEG.
+//  3. SR: the engine enlarges LR (a PNG, or that JPEG file) back to HR's
+//     size, as a PNG.
 //  4. Score: PSNR and SSIM (Gaussian window 11, sigma 1.5) on luma
 //     (BT.601, Y = 16 + (65.481 R + 128.553 G + 24.966 B) / 255), with
 //     `scale` pixels shaved from every border.
