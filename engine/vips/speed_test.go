@@ -34,19 +34,23 @@ func photoJPEG(b *testing.B, side int) []byte {
 	return out
 }
 
-// timeEach runs do b.N times on concurrency goroutines and reports
-// images/s, the 50th and 99th percentile latency, and how far the
-// process's peak RSS rose above its resident size at the start.
-func timeEach(b *testing.B, concurrency int, do func() error) {
+// measured is what one run of n images on one path took.
+type measured struct {
+	imagesPerSecond float64
+	p50, p99        time.Duration
+	peakRSS         int64 // how far the process's peak RSS rose, in bytes; -1 if unknown
+}
+
+// measure runs do n times on concurrency goroutines, and times them.
+func measure(b *testing.B, n, concurrency int, do func() error) measured {
 	peak := startPeakRSS(b)
 	var next atomic.Int64
-	latencies := make([]time.Duration, b.N)
+	latencies := make([]time.Duration, n)
 	var wg sync.WaitGroup
-	b.ResetTimer()
 	start := time.Now()
 	for range concurrency {
 		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
 				t := time.Now()
 				if err := do(); err != nil {
 					b.Error(err)
@@ -58,19 +62,37 @@ func timeEach(b *testing.B, concurrency int, do func() error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	b.StopTimer()
 	slices.Sort(latencies)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "images/s")
-	b.ReportMetric(float64(latencies[b.N/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(latencies[min(b.N-1, b.N*99/100)].Microseconds())/1000, "p99-ms")
+	m := measured{
+		imagesPerSecond: float64(n) / elapsed.Seconds(),
+		p50:             latencies[n/2],
+		p99:             latencies[min(n-1, n*99/100)],
+		peakRSS:         -1,
+	}
 	if grew, ok := peak(); ok {
-		b.ReportMetric(float64(grew)/(1<<20), "peakRSS-MiB")
+		m.peakRSS = grew
+	}
+	return m
+}
+
+// report gives m as the benchmark's metrics, each unit prefixed by path
+// ("floor-", "handler-") when two paths share one benchmark.
+func (m measured) report(b *testing.B, path string) {
+	b.ReportMetric(m.imagesPerSecond, path+"images/s")
+	b.ReportMetric(float64(m.p50.Microseconds())/1000, path+"p50-ms")
+	b.ReportMetric(float64(m.p99.Microseconds())/1000, path+"p99-ms")
+	if m.peakRSS >= 0 {
+		b.ReportMetric(float64(m.peakRSS)/(1<<20), path+"peakRSS-MiB")
 	}
 }
 
 // BenchmarkThroughput runs the engine alone in a loop (the floor) and the
 // whole handler over HTTP (fetch from a loopback origin, enlarge, store in
-// memory, answer) on a 1024×1024 JPEG, side by side in one run.
+// memory, answer) on a 1024×1024 JPEG. Each run of a row measures b.N
+// images on both paths back to back and reports their ratio, so that the
+// ratio compares two paths under the same load on a shared machine; the
+// order alternates between runs, so that drift in that load favours
+// neither path.
 func BenchmarkThroughput(b *testing.B) {
 	src := photoJPEG(b, 1024)
 	engine := vips.New(vips.Options{})
@@ -84,15 +106,28 @@ func BenchmarkThroughput(b *testing.B) {
 	for _, scale := range []int{2, 4} {
 		for _, concurrency := range []int{1, 2, 8} {
 			opts := upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
-			b.Run(fmt.Sprintf("scale=%d/c=%d/path=floor", scale, concurrency), func(b *testing.B) {
-				timeEach(b, concurrency, func() error {
-					_, err := engine.Upscale(context.Background(), src, opts)
-					return err
-				})
-			})
-			b.Run(fmt.Sprintf("scale=%d/c=%d/path=handler", scale, concurrency), func(b *testing.B) {
-				body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d, "imageType": "photo", "denoise": "none"}`, origin.URL+"/photo.jpg", scale)
-				timeEach(b, concurrency, func() error { return post(server.URL, body) })
+			body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d, "imageType": "photo", "denoise": "none"}`, origin.URL+"/photo.jpg", scale)
+			floor := func() error {
+				_, err := engine.Upscale(context.Background(), src, opts)
+				return err
+			}
+			handler := func() error { return post(server.URL, body) }
+			handlerFirst := false
+			b.Run(fmt.Sprintf("scale=%d/c=%d", scale, concurrency), func(b *testing.B) {
+				var f, h measured
+				if handlerFirst {
+					h = measure(b, b.N, concurrency, handler)
+					f = measure(b, b.N, concurrency, floor)
+				} else {
+					f = measure(b, b.N, concurrency, floor)
+					h = measure(b, b.N, concurrency, handler)
+				}
+				if b.N > 1 { // not the single warm-up run testing makes first
+					handlerFirst = !handlerFirst
+				}
+				f.report(b, "floor-")
+				h.report(b, "handler-")
+				b.ReportMetric(h.imagesPerSecond/f.imagesPerSecond, "handler/floor")
 			})
 		}
 	}
@@ -112,10 +147,10 @@ func BenchmarkLargeScale(b *testing.B) {
 		for _, scale := range scales {
 			for _, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
 				b.Run(fmt.Sprintf("%d/x%d/%s", side, scale, level), func(b *testing.B) {
-					timeEach(b, 1, func() error {
+					measure(b, b.N, 1, func() error {
 						_, err := engine.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: level})
 						return err
-					})
+					}).report(b, "")
 				})
 			}
 		}
