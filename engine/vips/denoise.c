@@ -137,8 +137,7 @@ int denoise_image(float *pixels, int w, int h, int bands, int colour_bands, cons
 	if (w < 8 || h < 8) // too small for one block: left as it is
 		return 0;
 	size_t n = (size_t) w * h;
-	int projecting = p->has_tables && p->project;
-	float *planes = malloc(sizeof(float) * n * (colour_bands + 2 + projecting));
+	float *planes = malloc(sizeof(float) * n * (colour_bands + 2 + p->has_tables));
 	if (!planes)
 		return -1;
 	float *acc = planes + colour_bands * n, *weight = acc + n, *decoded = weight + n;
@@ -164,10 +163,10 @@ int denoise_image(float *pixels, int w, int h, int bands, int colour_bands, cons
 			double quant = p->has_tables ? p->quant_threshold * table[k] : 0;
 			thr[k] = sqrt(noise * noise + quant * quant);
 		}
-		if (projecting && c == 0)
+		if (p->has_tables && c == 0)
 			memcpy(decoded, plane, n * sizeof(float));
 		denoise_plane(b, plane, w, h, thr, p->step, acc, weight);
-		if (projecting && c == 0)
+		if (p->has_tables && c == 0)
 			project(b, plane, decoded, w, h, grid_x, grid_y, p->luma_table);
 	}
 	for (size_t i = 0; i < n; i++) {

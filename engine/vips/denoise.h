@@ -8,13 +8,12 @@ typedef struct {
 	double noise_threshold;
 	// For a JPEG source (has_tables), its quantisation tables in natural
 	// order: coefficient k is also dropped below quant_threshold * table[k],
-	// the step JPEG rounded it to.
+	// the step JPEG rounded it to, and after filtering each luma block on
+	// the file's grid is moved back within half a step of what the file
+	// says.
 	int has_tables;
 	float luma_table[64], chroma_table[64];
 	double quant_threshold;
-	// project: after filtering, move each luma block on the JPEG's grid
-	// back within half a step of what the file says.
-	int project;
 	// Block grids are shifted by step pixels (1, 2, 4 or 8): 1 is every
 	// grid, the best and slowest.
 	int step;

@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/h2non/bimg"
+
 	"github.com/upscalekit/upscale"
 )
 
@@ -49,18 +51,27 @@ func TestQuantTables(t *testing.T) {
 			t.Fatalf("cut at %d bytes: wrong tables %v", n, l[:8])
 		}
 	}
+	cmyk, err := bimg.NewImage(colour.Bytes()).Process(bimg.Options{Type: bimg.JPEG, Quality: 50, Interpretation: bimg.InterpretationCMYK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := quantTables(cmyk); ok {
+		t.Error("a CMYK JPEG gives tables, but its blocks are not Y, Cb and Cr")
+	}
 	if _, _, ok := quantTables(celImage(1, 16).png(t)); ok {
 		t.Error("a PNG has quantisation tables")
 	}
 }
 
 // TestDenoisedJPEGStaysConsistent denoises a quality-30 JPEG without
-// enlarging it: every luma block on the file's grid must still be one the
-// JPEG could have been decoded to, each DCT coefficient within half a
-// quantisation step of the file's (plus the rounding of the result to
-// 8-bit RGB), while the filter has changed the image.
+// enlarging it, stored with each EXIF orientation: every luma block on the
+// file's grid must still be one the JPEG could have been decoded to, each
+// DCT coefficient within half a quantisation step of the file's (plus the
+// rounding of the result to 8-bit RGB), while the filter has changed the
+// image. The JPEG is 101×75, so that a mirrored axis does not end on a
+// block boundary.
 func TestDenoisedJPEGStaysConsistent(t *testing.T) {
-	photo := celImage(2, 96)
+	photo := celImage(2, 104).crop(101, 75)
 	rng := rand.New(rand.NewPCG(1, 2))
 	// Mid-range colours, so that no decoder clips them, with texture for
 	// the quantisation to remove.
@@ -69,32 +80,76 @@ func TestDenoisedJPEGStaysConsistent(t *testing.T) {
 			plane[i] = 48 + 0.6*v + 12*rng.NormFloat64()
 		}
 	}
-	src := encodeJPEG(t, photo, 30)
-	luma, _, _ := quantTables(src)
-	var planes [2][]float64 // as libvips decodes the file, and denoised
-	for i, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
-		out, err := run(src, pngFormat, 1, recipe{interpolator: "bicubic", denoise: denoiseLevels[level]}, 1)
+	jpg := encodeJPEG(t, photo, 30)
+	luma, _, _ := quantTables(jpg)
+	for orientation := 1; orientation <= 8; orientation++ {
+		src := WithEXIFOrientation(t, jpg, uint16(orientation))
+		meta, err := bimg.NewImage(src).Metadata()
 		if err != nil {
 			t.Fatal(err)
 		}
-		planes[i] = jpegLuma(decodeRGB(t, out))
-	}
-	decoded, denoised := planes[0], planes[1]
-	var changed float64
-	for by := 0; by < photo.h; by += 8 {
-		for bx := 0; bx < photo.w; bx += 8 {
-			a, b := blockDCT(decoded, photo.w, bx, by), blockDCT(denoised, photo.w, bx, by)
-			for k := range 64 {
-				changed += math.Abs(a[k] - b[k])
-				if d := math.Abs(a[k] - b[k]); d > float64(luma[k])/2+2 {
-					t.Fatalf("block (%d, %d) coefficient %d moved %.1f, more than half its step %v", bx, by, k, d, luma[k])
+		var planes [2][]float64 // as libvips decodes the file, and denoised; as stored
+		for i, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
+			out, err := run(src, pngFormat, 1, recipe{interpolator: "bicubic", denoise: denoiseLevels[level]}, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			planes[i] = asStored(jpegLuma(decodeRGB(t, out)), orientation, photo.w, photo.h)
+		}
+		decoded, denoised := planes[0], planes[1]
+		var changed float64
+		for by := 0; by+8 <= photo.h; by += 8 {
+			for bx := 0; bx+8 <= photo.w; bx += 8 {
+				a, b := blockDCT(decoded, photo.w, bx, by), blockDCT(denoised, photo.w, bx, by)
+				for k := range 64 {
+					changed += math.Abs(a[k] - b[k])
+					if d := math.Abs(a[k] - b[k]); d > float64(luma[k])/2+2 {
+						t.Fatalf("orientation %d: block (%d, %d) coefficient %d moved %.1f, more than half its step %v", orientation, bx, by, k, d, luma[k])
+					}
 				}
 			}
 		}
+		if changed < float64(photo.w*photo.h)/10 {
+			t.Errorf("orientation %d: the filter changed the DCT coefficients by %.0f in all; want a visible change", orientation, changed)
+		}
 	}
-	if changed < float64(photo.w*photo.h)/10 {
-		t.Errorf("the filter changed the DCT coefficients by %.0f in all; want a visible change", changed)
+}
+
+// asStored turns a plane shown upright back into the w×h plane a JPEG with
+// EXIF orientation stored: the orientation says where stored pixel (x, y)
+// is shown.
+func asStored(upright []float64, orientation, w, h int) []float64 {
+	shownAt := func(x, y int) (int, int) {
+		switch orientation {
+		case 2:
+			return w - 1 - x, y
+		case 3:
+			return w - 1 - x, h - 1 - y
+		case 4:
+			return x, h - 1 - y
+		case 5:
+			return y, x
+		case 6:
+			return h - 1 - y, x
+		case 7:
+			return h - 1 - y, w - 1 - x
+		case 8:
+			return y, w - 1 - x
+		}
+		return x, y
 	}
+	uprightW := w
+	if orientation >= 5 {
+		uprightW = h
+	}
+	stored := make([]float64, w*h)
+	for y := range h {
+		for x := range w {
+			ux, uy := shownAt(x, y)
+			stored[y*w+x] = upright[uy*uprightW+ux]
+		}
+	}
+	return stored
 }
 
 // jpegLuma is JPEG's Y plane of m.
@@ -137,7 +192,7 @@ func TestDenoiseLeavesAlphaAndTinyImages(t *testing.T) {
 		src.Pix[i], src.Pix[i+1], src.Pix[i+2], src.Pix[i+3] = uint8(rng.IntN(256)), 128, 64, uint8(i/4%40*6)
 	}
 	alphaOf := func(level upscale.Denoise, img image.Image) []uint8 {
-		out, err := run(encodeImagePNG(t, img), pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), 1)
+		out, err := run(encodeImagePNG(t, img), pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}

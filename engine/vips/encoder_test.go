@@ -46,7 +46,7 @@ func BenchmarkEncoders(b *testing.B) {
 	}
 	r := recipeFor(upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 	for _, src := range sources {
-		lossless, err := run(src.png, pngFormat, 2, r, 1)
+		lossless, err := run(src.png, pngFormat, 2, r, bimg.ImageMetadata{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func BenchmarkEncoders(b *testing.B) {
 			b.Run(src.name+"/"+s.name, func(b *testing.B) {
 				for range b.N {
 					start := time.Now()
-					out, err := run(src.png, s.f, 2, r, 1)
+					out, err := run(src.png, s.f, 2, r, bimg.ImageMetadata{})
 					if err != nil {
 						b.Fatal(err)
 					}

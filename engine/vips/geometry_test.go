@@ -143,7 +143,7 @@ func TestSixteenBitAndGreyKept(t *testing.T) {
 }
 
 // TestCMYKJPEG: a CMYK JPEG (libvips writes one through bimg) comes out as
-// an sRGB JPEG of the same colour.
+// an sRGB JPEG of the same colour, with and without denoising.
 func TestCMYKJPEG(t *testing.T) {
 	src := image.NewNRGBA(image.Rect(0, 0, 16, 16))
 	want := color.NRGBA{200, 40, 40, 255}
@@ -157,22 +157,24 @@ func TestCMYKJPEG(t *testing.T) {
 	if meta, _ := bimg.NewImage(cmyk).Metadata(); meta.Space != "cmyk" {
 		t.Fatalf("test source is %q, want a CMYK JPEG", meta.Space)
 	}
-	img, err := vips.New(vips.Options{}).Upscale(context.Background(), cmyk, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := bimg.NewImage(img.Data).Metadata()
-	if err != nil || meta.Space != "srgb" || meta.Channels != 3 || img.ContentType != "image/jpeg" {
-		t.Fatalf("result: %+v, %v; want a 3-channel sRGB JPEG", meta, err)
-	}
-	out, _, err := image.Decode(bytes.NewReader(img.Data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := color.NRGBAModel.Convert(out.At(16, 16)).(color.NRGBA)
-	for _, d := range []int{int(got.R) - int(want.R), int(got.G) - int(want.G), int(got.B) - int(want.B)} {
-		if d < -20 || d > 20 {
-			t.Fatalf("colour %v after the CMYK round trip, want about %v", got, want)
+	for _, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
+		img, err := vips.New(vips.Options{}).Upscale(context.Background(), cmyk, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: level})
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, err := bimg.NewImage(img.Data).Metadata()
+		if err != nil || meta.Space != "srgb" || meta.Channels != 3 || img.ContentType != "image/jpeg" {
+			t.Fatalf("denoise %s: result %+v, %v; want a 3-channel sRGB JPEG", level, meta, err)
+		}
+		out, _, err := image.Decode(bytes.NewReader(img.Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := color.NRGBAModel.Convert(out.At(16, 16)).(color.NRGBA)
+		for _, d := range []int{int(got.R) - int(want.R), int(got.G) - int(want.G), int(got.B) - int(want.B)} {
+			if d < -20 || d > 20 {
+				t.Fatalf("denoise %s: colour %v after the CMYK round trip, want about %v", level, got, want)
+			}
 		}
 	}
 }

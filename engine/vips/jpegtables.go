@@ -13,8 +13,11 @@ var zigzag = [64]int{
 
 // quantTables reads the quantisation tables of a JPEG's first (luma) and
 // second (chroma) components, row-major, from the segments before its
-// first scan. ok is false when src is not a JPEG or a table is missing; a
-// greyscale JPEG has no chroma table and leaves it zero.
+// first scan. ok is false when src is not a JPEG, a table is missing, or
+// the file has four components (CMYK), whose blocks are not the Y, Cb and
+// Cr the denoiser works in; a greyscale JPEG has no chroma table and
+// leaves it zero. (A three-component JPEG is taken to be YCbCr: the rare
+// RGB JPEG gets thresholds from tables of another plane.)
 func quantTables(src []byte) (luma, chroma [64]float32, ok bool) {
 	if len(src) < 2 || src[0] != 0xFF || src[1] != 0xD8 {
 		return luma, chroma, false
@@ -67,7 +70,7 @@ func quantTables(src []byte) (luma, chroma [64]float32, ok bool) {
 			}
 		}
 	}
-	if len(components) == 0 || tables[components[0]] == nil {
+	if len(components) != 1 && len(components) != 3 || tables[components[0]] == nil {
 		return luma, chroma, false
 	}
 	luma = *tables[components[0]]
@@ -87,4 +90,46 @@ func transpose(table [64]float32) [64]float32 {
 		out[i%8*8+i/8] = v
 	}
 	return out
+}
+
+// blocks says where a JPEG's 8×8 blocks lie once autorot has turned the
+// image upright: their first full block starts at (x, y), and transposed
+// says its rows and columns have swapped (EXIF orientations 5-8).
+type blocks struct {
+	x, y       int
+	transposed bool
+}
+
+// uprightBlocks gives the blocks of a JPEG stored w×h with EXIF
+// orientation. The file's blocks start at its top left corner, so an axis
+// that autorot mirrors ends, rather than starts, on a block boundary.
+func uprightBlocks(orientation, w, h int) blocks {
+	var b blocks
+	mirrorX, mirrorY := false, false
+	switch orientation {
+	case 2:
+		mirrorX = true
+	case 3:
+		mirrorX, mirrorY = true, true
+	case 4:
+		mirrorY = true
+	case 5:
+		b.transposed = true
+	case 6: // a quarter clockwise
+		b.transposed, mirrorX = true, true
+	case 7:
+		b.transposed, mirrorX, mirrorY = true, true, true
+	case 8: // a quarter anticlockwise
+		b.transposed, mirrorY = true, true
+	}
+	if b.transposed {
+		w, h = h, w
+	}
+	if mirrorX {
+		b.x = w % 8
+	}
+	if mirrorY {
+		b.y = h % 8
+	}
+	return b
 }

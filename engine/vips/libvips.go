@@ -44,6 +44,7 @@ typedef struct {
 	int sequential;           // load with sequential access (not when rotating)
 	const char *interpolator; // a VipsInterpolate nickname: "nohalo", "bicubic", ...
 	denoise_params denoise;
+	int block_x, block_y;     // where a JPEG source's 8x8 blocks start once turned upright
 	double sharpen;           // unsharp-mask amount, applied to the source; 0 is off
 	double sharpen_sigma;
 	int clamp;                // 0, or clamp each result pixel to the range of its 2x2 or 3x3 source pixels
@@ -98,6 +99,7 @@ typedef struct {
 	denoise_params params;
 	double sigma[3];
 	int colour;
+	int block_x, block_y; // as in up_params
 } denoise_job;
 
 // denoise_tile makes one tile of the denoised image from the tile and the
@@ -120,7 +122,7 @@ static int denoise_tile(VipsRegion *out, void *seq, void *a, void *b, gboolean *
 	for (int y = 0; y < need.height; y++)
 		memcpy(buf + y * row, VIPS_REGION_ADDR(in, need.left, need.top + y), row * sizeof(float));
 	int status = denoise_image(buf, need.width, need.height, in->im->Bands, job->colour, job->sigma,
-		(8 - need.left % 8) % 8, (8 - need.top % 8) % 8, &job->params);
+		((job->block_x - need.left) % 8 + 8) % 8, ((job->block_y - need.top) % 8 + 8) % 8, &job->params);
 	if (status == 0)
 		for (int y = 0; y < r->height; y++)
 			memcpy(VIPS_REGION_ADDR(out, r->left, r->top + y),
@@ -187,6 +189,8 @@ static int upscale(const void *buf, size_t len, const up_params *p, void **out, 
 	if (p->denoise.step > 0) {
 		job.params = p->denoise;
 		job.colour = x->Bands - alpha >= 3 ? 3 : 1;
+		job.block_x = p->block_x;
+		job.block_y = p->block_y;
 		if (noise_sigmas(ctx, x, job.colour, format == VIPS_FORMAT_USHORT ? 257.0 : 1.0, job.sigma))
 			goto done;
 		STEP(denoise(ctx, x, &t[i], &job));
@@ -282,6 +286,8 @@ import (
 	"errors"
 	"sync"
 	"unsafe"
+
+	"github.com/h2non/bimg"
 )
 
 // configureLibvips sets libvips up for the whole process, which is why New
@@ -338,15 +344,16 @@ const (
 
 // run decodes src strictly and enlarges it by scale following r, in one
 // libvips pipeline that streams from the decoder to the encoder, and
-// returns the encoded result. orientation is the source's EXIF orientation:
-// sequential access, which keeps only a few source rows in memory, is on
-// unless the source must be turned.
-func run(src []byte, f format, scale int, r recipe, orientation int) ([]byte, error) {
+// returns the encoded result. meta is what src's header says; its EXIF
+// orientation decides how the source is read: sequential access, which
+// keeps only a few source rows in memory, is on unless the source must be
+// turned.
+func run(src []byte, f format, scale int, r recipe, meta bimg.ImageMetadata) ([]byte, error) {
 	interpolator := C.CString(r.interpolator)
 	defer C.free(unsafe.Pointer(interpolator))
 	params := C.up_params{
 		scale:         C.int(scale),
-		sequential:    cBool(orientation <= 1),
+		sequential:    cBool(meta.Orientation <= 1),
 		interpolator:  interpolator,
 		sharpen:       C.double(r.sharpen),
 		sharpen_sigma: C.double(r.sharpenSigma),
@@ -360,12 +367,12 @@ func run(src []byte, f format, scale int, r recipe, orientation int) ([]byte, er
 	if d := r.denoise; d.step > 0 {
 		params.denoise = C.denoise_params{noise_threshold: C.double(d.noise), quant_threshold: C.double(d.quant), step: C.int(d.step)}
 		if luma, chroma, ok := quantTables(src); ok {
-			if orientation >= 5 { // autorot turns the blocks a quarter
+			blocks := uprightBlocks(meta.Orientation, meta.Size.Width, meta.Size.Height)
+			if blocks.transposed {
 				luma, chroma = transpose(luma), transpose(chroma)
 			}
+			params.block_x, params.block_y = C.int(blocks.x), C.int(blocks.y)
 			params.denoise.has_tables = 1
-			// A turned image's blocks no longer start where the file's did.
-			params.denoise.project = cBool(orientation <= 1)
 			for i := range 64 {
 				params.denoise.luma_table[i], params.denoise.chroma_table[i] = C.float(luma[i]), C.float(chroma[i])
 			}

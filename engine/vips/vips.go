@@ -216,7 +216,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 	}
 
 	r := recipeFor(opts)
-	out, err := run(src, f, opts.Scale, r, meta.Orientation)
+	out, err := run(src, f, opts.Scale, r, meta)
 	if err != nil {
 		if decodeErr := decodeStrictly(src); decodeErr != nil {
 			return upscale.Image{}, fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)

@@ -149,7 +149,7 @@ func TestEXIFOrientation(t *testing.T) {
 			}
 		}
 	}
-	data := withEXIFOrientation(t, encodeJPEG(t, src), 6)
+	data := vips.WithEXIFOrientation(t, encodeJPEG(t, src), 6)
 	img, err := vips.New(vips.Options{}).Upscale(context.Background(), data, upscale.Options{Scale: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -285,27 +285,6 @@ func encodeJPEG(t *testing.T, img image.Image) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
-}
-
-// withEXIFOrientation inserts an APP1 segment with one EXIF tag, the
-// orientation, right after the JPEG's SOI marker.
-func withEXIFOrientation(t *testing.T, jpg []byte, orientation uint16) []byte {
-	t.Helper()
-	var tiff bytes.Buffer
-	tiff.WriteString("MM\x00\x2a")                                  // big-endian TIFF header
-	binary.Write(&tiff, binary.BigEndian, uint32(8))                // offset of IFD0
-	binary.Write(&tiff, binary.BigEndian, uint16(1))                // one entry
-	binary.Write(&tiff, binary.BigEndian, []uint16{0x0112, 3})      // Orientation, SHORT
-	binary.Write(&tiff, binary.BigEndian, uint32(1))                // count
-	binary.Write(&tiff, binary.BigEndian, []uint16{orientation, 0}) // value, padded
-	binary.Write(&tiff, binary.BigEndian, uint32(0))                // no next IFD
-	payload := append([]byte("Exif\x00\x00"), tiff.Bytes()...)
-	seg := []byte{0xFF, 0xE1, 0, 0}
-	binary.BigEndian.PutUint16(seg[2:], uint16(len(payload)+2))
-	out := append([]byte{}, jpg[:2]...)
-	out = append(out, seg...)
-	out = append(out, payload...)
-	return append(out, jpg[2:]...)
 }
 
 // pngHeader returns a PNG of a w×h RGB image whose data is one tiny IDAT:
