@@ -6,10 +6,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,6 +146,70 @@ func TestCorruptCorpus(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLibvipsLogsToSlog: what libvips says while refusing the corpus
+// reaches slog.Default() at debug level, and none of it the process's
+// stderr, where a hostile caller could otherwise write at will.
+func TestLibvipsLogsToSlog(t *testing.T) {
+	var logged lockedBuffer
+	saved := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(saved)
+	e := vips.New(vips.Options{})
+	stderr := captureStderr(t)
+	for _, src := range corruptCorpus(t) {
+		e.Upscale(context.Background(), src, upscale.Options{Scale: 2})
+	}
+	if written := stderr(); written != "" {
+		t.Errorf("libvips wrote to stderr:\n%s", written)
+	}
+	if got := logged.String(); !strings.Contains(got, "level=DEBUG msg=\"upscale: libvips\" domain=VIPS message=") {
+		t.Errorf("no libvips message at debug level in slog; logged:\n%s", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that libvips's threads may log to at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// captureStderr points file descriptor 2, which C code writes to, at a
+// pipe until the returned function restores it and returns what was
+// written.
+func captureStderr(t *testing.T) func() string {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := syscall.Dup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Dup2(int(w.Fd()), 2); err != nil {
+		t.Fatal(err)
+	}
+	return func() string {
+		syscall.Dup2(saved, 2)
+		syscall.Close(saved)
+		w.Close()
+		written, _ := io.ReadAll(r)
+		r.Close()
+		return string(written)
 	}
 }
 

@@ -10,8 +10,10 @@ package vips
 #include <vips/vips.h>
 
 #include "denoise.h"
+#include "liblog.h"
 
 static void configure_libvips(void) {
+	route_libvips_log();
 	vips_cache_set_max(0);
 	vips_block_untrusted_set(TRUE);
 	vips_operation_block_set("VipsForeignLoad", TRUE);
@@ -300,6 +302,8 @@ import (
 //     untrusted ones first of all. sniff already refuses those formats
 //     before libvips sees them; this is the second line, should a file ever
 //     get past it.
+//   - What libvips logs goes to slog.Default() (logFromLibvips), not to
+//     stderr.
 //   - The operation cache is off. Every request brings new pixels, so it
 //     never hits; bimg's 100 MB / 500 operations only kept finished
 //     requests' images alive, and its bookkeeping cost throughput: two

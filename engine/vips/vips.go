@@ -58,9 +58,10 @@ type Engine struct {
 var _ upscale.Upscaler = (*Engine)(nil)
 
 // New returns an Engine. The first call restricts libvips, for the whole
-// process, to its JPEG, PNG and WebP loaders and turns its operation cache
-// off; a program that also uses libvips for other formats should not share
-// the process with an Engine.
+// process, to its JPEG, PNG and WebP loaders, turns its operation cache
+// off and sends what it logs to slog.Default() at debug level instead of
+// stderr; a program that also uses libvips for other formats should not
+// share the process with an Engine.
 func New(opts Options) *Engine {
 	configureLibvips()
 	if opts.MaxSourcePixels == 0 {
