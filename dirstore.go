@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -192,7 +193,7 @@ func (s *DirBlobStore) readMeta(key string) (dirBlobMeta, error) {
 	return m, err
 }
 
-func (s *DirBlobStore) open(_ context.Context, key string) ([]byte, string, error) {
+func (s *DirBlobStore) open(_ context.Context, key string) (io.ReadSeekCloser, string, error) {
 	if validBlobKey(key) != nil {
 		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
 	}
@@ -203,11 +204,16 @@ func (s *DirBlobStore) open(_ context.Context, key string) ([]byte, string, erro
 	if !s.now().Before(m.Expires) {
 		return nil, "", fmt.Errorf("blob %q: expired: %w", key, ErrNotFound)
 	}
-	data, err := os.ReadFile(filepath.Join(s.dir, key))
+	// The sweeper may remove the file while it is being served; on Unix
+	// the open descriptor keeps its bytes readable until it is closed.
+	f, err := os.Open(filepath.Join(s.dir, key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
 	}
-	return data, m.ContentType, err
+	if err != nil {
+		return nil, "", err
+	}
+	return f, m.ContentType, nil
 }
 
 // orphanAge is how old a temporary file, or a result without metadata, must

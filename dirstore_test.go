@@ -1,11 +1,16 @@
 package upscale_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"hash"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -107,4 +112,54 @@ func TestDirBlobStoreRefusesShortSecret(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, ".link-secret")); string(got) != "short" {
 		t.Errorf("secret file now %q; it must be left for the operator to look at", got)
 	}
+}
+
+// A download streams the file: serving a 32 MiB result allocates a small
+// fraction of it, where reading the file whole would allocate all of it.
+func TestDirBlobStoreStreamsDownloads(t *testing.T) {
+	clock := upscaletest.NewClock(time.Now())
+	store := newDirBlobs(t, t.TempDir(), clock)
+	data := make([]byte, 32<<20)
+	rand.NewChaCha8([32]byte{}).Read(data) // incompressible, like a real result
+	want := sha256.Sum256(data)
+	link, err := store.Put(context.Background(), "big.png", data, "image/png", clock.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &hashingResponseWriter{header: http.Header{}, hash: sha256.New()}
+	req := httptest.NewRequest(http.MethodGet, link, nil)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	store.ServeHTTP(w, req)
+	runtime.ReadMemStats(&after)
+
+	if w.status != http.StatusOK || w.written != len(data) || !bytes.Equal(w.hash.Sum(nil), want[:]) {
+		t.Fatalf("download: status %d, %d of %d bytes, or different bytes", w.status, w.written, len(data))
+	}
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 4<<20 {
+		t.Errorf("serving a 32 MiB result allocated %d MiB; it should stream from the file", allocated>>20)
+	}
+}
+
+// hashingResponseWriter keeps a response's status, length and hash, not
+// its bytes, so that the test measures only what the server allocates.
+type hashingResponseWriter struct {
+	header  http.Header
+	status  int
+	written int
+	hash    hash.Hash
+}
+
+func (w *hashingResponseWriter) Header() http.Header { return w.header }
+
+func (w *hashingResponseWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *hashingResponseWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.written += len(p)
+	return w.hash.Write(p)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path"
@@ -81,9 +82,11 @@ func (s *LinkSigner) verify(r *http.Request) (string, time.Time, error) {
 	return key, claims.ExpiresAt.Time, nil
 }
 
-// BlobOpener returns the bytes and content type stored under key, or an
-// error wrapping ErrNotFound.
-type BlobOpener func(ctx context.Context, key string) (data []byte, contentType string, err error)
+// BlobOpener opens the item stored under key for reading and returns its
+// content type, or an error wrapping ErrNotFound. The handler closes content
+// when the response is written; results can be hundreds of megabytes, so a
+// store on disk should hand out the file itself, not a copy of its bytes.
+type BlobOpener func(ctx context.Context, key string) (content io.ReadSeekCloser, contentType string, err error)
 
 // Handler returns an http.Handler that serves the items of open behind the
 // links this signer makes. It answers 404 for a forged, expired or unknown
@@ -97,10 +100,10 @@ func (s *LinkSigner) Handler(open BlobOpener) http.Handler {
 			return
 		}
 		key, expires, err := s.verify(r)
-		var data []byte
+		var content io.ReadSeekCloser
 		var contentType string
 		if err == nil {
-			data, contentType, err = open(r.Context(), key)
+			content, contentType, err = open(r.Context(), key)
 		}
 		if errors.Is(err, ErrNotFound) {
 			http.NotFound(w, r)
@@ -110,10 +113,11 @@ func (s *LinkSigner) Handler(open BlobOpener) http.Handler {
 			http.Error(w, "could not read the stored image; try again", http.StatusServiceUnavailable)
 			return
 		}
+		defer content.Close()
 		h := w.Header()
 		h.Set("Content-Type", contentType)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Cache-Control", "private, max-age="+strconv.Itoa(int(expires.Sub(s.now()).Seconds())))
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
+		http.ServeContent(w, r, "", time.Time{}, content)
 	})
 }

@@ -1,8 +1,10 @@
 package upscale
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -92,11 +94,16 @@ func (s *MemoryBlobStore) Put(_ context.Context, key string, data []byte, conten
 // included.
 func (s *MemoryBlobStore) Len() int { return s.items.ItemCount() }
 
-func (s *MemoryBlobStore) open(_ context.Context, key string) ([]byte, string, error) {
+func (s *MemoryBlobStore) open(_ context.Context, key string) (io.ReadSeekCloser, string, error) {
 	v, ok := s.items.Get(key)
 	if !ok {
 		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
 	}
 	b := v.(memoryBlob)
-	return b.data, b.contentType, nil
+	return memoryContent{bytes.NewReader(b.data)}, b.contentType, nil
 }
+
+// memoryContent serves an item's bytes in place; there is nothing to close.
+type memoryContent struct{ *bytes.Reader }
+
+func (memoryContent) Close() error { return nil }
