@@ -2,6 +2,7 @@ package vips
 
 import (
 	"bytes"
+	"context"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -90,7 +91,7 @@ func TestDenoisedJPEGStaysConsistent(t *testing.T) {
 		}
 		var planes [2][]float64 // as libvips decodes the file, and denoised; as stored
 		for i, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
-			out, err := run(src, pngFormat, 1, recipe{interpolator: "bicubic", denoise: denoiseLevels[level]}, meta)
+			out, err := run(context.Background(), src, pngFormat, 1, recipe{interpolator: "bicubic", denoise: denoiseLevels[level]}, meta)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +193,7 @@ func TestDenoiseLeavesAlphaAndTinyImages(t *testing.T) {
 		src.Pix[i], src.Pix[i+1], src.Pix[i+2], src.Pix[i+3] = uint8(rng.IntN(256)), 128, 64, uint8(i/4%40*6)
 	}
 	alphaOf := func(level upscale.Denoise, img image.Image) []uint8 {
-		out, err := run(encodeImagePNG(t, img), pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
+		out, err := run(context.Background(), encodeImagePNG(t, img), pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}

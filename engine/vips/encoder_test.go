@@ -1,6 +1,7 @@
 package vips
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func BenchmarkEncoders(b *testing.B) {
 	}
 	r := recipeFor(upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 	for _, src := range sources {
-		lossless, err := run(src.png, pngFormat, 2, r, bimg.ImageMetadata{})
+		lossless, err := run(context.Background(), src.png, pngFormat, 2, r, bimg.ImageMetadata{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -55,7 +56,7 @@ func BenchmarkEncoders(b *testing.B) {
 			b.Run(src.name+"/"+s.name, func(b *testing.B) {
 				for range b.N {
 					start := time.Now()
-					out, err := run(src.png, s.f, 2, r, bimg.ImageMetadata{})
+					out, err := run(context.Background(), src.png, s.f, 2, r, bimg.ImageMetadata{})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -158,10 +158,26 @@ static int clamp_to(VipsObject *ctx, VipsImage *in, VipsImage *lo, VipsImage *hi
 		vips_ifthenelse(t[2], lo, t[1], out, NULL);
 }
 
+// stop_if_cancelled runs after each strip or tile that a computation
+// reports; once *cancelled is set it kills the image being computed, which
+// libvips checks next, so the work stops within a strip instead of running
+// to the end for a caller who has gone.
+static void stop_if_cancelled(VipsImage *root, VipsProgress *progress, gint *cancelled) {
+	if (g_atomic_int_get(cancelled))
+		vips_image_set_kill(progress->im, TRUE);
+}
+
+// watch makes every image computed from root report its progress to
+// stop_if_cancelled.
+static void watch(VipsImage *root, gint *cancelled) {
+	vips_image_set_progress(root, TRUE);
+	g_signal_connect(root, "eval", G_CALLBACK(stop_if_cancelled), cancelled);
+}
+
 // upscale decodes buf strictly, enlarges it as p says and encodes the
 // result into *out (g_free it). It returns 0, or -1 with the reason in
-// vips_error_buffer().
-static int upscale(const void *buf, size_t len, const up_params *p, void **out, size_t *outlen) {
+// vips_error_buffer(); setting *cancelled makes it stop early and fail.
+static int upscale(const void *buf, size_t len, const up_params *p, gint *cancelled, void **out, size_t *outlen) {
 	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 32);
 	VipsInterpolate *interpolate = NULL;
@@ -173,6 +189,7 @@ static int upscale(const void *buf, size_t len, const up_params *p, void **out, 
 	STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "",
 		"access", p->sequential ? VIPS_ACCESS_SEQUENTIAL : VIPS_ACCESS_RANDOM,
 		"fail_on", VIPS_FAIL_ON_ERROR, NULL)));
+	watch(x, cancelled);
 	STEP(vips_autorot(x, &t[i], NULL));
 	if (x->Type == VIPS_INTERPRETATION_CMYK)
 		STEP(vips_icc_transform(x, &t[i], "srgb", "input_profile", "cmyk", "embedded", TRUE, NULL));
@@ -181,8 +198,10 @@ static int upscale(const void *buf, size_t len, const up_params *p, void **out, 
 
 	// Work in float, with colour premultiplied by alpha so that transparent
 	// pixels, whatever colour they hide, do not bleed into their neighbours.
-	if (p->denoise.step > 0) // read twice: to measure the noise, then to filter
+	if (p->denoise.step > 0) { // read twice: to measure the noise, then to filter
 		STEP(!(t[i] = vips_image_copy_memory(x)));
+		watch(x, cancelled); // a copy is a new root
+	}
 	if (alpha)
 		STEP(vips_premultiply(x, &t[i], NULL));
 	else
@@ -285,8 +304,10 @@ done:
 import "C"
 
 import (
+	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/h2non/bimg"
@@ -351,8 +372,8 @@ const (
 // returns the encoded result. meta is what src's header says; its EXIF
 // orientation decides how the source is read: sequential access, which
 // keeps only a few source rows in memory, is on unless the source must be
-// turned.
-func run(src []byte, f format, scale int, r recipe, meta bimg.ImageMetadata) ([]byte, error) {
+// turned. Once ctx is done, libvips stops within a strip and run fails.
+func run(ctx context.Context, src []byte, f format, scale int, r recipe, meta bimg.ImageMetadata) ([]byte, error) {
 	interpolator := C.CString(r.interpolator)
 	defer C.free(unsafe.Pointer(interpolator))
 	params := C.up_params{
@@ -384,7 +405,11 @@ func run(src []byte, f format, scale int, r recipe, meta bimg.ImageMetadata) ([]
 	}
 	var out unsafe.Pointer
 	var n C.size_t
-	if C.upscale(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), &params, &out, &n) != 0 {
+	// libvips polls cancelled while it works; Go memory is fine for that,
+	// since it only reads it during the call.
+	var cancelled int32
+	defer context.AfterFunc(ctx, func() { atomic.StoreInt32(&cancelled, 1) })()
+	if C.upscale(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), &params, (*C.gint)(unsafe.Pointer(&cancelled)), &out, &n) != 0 {
 		return nil, vipsError()
 	}
 	defer C.g_free(C.gpointer(out))

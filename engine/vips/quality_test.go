@@ -15,6 +15,7 @@ package vips
 
 import (
 	"bytes"
+	"context"
 	"image"
 	"image/jpeg"
 	"image/png"
@@ -298,7 +299,7 @@ func encodeJPEG(tb testing.TB, m *rgbImage, quality int) []byte {
 func score(tb testing.TB, set []*rgbImage, scale int, d degradation, r recipe) (meanPSNR, meanSSIM float64) {
 	for _, hr := range set {
 		hr = hr.crop(hr.w-hr.w%scale, hr.h-hr.h%scale)
-		out, err := run(d.source(tb, matlabShrink(hr, scale)), pngFormat, scale, r, bimg.ImageMetadata{})
+		out, err := run(context.Background(), d.source(tb, matlabShrink(hr, scale)), pngFormat, scale, r, bimg.ImageMetadata{})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -404,7 +405,7 @@ func TestDenoiseIsMonotonic(t *testing.T) {
 	var plain *rgbImage
 	previous := -1.0
 	for _, level := range levels {
-		out, err := run(noisy, pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
+		out, err := run(context.Background(), noisy, pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,14 +22,14 @@ import (
 
 // photoJPEG returns a side×side JPEG (quality 90) of Set14's baboon, whose
 // fur is about as costly to encode as photos get.
-func photoJPEG(b *testing.B, side int) []byte {
+func photoJPEG(tb testing.TB, side int) []byte {
 	src, err := os.ReadFile("../../testdata/sr/Set14/baboon.png")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	out, err := bimg.NewImage(src).Process(bimg.Options{Width: side, Height: side, Force: true, Enlarge: true, Type: bimg.JPEG, Quality: 90})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return out
 }

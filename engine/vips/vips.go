@@ -49,7 +49,9 @@ type Options struct {
 }
 
 // Engine enlarges JPEG, PNG and WebP images with libvips. It is safe for
-// concurrent use.
+// concurrent use. When an image's context is done, libvips stops working on
+// it within a strip and Upscale returns ctx.Err(), so a caller who has gone
+// or a deadline that has passed frees the slot at once.
 type Engine struct {
 	opts  Options
 	slots chan struct{}
@@ -217,8 +219,11 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 	}
 
 	r := recipeFor(opts)
-	out, err := run(src, f, opts.Scale, r, meta)
+	out, err := run(ctx, src, f, opts.Scale, r, meta)
 	if err != nil {
+		if err := ctx.Err(); err != nil { // libvips stopped because the caller went
+			return upscale.Image{}, err
+		}
 		if decodeErr := decodeStrictly(src); decodeErr != nil {
 			return upscale.Image{}, fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
 		}

@@ -256,6 +256,30 @@ func TestQueueWaitCountsAgainstDeadline(t *testing.T) {
 	}
 }
 
+// Cancelling stops libvips mid-image: the call fails with the context's
+// error instead of finishing a result nobody will fetch (it returned the
+// finished image before libvips was told), and the engine goes on working.
+// Denoising reads the source into memory first and then runs a second
+// pipeline from that copy; a small source at a large scale makes sure the
+// cancel lands in the second.
+func TestCancelStopsWork(t *testing.T) {
+	src := photoJPEG(t, 256)
+	for _, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
+		t.Run(string(level), func(t *testing.T) {
+			e := vips.New(vips.Options{Concurrency: 1})
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(50*time.Millisecond, cancel) // this image takes seconds
+			_, err := e.Upscale(ctx, src, upscale.Options{Scale: 16, ImageType: upscale.Photo, Denoise: level})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			if _, err := e.Upscale(context.Background(), encodePNG(t, gradient(8, 8, 255)), upscale.Options{Scale: 2}); err != nil {
+				t.Errorf("the next image after a cancelled one: %v", err)
+			}
+		})
+	}
+}
+
 // gradient returns an RGBA image; alpha ramps top to bottom from minAlpha
 // to 255.
 func gradient(w, h int, minAlpha uint8) *image.NRGBA {
