@@ -56,6 +56,7 @@ type Upscaler interface {
 	// exceeds its pixel limits (checked before pixels are decoded), and
 	// ErrUpstream for any other failure. When ctx is done it stops waiting
 	// and returns ctx.Err(), so a deadline surfaces as
-	// context.DeadlineExceeded.
+	// context.DeadlineExceeded; it should stop working on the image too,
+	// since the handler has answered and nobody will fetch the result.
 	Upscale(ctx context.Context, src []byte, opts Options) (Image, error)
 }
