@@ -174,6 +174,19 @@ static void watch(VipsImage *root, gint *cancelled) {
 	g_signal_connect(root, "eval", G_CALLBACK(stop_if_cancelled), cancelled);
 }
 
+// keep_only_profile removes every metadata field of image but its colour
+// profile. EXIF, XMP, IPTC and PNG text can say who took a photo, where and
+// with which camera, and the orientation has been applied. Removing the EXIF
+// block is not enough: the savers rebuild EXIF from the exif-* fields
+// libvips parsed out of it, GPS position included.
+static void keep_only_profile(VipsImage *image) {
+	gchar **fields = vips_image_get_fields(image);
+	for (gchar **f = fields; *f; f++)
+		if (strcmp(*f, VIPS_META_ICC_NAME) != 0)
+			vips_image_remove(image, *f); // header fields, such as width, stay
+	g_strfreev(fields);
+}
+
 // upscale decodes buf strictly, enlarges it as p says and encodes the
 // result into *out (g_free it). It returns 0, or -1 with the reason in
 // vips_error_buffer(); setting *cancelled makes it stop early and fail.
@@ -273,13 +286,8 @@ static int upscale(const void *buf, size_t len, const up_params *p, gint *cancel
 		STEP(vips_unpremultiply(x, &t[i], NULL));
 	STEP(vips_round(x, &t[i], VIPS_OPERATION_ROUND_RINT, NULL));
 	STEP(vips_cast(x, &t[i], format, NULL)); // clips to the format's range
-	// Keep the colour profile; drop camera metadata, which can say where a
-	// photo was taken, and the orientation autorot has applied.
 	STEP(vips_copy(x, &t[i], NULL));
-	vips_image_remove(x, VIPS_META_EXIF_NAME);
-	vips_image_remove(x, VIPS_META_XMP_NAME);
-	vips_image_remove(x, VIPS_META_IPTC_NAME);
-	vips_image_remove(x, VIPS_META_ORIENTATION);
+	keep_only_profile(x);
 
 	switch (p->saver) {
 	case SAVE_JPEG:
