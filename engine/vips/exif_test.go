@@ -19,11 +19,15 @@ func WithEXIFOrientation(t testing.TB, jpg []byte, orientation uint16) []byte {
 	binary.Write(&tiff, binary.BigEndian, uint32(1))                // count
 	binary.Write(&tiff, binary.BigEndian, []uint16{orientation, 0}) // value, padded
 	binary.Write(&tiff, binary.BigEndian, uint32(0))                // no next IFD
-	payload := append([]byte("Exif\x00\x00"), tiff.Bytes()...)
-	seg := []byte{0xFF, 0xE1, 0, 0}
-	binary.BigEndian.PutUint16(seg[2:], uint16(len(payload)+2))
+	return WithSegment(jpg, 0xE1, append([]byte("Exif\x00\x00"), tiff.Bytes()...))
+}
+
+// WithSegment inserts a segment (marker 0xFF, then code) carrying payload
+// right after the JPEG's SOI marker.
+func WithSegment(jpg []byte, code byte, payload []byte) []byte {
 	out := append([]byte{}, jpg[:2]...)
-	out = append(out, seg...)
+	out = append(out, 0xFF, code)
+	out = binary.BigEndian.AppendUint16(out, uint16(len(payload)+2))
 	out = append(out, payload...)
 	return append(out, jpg[2:]...)
 }

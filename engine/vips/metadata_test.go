@@ -35,10 +35,10 @@ func TestProfileKeptMetadataDropped(t *testing.T) {
 	}{
 		{
 			"JPEG",
-			jpegWith(encodeJPEG(t, src),
-				0xE1, append([]byte("Exif\x00\x00"), exif...),
-				0xE2, append([]byte("ICC_PROFILE\x00\x01\x01"), profile...),
+			vips.WithSegment(vips.WithSegment(vips.WithSegment(encodeJPEG(t, src),
 				0xE1, append([]byte("http://ns.adobe.com/xap/1.0/\x00"), xmp...)),
+				0xE2, append([]byte("ICC_PROFILE\x00\x01\x01"), profile...)),
+				0xE1, append([]byte("Exif\x00\x00"), exif...)), // EXIF first, as cameras write it
 			jpegProfile,
 		},
 		{
@@ -106,19 +106,6 @@ func iccProfile(t *testing.T) []byte {
 	}
 	copy(profile[48:], "UPSC")
 	return profile
-}
-
-// jpegWith inserts segments (marker, payload, marker, payload, ...) after
-// the JPEG's SOI marker.
-func jpegWith(jpg []byte, segments ...any) []byte {
-	out := append([]byte{}, jpg[:2]...)
-	for i := 0; i < len(segments); i += 2 {
-		payload := segments[i+1].([]byte)
-		out = append(out, 0xFF, byte(segments[i].(int)))
-		out = binary.BigEndian.AppendUint16(out, uint16(len(payload)+2))
-		out = append(out, payload...)
-	}
-	return append(out, jpg[2:]...)
 }
 
 func jpegProfile(t *testing.T, jpg []byte) []byte {
