@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"image"
 	"runtime"
 
 	"github.com/h2non/bimg"
@@ -189,25 +190,10 @@ var denoiseLevels = map[upscale.Denoise]denoising{
 }
 
 func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
-	f, ok := sniff(src)
-	if !ok {
-		return upscale.Image{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG or WebP image.")
-	}
-	// The header alone gives the size: no pixel is decoded before the
-	// limits are checked.
-	meta, err := bimg.NewImage(src).Metadata()
+	f, meta, err := e.inspect(src, opts.Scale)
 	if err != nil {
-		return upscale.Image{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image header could not be read; the file may be truncated or corrupt."), err)
-	}
-	w, h := meta.Size.Width, meta.Size.Height
-	if meta.Orientation >= 5 { // EXIF orientations 5-8 turn the image a quarter
-		w, h = h, w
-	}
-	outW, outH := w*opts.Scale, h*opts.Scale
-	if err := e.checkLimits(f, w, h, outW, outH); err != nil {
 		return upscale.Image{}, err
 	}
-
 	select {
 	case e.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -217,23 +203,60 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 	if err := ctx.Err(); err != nil { // the wait may have used up the deadline
 		return upscale.Image{}, err
 	}
-
-	r := recipeFor(opts)
-	out, err := run(ctx, src, f, opts.Scale, r, meta)
+	out, err := run(ctx, src, f, opts.Scale, recipeFor(opts), meta)
 	if err != nil {
-		if err := ctx.Err(); err != nil { // libvips stopped because the caller went
-			return upscale.Image{}, err
-		}
-		if decodeErr := decodeStrictly(src); decodeErr != nil {
-			return upscale.Image{}, fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
-		}
-		return upscale.Image{}, fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
+		return upscale.Image{}, failure(ctx, src, err)
 	}
+	return result(out, f, uprightSize(meta).Mul(opts.Scale))
+}
+
+// inspect decides src's format from its signature and reads its header,
+// and checks e's limits for a result scale times its upright size: no pixel
+// is decoded before the limits are checked.
+func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, error) {
+	f, ok := sniff(src)
+	if !ok {
+		return format{}, bimg.ImageMetadata{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG or WebP image.")
+	}
+	meta, err := bimg.NewImage(src).Metadata()
+	if err != nil {
+		return format{}, bimg.ImageMetadata{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image header could not be read; the file may be truncated or corrupt."), err)
+	}
+	size := uprightSize(meta)
+	if err := e.checkLimits(f, size.X, size.Y, size.X*scale, size.Y*scale); err != nil {
+		return format{}, bimg.ImageMetadata{}, err
+	}
+	return f, meta, nil
+}
+
+// uprightSize is the size of the source once its EXIF orientation is
+// applied: orientations 5-8 turn it a quarter.
+func uprightSize(meta bimg.ImageMetadata) image.Point {
+	if meta.Orientation >= 5 {
+		return image.Pt(meta.Size.Height, meta.Size.Width)
+	}
+	return image.Pt(meta.Size.Width, meta.Size.Height)
+}
+
+// failure tells why libvips failed on src: the caller went, the source is
+// corrupt (the caller's fault), or the engine failed.
+func failure(ctx context.Context, src []byte, err error) error {
+	if err := ctx.Err(); err != nil { // libvips stopped because the caller went
+		return err
+	}
+	if decodeErr := decodeStrictly(src); decodeErr != nil {
+		return fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
+	}
+	return fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
+}
+
+// result checks that an encoded result has the size it must have.
+func result(out []byte, f format, want image.Point) (upscale.Image, error) {
 	size, err := bimg.Size(out)
-	if err != nil || size.Width != outW || size.Height != outH {
-		return upscale.Image{}, fmt.Errorf("%w: libvips made %dx%d, want %dx%d (%v)", upscale.ErrUpstream, size.Width, size.Height, outW, outH, err)
+	if err != nil || size.Width != want.X || size.Height != want.Y {
+		return upscale.Image{}, fmt.Errorf("%w: libvips made %dx%d, want %v (%v)", upscale.ErrUpstream, size.Width, size.Height, want, err)
 	}
-	return upscale.Image{Data: out, ContentType: f.contentType, Width: outW, Height: outH}, nil
+	return upscale.Image{Data: out, ContentType: f.contentType, Width: want.X, Height: want.Y}, nil
 }
 
 func (e *Engine) checkLimits(f format, w, h, outW, outH int) error {

@@ -1,0 +1,365 @@
+// The libvips side of the engine: a strict load, the classical
+// enlargement and the encoder, as steps that the whole pipeline (upscale)
+// and the in-memory one for other engines (decode_pixels, encode_pixels)
+// share.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vips/vips.h>
+
+#include "denoise.h"
+#include "liblog.h"
+#include "pipeline.h"
+
+void configure_libvips(void) {
+	route_libvips_log();
+	vips_cache_set_max(0);
+	vips_block_untrusted_set(TRUE);
+	vips_operation_block_set("VipsForeignLoad", TRUE);
+	vips_operation_block_set("VipsForeignLoadJpeg", FALSE);
+	vips_operation_block_set("VipsForeignLoadPng", FALSE);
+	vips_operation_block_set("VipsForeignLoadWebp", FALSE);
+}
+
+int decode_strictly(const void *buf, size_t len) {
+	VipsImage *in = vips_image_new_from_buffer(buf, len, "",
+		"access", VIPS_ACCESS_SEQUENTIAL,
+		"fail_on", VIPS_FAIL_ON_ERROR,
+		NULL);
+	if (!in)
+		return -1;
+	double ignored;
+	int status = vips_min(in, &ignored, NULL);
+	g_object_unref(in);
+	return status;
+}
+
+// Each step's result goes into the next slot of t, which a pipeline's
+// context object owns: unreffing the context frees every image at once.
+#define STEP(call) do { if (call) return -1; x = t[i++]; } while (0)
+
+// stop_if_cancelled runs after each strip or tile that a computation
+// reports; once *cancelled is set it kills the image being computed, which
+// libvips checks next, so the work stops within a strip instead of running
+// to the end for a caller who has gone.
+static void stop_if_cancelled(VipsImage *root, VipsProgress *progress, gint *cancelled) {
+	if (g_atomic_int_get(cancelled))
+		vips_image_set_kill(progress->im, TRUE);
+}
+
+// watch makes every image computed from root report its progress to
+// stop_if_cancelled.
+static void watch(VipsImage *root, gint *cancelled) {
+	vips_image_set_progress(root, TRUE);
+	g_signal_connect(root, "eval", G_CALLBACK(stop_if_cancelled), cancelled);
+}
+
+// open_upright loads buf strictly, turns it upright as its EXIF
+// orientation says and converts CMYK to sRGB.
+static int open_upright(VipsObject *ctx, const void *buf, size_t len, int sequential, gint *cancelled, VipsImage **out) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
+	VipsImage *x;
+	int i = 0;
+	STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "",
+		"access", sequential ? VIPS_ACCESS_SEQUENTIAL : VIPS_ACCESS_RANDOM,
+		"fail_on", VIPS_FAIL_ON_ERROR, NULL)));
+	watch(x, cancelled);
+	STEP(vips_autorot(x, &t[i], NULL));
+	if (x->Type == VIPS_INTERPRETATION_CMYK)
+		STEP(vips_icc_transform(x, &t[i], "srgb", "input_profile", "cmyk", "embedded", TRUE, NULL));
+	*out = x;
+	return 0;
+}
+
+// to_working turns an image into float, with colour premultiplied by alpha
+// so that transparent pixels, whatever colour they hide, do not bleed into
+// their neighbours.
+static int to_working(VipsImage *in, VipsImage **out) {
+	if (vips_image_hasalpha(in))
+		return vips_premultiply(in, out, NULL);
+	return vips_cast(in, out, VIPS_FORMAT_FLOAT, NULL);
+}
+
+// noise_sigmas estimates the standard deviation of white noise in each of
+// the colour planes of in from the median absolute response of Immerkaer's
+// mask, which cancels smooth ramps and is 6 sigma wide for white noise;
+// the median keeps edges and texture, which are few pixels, from counting
+// as noise. unit is one grey level of the source's format (1, or 257 for
+// 16-bit).
+static int noise_sigmas(VipsObject *ctx, VipsImage *in, int colour, double unit, double sigma[3]) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 9);
+	// The response is kept in 1/8 grey levels in a 16-bit histogram.
+	double scale = 8.0 / unit;
+	t[0] = vips_image_new_matrixv(3, 3, 1.0, -2.0, 1.0, -2.0, 4.0, -2.0, 1.0, -2.0, 1.0);
+	t[1] = vips_image_new_matrix_from_array(3, 3, ycbcr_from_rgb, 9);
+	if (vips_extract_band(in, &t[2], 0, "n", colour, NULL) ||
+		(colour == 3 ? vips_recomb(t[2], &t[3], t[1], NULL) : vips_copy(t[2], &t[3], NULL)) ||
+		vips_conv(t[3], &t[4], t[0], "precision", VIPS_PRECISION_FLOAT, NULL) ||
+		vips_abs(t[4], &t[5], NULL) ||
+		vips_linear1(t[5], &t[6], scale, 0.0, NULL) ||
+		vips_cast(t[6], &t[7], VIPS_FORMAT_USHORT, NULL) ||
+		vips_hist_find(t[7], &t[8], NULL) ||
+		vips_image_wio_input(t[8]))
+		return -1;
+	// The histogram is one row of 65536 counts per band.
+	const guint *counts = (const guint *) VIPS_IMAGE_ADDR(t[8], 0, 0);
+	for (int c = 0; c < colour; c++) {
+		guint64 total = 0, seen = 0;
+		int v = 0;
+		for (int i = 0; i < t[8]->Xsize; i++)
+			total += counts[i * colour + c];
+		while (v < t[8]->Xsize - 1 && (seen += counts[v * colour + c]) * 2 < total)
+			v++;
+		sigma[c] = v / scale / (6.0 * 0.6745);
+	}
+	return 0;
+}
+
+// denoise_job is one image's denoising, shared by its tiles.
+typedef struct {
+	denoise_params params;
+	double sigma[3];
+	int colour;
+	int block_x, block_y; // as in enlarge_params
+} denoise_job;
+
+// denoise_tile makes one tile of the denoised image from the tile and the
+// 8 pixels around it, which the blocks covering its edge pixels reach.
+static int denoise_tile(VipsRegion *out, void *seq, void *a, void *b, gboolean *stop) {
+	VipsRegion *in = (VipsRegion *) seq;
+	const denoise_job *job = (const denoise_job *) b;
+	const VipsRect *r = &out->valid;
+	VipsRect image = {0, 0, in->im->Xsize, in->im->Ysize};
+	VipsRect need = {r->left - 8, r->top - 8, r->width + 16, r->height + 16};
+	vips_rect_intersectrect(&need, &image, &need);
+	if (vips_region_prepare(in, &need))
+		return -1;
+	size_t row = (size_t) need.width * in->im->Bands;
+	float *buf = g_try_malloc(row * need.height * sizeof(float));
+	if (!buf) {
+		vips_error("upscale", "out of memory for denoising");
+		return -1;
+	}
+	for (int y = 0; y < need.height; y++)
+		memcpy(buf + y * row, VIPS_REGION_ADDR(in, need.left, need.top + y), row * sizeof(float));
+	int status = denoise_image(buf, need.width, need.height, in->im->Bands, job->colour, job->sigma,
+		((job->block_x - need.left) % 8 + 8) % 8, ((job->block_y - need.top) % 8 + 8) % 8, &job->params);
+	if (status == 0)
+		for (int y = 0; y < r->height; y++)
+			memcpy(VIPS_REGION_ADDR(out, r->left, r->top + y),
+				buf + (size_t) (r->top + y - need.top) * row + (size_t) (r->left - need.left) * in->im->Bands,
+				(size_t) r->width * in->im->Bands * sizeof(float));
+	else
+		vips_error("upscale", "out of memory for denoising");
+	g_free(buf);
+	return status;
+}
+
+// denoise filters in (float) tile by tile as job says. Tiles are cached,
+// since the steps after it read overlapping areas.
+static int denoise(VipsObject *ctx, VipsImage *in, VipsImage **out, denoise_job *job) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 1);
+	const int tile = 128;
+	t[0] = vips_image_new();
+	if (vips_image_pipelinev(t[0], VIPS_DEMAND_STYLE_SMALLTILE, in, NULL) ||
+		vips_image_generate(t[0], vips_start_one, denoise_tile, vips_stop_one, in, job))
+		return -1;
+	return vips_tilecache(t[0], out, "tile_width", tile, "tile_height", tile,
+		"max_tiles", 3 * (in->Xsize / tile + 1), NULL);
+}
+
+// clamp_to limits in, band by band, to [lo, hi].
+static int clamp_to(VipsObject *ctx, VipsImage *in, VipsImage *lo, VipsImage *hi, VipsImage **out) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
+	return vips_relational(in, hi, &t[0], VIPS_OPERATION_RELATIONAL_MORE, NULL) ||
+		vips_ifthenelse(t[0], hi, in, &t[1], NULL) ||
+		vips_relational(t[1], lo, &t[2], VIPS_OPERATION_RELATIONAL_LESS, NULL) ||
+		vips_ifthenelse(t[2], lo, t[1], out, NULL);
+}
+
+// enlarge runs p's classical enlargement on a working (float,
+// premultiplied) image. unit is one grey level of the source's format.
+static int enlarge(VipsObject *ctx, VipsImage *in, double unit, const enlarge_params *p, VipsImage **out) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 8);
+	VipsImage *x = in, *source;
+	int i = 0;
+	denoise_job *job = VIPS_NEW(ctx, denoise_job);
+	if (!job)
+		return -1;
+	if (p->denoise.step > 0) {
+		job->params = p->denoise;
+		job->colour = x->Bands - vips_image_hasalpha(x) >= 3 ? 3 : 1;
+		job->block_x = p->block_x;
+		job->block_y = p->block_y;
+		if (noise_sigmas(ctx, x, job->colour, unit, job->sigma))
+			return -1;
+		STEP(denoise(ctx, x, &t[i], job));
+	}
+	source = x;
+	if (p->sharpen > 0) {
+		// Unsharp mask at the source's resolution, before enlarging: the
+		// same correction as on the result for 1/s^2 of the work.
+		VipsImage **s = (VipsImage **) vips_object_local_array(ctx, 3);
+		if (vips_gaussblur(x, &s[0], p->sharpen_sigma, "precision", VIPS_PRECISION_FLOAT, NULL) ||
+			vips_subtract(x, s[0], &s[1], NULL) ||
+			vips_linear1(s[1], &s[2], p->sharpen, 0.0, NULL))
+			return -1;
+		STEP(vips_add(x, s[2], &t[i], NULL));
+	}
+	if (p->scale > 1) {
+		VipsInterpolate *interpolate = vips_interpolate_new(p->interpolator);
+		if (!interpolate)
+			return -1;
+		// Centred sampling: output pixel X takes the source at
+		// (X + 0.5) / s - 0.5, so the result is not shifted by a fraction
+		// of a pixel, and edges continue outward instead of fading.
+		double offset = (p->scale - 1) / 2.0;
+		VipsArrayInt *area = vips_array_int_newv(4, 0, 0, source->Xsize * p->scale, source->Ysize * p->scale);
+		int status = vips_affine(x, &t[i], p->scale, 0.0, 0.0, p->scale,
+			"interpolate", interpolate, "odx", offset, "ody", offset,
+			"oarea", area, "extend", VIPS_EXTEND_COPY, NULL);
+		vips_area_unref(VIPS_AREA(area));
+		g_object_unref(interpolate);
+		STEP(status);
+	}
+	if (p->clamp == 3) {
+		// The range of the 3x3 source pixels around each one, zoomed: every
+		// output pixel in a source pixel's s x s block gets that range.
+		VipsImage **r = (VipsImage **) vips_object_local_array(ctx, 4);
+		if (vips_rank(source, &r[0], 3, 3, 0, NULL) ||
+			vips_rank(source, &r[1], 3, 3, 8, NULL) ||
+			vips_zoom(r[0], &r[2], p->scale, p->scale, NULL) ||
+			vips_zoom(r[1], &r[3], p->scale, p->scale, NULL))
+			return -1;
+		STEP(clamp_to(ctx, x, r[2], r[3], &t[i]));
+	}
+	*out = x;
+	return 0;
+}
+
+// keep_only_profile removes every metadata field of image but its colour
+// profile. EXIF, XMP, IPTC and PNG text can say who took a photo, where and
+// with which camera, and the orientation has been applied. Removing the EXIF
+// block is not enough: the savers rebuild EXIF from the exif-* fields
+// libvips parsed out of it, GPS position included.
+static void keep_only_profile(VipsImage *image) {
+	gchar **fields = vips_image_get_fields(image);
+	for (gchar **f = fields; *f; f++)
+		if (strcmp(*f, VIPS_META_ICC_NAME) != 0)
+			vips_image_remove(image, *f); // header fields, such as width, stay
+	g_strfreev(fields);
+}
+
+// save turns a working image back into format (undoing the
+// premultiplication, rounding, clipping to the format's range), keeps only
+// its colour profile and encodes it as s says.
+static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const save_params *s, void **out, size_t *outlen) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 4);
+	VipsImage *x = in;
+	int i = 0;
+	if (vips_image_hasalpha(x))
+		STEP(vips_unpremultiply(x, &t[i], NULL));
+	STEP(vips_round(x, &t[i], VIPS_OPERATION_ROUND_RINT, NULL));
+	STEP(vips_cast(x, &t[i], format, NULL)); // clips to the format's range
+	STEP(vips_copy(x, &t[i], NULL));
+	keep_only_profile(x);
+	switch (s->saver) {
+	case SAVE_JPEG:
+		return vips_jpegsave_buffer(x, out, outlen, "Q", s->quality, "subsample_mode", s->subsample, NULL);
+	case SAVE_PNG:
+		return vips_pngsave_buffer(x, out, outlen, "compression", s->compression, NULL);
+	case SAVE_WEBP:
+		return vips_webpsave_buffer(x, out, outlen, "Q", s->quality, "effort", s->effort, NULL);
+	}
+	vips_error("upscale", "unknown saver %d", s->saver);
+	return -1;
+}
+
+static double unit_of(VipsBandFormat format) {
+	return format == VIPS_FORMAT_USHORT ? 257.0 : 1.0;
+}
+
+int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p, const save_params *s,
+	gint *cancelled, void **out, size_t *outlen) {
+	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 4);
+	VipsImage *x;
+	int i = 0, status = -1;
+	if (open_upright(ctx, buf, len, sequential, cancelled, &x))
+		goto done;
+	VipsBandFormat format = x->BandFmt;
+	if (p->denoise.step > 0) { // read twice: to measure the noise, then to filter
+		if (!(t[i] = vips_image_copy_memory(x)))
+			goto done;
+		x = t[i++];
+		watch(x, cancelled); // a copy is a new root
+	}
+	if (to_working(x, &t[i]) || enlarge(ctx, t[i], unit_of(format), p, &x))
+		goto done;
+	status = save(ctx, x, format, s, out, outlen);
+done:
+	g_object_unref(ctx);
+	return status;
+}
+
+int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, pixels *out) {
+	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 1);
+	VipsImage *x;
+	int status = -1;
+	memset(out, 0, sizeof(*out));
+	if (open_upright(ctx, buf, len, sequential, cancelled, &x))
+		goto done;
+	out->format = x->BandFmt;
+	out->interpretation = x->Type;
+	out->alpha = vips_image_hasalpha(x);
+	out->xres = x->Xres;
+	out->yres = x->Yres;
+	const void *profile;
+	size_t profile_len;
+	if (vips_image_get_typeof(x, VIPS_META_ICC_NAME) &&
+		!vips_image_get_blob(x, VIPS_META_ICC_NAME, &profile, &profile_len)) {
+		out->profile = g_memdup2(profile, profile_len);
+		out->profile_len = profile_len;
+	}
+	if (to_working(x, &t[0]))
+		goto done;
+	x = t[0];
+	size_t size;
+	if (!(out->data = vips_image_write_to_memory(x, &size)))
+		goto done;
+	out->width = x->Xsize;
+	out->height = x->Ysize;
+	out->bands = x->Bands;
+	status = 0;
+done:
+	if (status) {
+		g_free(out->profile);
+		out->profile = NULL;
+	}
+	g_object_unref(ctx);
+	return status;
+}
+
+int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,
+	void **out, size_t *outlen) {
+	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 2);
+	VipsImage *x;
+	int status = -1;
+	size_t size = (size_t) in->width * in->height * in->bands * sizeof(float);
+	if (!(t[0] = vips_image_new_from_memory(in->data, size, in->width, in->height, in->bands, VIPS_FORMAT_FLOAT)))
+		goto done;
+	watch(t[0], cancelled);
+	if (vips_copy(t[0], &t[1], "interpretation", in->interpretation, "xres", in->xres, "yres", in->yres, NULL))
+		goto done;
+	x = t[1];
+	if (in->profile)
+		vips_image_set_blob_copy(x, VIPS_META_ICC_NAME, in->profile, in->profile_len);
+	if (enlarge(ctx, x, unit_of(in->format), p, &x))
+		goto done;
+	status = save(ctx, x, in->format, s, out, outlen);
+done:
+	g_object_unref(ctx);
+	return status;
+}

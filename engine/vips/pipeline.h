@@ -1,0 +1,71 @@
+#ifndef UPSCALE_PIPELINE_H
+#define UPSCALE_PIPELINE_H
+
+#include <vips/vips.h>
+
+#include "denoise.h"
+
+// configure_libvips blocks every loader but JPEG, PNG and WebP, turns the
+// operation cache off and routes libvips's log to Go.
+void configure_libvips(void);
+
+// decode_strictly decodes every pixel of buf, top to bottom, failing on the
+// first decoder error or truncation instead of inventing pixels. It returns
+// 0 on success; on failure the message is in vips_error_buffer().
+int decode_strictly(const void *buf, size_t len);
+
+enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP };
+
+// save_params says how to encode a result.
+typedef struct {
+	int saver;
+	int quality;     // JPEG and WebP
+	int subsample;   // a VipsForeignSubsample, JPEG
+	int compression; // PNG
+	int effort;      // WebP
+} save_params;
+
+// enlarge_params is one classical enlargement, as recipe() in Go chooses
+// it. scale 1 leaves the image as it is.
+typedef struct {
+	int scale;
+	const char *interpolator; // a VipsInterpolate nickname: "nohalo", "bicubic", ...
+	denoise_params denoise;
+	int block_x, block_y;     // where a JPEG source's 8x8 blocks start once turned upright
+	double sharpen;           // unsharp-mask amount, applied to the source; 0 is off
+	double sharpen_sigma;
+	int clamp;                // 0, or 3: clamp each result pixel to the range of its 3x3 source pixels
+} enlarge_params;
+
+// upscale decodes buf strictly (with sequential access when sequential is
+// set, which the caller does unless the source must be turned), enlarges it
+// as p says and encodes the result as s says into *out (g_free it). It
+// returns 0, or -1 with the reason in vips_error_buffer(); setting
+// *cancelled makes it stop early and fail.
+int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p, const save_params *s,
+	gint *cancelled, void **out, size_t *outlen);
+
+// pixels is a decoded image in memory: upright, sRGB or grey, with colour
+// premultiplied by alpha, as interleaved float samples in the range of its
+// source's format (0-255, or 0-65535 for 16-bit).
+typedef struct {
+	float *data; // width * height * bands samples
+	int width, height, bands;
+	int alpha;                         // the last band is alpha
+	VipsBandFormat format;             // the source's sample format: results are written in it
+	VipsInterpretation interpretation; // sRGB, B_W, RGB16 or GREY16
+	double xres, yres;                 // pixels per millimetre, which the savers write
+	void *profile;                     // the ICC profile, or NULL
+	size_t profile_len;
+} pixels;
+
+// decode_pixels decodes buf strictly into *out, whose data and profile the
+// caller frees with g_free. It returns 0, or -1 as upscale does.
+int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, pixels *out);
+
+// encode_pixels enlarges in as p says (p->scale 1: not at all) and encodes
+// it as s says, like upscale. It reads in->data only during the call.
+int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,
+	void **out, size_t *outlen);
+
+#endif

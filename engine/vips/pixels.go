@@ -1,0 +1,96 @@
+package vips
+
+/*
+#include <vips/vips.h>
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"image"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Pixels is a decoded image in memory, for engines of other kinds that
+// enlarge pixels themselves and leave decoding and encoding to this
+// package: upright (its EXIF orientation applied), sRGB or grey (CMYK is
+// converted), with colour premultiplied by alpha, as interleaved float32
+// samples in the range of the source's format, 0 to Max().
+type Pixels struct {
+	Width, Height int
+	// Bands is 1 (grey), 2 (grey and alpha), 3 (RGB) or 4 (RGBA).
+	Bands int
+	// Alpha says the last band is alpha.
+	Alpha bool
+	// Pix holds Width × Height × Bands samples, row by row.
+	Pix []float32
+
+	// How to write the result: the source's file format, sample format,
+	// colour interpretation, resolution and ICC profile.
+	format         format
+	sampleFormat   C.VipsBandFormat
+	interpretation C.VipsInterpretation
+	resolution     [2]C.double
+	profile        []byte
+}
+
+// Max is the largest sample value: 255, or 65535 for a 16-bit source.
+func (p *Pixels) Max() float32 {
+	if p.sampleFormat == C.VIPS_FORMAT_USHORT {
+		return 65535
+	}
+	return 255
+}
+
+// Like returns a Width × Height image of zero samples with the same bands
+// and the same way of writing it as p.
+func (p *Pixels) Like(width, height int) *Pixels {
+	out := *p
+	out.Width, out.Height = width, height
+	out.Pix = make([]float32, width*height*p.Bands)
+	return &out
+}
+
+// Decode decodes src as Upscale does for a result scale times its size:
+// it refuses what Upscale refuses, with the same errors, checks the same
+// limits before decoding any pixel, and decodes as strictly. It does not
+// wait for one of the Engine's slots: the caller admits its own work.
+func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, error) {
+	f, meta, err := e.inspect(src, scale)
+	if err != nil {
+		return nil, err
+	}
+	px, err := decodePixels(ctx, src, meta)
+	if err != nil {
+		return nil, failure(ctx, src, err)
+	}
+	if want := uprightSize(meta); px.Width != want.X || px.Height != want.Y {
+		return nil, fmt.Errorf("%w: decoded %dx%d, header says %v", upscale.ErrUpstream, px.Width, px.Height, want)
+	}
+	px.format = f
+	return px, nil
+}
+
+// Encode enlarges p by scale the way Upscale enlarges an image of
+// imageType without denoising (scale 1: not at all), and encodes it in its
+// source's file and sample format with its colour profile and no other
+// metadata. It does not wait for a slot either.
+func (e *Engine) Encode(ctx context.Context, p *Pixels, scale int, imageType upscale.ImageType) (upscale.Image, error) {
+	if len(p.Pix) != p.Width*p.Height*p.Bands {
+		return upscale.Image{}, fmt.Errorf("%w: %d samples for %dx%d×%d", upscale.ErrUpstream, len(p.Pix), p.Width, p.Height, p.Bands)
+	}
+	r := recipe{}
+	if scale > 1 {
+		r = recipeFor(upscale.Options{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
+	}
+	out, err := encodePixels(ctx, p, p.format, scale, r)
+	if err != nil {
+		if err := ctx.Err(); err != nil {
+			return upscale.Image{}, err
+		}
+		return upscale.Image{}, fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
+	}
+	return result(out, p.format, image.Pt(p.Width*scale, p.Height*scale))
+}

@@ -1,0 +1,94 @@
+package vips_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image"
+	"image/color"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+)
+
+// TestDecodeEncodeIsUpscale: decoding to memory and encoding with a
+// classical enlargement is the same pipeline as Upscale without
+// denoising, byte for byte, for every kind of source.
+func TestDecodeEncodeIsUpscale(t *testing.T) {
+	grey16 := image.NewGray16(image.Rect(0, 0, 10, 6))
+	for i := range grey16.Pix {
+		grey16.Pix[i] = uint8(i * 37)
+	}
+	sources := map[string][]byte{
+		"PNG RGBA":       encodePNG(t, gradient(12, 9, 0)),
+		"PNG RGB":        encodePNG(t, gradient(12, 9, 255)),
+		"PNG Gray16":     encodePNG(t, grey16),
+		"JPEG":           encodeJPEG(t, gradient(16, 8, 255)),
+		"JPEG rotated 6": vips.WithEXIFOrientation(t, encodeJPEG(t, gradient(16, 8, 255)), 6),
+	}
+	e := vips.New(vips.Options{})
+	for name, src := range sources {
+		for _, scale := range []int{1, 2, 4} {
+			px, err := e.Decode(context.Background(), src, scale)
+			if err != nil {
+				t.Fatalf("%s: Decode: %v", name, err)
+			}
+			got, err := e.Encode(context.Background(), px, scale, upscale.Anime)
+			if err != nil {
+				t.Fatalf("%s: Encode: %v", name, err)
+			}
+			if scale == 1 {
+				if got.Width != px.Width || got.Height != px.Height {
+					t.Errorf("%s: encoded %dx%d from %dx%d", name, got.Width, got.Height, px.Width, px.Height)
+				}
+				continue
+			}
+			want, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Data, want.Data) || got.ContentType != want.ContentType {
+				t.Errorf("%s ×%d: Decode and Encode give %d bytes of %s, Upscale %d bytes of %s", name, scale, len(got.Data), got.ContentType, len(want.Data), want.ContentType)
+			}
+		}
+	}
+}
+
+// TestDecodeUpright: Decode applies the EXIF orientation and premultiplies
+// alpha; Max follows the source's depth.
+func TestDecodeUpright(t *testing.T) {
+	e := vips.New(vips.Options{})
+	px, err := e.Decode(context.Background(), vips.WithEXIFOrientation(t, encodeJPEG(t, gradient(16, 8, 255)), 6), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if px.Width != 8 || px.Height != 16 || px.Bands != 3 || px.Alpha || px.Max() != 255 {
+		t.Errorf("rotated JPEG: %dx%d, %d bands, alpha %v, max %v; want 8x16, 3, false, 255", px.Width, px.Height, px.Bands, px.Alpha, px.Max())
+	}
+	half := image.NewNRGBA64(image.Rect(0, 0, 2, 1))
+	half.SetNRGBA64(0, 0, color.NRGBA64{R: 65535, A: 32768})
+	px, err = e.Decode(context.Background(), encodePNG(t, half), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if px.Bands != 4 || !px.Alpha || px.Max() != 65535 || px.Pix[0] < 32767 || px.Pix[0] > 32769 || px.Pix[3] != 32768 {
+		t.Errorf("16-bit RGBA: %d bands, alpha %v, max %v, first pixel %v; want 4, true, 65535, red premultiplied to 32768", px.Bands, px.Alpha, px.Max(), px.Pix[:4])
+	}
+}
+
+// TestDecodeChecksLimits: the limits apply to the final scale before
+// any pixel is decoded, and a corrupt file is the caller's fault.
+func TestDecodeChecksLimits(t *testing.T) {
+	e := vips.New(vips.Options{MaxOutputPixels: 1000})
+	src := encodePNG(t, gradient(12, 9, 255))
+	if _, err := e.Decode(context.Background(), src, 2); err != nil {
+		t.Errorf("24x18 result: %v", err)
+	}
+	if _, err := e.Decode(context.Background(), src, 4); !errors.Is(err, upscale.ErrImageTooLarge) {
+		t.Errorf("48x36 result past 1000 pixels: err = %v, want ErrImageTooLarge", err)
+	}
+	if _, err := e.Decode(context.Background(), src[:len(src)/2], 2); !errors.Is(err, upscale.ErrUnsupportedImage) {
+		t.Errorf("truncated PNG: err = %v, want ErrUnsupportedImage", err)
+	}
+}
