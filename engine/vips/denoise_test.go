@@ -13,10 +13,11 @@ import (
 	"github.com/h2non/bimg"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/quality"
 )
 
 func TestQuantTables(t *testing.T) {
-	photo := celImage(1, 64).toNRGBA()
+	photo := quality.CelImage(1, 64).NRGBA()
 	var colour, grey bytes.Buffer
 	if err := jpeg.Encode(&colour, photo, &jpeg.Options{Quality: 50}); err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func TestQuantTables(t *testing.T) {
 	if _, _, ok := quantTables(cmyk); ok {
 		t.Error("a CMYK JPEG gives tables, but its blocks are not Y, Cb and Cr")
 	}
-	if _, _, ok := quantTables(celImage(1, 16).png(t)); ok {
+	if _, _, ok := quantTables(quality.CelImage(1, 16).PNG(t)); ok {
 		t.Error("a PNG has quantisation tables")
 	}
 }
@@ -72,16 +73,16 @@ func TestQuantTables(t *testing.T) {
 // image. The JPEG is 101×75, so that a mirrored axis does not end on a
 // block boundary.
 func TestDenoisedJPEGStaysConsistent(t *testing.T) {
-	photo := celImage(2, 104).crop(101, 75)
+	photo := quality.CelImage(2, 104).Crop(101, 75)
 	rng := rand.New(rand.NewPCG(1, 2))
 	// Mid-range colours, so that no decoder clips them, with texture for
 	// the quantisation to remove.
-	for _, plane := range [][]float64{photo.r, photo.g, photo.b} {
+	for _, plane := range [][]float64{photo.R, photo.G, photo.B} {
 		for i, v := range plane {
 			plane[i] = 48 + 0.6*v + 12*rng.NormFloat64()
 		}
 	}
-	jpg := encodeJPEG(t, photo, 30)
+	jpg := quality.EncodeJPEG(t, photo, 30)
 	luma, _, _ := quantTables(jpg)
 	for orientation := 1; orientation <= 8; orientation++ {
 		src := WithEXIFOrientation(t, jpg, uint16(orientation))
@@ -95,13 +96,13 @@ func TestDenoisedJPEGStaysConsistent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			planes[i] = asStored(jpegLuma(decodeRGB(t, out)), orientation, photo.w, photo.h)
+			planes[i] = asStored(jpegLuma(quality.Decode(t, out)), orientation, photo.W, photo.H)
 		}
 		decoded, denoised := planes[0], planes[1]
 		var changed float64
-		for by := 0; by+8 <= photo.h; by += 8 {
-			for bx := 0; bx+8 <= photo.w; bx += 8 {
-				a, b := blockDCT(decoded, photo.w, bx, by), blockDCT(denoised, photo.w, bx, by)
+		for by := 0; by+8 <= photo.H; by += 8 {
+			for bx := 0; bx+8 <= photo.W; bx += 8 {
+				a, b := blockDCT(decoded, photo.W, bx, by), blockDCT(denoised, photo.W, bx, by)
 				for k := range 64 {
 					changed += math.Abs(a[k] - b[k])
 					if d := math.Abs(a[k] - b[k]); d > float64(luma[k])/2+2 {
@@ -110,7 +111,7 @@ func TestDenoisedJPEGStaysConsistent(t *testing.T) {
 				}
 			}
 		}
-		if changed < float64(photo.w*photo.h)/10 {
+		if changed < float64(photo.W*photo.H)/10 {
 			t.Errorf("orientation %d: the filter changed the DCT coefficients by %.0f in all; want a visible change", orientation, changed)
 		}
 	}
@@ -154,10 +155,10 @@ func asStored(upright []float64, orientation, w, h int) []float64 {
 }
 
 // jpegLuma is JPEG's Y plane of m.
-func jpegLuma(m *rgbImage) []float64 {
-	y := make([]float64, len(m.r))
+func jpegLuma(m *quality.Image) []float64 {
+	y := make([]float64, len(m.R))
 	for i := range y {
-		y[i] = 0.299*m.r[i] + 0.587*m.g[i] + 0.114*m.b[i]
+		y[i] = 0.299*m.R[i] + 0.587*m.G[i] + 0.114*m.B[i]
 	}
 	return y
 }
@@ -193,7 +194,7 @@ func TestDenoiseLeavesAlphaAndTinyImages(t *testing.T) {
 		src.Pix[i], src.Pix[i+1], src.Pix[i+2], src.Pix[i+3] = uint8(rng.IntN(256)), 128, 64, uint8(i/4%40*6)
 	}
 	alphaOf := func(level upscale.Denoise, img image.Image) []uint8 {
-		out, err := run(context.Background(), encodeImagePNG(t, img), pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
+		out, err := run(context.Background(), quality.EncodePNG(t, img), pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}

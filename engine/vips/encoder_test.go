@@ -9,6 +9,7 @@ import (
 	"github.com/h2non/bimg"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/quality"
 )
 
 // BenchmarkEncoders enlarges a 1024² photo (Set14's baboon) and a 1024²
@@ -29,7 +30,7 @@ func BenchmarkEncoders(b *testing.B) {
 	sources := []struct {
 		name string
 		png  []byte
-	}{{"photo", photo}, {"cel", celImage(5, 1024).png(b)}}
+	}{{"photo", photo}, {"cel", quality.CelImage(5, 1024).PNG(b)}}
 	settings := []struct {
 		name string
 		f    format
@@ -51,7 +52,7 @@ func BenchmarkEncoders(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		reference := decodeRGB(b, lossless)
+		reference := quality.Decode(b, lossless)
 		for _, s := range settings {
 			b.Run(src.name+"/"+s.name, func(b *testing.B) {
 				for range b.N {
@@ -67,11 +68,11 @@ func BenchmarkEncoders(b *testing.B) {
 						if err != nil {
 							b.Fatal(err)
 						}
-						encoded := decodeRGB(b, decoded)
-						y, _, _ := luma(encoded, 0)
-						yRef, _, _ := luma(reference, 0)
-						b.ReportMetric(psnr(yRef, y), "dB-luma")
-						b.ReportMetric(psnr(chroma(reference), chroma(encoded)), "dB-chroma")
+						encoded := quality.Decode(b, decoded)
+						y, _, _ := quality.Luma(encoded, 0)
+						yRef, _, _ := quality.Luma(reference, 0)
+						b.ReportMetric(quality.PSNR(yRef, y), "dB-luma")
+						b.ReportMetric(quality.PSNR(chroma(reference), chroma(encoded)), "dB-chroma")
 					}
 				}
 			})
@@ -85,12 +86,12 @@ func withSetting(f format, set func(*format)) format {
 }
 
 // chroma is BT.601 Cb and Cr of every pixel, one after the other.
-func chroma(m *rgbImage) []float64 {
-	out := make([]float64, 0, 2*len(m.r))
-	for i := range m.r {
+func chroma(m *quality.Image) []float64 {
+	out := make([]float64, 0, 2*len(m.R))
+	for i := range m.R {
 		out = append(out,
-			-0.168736*m.r[i]-0.331264*m.g[i]+0.5*m.b[i],
-			0.5*m.r[i]-0.418688*m.g[i]-0.081312*m.b[i])
+			-0.168736*m.R[i]-0.331264*m.G[i]+0.5*m.B[i],
+			0.5*m.R[i]-0.418688*m.G[i]-0.081312*m.B[i])
 	}
 	return out
 }
