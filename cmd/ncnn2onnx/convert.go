@@ -1,0 +1,286 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/upscalekit/upscale/internal/ncnn"
+	"github.com/upscalekit/upscale/internal/onnxpb"
+)
+
+// opset 17 is implemented by every ONNX Runtime since 1.13.
+const opset = 17
+
+// Names of the converted model's input and output: NCHW float32 RGB, 0-1.
+const (
+	inputName  = "input"
+	outputName = "output"
+)
+
+// geometry is how the network's output relates to its input, found by
+// inferring shapes at several input sizes: an input of n pixels (a
+// multiple of Multiple, at least MinInput) gives Scale × (n - 2 × Border).
+type geometry struct {
+	Scale, Border, Multiple, MinInput int
+}
+
+// findGeometry tries input sizes from the .param file's nominal one.
+func findGeometry(net *ncnn.Net) (geometry, error) {
+	c, nominal := net.InputShape[0], max(net.InputShape[1], net.InputShape[2])
+	if c <= 0 || nominal <= 0 {
+		return geometry{}, errors.New("the Input layer gives no shape (0=w 1=h 2=c)")
+	}
+	outSize := func(h, w int) (int, int, error) {
+		shapes, err := net.Shapes(ncnn.Shape{C: c, H: h, W: w})
+		if err != nil {
+			return 0, 0, err
+		}
+		out := shapes[net.Output]
+		return out.H, out.W, nil
+	}
+	for multiple := 1; multiple <= 64; multiple *= 2 {
+		s := (nominal + multiple - 1) / multiple * multiple
+		h1, w1, err1 := outSize(s, s+multiple)
+		h2, w2, err2 := outSize(s+2*multiple, s+multiple)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		scale := (h2 - h1) / (2 * multiple)
+		if scale < 1 || h2-h1 != 2*multiple*scale || h1%scale != 0 || (s-h1/scale)%2 != 0 {
+			return geometry{}, fmt.Errorf("output %d for input %d and %d for %d is not scale × (input − 2 × border)", h1, s, h2, s+2*multiple)
+		}
+		g := geometry{Scale: scale, Border: (s - h1/scale) / 2, Multiple: multiple}
+		if w1 != g.Scale*(s+multiple-2*g.Border) || w2 != w1 {
+			return geometry{}, errors.New("width and height do not follow the same rule")
+		}
+		for g.MinInput = multiple; ; g.MinInput += multiple {
+			if h, _, err := outSize(g.MinInput, g.MinInput); err == nil && h > 0 {
+				break
+			}
+		}
+		return g, nil
+	}
+	return geometry{}, fmt.Errorf("no input size near %d fits the network", nominal)
+}
+
+// converter builds the ONNX graph of one network.
+type converter struct {
+	net   *ncnn.Net
+	graph onnxpb.Graph
+	// cropEnds is, for each Crop layer, how many rows and columns its
+	// first input has beyond the cut: the same at every input size.
+	cropEnds map[*ncnn.Crop][2]int
+	// shapes are the blobs' shapes at the smallest input.
+	shapes map[string]ncnn.Shape
+	// alias maps each output of a Split to the blob it passes on.
+	alias map[string]string
+}
+
+// convert returns net as an ONNX model whose input and output are named
+// inputName and outputName, with dynamic batch, height and width. The
+// model's metadata records g and the given key-value pairs.
+func convert(net *ncnn.Net, name string, metadata [][2]string) (*onnxpb.Model, geometry, error) {
+	g, err := findGeometry(net)
+	if err != nil {
+		return nil, geometry{}, err
+	}
+	c := &converter{net: net, graph: onnxpb.Graph{Name: name}, cropEnds: map[*ncnn.Crop][2]int{}, alias: map[string]string{}}
+	if err := c.measureCrops(g); err != nil {
+		return nil, geometry{}, err
+	}
+	if c.shapes, err = net.Shapes(ncnn.Shape{C: net.InputShape[0], H: g.MinInput, W: g.MinInput}); err != nil {
+		return nil, geometry{}, err
+	}
+	for _, l := range net.Layers {
+		if err := c.layer(l); err != nil {
+			return nil, geometry{}, fmt.Errorf("layer %s: %w", l.Name, err)
+		}
+	}
+	dims := func(prefix string) []onnxpb.Dim {
+		return []onnxpb.Dim{{Param: "batch"}, {Size: int64(net.InputShape[0])}, {Param: prefix + "height"}, {Param: prefix + "width"}}
+	}
+	c.graph.Inputs = []onnxpb.Value{{Name: inputName, Type: onnxpb.Float, Dims: dims("")}}
+	outDims := dims("out_")
+	outDims[1].Size = int64(c.shapes[net.Output].C)
+	c.graph.Outputs = []onnxpb.Value{{Name: outputName, Type: onnxpb.Float, Dims: outDims}}
+	meta := [][2]string{
+		{"upscale.scale", strconv.Itoa(g.Scale)},
+		{"upscale.border", strconv.Itoa(g.Border)},
+		{"upscale.multiple", strconv.Itoa(g.Multiple)},
+		{"upscale.min_input", strconv.Itoa(g.MinInput)},
+	}
+	return &onnxpb.Model{Producer: "upscale ncnn2onnx", Opset: opset, Graph: c.graph, Metadata: append(meta, metadata...)}, g, nil
+}
+
+// measureCrops finds each Crop's cut at two input sizes. ONNX's Slice
+// needs it as a count from the end, which must not depend on the size.
+func (c *converter) measureCrops(g geometry) error {
+	var sizes [2]map[string]ncnn.Shape
+	for i := range sizes {
+		n := g.MinInput + i*g.Multiple
+		var err error
+		if sizes[i], err = c.net.Shapes(ncnn.Shape{C: c.net.InputShape[0], H: n, W: n + g.Multiple}); err != nil {
+			return err
+		}
+	}
+	for _, l := range c.net.Layers {
+		crop, ok := l.Op.(*ncnn.Crop)
+		if !ok {
+			continue
+		}
+		var ends [2][2]int
+		for i, shapes := range sizes {
+			in, ref := shapes[l.Inputs[0]], shapes[l.Inputs[1]]
+			ends[i] = [2]int{in.H - ref.H - crop.Y, in.W - ref.W - crop.X}
+		}
+		if ends[0] != ends[1] {
+			return fmt.Errorf("layer %s: its crop depends on the input size", l.Name)
+		}
+		c.cropEnds[crop] = ends[0]
+	}
+	return nil
+}
+
+// name maps an ncnn blob to its ONNX name.
+func (c *converter) name(blob string) string {
+	if a, ok := c.alias[blob]; ok {
+		return a
+	}
+	switch blob {
+	case c.net.Input:
+		return inputName
+	case c.net.Output:
+		return outputName
+	}
+	return blob
+}
+
+func (c *converter) names(blobs []string) []string {
+	out := make([]string, len(blobs))
+	for i, b := range blobs {
+		out[i] = c.name(b)
+	}
+	return out
+}
+
+func (c *converter) node(op, name string, inputs []string, output string, attrs ...onnxpb.Attr) {
+	c.graph.Nodes = append(c.graph.Nodes, onnxpb.Node{Op: op, Name: name, Inputs: inputs, Outputs: []string{output}, Attrs: attrs})
+}
+
+// weight adds an initializer, as float16 with a Cast to float32 when that
+// is exact (ONNX Runtime folds the Cast when it loads the model), since it
+// halves the file.
+func (c *converter) weight(name string, dims []int64, v []float32) string {
+	if t, ok := onnxpb.Float16Tensor(name+"_f16", dims, v); ok {
+		c.graph.Initializers = append(c.graph.Initializers, t)
+		c.node("Cast", name+"_cast", []string{t.Name}, name, onnxpb.Int("to", int64(onnxpb.Float)))
+		return name
+	}
+	c.graph.Initializers = append(c.graph.Initializers, onnxpb.FloatTensor(name, dims, v))
+	return name
+}
+
+func (c *converter) layer(l ncnn.Layer) error {
+	in := c.names(l.Inputs)
+	if _, ok := l.Op.(ncnn.Split); ok {
+		for _, o := range l.Outputs {
+			if o == c.net.Output {
+				return errors.New("a Split gives the network's output")
+			}
+			c.alias[o] = in[0]
+		}
+		return nil
+	}
+	out := c.name(l.Outputs[0])
+	switch op := l.Op.(type) {
+	case *ncnn.Conv:
+		k := int64(op.Kernel)
+		weight, dims := op.Weight, []int64{int64(op.Out), int64(op.In), k, k}
+		kind := "Conv"
+		if op.Transposed {
+			// ONNX's ConvTranspose wants [in][out][ky][kx].
+			kind, weight, dims = "ConvTranspose", swapOuterAxes(op.Weight, op.Out, op.In, op.Kernel*op.Kernel), []int64{int64(op.In), int64(op.Out), k, k}
+		}
+		inputs := append(in, c.weight(l.Name+"_weight", dims, weight))
+		if op.Bias != nil {
+			inputs = append(inputs, c.weight(l.Name+"_bias", []int64{int64(op.Out)}, op.Bias))
+		}
+		s, p := int64(op.Stride), int64(op.Pad)
+		c.activated(kind, l.Name, inputs, out, op.Act, onnxpb.Ints("kernel_shape", k, k), onnxpb.Ints("strides", s, s), onnxpb.Ints("pads", p, p, p, p))
+	case *ncnn.Dense:
+		// On the N×C×1×1 blob that pooling leaves, a 1×1 convolution.
+		if x := c.shapes[l.Inputs[0]]; x.H != 1 || x.W != 1 {
+			return errors.New("InnerProduct is implemented only after global pooling")
+		}
+		inputs := append(in, c.weight(l.Name+"_weight", []int64{int64(op.Out), int64(op.In), 1, 1}, op.Weight))
+		if op.Bias != nil {
+			inputs = append(inputs, c.weight(l.Name+"_bias", []int64{int64(op.Out)}, op.Bias))
+		}
+		c.activated("Conv", l.Name, inputs, out, op.Act, onnxpb.Ints("kernel_shape", 1, 1))
+	case ncnn.GlobalAvgPool:
+		c.node("GlobalAveragePool", l.Name, in, out)
+	case ncnn.ChannelScale:
+		c.node("Mul", l.Name, in, out)
+	case *ncnn.Crop:
+		ends := c.cropEnds[op]
+		end := func(n int) int64 {
+			if n == 0 {
+				return math.MaxInt64 // to the end
+			}
+			return int64(-n)
+		}
+		starts := c.weightInts(l.Name+"_starts", int64(op.Y), int64(op.X))
+		stops := c.weightInts(l.Name+"_ends", end(ends[0]), end(ends[1]))
+		axes := c.weightInts(l.Name+"_axes", 2, 3)
+		c.node("Slice", l.Name, []string{in[0], starts, stops, axes}, out)
+	case ncnn.Eltwise:
+		kind := map[ncnn.EltwiseOp]string{ncnn.Sum: "Sum", ncnn.Product: "Mul", ncnn.Max: "Max"}[op.Op]
+		if len(in) == 2 && kind == "Sum" {
+			kind = "Add"
+		}
+		if kind == "Mul" && len(in) != 2 {
+			return errors.New("a product of more than two inputs is not implemented")
+		}
+		c.node(kind, l.Name, in, out)
+	default:
+		return fmt.Errorf("%T is not implemented", op)
+	}
+	return nil
+}
+
+// activated adds an operation followed by its activation.
+func (c *converter) activated(kind, name string, inputs []string, out string, act ncnn.Activation, attrs ...onnxpb.Attr) {
+	if act.Kind == ncnn.NoActivation {
+		c.node(kind, name, inputs, out, attrs...)
+		return
+	}
+	pre := name + "_preact"
+	c.node(kind, name, inputs, pre, attrs...)
+	switch act.Kind {
+	case ncnn.ReLU:
+		c.node("Relu", name+"_relu", []string{pre}, out)
+	case ncnn.LeakyReLU:
+		c.node("LeakyRelu", name+"_leakyrelu", []string{pre}, out, onnxpb.FloatAttr("alpha", act.Slope))
+	case ncnn.Sigmoid:
+		c.node("Sigmoid", name+"_sigmoid", []string{pre}, out)
+	}
+}
+
+// weightInts adds an int64 initializer.
+func (c *converter) weightInts(name string, v ...int64) string {
+	c.graph.Initializers = append(c.graph.Initializers, onnxpb.Int64Tensor(name, []int64{int64(len(v))}, v))
+	return name
+}
+
+// swapOuterAxes turns a [a][b][rest] array into [b][a][rest].
+func swapOuterAxes(v []float32, a, b, rest int) []float32 {
+	out := make([]float32, len(v))
+	for i := range a {
+		for j := range b {
+			copy(out[(j*a+i)*rest:(j*a+i+1)*rest], v[(i*b+j)*rest:(i*b+j+1)*rest])
+		}
+	}
+	return out
+}
