@@ -217,3 +217,16 @@ func TestDenoiseLeavesAlphaAndTinyImages(t *testing.T) {
 		t.Errorf("a 5×3 image came out with %d pixels, want 10×6", len(alpha))
 	}
 }
+
+func TestIJGQuality(t *testing.T) {
+	photo := quality.CelImage(3, 64)
+	for _, q := range []int{10, 30, 50, 60, 75, 90, 95, 100} {
+		luma, _, ok := quantTables(quality.EncodeJPEG(t, photo, q))
+		if !ok {
+			t.Fatal("no tables")
+		}
+		if got := ijgQuality(luma); got < q-1 || got > q+1 {
+			t.Errorf("quality %d estimated as %d", q, got)
+		}
+	}
+}

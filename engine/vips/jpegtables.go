@@ -1,6 +1,10 @@
 package vips
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+)
 
 // zigzag[i] is the row-major index of the i-th coefficient in the order
 // JPEG stores them.
@@ -132,4 +136,45 @@ func uprightBlocks(orientation, w, h int) blocks {
 		b.y = h % 8
 	}
 	return b
+}
+
+// ijgLuma is the luma table of the JPEG standard's annex K, row-major,
+// which libjpeg scales by quality.
+var ijgLuma = [64]float32{
+	16, 11, 10, 16, 24, 40, 51, 61,
+	12, 12, 14, 19, 26, 58, 60, 55,
+	14, 13, 16, 24, 40, 57, 69, 56,
+	14, 17, 22, 29, 51, 87, 80, 62,
+	18, 22, 37, 56, 68, 109, 103, 77,
+	24, 35, 55, 64, 81, 104, 113, 92,
+	49, 64, 78, 87, 103, 121, 120, 101,
+	72, 92, 95, 98, 112, 100, 103, 99,
+}
+
+// ijgQuality is the libjpeg quality (1-100) whose luma table is closest to
+// luma: libjpeg writes each entry as (annex K × s + 50) / 100, clipped to
+// 1-255, with s = 5000 / q below quality 50 and 200 − 2q above. For a
+// table of another encoder (a camera's, Photoshop's) it is the libjpeg
+// quality that quantises about as coarsely. The median of the entries'
+// estimates of s ignores the entries clipped at 1 or 255.
+func ijgQuality(luma [64]float32) int {
+	var scales []float64
+	for i, v := range luma {
+		if v > 1 && v < 255 {
+			scales = append(scales, (100*float64(v)-50)/float64(ijgLuma[i]))
+		}
+	}
+	if len(scales) == 0 {
+		if luma[0] <= 1 {
+			return 100
+		}
+		return 1
+	}
+	slices.Sort(scales)
+	s := scales[len(scales)/2]
+	q := 5000 / s
+	if s <= 100 {
+		q = (200 - s) / 2
+	}
+	return min(max(int(math.Round(q)), 1), 100)
 }

@@ -185,6 +185,40 @@ func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata) (*Pi
 	return out, nil
 }
 
+// cPixels describes px to C. The samples stay in Go memory: pinned, so
+// that the struct passed to C may point to them; call unpin once C is done.
+func cPixels(px *Pixels) (in *C.pixels, unpin func()) {
+	var pinner runtime.Pinner
+	pinner.Pin(unsafe.SliceData(px.Pix))
+	in = &C.pixels{
+		data:           (*C.float)(unsafe.Pointer(unsafe.SliceData(px.Pix))),
+		width:          C.int(px.Width),
+		height:         C.int(px.Height),
+		bands:          C.int(px.Bands),
+		alpha:          cBool(px.Alpha),
+		format:         px.sampleFormat,
+		interpretation: px.interpretation,
+		xres:           px.resolution[0],
+		yres:           px.resolution[1],
+	}
+	var profile unsafe.Pointer
+	if len(px.profile) > 0 {
+		profile = C.CBytes(px.profile)
+		in.profile, in.profile_len = profile, C.size_t(len(px.profile))
+	}
+	return in, func() {
+		pinner.Unpin()
+		C.free(profile)
+	}
+}
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // encodePixels enlarges px by scale following r (1: not at all) and
 // encodes it as f says.
 func encodePixels(ctx context.Context, px *Pixels, f format, scale int, r recipe) ([]byte, error) {
@@ -193,31 +227,23 @@ func encodePixels(ctx context.Context, px *Pixels, f format, scale int, r recipe
 	save := f.saveParams()
 	cancelled, stop := cancelOn(ctx)
 	defer stop()
-	// The samples stay in Go memory: pinned, so that the struct passed to C
-	// may point to them.
-	var pinner runtime.Pinner
-	defer pinner.Unpin()
-	pinner.Pin(unsafe.SliceData(px.Pix))
-	in := C.pixels{
-		data:           (*C.float)(unsafe.Pointer(unsafe.SliceData(px.Pix))),
-		width:          C.int(px.Width),
-		height:         C.int(px.Height),
-		bands:          C.int(px.Bands),
-		format:         px.sampleFormat,
-		interpretation: px.interpretation,
-		xres:           px.resolution[0],
-		yres:           px.resolution[1],
-	}
-	if len(px.profile) > 0 {
-		// C memory: the struct that points to it is passed to C.
-		in.profile = C.CBytes(px.profile)
-		in.profile_len = C.size_t(len(px.profile))
-		defer C.free(in.profile)
-	}
+	in, unpin := cPixels(px)
+	defer unpin()
 	var out unsafe.Pointer
 	var n C.size_t
-	if C.encode_pixels(&in, &params, &save, cancelled, &out, &n) != 0 {
+	if C.encode_pixels(in, &params, &save, cancelled, &out, &n) != 0 {
 		return nil, vipsError()
 	}
 	return takeBuffer(out, n), nil
+}
+
+// measureNoise runs the denoiser's noise estimate on px.
+func measureNoise(px *Pixels) ([3]float64, error) {
+	in, unpin := cPixels(px)
+	defer unpin()
+	var sigma [3]C.double
+	if C.measure_noise(in, &sigma[0]) != 0 {
+		return [3]float64{}, vipsError()
+	}
+	return [3]float64{float64(sigma[0]), float64(sigma[1]), float64(sigma[2])}, nil
 }

@@ -341,21 +341,37 @@ done:
 	return status;
 }
 
+// wrap_pixels makes an image of in's samples, without copying them.
+static int wrap_pixels(VipsObject *ctx, const pixels *in, VipsImage **out) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 2);
+	size_t size = (size_t) in->width * in->height * in->bands * sizeof(float);
+	if (!(t[0] = vips_image_new_from_memory(in->data, size, in->width, in->height, in->bands, VIPS_FORMAT_FLOAT)) ||
+		vips_copy(t[0], &t[1], "interpretation", in->interpretation, "xres", in->xres, "yres", in->yres, NULL))
+		return -1;
+	if (in->profile)
+		vips_image_set_blob_copy(t[1], VIPS_META_ICC_NAME, in->profile, in->profile_len);
+	*out = t[1];
+	return 0;
+}
+
+int measure_noise(const pixels *in, double sigma[3]) {
+	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
+	VipsImage *x;
+	int status = -1;
+	if (!wrap_pixels(ctx, in, &x))
+		status = noise_sigmas(ctx, x, in->bands - in->alpha >= 3 ? 3 : 1, unit_of(in->format), sigma);
+	g_object_unref(ctx);
+	return status;
+}
+
 int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,
 	void **out, size_t *outlen) {
 	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 2);
 	VipsImage *x;
 	int status = -1;
-	size_t size = (size_t) in->width * in->height * in->bands * sizeof(float);
-	if (!(t[0] = vips_image_new_from_memory(in->data, size, in->width, in->height, in->bands, VIPS_FORMAT_FLOAT)))
+	if (wrap_pixels(ctx, in, &x))
 		goto done;
-	watch(t[0], cancelled);
-	if (vips_copy(t[0], &t[1], "interpretation", in->interpretation, "xres", in->xres, "yres", in->yres, NULL))
-		goto done;
-	x = t[1];
-	if (in->profile)
-		vips_image_set_blob_copy(x, VIPS_META_ICC_NAME, in->profile, in->profile_len);
+	watch(x, cancelled);
 	if (enlarge(ctx, x, unit_of(in->format), p, &x))
 		goto done;
 	status = save(ctx, x, in->format, s, out, outlen);

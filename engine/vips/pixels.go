@@ -34,6 +34,7 @@ type Pixels struct {
 	interpretation C.VipsInterpretation
 	resolution     [2]C.double
 	profile        []byte
+	jpegQuality    int // 0 unless the source is a JPEG with tables
 }
 
 // Max is the largest sample value: 255, or 65535 for a 16-bit source.
@@ -70,7 +71,30 @@ func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, er
 		return nil, fmt.Errorf("%w: decoded %dx%d, header says %v", upscale.ErrUpstream, px.Width, px.Height, want)
 	}
 	px.format = f
+	if luma, _, ok := quantTables(src); ok {
+		px.jpegQuality = ijgQuality(luma)
+	}
 	return px, nil
+}
+
+// Noise estimates the standard deviation of white noise in the colour
+// planes (Y, Cb and Cr of JPEG's YCbCr, or grey alone), in 8-bit grey
+// levels, as the classical denoiser measures it: from the median response
+// of a filter that cancels smooth ramps, so edges and texture, which are
+// few pixels, count for little.
+func (p *Pixels) Noise() ([3]float64, error) {
+	sigma, err := measureNoise(p)
+	if err != nil {
+		return sigma, fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
+	}
+	return sigma, nil
+}
+
+// JPEGQuality is, for a JPEG source, the libjpeg quality (1-100) whose
+// luma quantisation table is closest to the file's: how coarsely it was
+// compressed. ok is false for other sources.
+func (p *Pixels) JPEGQuality() (quality int, ok bool) {
+	return p.jpegQuality, p.jpegQuality > 0
 }
 
 // Encode enlarges p by scale the way Upscale enlarges an image of

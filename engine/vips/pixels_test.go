@@ -10,6 +10,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/internal/quality"
 )
 
 // TestDecodeEncodeIsUpscale: decoding to memory and encoding with a
@@ -90,5 +91,42 @@ func TestDecodeChecksLimits(t *testing.T) {
 	}
 	if _, err := e.Decode(context.Background(), src[:len(src)/2], 2); !errors.Is(err, upscale.ErrUnsupportedImage) {
 		t.Errorf("truncated PNG: err = %v, want ErrUnsupportedImage", err)
+	}
+}
+
+// TestSourceMeasures: Noise finds the noise that was added, and
+// JPEGQuality the quality a JPEG was saved at.
+func TestSourceMeasures(t *testing.T) {
+	e := vips.New(vips.Options{})
+	butterfly := quality.LoadSet(t, "Set5")[2]
+	for _, sigma := range []float64{0, 5, 15} {
+		src := quality.Clean.Source(t, butterfly)
+		if sigma > 0 {
+			src = quality.GaussianNoise(sigma).Source(t, butterfly)
+		}
+		px, err := e.Decode(context.Background(), src, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noise, err := px.Noise()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Independent noise in R, G and B is 0.668 σ in Y, the root of
+		// 0.299² + 0.587² + 0.114²; the butterfly's own texture reads as
+		// about 2 grey levels.
+		if want := 0.668 * sigma; noise[0] < want*0.9 || noise[0] > want*1.1+2.5 {
+			t.Errorf("σ %v added: measured %.2f in Y, want about %.2f", sigma, noise[0], want)
+		}
+		if _, ok := px.JPEGQuality(); ok {
+			t.Error("a PNG has a JPEG quality")
+		}
+	}
+	px, err := e.Decode(context.Background(), quality.EncodeJPEG(t, butterfly, 60), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := px.JPEGQuality(); !ok || q != 60 {
+		t.Errorf("JPEG at quality 60: JPEGQuality() = %d, %v", q, ok)
 	}
 }
