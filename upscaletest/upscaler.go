@@ -86,6 +86,9 @@ func TestImage(w, h int) *image.NRGBA {
 	return img
 }
 
+// TestImagePNG is TestImage(w, h) as a PNG file.
+func TestImagePNG(t *testing.T, w, h int) []byte { return encode(t, "png", TestImage(w, h)) }
+
 func encode(t *testing.T, format string, img image.Image) []byte {
 	t.Helper()
 	var b bytes.Buffer

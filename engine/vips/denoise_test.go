@@ -14,6 +14,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/internal/quality"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 func TestQuantTables(t *testing.T) {
@@ -85,7 +86,7 @@ func TestDenoisedJPEGStaysConsistent(t *testing.T) {
 	jpg := quality.EncodeJPEG(t, photo, 30)
 	luma, _, _ := quantTables(jpg)
 	for orientation := 1; orientation <= 8; orientation++ {
-		src := WithEXIFOrientation(t, jpg, uint16(orientation))
+		src := upscaletest.WithEXIFOrientation(jpg, uint16(orientation))
 		meta, err := bimg.NewImage(src).Metadata()
 		if err != nil {
 			t.Fatal(err)

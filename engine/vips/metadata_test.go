@@ -12,6 +12,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // The colour profile survives enlargement byte for byte in every format, so
@@ -35,7 +36,7 @@ func TestProfileKeptMetadataDropped(t *testing.T) {
 	}{
 		{
 			"JPEG",
-			vips.WithSegment(vips.WithSegment(vips.WithSegment(encodeJPEG(t, src),
+			upscaletest.WithSegment(upscaletest.WithSegment(upscaletest.WithSegment(encodeJPEG(t, src),
 				0xE1, append([]byte("http://ns.adobe.com/xap/1.0/\x00"), xmp...)),
 				0xE2, append([]byte("ICC_PROFILE\x00\x01\x01"), profile...)),
 				0xE1, append([]byte("Exif\x00\x00"), exif...)), // EXIF first, as cameras write it

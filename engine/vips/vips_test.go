@@ -25,7 +25,9 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	upscaletest.TestUpscaler(t, func(t *testing.T) upscale.Upscaler { return vips.New(vips.Options{}) })
+	newEngine := func(t *testing.T) upscale.Upscaler { return vips.New(vips.Options{}) }
+	upscaletest.TestUpscaler(t, newEngine)
+	upscaletest.TestUpscalerFormats(t, newEngine)
 }
 
 // TestUpscaleBenchmarkImages enlarges every Set5 and Set14 image at 2 and 4,
@@ -115,56 +117,6 @@ func TestFormats(t *testing.T) {
 				t.Errorf("got %dx%d, want 160x120", img.Width, img.Height)
 			}
 		})
-	}
-}
-
-func TestAlphaKept(t *testing.T) {
-	src := gradient(32, 32, 0) // alpha ramps from 0 to 255 across the rows
-	img, err := vips.New(vips.Options{}).Upscale(context.Background(), encodePNG(t, src), upscale.Options{Scale: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := png.Decode(bytes.NewReader(img.Data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, _, top := out.At(32, 0).RGBA()
-	_, _, _, bottom := out.At(32, 63).RGBA()
-	if top > 0x1000 || bottom < 0xF000 {
-		t.Errorf("alpha top %#x bottom %#x: want transparent top, opaque bottom", top, bottom)
-	}
-}
-
-func TestEXIFOrientation(t *testing.T) {
-	// A 40×20 picture, left half black and right half white, stored with
-	// EXIF orientation 6 ("rotate 90° clockwise to view"). Upright it is
-	// 20×40 with black on top.
-	src := image.NewRGBA(image.Rect(0, 0, 40, 20))
-	for y := 0; y < 20; y++ {
-		for x := 0; x < 40; x++ {
-			if x >= 20 {
-				src.Set(x, y, color.White)
-			} else {
-				src.Set(x, y, color.Black)
-			}
-		}
-	}
-	data := vips.WithEXIFOrientation(t, encodeJPEG(t, src), 6)
-	img, err := vips.New(vips.Options{}).Upscale(context.Background(), data, upscale.Options{Scale: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := jpeg.Decode(bytes.NewReader(img.Data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := out.Bounds().Size(); got != image.Pt(40, 80) {
-		t.Fatalf("size %v, want 40x80 (upright, doubled)", got)
-	}
-	topY, _, _, _ := color.GrayModel.Convert(out.At(20, 5)).RGBA()
-	bottomY, _, _, _ := color.GrayModel.Convert(out.At(20, 75)).RGBA()
-	if topY > 0x4000 || bottomY < 0xC000 {
-		t.Errorf("top luma %#x, bottom luma %#x: want black on top, white below", topY, bottomY)
 	}
 }
 

@@ -1,0 +1,165 @@
+package upscaletest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+)
+
+// TestUpscalerFormats checks what an Upscaler that writes each result in
+// its source's pixel format must keep: grey stays grey and 16-bit stays
+// 16-bit, alpha stays alpha without transparent pixels darkening the
+// visible edge, and a JPEG's EXIF orientation is applied. Engines that
+// convert everything to 8-bit RGB, as PixelUpscaler does, do not pass it.
+func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler) {
+	upscalePNG := func(t *testing.T, src image.Image, scale int) image.Image {
+		t.Helper()
+		img, err := newUpscaler(t).Upscale(context.Background(), encode(t, "png", src), upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := png.Decode(bytes.NewReader(img.Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	grey16 := image.NewGray16(image.Rect(0, 0, 10, 6))
+	rgb16 := image.NewNRGBA64(image.Rect(0, 0, 10, 6))
+	grey := image.NewGray(image.Rect(0, 0, 10, 6))
+	for y := range 6 {
+		for x := range 10 {
+			v := uint16(x*6000 + y*1000 + 7) // low bits that 8 bits would lose
+			grey16.SetGray16(x, y, color.Gray16{v})
+			rgb16.SetNRGBA64(x, y, color.NRGBA64{v, 65535 - v, v / 2, 65535})
+			grey.SetGray(x, y, color.Gray{uint8(x * 20)})
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		src   image.Image
+		model color.Model
+	}{
+		{"Gray16", grey16, color.Gray16Model},
+		{"RGB16", rgb16, color.RGBA64Model},
+		{"Gray", grey, color.GrayModel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := upscalePNG(t, tc.src, 2)
+			if out.ColorModel() != tc.model || out.Bounds().Size() != image.Pt(20, 12) {
+				t.Errorf("result: %T, %v; want the source's pixel format at 20×12", out, out.Bounds().Size())
+			}
+			if tc.model != color.GrayModel {
+				odd := 0
+				for x := range 20 {
+					if r, _, _, _ := out.At(x, 6).RGBA(); r&0xFF != r>>8 {
+						odd++ // a value 8 bits could not hold
+					}
+				}
+				if odd == 0 {
+					t.Error("every value is an 8-bit one: the result lost the source's depth")
+				}
+			}
+		})
+	}
+
+	// White opaque pixels next to transparent black ones, and a ramp of
+	// alpha below them. Resampling without premultiplying mixes the hidden
+	// black into the edge and greys it; every visible result pixel must
+	// stay white, and the ramp must stay a ramp.
+	t.Run("Alpha", func(t *testing.T) {
+		src := image.NewNRGBA(image.Rect(0, 0, 16, 32))
+		for y := range 16 {
+			for x := range 8 {
+				src.SetNRGBA(x, y, color.NRGBA{255, 255, 255, 255})
+			}
+		}
+		for y := 16; y < 32; y++ {
+			for x := range 16 {
+				src.SetNRGBA(x, y, color.NRGBA{uint8(x * 16), 128, 64, uint8((y - 16) * 17)})
+			}
+		}
+		out := upscalePNG(t, src, 4)
+		edge := 0
+		for y := range 64 {
+			for x := range 64 {
+				c := color.NRGBAModel.Convert(out.At(x, y)).(color.NRGBA)
+				if c.A > 0 && c.A < 255 {
+					edge++
+				}
+				if c.A >= 8 && (c.R < 250 || c.G < 250 || c.B < 250) {
+					t.Fatalf("pixel (%d, %d) = %v: a visible pixel darkened by the transparent ones", x, y, c)
+				}
+			}
+		}
+		if edge == 0 {
+			t.Error("no partly transparent pixel at the edge: the alpha was not resampled")
+		}
+		_, _, _, top := out.At(32, 66).RGBA()
+		_, _, _, bottom := out.At(32, 125).RGBA()
+		if top > 0x1000 || bottom < 0xE000 {
+			t.Errorf("alpha ramp: %#x at its top, %#x at its bottom; want about transparent and opaque", top, bottom)
+		}
+	})
+
+	// A 40×20 picture, left half black and right half white, stored with
+	// EXIF orientation 6 ("rotate 90° clockwise to view"). Upright it is
+	// 20×40 with black on top.
+	t.Run("EXIFOrientation", func(t *testing.T) {
+		src := image.NewGray(image.Rect(0, 0, 40, 20))
+		for y := range 20 {
+			for x := 20; x < 40; x++ {
+				src.SetGray(x, y, color.Gray{255})
+			}
+		}
+		data := WithEXIFOrientation(encode(t, "jpeg", src), 6)
+		img, err := newUpscaler(t).Upscale(context.Background(), data, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := jpeg.Decode(bytes.NewReader(img.Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Bounds().Size(); got != image.Pt(40, 80) {
+			t.Fatalf("size %v, want 40x80 (upright, doubled)", got)
+		}
+		topY, _, _, _ := color.GrayModel.Convert(out.At(20, 5)).RGBA()
+		bottomY, _, _, _ := color.GrayModel.Convert(out.At(20, 75)).RGBA()
+		if topY > 0x4000 || bottomY < 0xC000 {
+			t.Errorf("top luma %#x, bottom luma %#x: want black on top, white below", topY, bottomY)
+		}
+	})
+}
+
+// WithEXIFOrientation inserts an APP1 segment with one EXIF tag, the
+// orientation, right after the JPEG's SOI marker.
+func WithEXIFOrientation(jpg []byte, orientation uint16) []byte {
+	var tiff bytes.Buffer
+	tiff.WriteString("MM\x00\x2a")                                  // big-endian TIFF header
+	binary.Write(&tiff, binary.BigEndian, uint32(8))                // offset of IFD0
+	binary.Write(&tiff, binary.BigEndian, uint16(1))                // one entry
+	binary.Write(&tiff, binary.BigEndian, []uint16{0x0112, 3})      // Orientation, SHORT
+	binary.Write(&tiff, binary.BigEndian, uint32(1))                // count
+	binary.Write(&tiff, binary.BigEndian, []uint16{orientation, 0}) // value, padded
+	binary.Write(&tiff, binary.BigEndian, uint32(0))                // no next IFD
+	return WithSegment(jpg, 0xE1, append([]byte("Exif\x00\x00"), tiff.Bytes()...))
+}
+
+// WithSegment inserts a segment (marker 0xFF, then code) carrying payload
+// right after the JPEG's SOI marker.
+func WithSegment(jpg []byte, code byte, payload []byte) []byte {
+	out := append([]byte{}, jpg[:2]...)
+	out = append(out, 0xFF, code)
+	out = binary.BigEndian.AppendUint16(out, uint16(len(payload)+2))
+	out = append(out, payload...)
+	return append(out, jpg[2:]...)
+}
