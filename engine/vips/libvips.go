@@ -236,14 +236,3 @@ func encodePixels(ctx context.Context, px *Pixels, f format, scale int, r recipe
 	}
 	return takeBuffer(out, n), nil
 }
-
-// measureNoise runs the denoiser's noise estimate on px.
-func measureNoise(px *Pixels) ([3]float64, error) {
-	in, unpin := cPixels(px)
-	defer unpin()
-	var sigma [3]C.double
-	if C.measure_noise(in, &sigma[0]) != 0 {
-		return [3]float64{}, vipsError()
-	}
-	return [3]float64{float64(sigma[0]), float64(sigma[1]), float64(sigma[2])}, nil
-}

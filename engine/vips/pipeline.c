@@ -354,16 +354,6 @@ static int wrap_pixels(VipsObject *ctx, const pixels *in, VipsImage **out) {
 	return 0;
 }
 
-int measure_noise(const pixels *in, double sigma[3]) {
-	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
-	VipsImage *x;
-	int status = -1;
-	if (!wrap_pixels(ctx, in, &x))
-		status = noise_sigmas(ctx, x, in->bands - in->alpha >= 3 ? 3 : 1, unit_of(in->format), sigma);
-	g_object_unref(ctx);
-	return status;
-}
-
 int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,
 	void **out, size_t *outlen) {
 	VipsObject *ctx = VIPS_OBJECT(vips_image_new());

@@ -68,9 +68,4 @@ int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, 
 int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,
 	void **out, size_t *outlen);
 
-// measure_noise estimates the standard deviation of white noise in each
-// colour plane of in (Y, Cb and Cr, or grey) in 8-bit grey levels, as the
-// denoiser does. It returns 0, or -1 as upscale does.
-int measure_noise(const pixels *in, double sigma[3]);
-
 #endif

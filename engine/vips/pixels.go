@@ -77,19 +77,6 @@ func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, er
 	return px, nil
 }
 
-// Noise estimates the standard deviation of white noise in the colour
-// planes (Y, Cb and Cr of JPEG's YCbCr, or grey alone), in 8-bit grey
-// levels, as the classical denoiser measures it: from the median response
-// of a filter that cancels smooth ramps, so edges and texture, which are
-// few pixels, count for little.
-func (p *Pixels) Noise() ([3]float64, error) {
-	sigma, err := measureNoise(p)
-	if err != nil {
-		return sigma, fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
-	}
-	return sigma, nil
-}
-
 // JPEGQuality is, for a JPEG source, the libjpeg quality (1-100) whose
 // luma quantisation table is closest to the file's: how coarsely it was
 // compressed. ok is false for other sources.
