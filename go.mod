@@ -14,6 +14,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/config v1.33.14
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.7
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/yalue/onnxruntime_go v1.27.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.11
 	modernc.org/sqlite v1.60.1

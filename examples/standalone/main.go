@@ -1,5 +1,6 @@
-// Command standalone serves the upscale API on its own: the handler, the
-// libvips engine, keys and quotas in SQLite under -data (or PostgreSQL with
+// Command standalone serves the upscale API on its own: the handler, an
+// engine (libvips, or waifu2x's networks on ONNX Runtime with -engine
+// onnx), keys and quotas in SQLite under -data (or PostgreSQL with
 // -database-url) and results in -data/outputs (or an S3 bucket with
 // -s3-bucket), configured by flags and an optional JSON file of plans,
 // accounts and keys.
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/sqlstore"
@@ -48,6 +50,7 @@ type options struct {
 	allowPrivateSources         bool
 	storage
 	s3Endpoint, s3Bucket, s3Region string
+	engine, onnxRuntimeLib         string
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -88,6 +91,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.s3Bucket, "s3-bucket", "", "keep results in this S3 bucket, behind presigned links (default: files in -data); credentials come from the standard AWS environment variables")
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "URL of an S3-compatible server, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&o.s3Region, "s3-region", "", "region of the S3 bucket (default: AWS_REGION, or us-east-1 with -s3-endpoint)")
+	fs.StringVar(&o.engine, "engine", "vips", "upscaling engine: vips (libvips, classical, fast) or onnx (waifu2x networks on ONNX Runtime, sharper, slower)")
+	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -engine onnx (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -97,7 +102,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.s3Bucket == "" && (o.s3Endpoint != "" || o.s3Region != "") {
 		return o, errors.New("-s3-endpoint and -s3-region need -s3-bucket")
 	}
+	if o.engine != "vips" && o.engine != "onnx" {
+		return o, fmt.Errorf("-engine %q: want vips or onnx", o.engine)
+	}
+	if o.onnxRuntimeLib != "" && o.engine != "onnx" {
+		return o, errors.New("-onnxruntime-lib needs -engine onnx")
+	}
 	return o, nil
+}
+
+// openEngine returns the engine -engine names.
+func (o options) openEngine() (upscale.Upscaler, error) {
+	if o.engine == "onnx" {
+		return onnx.New(onnx.Options{Library: o.onnxRuntimeLib})
+	}
+	return vips.New(vips.Options{}), nil
 }
 
 // resultStore is a BlobStore the server closes on the way out. The
@@ -163,10 +182,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer blobs.Close()
+	engine, err := o.openEngine()
+	if err != nil {
+		return err
+	}
 	handler, err := upscale.New(upscale.Config{
 		Keys:                 store,
 		Ledger:               store,
-		Upscaler:             vips.New(vips.Options{}),
+		Upscaler:             engine,
 		Blobs:                blobs,
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
@@ -185,7 +208,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	srv := newServer(mux, o.engineTimeout, logger)
 
-	fmt.Fprintf(stdout, "upscale standalone listening on %s\n", publicURL)
+	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
 	if demoKey != "" {
 		fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", cfg.Plans["free"].MonthlyImages)
 		fmt.Fprintf(stdout, "API key: %s\n", demoKey)

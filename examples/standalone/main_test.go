@@ -215,7 +215,7 @@ func readBanner(t *testing.T, stdout io.Reader) (base, key string) {
 	for lines.Scan() && (base == "" || key == "") {
 		line := lines.Text()
 		if v, ok := strings.CutPrefix(line, "upscale standalone listening on "); ok {
-			base = v
+			base, _, _ = strings.Cut(v, " ")
 		}
 		if v, ok := strings.CutPrefix(line, "API key: "); ok {
 			key = v
@@ -496,4 +496,52 @@ func TestS3FlagsNeedABucket(t *testing.T) {
 	if err != nil || o.s3Bucket != "results" {
 		t.Errorf("parseFlags with a bucket = %+v, %v", o, err)
 	}
+}
+
+func TestEngineFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-engine", "magic"}, "-engine"},
+		{[]string{"-onnxruntime-lib", "/opt/ort.so"}, "-engine onnx"},
+	} {
+		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v; want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+	o, err := parseFlags([]string{"-engine", "onnx"}, io.Discard)
+	if err != nil || o.engine != "onnx" {
+		t.Errorf("parseFlags(-engine onnx) = %+v, %v", o, err)
+	}
+	if _, err := (options{engine: "onnx", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(); err == nil || !strings.Contains(err.Error(), "make deps") {
+		t.Errorf("-engine onnx without the library: %v; want an error that says to run make deps", err)
+	}
+}
+
+// TestOnnxEngine: -engine onnx with no other flag serves an upscale, with
+// the library where make deps puts it.
+func TestOnnxEngine(t *testing.T) {
+	bin := buildStandalone(t)
+	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
+	defer origin.Close()
+	srv := startStandalone(t, bin, "-data", t.TempDir(), "-engine", "onnx")
+	link := upscaleVia(t, srv.base, srv.key, origin.URL+"/butterfly.png", &srv.stderr)
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("result: %v", err)
+	}
+	if size := img.Bounds().Size(); size.X != 512 || size.Y != 512 {
+		t.Errorf("result is %v, want 512x512", size)
+	}
+	srv.stop(t)
 }

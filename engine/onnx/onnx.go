@@ -1,0 +1,182 @@
+// Package onnx is an upscale.Upscaler that enlarges images with learned
+// super-resolution: waifu2x's convolutional networks, converted from ncnn
+// to ONNX by cmd/ncnn2onnx and embedded in this package, run by ONNX
+// Runtime. Decoding and encoding are engine/vips's, so sources are read
+// and results written exactly as the default engine does (formats, pixel
+// limits, EXIF orientation, colour profile, alpha, grey and 16-bit).
+//
+// It needs cgo, libvips (Debian: libvips-dev) and ONNX Runtime 1.24.x's
+// libonnxruntime.so.1, which `make deps` installs in
+// ~/.cache/upscale-tools; New loads it with dlopen and fails with an
+// error that says what to do when it is missing or of another version.
+//
+// # Scales
+//
+// The networks enlarge ×2. Scale 2 is one pass and 4 two; at 8 and 16,
+// learned passes run while a pass's result stays within
+// Options.LearnedPixels, and libvips's classical enlargement does the
+// rest. Each pass runs tile by tile (Options.Tile), each tile read with
+// the network's receptive field around it, so tiles join without seams.
+package onnx
+
+import (
+	"context"
+	"runtime"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	// DefaultTile is the side of the tiles a network runs on, in source
+	// pixels.
+	DefaultTile = 128
+	// DefaultLearnedPixels admits learned passes up to a 2048×2048
+	// result: a 512² source is enlarged ×4 by the network (about 20 s on
+	// two cores) and the rest of ×16 classically.
+	DefaultLearnedPixels = 2048 * 2048
+)
+
+// Options configures an Engine. Every zero field means the default beside
+// it.
+type Options struct {
+	// Library is the path of libonnxruntime.so.1. Empty means the
+	// UPSCALE_ONNXRUNTIME_LIB environment variable, else DefaultLibrary().
+	Library string
+	// Vips configures the libvips engine that decodes, encodes and makes
+	// the classical passes; its pixel limits apply to this engine's
+	// sources and results. Its Concurrency is not used.
+	Vips vips.Options
+	// Concurrency is how many images are enlarged at once; further
+	// requests queue, and their wait counts against their deadline. Zero
+	// means 1: one image on all of Threads finishes sooner than two that
+	// share them.
+	Concurrency int
+	// Threads is how many threads ONNX Runtime uses for one image. Zero
+	// means the number of CPUs.
+	Threads int
+	// Tile is the side of the tiles, in source pixels. Zero means
+	// DefaultTile.
+	Tile int
+	// LearnedPixels caps the result of a learned pass, in pixels; what is
+	// left of the scale is done classically. Zero means
+	// DefaultLearnedPixels.
+	LearnedPixels int64
+}
+
+// Engine enlarges JPEG, PNG and WebP images with waifu2x networks on ONNX
+// Runtime. It is safe for concurrent use.
+type Engine struct {
+	opts   Options
+	codec  *vips.Engine
+	slots  chan struct{}
+	models map[string]*model
+}
+
+var _ upscale.Upscaler = (*Engine)(nil)
+
+// New loads ONNX Runtime (once per process) and returns an Engine. The
+// networks' sessions are created on first use.
+func New(opts Options) (*Engine, error) {
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.Threads == 0 {
+		opts.Threads = runtime.NumCPU()
+	}
+	if opts.Tile == 0 {
+		opts.Tile = DefaultTile
+	}
+	if opts.LearnedPixels == 0 {
+		opts.LearnedPixels = DefaultLearnedPixels
+	}
+	if err := loadRuntime(libraryPath(opts.Library)); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		opts:   opts,
+		codec:  vips.New(opts.Vips),
+		slots:  make(chan struct{}, opts.Concurrency),
+		models: map[string]*model{},
+	}
+	for _, file := range modelFileNames {
+		e.models[file] = &model{file: file}
+	}
+	return e, nil
+}
+
+// Close releases the networks' sessions. The Engine must not be used
+// afterwards.
+func (e *Engine) Close() {
+	for _, m := range e.models {
+		m.close()
+	}
+}
+
+func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+	select {
+	case e.slots <- struct{}{}:
+	case <-ctx.Done():
+		return upscale.Image{}, ctx.Err()
+	}
+	defer func() { <-e.slots }()
+	px, err := e.codec.Decode(ctx, src, opts.Scale)
+	if err != nil {
+		return upscale.Image{}, err
+	}
+	level := fitLevel(px, opts.ImageType, opts.Denoise)
+	return e.enlargeAll(ctx, px, opts.Scale, opts.ImageType, level)
+}
+
+// enlargeAll enlarges px by scale: learned passes, the first denoising at
+// level, then the classical rest, and encodes the result.
+func (e *Engine) enlargeAll(ctx context.Context, px *vips.Pixels, scale int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
+	passes := e.learnedPasses(px.Width, px.Height, scale)
+	for range passes {
+		var err error
+		if px, err = e.enlarge(ctx, px, e.models[modelFor(imageType, level)]); err != nil {
+			return upscale.Image{}, err
+		}
+		level = upscale.DenoiseNone
+	}
+	return e.codec.Encode(ctx, px, scale>>passes, imageType)
+}
+
+// learnedPasses is how many ×2 passes of scale the network makes: as many
+// as keep each result within LearnedPixels.
+func (e *Engine) learnedPasses(w, h, scale int) int {
+	passes := 0
+	for scale > 1 && int64(w)*int64(h)*4 <= e.opts.LearnedPixels {
+		w, h, scale = 2*w, 2*h, scale/2
+		passes++
+	}
+	return passes
+}
+
+// enlarge runs m over px: over its colour, and over its alpha as a grey
+// image, so both take the same edges.
+func (e *Engine) enlarge(ctx context.Context, px *vips.Pixels, m *model) (*vips.Pixels, error) {
+	session, err := m.open(e.opts.Threads)
+	if err != nil {
+		return nil, err
+	}
+	out := px.Like(px.Width*m.scale, px.Height*m.scale)
+	colour := px.Bands
+	if px.Alpha {
+		colour--
+	}
+	layers := []int{0}
+	if px.Alpha {
+		layers = append(layers, colour)
+	}
+	for _, first := range layers {
+		grey := first != 0 || colour == 1
+		in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, first: first, grey: grey, max: px.Max()}
+		o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, first: first, grey: grey, max: px.Max()}
+		if err := m.run(ctx, session, in, o, e.opts.Tile); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

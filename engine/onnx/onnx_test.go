@@ -1,0 +1,153 @@
+package onnx_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx"
+	"github.com/upscalekit/upscale/internal/quality"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+// newEngine returns an Engine for the test, failing it when ONNX Runtime
+// is missing: `make deps` installs it, and CI must not skip these tests.
+func newEngine(t testing.TB, opts onnx.Options) *onnx.Engine {
+	t.Helper()
+	e, err := onnx.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+func TestConformance(t *testing.T) {
+	e := newEngine(t, onnx.Options{})
+	newUpscaler := func(t *testing.T) upscale.Upscaler { return e }
+	upscaletest.TestUpscaler(t, newUpscaler)
+	upscaletest.TestUpscalerFormats(t, newUpscaler)
+}
+
+// TestNewRefusesBadLibrary: a missing library, a directory, a file that
+// is not a shared library and a shared library that is not ONNX Runtime
+// are errors that say what to do, not panics. ONNX Runtime loads once per
+// process, so the test runs in a child process that has not loaded it.
+func TestNewRefusesBadLibrary(t *testing.T) {
+	if os.Getenv("UPSCALE_TEST_BAD_LIBRARY") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestNewRefusesBadLibrary$", "-test.v")
+		cmd.Env = append(os.Environ(), "UPSCALE_TEST_BAD_LIBRARY=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
+			t.Fatalf("child process: %v\n%s", err, out)
+		}
+		return
+	}
+	notLibrary := filepath.Join(t.TempDir(), "libonnxruntime.so.1")
+	if err := os.WriteFile(notLibrary, []byte("not a library"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	libm, err := filepath.Glob("/lib/*-linux-gnu/libm.so.6")
+	if err != nil || len(libm) == 0 {
+		t.Fatal("no libm.so.6 to load as the wrong library")
+	}
+	for name, path := range map[string]string{
+		"missing":     filepath.Join(t.TempDir(), "nothing.so"),
+		"directory":   t.TempDir(),
+		"not library": notLibrary,
+		"libm":        libm[0],
+	} {
+		_, err := onnx.New(onnx.Options{Library: path})
+		if err == nil || !strings.Contains(err.Error(), "make deps") {
+			t.Errorf("%s: err = %v, want one that says to run make deps", name, err)
+		}
+	}
+	// After all that, the right library still loads.
+	newEngine(t, onnx.Options{})
+}
+
+// decodePNG decodes a result.
+func decodePNG(t *testing.T, img upscale.Image) image.Image {
+	t.Helper()
+	out, err := png.Decode(bytes.NewReader(img.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestTiledEqualsWhole: tiles that read the network's receptive field
+// around them give the whole image's result. cunet's squeeze-and-excitation
+// blocks average over the tile they run on, so tiles are not bit-exact, as
+// in waifu2x's own tiling; away from the border they must stay within
+// 50 dB.
+func TestTiledEqualsWhole(t *testing.T) {
+	monarch, err := os.ReadFile(filepath.Join(quality.SetDir(), "Set14", "monarch.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+	whole, err := newEngine(t, onnx.Options{Tile: 1024}).Upscale(context.Background(), monarch, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiled, err := newEngine(t, onnx.Options{}).Upscale(context.Background(), monarch, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, _ := quality.Luma(quality.FromImage(decodePNG(t, whole)), 16)
+	b, _, _ := quality.Luma(quality.FromImage(decodePNG(t, tiled)), 16)
+	if p := quality.PSNR(a, b); p < 50 {
+		t.Errorf("tiles of %d: %.2f dB from the whole image's result, want ≥ 50", onnx.DefaultTile, p)
+	} else {
+		t.Logf("tiles of %d: %.2f dB from the whole image's result", onnx.DefaultTile, p)
+	}
+}
+
+// TestExactSizes: sources smaller than a tile, thinner than the
+// network's border, and of odd sides come out exactly scale times larger.
+func TestExactSizes(t *testing.T) {
+	e := newEngine(t, onnx.Options{Tile: 64})
+	for _, size := range []image.Point{{1, 1}, {1, 37}, {65, 3}, {129, 67}} {
+		src := upscaletest.TestImagePNG(t, size.X, size.Y)
+		for _, scale := range upscale.Scales {
+			img, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
+			if err != nil {
+				t.Fatalf("%v ×%d: %v", size, scale, err)
+			}
+			if got, want := decodePNG(t, img).Bounds().Size(), size.Mul(scale); got != want || img.Width != want.X || img.Height != want.Y {
+				t.Errorf("%v ×%d: %v (reported %dx%d), want %v", size, scale, got, img.Width, img.Height, want)
+			}
+		}
+	}
+}
+
+// TestCancelStopsWithinATile: cancelling a long enlargement returns
+// context.Canceled within about one tile's work, and the engine goes on.
+func TestCancelStopsWithinATile(t *testing.T) {
+	e := newEngine(t, onnx.Options{Tile: 64})
+	src := quality.LoadSet(t, "Set5")[0].PNG(t) // 512×512: 64 tiles
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := e.Upscale(ctx, src, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	// The whole image takes several seconds; a tile a small part of one.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("returned %v after the cancel", d-300*time.Millisecond)
+	}
+	if _, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 8, 8), upscale.Options{Scale: 2}); err != nil {
+		t.Errorf("the next image after a cancelled one: %v", err)
+	}
+}

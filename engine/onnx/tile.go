@@ -1,0 +1,148 @@
+package onnx
+
+import (
+	"context"
+	"fmt"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/upscalekit/upscale"
+)
+
+// planes are the bands of an interleaved image that a model reads or
+// writes as its three input or output channels: three bands from First
+// (RGB), or band First alone (Grey), read as three equal channels and
+// written as their mean.
+type planes struct {
+	pix           []float32
+	width, height int
+	bands         int
+	first         int
+	grey          bool
+	max           float32 // the sample value the model sees as 1
+}
+
+func (p planes) band(c int) int {
+	if p.grey {
+		return p.first
+	}
+	return p.first + c
+}
+
+// tiling is how a model covers an image: tiles of tileW × tileH source
+// pixels at the given positions, each read with the model's border
+// around it (pixels beyond the image repeat its edge), so each tile's
+// result is what the model gives for that area of the whole image; the
+// last tile of a row or column moves back to end at the image's edge.
+type tiling struct {
+	tileW, tileH int
+	xs, ys       []int
+}
+
+// tile plans the tiles of side at most size over a w × h image for m.
+func (m *model) tile(w, h, size int) tiling {
+	positions := func(extent int) (int, []int) {
+		side := min(size, extent)
+		// The model's input (side plus both borders) must be a multiple of
+		// m.multiple and at least m.minInput; a tile larger than a small
+		// image reads repeated edge pixels and its extra output is dropped.
+		in := (side + 2*m.border + m.multiple - 1) / m.multiple * m.multiple
+		side = max(in, m.minInput) - 2*m.border
+		var at []int
+		for x := 0; ; x += side {
+			if x+side >= extent {
+				at = append(at, max(extent-side, 0))
+				return side, at
+			}
+			at = append(at, x)
+		}
+	}
+	var t tiling
+	t.tileW, t.xs = positions(w)
+	t.tileH, t.ys = positions(h)
+	return t
+}
+
+// run enlarges in by m.scale into out, tile by tile. Between tiles it
+// checks ctx, and a tile under way is stopped once ctx is done, so
+// cancellation takes effect within one tile.
+func (m *model) run(ctx context.Context, session *ort.DynamicAdvancedSession, in, out planes, tileSize int) error {
+	t := m.tile(in.width, in.height, tileSize)
+	inW, inH := t.tileW+2*m.border, t.tileH+2*m.border
+	outW, outH := m.scale*t.tileW, m.scale*t.tileH
+	input, err := ort.NewEmptyTensor[float32](ort.NewShape(1, 3, int64(inH), int64(inW)))
+	if err != nil {
+		return fmt.Errorf("%w: input tensor: %v", upscale.ErrUpstream, err)
+	}
+	defer input.Destroy()
+	output, err := ort.NewEmptyTensor[float32](ort.NewShape(1, 3, int64(outH), int64(outW)))
+	if err != nil {
+		return fmt.Errorf("%w: output tensor: %v", upscale.ErrUpstream, err)
+	}
+	defer output.Destroy()
+	runOpts, err := ort.NewRunOptions()
+	if err != nil {
+		return fmt.Errorf("%w: run options: %v", upscale.ErrUpstream, err)
+	}
+	defer runOpts.Destroy()
+	defer context.AfterFunc(ctx, func() { runOpts.Terminate() })()
+
+	x, y := input.GetData(), output.GetData()
+	for _, ty := range t.ys {
+		for _, tx := range t.xs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			m.gather(in, x, tx-m.border, ty-m.border, inW, inH)
+			if err := session.RunWithOptions([]ort.Value{input}, []ort.Value{output}, runOpts); err != nil {
+				if ctxErr := ctx.Err(); ctxErr != nil {
+					return ctxErr
+				}
+				return fmt.Errorf("%w: ONNX Runtime: %v", upscale.ErrUpstream, err)
+			}
+			scatter(y, outW, outH, out, m.scale*tx, m.scale*ty)
+		}
+	}
+	return nil
+}
+
+// gather fills x (3 planes of w × h) with in's pixels from (left, top),
+// repeating the edge pixels beyond the image, divided by in.max.
+func (m *model) gather(in planes, x []float32, left, top, w, h int) {
+	scale := 1 / in.max
+	for c := range 3 {
+		band := in.band(c)
+		plane := x[c*w*h : (c+1)*w*h]
+		for row := range h {
+			sy := min(max(top+row, 0), in.height-1)
+			src := in.pix[sy*in.width*in.bands:]
+			dst := plane[row*w : (row+1)*w]
+			for col := range dst {
+				sx := min(max(left+col, 0), in.width-1)
+				dst[col] = src[sx*in.bands+band] * scale
+			}
+		}
+	}
+}
+
+// scatter writes the part of one tile's result y (3 planes of w × h) that
+// lies inside out, at (left, top), clipped to 0-1 and times out.max.
+func scatter(y []float32, w, h int, out planes, left, top int) {
+	rows, cols := min(h, out.height-top), min(w, out.width-left)
+	for row := range rows {
+		dst := out.pix[((top+row)*out.width+left)*out.bands:]
+		for col := range cols {
+			i := row*w + col
+			if out.grey {
+				v := (y[i] + y[w*h+i] + y[2*w*h+i]) / 3
+				dst[col*out.bands+out.first] = clip(v) * out.max
+				continue
+			}
+			for c := range 3 {
+				dst[col*out.bands+out.first+c] = clip(y[c*w*h+i]) * out.max
+			}
+		}
+	}
+}
+
+func clip(v float32) float32 { return min(max(v, 0), 1) }
