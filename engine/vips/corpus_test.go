@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/internal/enginebench"
 )
 
 // corruptCorpus is a set of broken and malicious files, made here so that
@@ -129,7 +128,7 @@ func TestCorruptCorpus(t *testing.T) {
 	e := vips.New(vips.Options{})
 	for name, src := range corruptCorpus(t) {
 		t.Run(name, func(t *testing.T) {
-			peak := startPeakRSS(t)
+			peak := enginebench.StartPeakRSS(t)
 			start := time.Now()
 			_, err := e.Upscale(context.Background(), src, upscale.Options{Scale: 2})
 			took := time.Since(start)
@@ -222,36 +221,4 @@ func BenchmarkCorruptCorpus(b *testing.B) {
 			}
 		})
 	}
-}
-
-// startPeakRSS resets the kernel's peak-RSS mark for this process and
-// returns a function that reports how far the peak has risen above the
-// resident size at the reset. Where the kernel cannot reset the mark, ok is
-// false and the memory bound is not checked.
-func startPeakRSS(t testing.TB) func() (grew int64, ok bool) {
-	debug.FreeOSMemory()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Logf("peak memory not measured: %v", err)
-		return func() (int64, bool) { return 0, false }
-	}
-	base := procStatusKB(t, "VmRSS")
-	return func() (int64, bool) { return (procStatusKB(t, "VmHWM") - base) << 10, true }
-}
-
-func procStatusKB(t testing.TB, field string) int64 {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", field)
-	return 0
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/internal/enginebench"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -215,7 +216,7 @@ func TestQueueWaitCountsAgainstDeadline(t *testing.T) {
 // pipeline from that copy; a small source at a large scale makes sure the
 // cancel lands in the second.
 func TestCancelStopsWork(t *testing.T) {
-	src := photoJPEG(t, 256)
+	src := enginebench.PhotoJPEG(t, 256)
 	for _, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
 		t.Run(string(level), func(t *testing.T) {
 			e := vips.New(vips.Options{Concurrency: 1})

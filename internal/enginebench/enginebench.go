@@ -1,0 +1,168 @@
+// Package enginebench holds what the engines' speed and memory benchmarks
+// share: timing a loop of images at a given concurrency with the process's
+// peak memory, and the whole handler over HTTP to compare with the engine
+// alone. It is for benchmarks: its functions fail the testing.B on error.
+package enginebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/quality"
+)
+
+// PhotoJPEG returns a side×side JPEG (quality 90) of Set14's baboon, whose
+// fur is about as costly to encode as photos get.
+func PhotoJPEG(tb testing.TB, side int) []byte {
+	src, err := os.ReadFile(quality.SetDir() + "/Set14/baboon.png")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := bimg.NewImage(src).Process(bimg.Options{Width: side, Height: side, Force: true, Enlarge: true, Type: bimg.JPEG, Quality: 90})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// Measured is what one run of n images on one path took.
+type Measured struct {
+	ImagesPerSecond float64
+	P50, P99        time.Duration
+	PeakRSS         int64 // how far the process's peak RSS rose, in bytes; -1 if unknown
+}
+
+// Measure runs do n times on concurrency goroutines, and times them.
+func Measure(b *testing.B, n, concurrency int, do func() error) Measured {
+	peak := StartPeakRSS(b)
+	var next atomic.Int64
+	latencies := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				t := time.Now()
+				if err := do(); err != nil {
+					b.Error(err)
+					return
+				}
+				latencies[i] = time.Since(t)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(latencies)
+	m := Measured{
+		ImagesPerSecond: float64(n) / elapsed.Seconds(),
+		P50:             latencies[n/2],
+		P99:             latencies[min(n-1, n*99/100)],
+		PeakRSS:         -1,
+	}
+	if grew, ok := peak(); ok {
+		m.PeakRSS = grew
+	}
+	return m
+}
+
+// Report gives m as the benchmark's metrics, each unit prefixed by path
+// ("floor-", "handler-") when two paths share one benchmark.
+func (m Measured) Report(b *testing.B, path string) {
+	b.ReportMetric(m.ImagesPerSecond, path+"images/s")
+	b.ReportMetric(float64(m.P50.Microseconds())/1000, path+"p50-ms")
+	b.ReportMetric(float64(m.P99.Microseconds())/1000, path+"p99-ms")
+	if m.PeakRSS >= 0 {
+		b.ReportMetric(float64(m.PeakRSS)/(1<<20), path+"peakRSS-MiB")
+	}
+}
+
+// NewServer serves the handler with engine, in-memory stores and one
+// unlimited key, for Post.
+func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
+	ctx := context.Background()
+	keys := upscale.NewMemoryKeyStore()
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	if err := errors.Join(
+		ledger.PutAccount(ctx, upscale.Account{ID: "bench", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true, MaxFileBytes: 50 << 20}}),
+		keys.Add(ctx, "bench-key-0123456789", "bench"),
+	); err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	server := httptest.NewServer(mux)
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: server.URL + "/results", CleanupInterval: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	handler, err := upscale.New(upscale.Config{Keys: keys, Ledger: ledger, Upscaler: engine, Blobs: blobs, AllowPrivateNetworks: true, LinkTTL: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux.Handle("/api/v1/upscale", handler)
+	mux.Handle("/results/", blobs)
+	return server
+}
+
+// Post asks the server at base to upscale as body says.
+func Post(base, body string) error {
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer bench-key-0123456789")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
+// StartPeakRSS resets the kernel's peak-RSS mark for this process and
+// returns a function that reports how far the peak has risen above the
+// resident size at the reset. Where the kernel cannot reset the mark, ok is
+// false and the memory bound is not checked.
+func StartPeakRSS(t testing.TB) func() (grew int64, ok bool) {
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Logf("peak memory not measured: %v", err)
+		return func() (int64, bool) { return 0, false }
+	}
+	base := procStatusKB(t, "VmRSS")
+	return func() (int64, bool) { return (procStatusKB(t, "VmHWM") - base) << 10, true }
+}
+
+func procStatusKB(t testing.TB, field string) int64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
