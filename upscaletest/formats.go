@@ -21,15 +21,7 @@ import (
 func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler) {
 	upscalePNG := func(t *testing.T, src image.Image, scale int) image.Image {
 		t.Helper()
-		img, err := newUpscaler(t).Upscale(context.Background(), encode(t, "png", src), upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := png.Decode(bytes.NewReader(img.Data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+		return UpscalePNG(t, newUpscaler(t), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
 	}
 
 	grey16 := image.NewGray16(image.Rect(0, 0, 10, 6))
@@ -138,6 +130,21 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 			t.Errorf("top luma %#x, bottom luma %#x: want black on top, white below", topY, bottomY)
 		}
 	})
+}
+
+// UpscalePNG has u enlarge src, given as a PNG, and decodes the result,
+// failing t on any error.
+func UpscalePNG(t *testing.T, u upscale.Upscaler, src image.Image, opts upscale.Options) image.Image {
+	t.Helper()
+	img, err := u.Upscale(context.Background(), encode(t, "png", src), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := png.Decode(bytes.NewReader(img.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // WithEXIFOrientation inserts an APP1 segment with one EXIF tag, the

@@ -9,8 +9,6 @@ import (
 	"github.com/upscalekit/upscale/internal/quality"
 )
 
-var levels = []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseLow, upscale.DenoiseMid, upscale.DenoiseHigh, upscale.DenoiseMax}
-
 // BenchmarkCalibrate scores every network level on every degradation of
 // Set5 (photo) and of the art set (the cel images, comic and ppt3), ×2,
 // with what the estimators read from the source (sigmaY: estimateNoise;
@@ -48,7 +46,7 @@ func BenchmarkCalibrate(b *testing.B) {
 				q += float64(jq)
 			}
 			n := float64(len(sets[setName]))
-			for _, level := range levels {
+			for _, level := range quality.Levels {
 				b.Run(setName+"/"+d.Name+"/"+string(level), func(b *testing.B) {
 					for range b.N {
 						p, s := quality.Score(b, sets[setName], 2, d, func(src []byte) ([]byte, error) {

@@ -3,6 +3,7 @@ package onnx
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/upscalekit/upscale"
@@ -27,7 +28,7 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 		{quality.JPEG(70), upscale.Anime, upscale.DenoiseHigh},
 	} {
 		src := tc.source.Source(t, butterfly)
-		for _, requested := range levels {
+		for _, requested := range quality.Levels {
 			px, err := e.codec.Decode(context.Background(), src, 2)
 			if err != nil {
 				t.Fatal(err)
@@ -58,5 +59,29 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 	}
 	if !bytes.Equal(img.Data, plain.Data) {
 		t.Error("denoise none on a noisy source: the result is not the plain network's")
+	}
+}
+
+// TestTiling: tiles cover the image, are balanced, and give the model an
+// input it takes.
+func TestTiling(t *testing.T) {
+	m := &model{scale: 2, border: 18, multiple: 2, minInput: 38}
+	for _, tc := range []struct {
+		w, h, size   int
+		tileW, tileH int
+		xs, ys       []int
+	}{
+		{512, 512, 160, 128, 128, []int{0, 128, 256, 384}, []int{0, 128, 256, 384}},
+		{500, 129, 128, 126, 66, []int{0, 126, 252, 374}, []int{0, 63}},
+		{1, 1, 128, 2, 2, []int{0}, []int{0}},
+		{129, 128, 128, 66, 128, []int{0, 63}, []int{0}},
+	} {
+		got := m.tile(tc.w, tc.h, tc.size)
+		if got.tileW != tc.tileW || got.tileH != tc.tileH || !slices.Equal(got.xs, tc.xs) || !slices.Equal(got.ys, tc.ys) {
+			t.Errorf("%d×%d in tiles of %d: %+v, want %dx%d at %v, %v", tc.w, tc.h, tc.size, got, tc.tileW, tc.tileH, tc.xs, tc.ys)
+		}
+		if (got.tileW+2*m.border)%m.multiple != 0 || got.tileW+2*m.border < m.minInput {
+			t.Errorf("%d×%d: tile input %d does not fit the model", tc.w, tc.h, got.tileW+2*m.border)
+		}
 	}
 }

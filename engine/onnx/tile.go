@@ -32,30 +32,30 @@ func (p planes) band(c int) int {
 // tiling is how a model covers an image: tiles of tileW × tileH source
 // pixels at the given positions, each read with the model's border
 // around it (pixels beyond the image repeat its edge), so each tile's
-// result is what the model gives for that area of the whole image; the
-// last tile of a row or column moves back to end at the image's edge.
+// result is what the model gives for that area of the whole image.
 type tiling struct {
 	tileW, tileH int
 	xs, ys       []int
 }
 
-// tile plans the tiles of side at most size over a w × h image for m.
+// tile plans the tiles over a w × h image for m: along each axis, as few
+// tiles as keep each within size, all of one size, as small as covers the
+// image (a 512-pixel side in tiles of at most 160 takes four of 128, not
+// four of 160 that overlap by a quarter). Tiles may overlap by a few
+// pixels, where the model's input size must be a multiple of
+// m.multiple; a tile larger than a small image reads repeated edge
+// pixels, and its extra output is dropped.
 func (m *model) tile(w, h, size int) tiling {
 	positions := func(extent int) (int, []int) {
-		side := min(size, extent)
-		// The model's input (side plus both borders) must be a multiple of
-		// m.multiple and at least m.minInput; a tile larger than a small
-		// image reads repeated edge pixels and its extra output is dropped.
+		count := (extent + size - 1) / size
+		side := (extent + count - 1) / count
 		in := (side + 2*m.border + m.multiple - 1) / m.multiple * m.multiple
 		side = max(in, m.minInput) - 2*m.border
-		var at []int
-		for x := 0; ; x += side {
-			if x+side >= extent {
-				at = append(at, max(extent-side, 0))
-				return side, at
-			}
-			at = append(at, x)
+		at := make([]int, count)
+		for i := range at {
+			at[i] = min(i*side, max(extent-side, 0))
 		}
+		return side, at
 	}
 	var t tiling
 	t.tileW, t.xs = positions(w)

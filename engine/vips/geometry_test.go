@@ -5,7 +5,6 @@ import (
 	"context"
 	"image"
 	"image/color"
-	"image/png"
 	"math"
 	"testing"
 
@@ -13,19 +12,12 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 func upscalePNG(t *testing.T, src image.Image, opts upscale.Options) image.Image {
 	t.Helper()
-	img, err := vips.New(vips.Options{}).Upscale(context.Background(), encodePNG(t, src), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := png.Decode(bytes.NewReader(img.Data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return upscaletest.UpscalePNG(t, vips.New(vips.Options{}), src, opts)
 }
 
 // TestSamplingIsCentred puts one bright pixel at (4, 2) of a black 9×5

@@ -21,8 +21,6 @@ func score(tb testing.TB, set []*quality.Image, scale int, d quality.Degradation
 	})
 }
 
-var levels = []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseLow, upscale.DenoiseMid, upscale.DenoiseHigh, upscale.DenoiseMax}
-
 func TestAnimeBeatsPhotoOnCelImages(t *testing.T) {
 	cels := quality.CelSet()
 	for _, scale := range []int{2, 4} {
@@ -42,7 +40,7 @@ func TestDenoiseIsMonotonic(t *testing.T) {
 	noisy := quality.GaussianNoise(15).Source(t, quality.Shrink(butterfly, 2))
 	var plain *quality.Image
 	previous := -1.0
-	for _, level := range levels {
+	for _, level := range quality.Levels {
 		out, err := run(context.Background(), noisy, pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +71,7 @@ func BenchmarkQuality(b *testing.B) {
 				r    recipe
 			}{{"bicubic", recipe{interpolator: "bicubic"}}, {"nohalo", recipe{interpolator: "nohalo"}}}
 			for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
-				for _, level := range levels {
+				for _, level := range quality.Levels {
 					recipes = append(recipes, struct {
 						name string
 						r    recipe
@@ -98,7 +96,7 @@ func BenchmarkQuality(b *testing.B) {
 func BenchmarkDenoise(b *testing.B) {
 	images := quality.LoadSet(b, "Set5")
 	for _, d := range []quality.Degradation{quality.Clean, quality.GaussianNoise(5), quality.GaussianNoise(15), quality.GaussianNoise(25), quality.JPEG(30), quality.JPEG(60), quality.JPEGAsPNG(30)} {
-		for _, level := range levels {
+		for _, level := range quality.Levels {
 			b.Run(d.Name+"/"+string(level), func(b *testing.B) {
 				for range b.N {
 					p, s := score(b, images, 2, d, recipeFor(upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: level}))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
 	"image/png"
 	"io"
 	"log/slog"
@@ -89,16 +90,7 @@ func TestEndToEnd(t *testing.T) {
 	base, key, stderr, cmd, exited := srv.base, srv.key, &srv.stderr, srv.cmd, srv.exited
 
 	link := upscaleVia(t, base, key, origin.URL+"/butterfly.png", stderr)
-	resp, err := http.Get(link)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("result: %v", err)
-	}
-	if size := img.Bounds().Size(); size.X != 512 || size.Y != 512 {
+	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
 		t.Errorf("result is %v, want 512x512 (butterfly.png is 256x256)", size)
 	}
 
@@ -531,17 +523,23 @@ func TestOnnxEngine(t *testing.T) {
 	defer origin.Close()
 	srv := startStandalone(t, bin, "-data", t.TempDir(), "-engine", "onnx")
 	link := upscaleVia(t, srv.base, srv.key, origin.URL+"/butterfly.png", &srv.stderr)
+	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
+		t.Errorf("result is %v, want 512x512", size)
+	}
+	srv.stop(t)
+}
+
+// resultSize downloads a PNG result and returns its size.
+func resultSize(t *testing.T, link string) image.Point {
+	t.Helper()
 	resp, err := http.Get(link)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	img, err := png.Decode(resp.Body)
-	resp.Body.Close()
 	if err != nil {
 		t.Fatalf("result: %v", err)
 	}
-	if size := img.Bounds().Size(); size.X != 512 || size.Y != 512 {
-		t.Errorf("result is %v, want 512x512", size)
-	}
-	srv.stop(t)
+	return img.Bounds().Size()
 }

@@ -92,6 +92,51 @@ func (m Measured) Report(b *testing.B, path string) {
 	}
 }
 
+// Throughput runs engine alone in a loop (the floor) and the whole
+// handler over HTTP (fetch src, a JPEG, from a loopback origin, enlarge,
+// store in memory, answer) at each scale and concurrency. Each run of a
+// row measures b.N images on both paths back to back and reports their
+// ratio, so that the ratio compares two paths under the same load on a
+// shared machine; the order alternates between runs, so that drift in that
+// load favours neither path.
+func Throughput(b *testing.B, engine upscale.Upscaler, src []byte, scales, concurrencies []int) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/jpeg")
+		w.Write(src)
+	}))
+	defer origin.Close()
+	server := NewServer(b, engine)
+	defer server.Close()
+	for _, scale := range scales {
+		for _, concurrency := range concurrencies {
+			opts := upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+			body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d, "imageType": "photo", "denoise": "none"}`, origin.URL+"/photo.jpg", scale)
+			floor := func() error {
+				_, err := engine.Upscale(context.Background(), src, opts)
+				return err
+			}
+			handler := func() error { return Post(server.URL, body) }
+			handlerFirst := false
+			b.Run(fmt.Sprintf("scale=%d/c=%d", scale, concurrency), func(b *testing.B) {
+				var f, h Measured
+				if handlerFirst {
+					h = Measure(b, b.N, concurrency, handler)
+					f = Measure(b, b.N, concurrency, floor)
+				} else {
+					f = Measure(b, b.N, concurrency, floor)
+					h = Measure(b, b.N, concurrency, handler)
+				}
+				if b.N > 1 { // not the single warm-up run testing makes first
+					handlerFirst = !handlerFirst
+				}
+				f.Report(b, "floor-")
+				h.Report(b, "handler-")
+				b.ReportMetric(h.ImagesPerSecond/f.ImagesPerSecond, "handler/floor")
+			})
+		}
+	}
+}
+
 // NewServer serves the handler with engine, in-memory stores and one
 // unlimited key, for Post.
 func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {

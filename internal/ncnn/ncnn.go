@@ -388,18 +388,8 @@ func decodeConv(transposed bool, p params, w *weightReader, err error) (Op, erro
 		return nil, fmt.Errorf("inconsistent shape: %d outputs, kernel %d, stride %d, pad %d, %d weights", c.Out, c.Kernel, c.Stride, c.Pad, size)
 	}
 	c.In = size / (c.Out * c.Kernel * c.Kernel)
-	if c.Act, err = decodeActivation(p); err != nil {
-		return nil, err
-	}
-	if c.Weight, err = w.tagged(size); err != nil {
-		return nil, err
-	}
-	if bias != 0 {
-		if c.Bias, err = w.raw(c.Out); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	c.Act, c.Weight, c.Bias, err = decodeWeighted(p, w, size, c.Out, bias != 0)
+	return c, err
 }
 
 func decodeDense(p params, w *weightReader, err error) (Op, error) {
@@ -425,18 +415,21 @@ func decodeDense(p params, w *weightReader, err error) (Op, error) {
 		return nil, fmt.Errorf("inconsistent shape: %d outputs, %d weights", d.Out, size)
 	}
 	d.In = size / d.Out
-	if d.Act, err = decodeActivation(p); err != nil {
-		return nil, err
+	d.Act, d.Weight, d.Bias, err = decodeWeighted(p, w, size, d.Out, bias != 0)
+	return d, err
+}
+
+// decodeWeighted reads what Convolution, Deconvolution and InnerProduct
+// share: the activation, then size weights and, with bias, out biases.
+func decodeWeighted(p params, w *weightReader, size, out int, bias bool) (act Activation, weight, biases []float32, err error) {
+	if act, err = decodeActivation(p); err != nil {
+		return
 	}
-	if d.Weight, err = w.tagged(size); err != nil {
-		return nil, err
+	if weight, err = w.tagged(size); err != nil || !bias {
+		return
 	}
-	if bias != 0 {
-		if d.Bias, err = w.raw(d.Out); err != nil {
-			return nil, err
-		}
-	}
-	return d, nil
+	biases, err = w.raw(out)
+	return
 }
 
 // decodeActivation reads parameter 9 (the activation) and 10 (its

