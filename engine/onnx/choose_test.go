@@ -85,3 +85,29 @@ func TestTiling(t *testing.T) {
 		}
 	}
 }
+
+// TestOpaqueAlphaStaysOpaque: an alpha band that is opaque everywhere
+// needs no pass of the network and comes back opaque.
+func TestOpaqueAlphaStaysOpaque(t *testing.T) {
+	e := newTestEngine(t)
+	img := quality.CelImage(1, 40).NRGBA()
+	img.Pix[3] = 254 // one pixel not quite opaque, or Go's encoder drops the alpha band
+	px, err := e.codec.Decode(context.Background(), quality.EncodePNG(t, img), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !px.Alpha || opaque(px) {
+		t.Fatalf("source: alpha %v, opaque %v; want an alpha band, not all opaque", px.Alpha, opaque(px))
+	}
+	px.Pix[3] = px.Max()
+	if !opaque(px) {
+		t.Fatal("all opaque, and opaque says it is not")
+	}
+	out, err := e.enlarge(context.Background(), px, e.models[modelFor(upscale.Photo, upscale.DenoiseNone)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opaque(out) {
+		t.Error("the result's alpha is not opaque everywhere")
+	}
+}
