@@ -16,8 +16,9 @@
 // defaults for three of them, and DirBlobStore for results on local disk;
 // keys and quotas on SQLite or PostgreSQL are in sqlstore, results in an S3
 // bucket in s3store, and the default Upscaler, on libvips, is in
-// engine/vips, so that this package never needs cgo. Every implementation is held to one contract by the suites in
-// upscaletest.
+// engine/vips (a learned one, waifu2x's networks on ONNX Runtime, is in
+// engine/onnx), so that this package never needs cgo. Every implementation
+// is held to one contract by the suites in upscaletest.
 //
 // # Charging
 //

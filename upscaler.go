@@ -45,7 +45,8 @@ type Image struct {
 }
 
 // Upscaler enlarges images. The default implementation is libvips, in the
-// package engine/vips; the root package never depends on it.
+// package engine/vips, and engine/onnx runs learned networks; the root
+// package depends on neither.
 type Upscaler interface {
 	// Upscale decodes src, enlarges it by opts.Scale and encodes the result
 	// in the source's format. The result is exactly Scale times the
