@@ -103,7 +103,7 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 	if err != nil {
 		return nil, err
 	}
-	m := e.models[modelFor(upscale.Photo, upscale.DenoiseNone)]
+	m := e.models[upscale.DenoiseNone]
 	session, err := m.open(e.opts.Threads)
 	if err != nil {
 		return nil, err

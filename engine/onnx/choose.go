@@ -5,28 +5,16 @@ import (
 	"github.com/upscalekit/upscale/engine/vips"
 )
 
-// modelFileNames lists the embedded networks.
-var modelFileNames = []string{
-	"cunet-scale2x.onnx",
-	"cunet-noise0-scale2x.onnx",
-	"cunet-noise1-scale2x.onnx",
-	"cunet-noise2-scale2x.onnx",
-	"cunet-noise3-scale2x.onnx",
-}
-
-// modelFor chooses the network for one pass.
-func modelFor(imageType upscale.ImageType, level upscale.Denoise) string {
-	switch level {
-	case upscale.DenoiseLow:
-		return "cunet-noise0-scale2x.onnx"
-	case upscale.DenoiseMid:
-		return "cunet-noise1-scale2x.onnx"
-	case upscale.DenoiseHigh:
-		return "cunet-noise2-scale2x.onnx"
-	case upscale.DenoiseMax:
-		return "cunet-noise3-scale2x.onnx"
-	}
-	return "cunet-scale2x.onnx"
+// networks maps each denoise level to the embedded network that enlarges
+// with it: cunet's plain ×2 and its ×2 with denoisers 0 (the lightest) to
+// 3. Both imageTypes use them: the package has no network better on
+// either.
+var networks = map[upscale.Denoise]string{
+	upscale.DenoiseNone: "cunet-scale2x.onnx",
+	upscale.DenoiseLow:  "cunet-noise0-scale2x.onnx",
+	upscale.DenoiseMid:  "cunet-noise1-scale2x.onnx",
+	upscale.DenoiseHigh: "cunet-noise2-scale2x.onnx",
+	upscale.DenoiseMax:  "cunet-noise3-scale2x.onnx",
 }
 
 // fitLevel is the denoise level a source needs, at most requested: the

@@ -3,6 +3,7 @@ package onnx
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -103,11 +104,63 @@ func TestOpaqueAlphaStaysOpaque(t *testing.T) {
 	if !opaque(px) {
 		t.Fatal("all opaque, and opaque says it is not")
 	}
-	out, err := e.enlarge(context.Background(), px, e.models[modelFor(upscale.Photo, upscale.DenoiseNone)])
+	out, err := e.enlarge(context.Background(), px, e.models[upscale.DenoiseNone])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !opaque(out) {
 		t.Error("the result's alpha is not opaque everywhere")
+	}
+}
+
+// doneAfter is a context that is done from the n-th time Err is asked.
+type doneAfter struct {
+	context.Context
+	n    int
+	done chan struct{}
+}
+
+func (c *doneAfter) Err() error {
+	if c.n--; c.n <= 0 {
+		select {
+		case <-c.done:
+		default:
+			close(c.done)
+		}
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *doneAfter) Done() <-chan struct{} { return c.done }
+
+// TestCancelBetweenTiles: the context is checked before every tile, and
+// once it is done no further tile is run: a context done at the third
+// check leaves two tiles written and the rest untouched.
+func TestCancelBetweenTiles(t *testing.T) {
+	e := newTestEngine(t)
+	m := e.models[upscale.DenoiseNone]
+	session, err := m.open(e.opts.Threads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const w, h, tile = 200, 50, 64 // 4 tiles of 50 across, one down
+	in := planes{pix: make([]float32, w*h*3), width: w, height: h, bands: 3, max: 255}
+	for i := range in.pix {
+		in.pix[i] = 128
+	}
+	out := planes{pix: make([]float32, 4*w*h*3), width: 2 * w, height: 2 * h, bands: 3, max: 255}
+	ctx := &doneAfter{Context: context.Background(), n: 3, done: make(chan struct{})}
+	if err := m.run(ctx, session, in, out, tile); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	written := 0
+	for x := 0; x < 2*w; x += 100 { // one output tile is 100 pixels wide
+		if out.pix[(h*2*w+x+50)*3] != 0 {
+			written++
+		}
+	}
+	if written != 2 {
+		t.Errorf("%d tiles written, want 2 (the context was done at the third check)", written)
 	}
 }

@@ -37,9 +37,8 @@ func waifu2xDir(t *testing.T) string {
 func TestConversionMatchesNCNN(t *testing.T) {
 	dir := waifu2xDir(t)
 	e := newTestEngine(t)
-	for _, file := range modelFileNames {
-		t.Run(file, func(t *testing.T) {
-			m := e.models[file]
+	for _, m := range e.models {
+		t.Run(m.file, func(t *testing.T) {
 			session, err := m.open(e.opts.Threads)
 			if err != nil {
 				t.Fatal(err)

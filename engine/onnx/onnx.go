@@ -17,6 +17,16 @@
 // Options.LearnedPixels, and libvips's classical enlargement does the
 // rest. Each pass runs tile by tile (Options.Tile), each tile read with
 // the network's receptive field around it, so tiles join without seams.
+//
+// # Denoising
+//
+// The first pass uses one of five networks: plain, or with one of
+// waifu2x's denoisers. A request's denoise level is the strongest it allows:
+// the engine reads the source's noise and, for a JPEG, its compression,
+// and uses the level measured best for such a source (stronger for
+// imageType anime, whose flat colour shows every artefact), never above
+// the one requested. A clean source gets the plain network, so the API's
+// default, max, costs it nothing.
 package onnx
 
 import (
@@ -71,7 +81,7 @@ type Engine struct {
 	opts   Options
 	codec  *vips.Engine
 	slots  chan struct{}
-	models map[string]*model
+	models map[upscale.Denoise]*model // by the level it denoises at
 }
 
 var _ upscale.Upscaler = (*Engine)(nil)
@@ -98,10 +108,10 @@ func New(opts Options) (*Engine, error) {
 		opts:   opts,
 		codec:  vips.New(opts.Vips),
 		slots:  make(chan struct{}, opts.Concurrency),
-		models: map[string]*model{},
+		models: map[upscale.Denoise]*model{},
 	}
-	for _, file := range modelFileNames {
-		e.models[file] = &model{file: file}
+	for level, file := range networks {
+		e.models[level] = &model{file: file}
 	}
 	return e, nil
 }
@@ -135,7 +145,7 @@ func (e *Engine) enlargeAll(ctx context.Context, px *vips.Pixels, scale int, ima
 	passes := e.learnedPasses(px.Width, px.Height, scale)
 	for range passes {
 		var err error
-		if px, err = e.enlarge(ctx, px, e.models[modelFor(imageType, level)]); err != nil {
+		if px, err = e.enlarge(ctx, px, e.models[level]); err != nil {
 			return upscale.Image{}, err
 		}
 		level = upscale.DenoiseNone

@@ -131,21 +131,16 @@ func TestExactSizes(t *testing.T) {
 	}
 }
 
-// TestCancelStopsWithinATile: cancelling a long enlargement returns
-// context.Canceled within about one tile's work, and the engine goes on.
-func TestCancelStopsWithinATile(t *testing.T) {
+// TestCancelStopsWork: cancelling a long enlargement returns
+// context.Canceled, and the engine goes on. (TestCancelBetweenTiles checks
+// where it stops.)
+func TestCancelStopsWork(t *testing.T) {
 	e := newEngine(t, onnx.Options{Tile: 64})
-	src := quality.LoadSet(t, "Set5")[0].PNG(t) // 512×512: 64 tiles
+	src := quality.LoadSet(t, "Set5")[0].PNG(t) // 512×512: 64 tiles, seconds of work
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
-	start := time.Now()
-	_, err := e.Upscale(ctx, src, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
-	if !errors.Is(err, context.Canceled) {
+	if _, err := e.Upscale(ctx, src, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
-	}
-	// The whole image takes several seconds; a tile a small part of one.
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("returned %v after the cancel", d-300*time.Millisecond)
 	}
 	if _, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 8, 8), upscale.Options{Scale: 2}); err != nil {
 		t.Errorf("the next image after a cancelled one: %v", err)

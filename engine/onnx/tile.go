@@ -84,8 +84,20 @@ func (m *model) run(ctx context.Context, session *ort.DynamicAdvancedSession, in
 	if err != nil {
 		return fmt.Errorf("%w: run options: %v", upscale.ErrUpstream, err)
 	}
-	defer runOpts.Destroy()
-	defer context.AfterFunc(ctx, func() { runOpts.Terminate() })()
+	// Once ctx is done, the run under way is told to stop. The options are
+	// destroyed only after that call has returned: stop reports false when
+	// it has begun.
+	terminated := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(terminated)
+		runOpts.Terminate()
+	})
+	defer func() {
+		if !stop() {
+			<-terminated
+		}
+		runOpts.Destroy()
+	}()
 
 	x, y := input.GetData(), output.GetData()
 	for _, ty := range t.ys {
