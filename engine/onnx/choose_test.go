@@ -164,3 +164,21 @@ func TestCancelBetweenTiles(t *testing.T) {
 		t.Errorf("%d tiles written, want 2 (the context was done at the third check)", written)
 	}
 }
+
+// TestLearnedPasses: learned ×2 passes while the result stays within the
+// budget, the rest classical.
+func TestLearnedPasses(t *testing.T) {
+	e := &Engine{opts: Options{LearnedPixels: DefaultLearnedPixels}}
+	for _, tc := range []struct{ w, h, scale, passes int }{
+		{512, 512, 16, 2},  // to 2048², then ×4 classically
+		{512, 512, 2, 1},   //
+		{1024, 1024, 2, 1}, // exactly the budget
+		{1025, 1024, 2, 0}, // past it: all classical
+		{100, 100, 16, 4},  // learned to the end
+		{3000, 10, 8, 3},
+	} {
+		if got := e.learnedPasses(tc.w, tc.h, tc.scale); got != tc.passes {
+			t.Errorf("%d×%d ×%d: %d learned passes, want %d", tc.w, tc.h, tc.scale, got, tc.passes)
+		}
+	}
+}

@@ -12,10 +12,10 @@
 //
 // # Scales
 //
-// The networks enlarge ×2. Scale 2 is one pass and 4 two; at 8 and 16,
-// learned passes run while a pass's result stays within
-// Options.LearnedPixels, and libvips's classical enlargement does the
-// rest. Each pass runs tile by tile (Options.Tile), each tile read with
+// The networks enlarge ×2. Scale 2 is one pass and 4 two. Learned passes
+// run while a pass's result stays within Options.LearnedPixels, and
+// libvips's classical enlargement does the rest: at 8 and 16, or for the
+// whole of a source too large for even one learned pass. Each pass runs tile by tile (Options.Tile), each tile read with
 // the network's receptive field around it, so tiles join without seams.
 //
 // # Denoising
