@@ -95,7 +95,7 @@ func (r recipe) enlargeParams(scale int, src []byte, meta bimg.ImageMetadata) (p
 		interpolator:  interpolator,
 		sharpen:       C.double(r.sharpen),
 		sharpen_sigma: C.double(r.sharpenSigma),
-		clamp:         C.int(r.clamp),
+		clamp:         cBool(r.clamp),
 	}
 	if d := r.denoise; d.step > 0 {
 		p.denoise = C.denoise_params{noise_threshold: C.double(d.noise), quant_threshold: C.double(d.quant), step: C.int(d.step)}

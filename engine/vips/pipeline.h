@@ -34,7 +34,7 @@ typedef struct {
 	int block_x, block_y;     // where a JPEG source's 8x8 blocks start once turned upright
 	double sharpen;           // unsharp-mask amount, applied to the source; 0 is off
 	double sharpen_sigma;
-	int clamp;                // 0, or 3: clamp each result pixel to the range of its 3x3 source pixels
+	int clamp;                // clamp each result pixel to the range of its 3x3 source pixels (bicubic only)
 } enlarge_params;
 
 // upscale decodes buf strictly (with sequential access when sequential is

@@ -133,7 +133,7 @@ type recipe struct {
 	denoise      denoising
 	sharpen      float64 // unsharp-mask amount, on the source; 0 is off
 	sharpenSigma float64 // in source pixels
-	clamp        int     // 0, or clamp each result pixel to the range of its 2×2 or 3×3 source pixels
+	clamp        bool    // clamp each result pixel to the range of its 3×3 source pixels (needs bicubic)
 }
 
 // denoising is one denoise level's filter (denoise.c); the zero value is
@@ -173,7 +173,7 @@ type denoising struct {
 //	high  k = 2.5, 1/2 step
 //	max   k = 3, 3/4 step
 func recipeFor(opts upscale.Options) recipe {
-	r := recipe{interpolator: "bicubic", sharpen: 0.5, sharpenSigma: 1, clamp: 3}
+	r := recipe{interpolator: "bicubic", sharpen: 0.5, sharpenSigma: 1, clamp: true}
 	if opts.ImageType == upscale.Anime {
 		r.sharpen, r.sharpenSigma = 1.5, 0.75
 	}

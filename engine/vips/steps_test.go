@@ -1,0 +1,54 @@
+package vips
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/enginebench"
+)
+
+// BenchmarkSteps profiles the pipeline by adding one step at a time, in
+// turn within each iteration: the difference between consecutive rows is
+// what that step costs.
+func BenchmarkSteps(b *testing.B) {
+	src := enginebench.PhotoJPEG(b, 1024)
+	meta, err := bimg.NewImage(src).Metadata()
+	if err != nil {
+		b.Fatal(err)
+	}
+	photo := recipeFor(upscale.Options{ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	max := recipeFor(upscale.Options{ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+	steps := []struct {
+		name string
+		r    recipe
+	}{
+		{"1-nearest", recipe{interpolator: "nearest"}},
+		{"2-bicubic", recipe{interpolator: "bicubic"}},
+		{"3-sharpen", recipe{interpolator: "bicubic", sharpen: photo.sharpen, sharpenSigma: photo.sharpenSigma}},
+		{"4-clamp", photo},
+		{"5-denoise-max", max},
+	}
+	for _, scale := range []int{2, 4} {
+		b.Run(fmt.Sprintf("x%d", scale), func(b *testing.B) {
+			total := make([]time.Duration, len(steps))
+			for i := range b.N {
+				for k := range steps {
+					j := (i + k) % len(steps)
+					start := time.Now()
+					if _, err := run(context.Background(), src, jpegFormat, scale, steps[j].r, meta); err != nil {
+						b.Fatal(err)
+					}
+					total[j] += time.Since(start)
+				}
+			}
+			for j, s := range steps {
+				b.ReportMetric(float64(total[j].Milliseconds())/float64(b.N), s.name+"-ms")
+			}
+		})
+	}
+}
