@@ -11,7 +11,7 @@ import (
 
 // BenchmarkCalibrate scores every network level on every degradation of
 // Set5 (photo) and of the art set (the cel images, comic and ppt3), ×2,
-// with what the estimators read from the source (sigmaY: estimateNoise;
+// with what the estimators read from the source (sigmaY: Pixels.Noise;
 // jpegQ: Pixels.JPEGQuality): the data fitNoise and fitJPEG are chosen
 // from. Run it once (-benchtime 1x).
 func BenchmarkCalibrate(b *testing.B) {
@@ -41,7 +41,11 @@ func BenchmarkCalibrate(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				sigma += estimateNoise(px)
+				noise, err := px.Noise()
+				if err != nil {
+					b.Fatal(err)
+				}
+				sigma += noise
 				jq, _ := px.JPEGQuality()
 				q += float64(jq)
 			}

@@ -19,7 +19,7 @@ var networks = map[upscale.Denoise]string{
 
 // fitLevel is the denoise level a source needs, at most requested: the
 // strongest cleaning the caller allows, but only as strong as the noise
-// the source measures (estimateNoise) or, for a JPEG, its compression
+// the source measures (Pixels.Noise) or, for a JPEG, its compression
 // (Pixels.JPEGQuality) calls for. A clean source gets none,
 // so that max, the API's default, costs a clean image nothing.
 //
@@ -30,16 +30,20 @@ var networks = map[upscale.Denoise]string{
 // texture, so art takes a level up to three steps stronger than a photo
 // (a JPEG at quality 85: photo low 34.44 dB, high 33.93; art high 36.87,
 // low 35.73).
-func fitLevel(px *vips.Pixels, imageType upscale.ImageType, requested upscale.Denoise) upscale.Denoise {
-	fit := fitNoise(estimateNoise(px), imageType)
+func fitLevel(px *vips.Pixels, imageType upscale.ImageType, requested upscale.Denoise) (upscale.Denoise, error) {
+	noise, err := px.Noise()
+	if err != nil {
+		return "", err
+	}
+	fit := fitNoise(noise, imageType)
 	if q, ok := px.JPEGQuality(); ok {
 		fit = stronger(fit, fitJPEG(q, imageType))
 	}
-	return weaker(fit, requested)
+	return weaker(fit, requested), nil
 }
 
 // fitNoise is the level for white noise of standard deviation sigma in
-// luma (8-bit grey levels, as estimateNoise reads it): none below what
+// luma (8-bit grey levels, as Pixels.Noise reads it): none below what
 // clean images read, then the lightest network, and the strongest from
 // what Gaussian noise of σ 10 reads, where only it removes the noise (at
 // σ 10 on Set5: max 32.88 dB, low 31.36). On art the strongest pays from

@@ -34,7 +34,10 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := fitLevel(px, tc.imageType, requested)
+			got, err := fitLevel(px, tc.imageType, requested)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if want := weaker(tc.fits, requested); got != want {
 				t.Errorf("%s, %s, %s requested: level %s, want %s", tc.source.Name, tc.imageType, requested, got, want)
 			}

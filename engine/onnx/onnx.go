@@ -135,7 +135,10 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 	if err != nil {
 		return upscale.Image{}, err
 	}
-	level := fitLevel(px, opts.ImageType, opts.Denoise)
+	level, err := fitLevel(px, opts.ImageType, opts.Denoise)
+	if err != nil {
+		return upscale.Image{}, err
+	}
 	return e.enlargeAll(ctx, px, opts.Scale, opts.ImageType, level)
 }
 

@@ -99,7 +99,11 @@ func (r recipe) enlargeParams(scale int, src []byte, meta bimg.ImageMetadata) (p
 	}
 	if d := r.denoise; d.step > 0 {
 		p.denoise = C.denoise_params{noise_threshold: C.double(d.noise), quant_threshold: C.double(d.quant), step: C.int(d.step)}
+		p.clean_below = C.double(cleanNoise)
 		if luma, chroma, ok := quantTables(src); ok {
+			if ijgQuality(luma) < cleanJPEGQuality {
+				p.clean_below = 0 // compressed enough to need filtering, however quiet it reads
+			}
 			blocks := uprightBlocks(meta.Orientation, meta.Size.Width, meta.Size.Height)
 			if blocks.transposed {
 				luma, chroma = transpose(luma), transpose(chroma)
@@ -235,4 +239,15 @@ func encodePixels(ctx context.Context, px *Pixels, f format, scale int, r recipe
 		return nil, vipsError()
 	}
 	return takeBuffer(out, n), nil
+}
+
+// measureNoise runs block_noise (noise.c) on px.
+func measureNoise(px *Pixels) (float64, error) {
+	in, unpin := cPixels(px)
+	defer unpin()
+	var sigma C.double
+	if C.measure_noise(in, &sigma) != 0 {
+		return 0, vipsError()
+	}
+	return float64(sigma), nil
 }

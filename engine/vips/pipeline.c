@@ -9,6 +9,7 @@
 
 #include "denoise.h"
 #include "liblog.h"
+#include "noise.h"
 #include "pipeline.h"
 #include "upsample.h"
 
@@ -281,13 +282,24 @@ int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p
 	if (open_upright(ctx, buf, len, sequential, cancelled, &x))
 		goto done;
 	VipsBandFormat format = x->BandFmt;
+	enlarge_params params = *p;
 	if (p->denoise.step > 0) { // read twice: to measure the noise, then to filter
 		if (!(t[i] = vips_image_copy_memory(x)))
 			goto done;
 		x = t[i++];
 		watch(x, cancelled); // a copy is a new root
 	}
-	if (to_working(x, &t[i]) || enlarge(ctx, t[i], format, p, &x))
+	if (to_working(x, &t[i]))
+		goto done;
+	x = t[i++];
+	if (p->denoise.step > 0 && p->clean_below > 0) {
+		double sigma;
+		if (block_noise(x, vips_image_hasalpha(x), unit_of(format) * 255, &sigma))
+			goto done;
+		if (sigma < p->clean_below)
+			params.denoise.step = 0; // nothing to remove: the filter would only cost detail
+	}
+	if (enlarge(ctx, x, format, &params, &x))
 		goto done;
 	status = save(ctx, x, format, s, out, outlen);
 done:
@@ -345,6 +357,16 @@ static int wrap_pixels(VipsObject *ctx, const pixels *in, VipsImage **out) {
 		vips_image_set_blob_copy(t[1], VIPS_META_ICC_NAME, in->profile, in->profile_len);
 	*out = t[1];
 	return 0;
+}
+
+int measure_noise(const pixels *in, double *sigma) {
+	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
+	VipsImage *x;
+	int status = -1;
+	if (!wrap_pixels(ctx, in, &x))
+		status = block_noise(x, in->alpha, unit_of(in->format) * 255, sigma);
+	g_object_unref(ctx);
+	return status;
 }
 
 int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,

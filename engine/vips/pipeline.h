@@ -32,6 +32,7 @@ typedef struct {
 	const char *interpolator; // a VipsInterpolate nickname: "nohalo", "bicubic", ...
 	denoise_params denoise;
 	int block_x, block_y;     // where a JPEG source's 8x8 blocks start once turned upright
+	double clean_below;       // with denoise: skip it when the source's noise (block_noise) is below this; 0: never skip
 	double sharpen;           // unsharp-mask amount, applied to the source; 0 is off
 	double sharpen_sigma;
 	int clamp;                // clamp each result pixel to the range of its 3x3 source pixels (bicubic only)
@@ -67,5 +68,8 @@ int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, 
 // it as s says, like upscale. It reads in->data only during the call.
 int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,
 	void **out, size_t *outlen);
+
+// measure_noise is block_noise on in's samples.
+int measure_noise(const pixels *in, double *sigma);
 
 #endif
