@@ -3,6 +3,7 @@ package upscale
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The sentinel errors below are the whole error vocabulary of the package.
@@ -45,6 +46,11 @@ var (
 	// ErrQuotaExhausted means no pool that may pay for the request has a
 	// unit left.
 	ErrQuotaExhausted = errors.New("quota exhausted")
+	// ErrOverloaded means the service refused the request without starting
+	// it, because it is working at capacity (Config.QueueLength); retrying
+	// after the Retry-After it was given is safe. Nothing was reserved or
+	// fetched.
+	ErrOverloaded = errors.New("overloaded")
 	// ErrUpstream means the upscaling engine failed; retrying is safe.
 	ErrUpstream = errors.New("upstream error")
 	// ErrUpstreamTimeout means the engine did not finish before
@@ -54,6 +60,16 @@ var (
 	// exist (or no longer does). It never reaches an API caller as such.
 	ErrNotFound = errors.New("not found")
 )
+
+// retryAfterError is an error that tells the caller when to try again:
+// the handler sends after as Retry-After, in whole seconds.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
 
 // callerError is an error whose message was written for the API caller. The
 // handler shows the message as the problem detail; the message of any other

@@ -9,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,6 +37,17 @@ type Config struct {
 	// included; past it the caller gets 400 source_unreachable. Zero means
 	// 20 seconds.
 	FetchTimeout time.Duration
+	// EngineConcurrency is how many requests the handler lets the Upscaler
+	// work on at once. Zero means the Upscaler's own Concurrency when it is
+	// a ConcurrentUpscaler, else the number of CPUs.
+	EngineConcurrency int
+	// QueueLength is how many more requests may be admitted beyond those in
+	// the engine: fetching their source or waiting for the engine. A request
+	// that finds the queue full, or whose expected wait for the engine
+	// already passes EngineTimeout, is refused at once with 503
+	// overloaded and a Retry-After, before anything is reserved or fetched.
+	// Zero means 4 × EngineConcurrency.
+	QueueLength int
 	// FreeTierMaxFileBytes is the largest source file a request may have
 	// without needing paid capability. Zero means 5 MiB. A plan whose
 	// MaxFileBytes is zero accepts files up to this size.
@@ -76,8 +90,9 @@ type Config struct {
 // /api/v1/upscale (or wherever it likes: the handler does not look at the
 // path).
 type Handler struct {
-	cfg     Config
-	fetcher *fetcher
+	cfg       Config
+	fetcher   *fetcher
+	admission *admission
 }
 
 // New validates cfg, fills its defaults and returns a Handler.
@@ -91,9 +106,16 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("upscale: Config.Upscaler is required")
 	case cfg.Blobs == nil:
 		return nil, errors.New("upscale: Config.Blobs is required")
-	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.FreeTierMaxFileBytes < 0:
-		return nil, errors.New("upscale: Config durations and sizes cannot be negative")
+	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
+		return nil, errors.New("upscale: Config durations, sizes and counts cannot be negative")
 	}
+	if cfg.EngineConcurrency == 0 {
+		cfg.EngineConcurrency = runtime.NumCPU()
+		if c, ok := cfg.Upscaler.(ConcurrentUpscaler); ok {
+			cfg.EngineConcurrency = max(c.Concurrency(), 1)
+		}
+	}
+	cfg.QueueLength = cmp.Or(cfg.QueueLength, 4*cfg.EngineConcurrency)
 	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
 	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 20*time.Second)
@@ -107,7 +129,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Handler{cfg: cfg, fetcher: newFetcher(cfg)}, nil
+	return &Handler{cfg: cfg, fetcher: newFetcher(cfg), admission: newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout)}, nil
 }
 
 // Response is the body of a successful upscale request.
@@ -174,6 +196,14 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		return Response{}, err
 	}
 
+	// Admission first: an overloaded server refuses before it reserves or
+	// fetches anything.
+	leave, err := h.admission.admit()
+	if err != nil {
+		return Response{}, err
+	}
+	defer leave()
+
 	// Reserving before fetching means an exhausted account costs us no
 	// download; a file that turns out to need paid capability is re-checked
 	// below.
@@ -228,17 +258,24 @@ func (h *Handler) release(ctx context.Context, hold Reservation) {
 	}
 }
 
-// enlarge runs the Upscaler under EngineTimeout. It answers at the deadline
-// even if the Upscaler does not, so a stuck engine cannot hold the request.
+// enlarge runs the Upscaler under EngineTimeout, waiting for one of the
+// engine's slots first. It answers at the deadline even if the Upscaler
+// does not, so a stuck engine cannot hold the request; the slot stays
+// taken until the Upscaler returns.
 func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.EngineTimeout)
 	defer cancel()
+	slotDone, err := h.admission.engineSlot(ctx)
+	if err != nil {
+		return Image{}, err
+	}
 	type result struct {
 		img Image
 		err error
 	}
 	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
 	go func() {
+		defer slotDone()
 		defer func() {
 			if v := recover(); v != nil { // on this goroutine a panic would end the process
 				done <- result{err: panicError(v)}
@@ -297,6 +334,7 @@ var problems = []struct {
 	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
 	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scale 8 and 16 and files above the free tier's size need a paid plan or credits."},
 	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; buy credits or subscribe to the unlimited plan."},
+	{ErrOverloaded, http.StatusServiceUnavailable, "overloaded", "The service is working at capacity; try again in a few seconds."},
 	{ErrUpstream, http.StatusBadGateway, "upstream_error", "The upscaling engine failed on this image; retrying is safe."},
 	{ErrUpstreamTimeout, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
@@ -346,6 +384,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	hdr := w.Header()
 	if p.Status == http.StatusUnauthorized {
 		hdr.Set("WWW-Authenticate", `Bearer realm="upscale"`)
+	}
+	if ra, ok := errors.AsType[*retryAfterError](err); ok {
+		hdr.Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.after.Seconds()))))
 	}
 	hdr.Set("Content-Type", "application/problem+json")
 	hdr.Set("Cache-Control", "no-store")

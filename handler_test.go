@@ -679,3 +679,95 @@ func noise(w, h int) image.Image {
 	}
 	return img
 }
+
+// gatedUpscaler holds every image until its gate is closed, telling each
+// arrival on entered.
+type gatedUpscaler struct {
+	upscaletest.PixelUpscaler
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (u gatedUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+	u.entered <- struct{}{}
+	select {
+	case <-u.gate:
+	case <-ctx.Done():
+		return upscale.Image{}, ctx.Err()
+	}
+	return u.PixelUpscaler.Upscale(ctx, src, opts)
+}
+
+// TestOverloaded: with the engine's one slot taken and the one queue place
+// filled, a request is refused at once with 503 overloaded and a
+// Retry-After; its source is not fetched and nothing is reserved. The
+// others finish, and once they have, a request gets through again.
+func TestOverloaded(t *testing.T) {
+	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = u
+		c.EngineConcurrency = 1
+		c.QueueLength = 1
+	})
+	results := make(chan *httptest.ResponseRecorder, 2)
+	go func() { results <- e.post(keyFree, body(e.url("/small.png"))) }()
+	<-u.entered // the first is in the engine
+	go func() { results <- e.post(keyFree, body(e.url("/small.png"))) }()
+	for e.hits.Load() < 2 { // the second has fetched its source and waits for the engine
+		time.Sleep(time.Millisecond)
+	}
+	free := e.balance("free").Free
+
+	w := e.post(keyFree, body(e.url("/small.png")))
+	checkProblem(t, w, http.StatusServiceUnavailable, "overloaded")
+	if ra := w.Header().Get("Retry-After"); ra == "" || ra == "0" {
+		t.Errorf("Retry-After %q, want a number of seconds", ra)
+	}
+	if got := e.hits.Load(); got != 2 {
+		t.Errorf("the origin was asked %d times, want 2: the refused request must not fetch", got)
+	}
+	if got := e.balance("free").Free; got != free {
+		t.Errorf("free pool %d after the refusal, want %d: nothing may be reserved", got, free)
+	}
+
+	close(u.gate)
+	for range 2 {
+		checkOK(t, <-results, upscale.PoolFree)
+	}
+	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
+}
+
+// slowUpscaler takes a fixed time for every image.
+type slowUpscaler struct {
+	upscaletest.PixelUpscaler
+	took time.Duration
+}
+
+func (u slowUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+	time.Sleep(u.took)
+	return u.PixelUpscaler.Upscale(ctx, src, opts)
+}
+
+// TestOverloadedByExpectedWait: once the engine is known to take 150 ms an
+// image, a request behind one other on a single slot expects to finish
+// after about 300 ms, past a 200 ms engine deadline, and is refused at
+// once instead of failing with 504 after waiting.
+func TestOverloadedByExpectedWait(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = slowUpscaler{took: 150 * time.Millisecond}
+		c.EngineConcurrency = 1
+		c.EngineTimeout = 200 * time.Millisecond
+	})
+	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree) // times the engine
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- e.post(keyPro, body(e.url("/slow.png"))) }() // admitted, fetching for 300 ms
+	for e.hits.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	w := e.post(keyFree, body(e.url("/small.png")))
+	checkProblem(t, w, http.StatusServiceUnavailable, "overloaded")
+	if got := e.hits.Load(); got != 2 {
+		t.Errorf("the origin was asked %d times, want 2", got)
+	}
+	checkOK(t, <-first, upscale.PoolFree)
+}

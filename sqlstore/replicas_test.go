@@ -87,8 +87,10 @@ func TestTwoReplicas(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// A queue with room for every request: the test holds the
+				// ledger to its count, not admission.
 				h, err := upscale.New(upscale.Config{Keys: s, Ledger: s, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
-					AllowPrivateNetworks: true, Logger: slog.New(slog.DiscardHandler)})
+					AllowPrivateNetworks: true, QueueLength: 200, Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -84,7 +84,11 @@ type Engine struct {
 	models map[upscale.Denoise]*model // by the level it denoises at
 }
 
-var _ upscale.Upscaler = (*Engine)(nil)
+var _ upscale.ConcurrentUpscaler = (*Engine)(nil)
+
+// Concurrency is how many images the Engine enlarges at once
+// (Options.Concurrency).
+func (e *Engine) Concurrency() int { return e.opts.Concurrency }
 
 // New loads ONNX Runtime (once per process) and returns an Engine. The
 // networks' sessions are created on first use.

@@ -58,7 +58,11 @@ type Engine struct {
 	slots chan struct{}
 }
 
-var _ upscale.Upscaler = (*Engine)(nil)
+var _ upscale.ConcurrentUpscaler = (*Engine)(nil)
+
+// Concurrency is how many images the Engine enlarges at once
+// (Options.Concurrency).
+func (e *Engine) Concurrency() int { return e.opts.Concurrency }
 
 // New returns an Engine. The first call restricts libvips, for the whole
 // process, to its JPEG, PNG and WebP loaders, turns its operation cache

@@ -51,6 +51,7 @@ type options struct {
 	storage
 	s3Endpoint, s3Bucket, s3Region string
 	engine, onnxRuntimeLib         string
+	queueLength                    int
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -92,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "URL of an S3-compatible server, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&o.s3Region, "s3-region", "", "region of the S3 bucket (default: AWS_REGION, or us-east-1 with -s3-endpoint)")
 	fs.StringVar(&o.engine, "engine", "vips", "upscaling engine: vips (libvips, classical, fast) or onnx (waifu2x networks on ONNX Runtime, sharper, slower)")
+	fs.IntVar(&o.queueLength, "queue-length", 0, "requests admitted beyond those in the engine (fetching or waiting for it); more are refused at once with 503 overloaded (default 4 × the engine's concurrency)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -engine onnx (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -193,6 +195,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Blobs:                blobs,
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
+		QueueLength:          o.queueLength,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
 		AllowPrivateNetworks: o.allowPrivateSources,
 		Logger:               logger,

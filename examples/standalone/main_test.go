@@ -421,7 +421,9 @@ func TestTwoReplicas(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
 	defer origin.Close()
 
-	shared := []string{"-database-url", database, "-s3-endpoint", server.Endpoint, "-s3-bucket", bucket}
+	// A queue with room for every request: the test holds the ledger to
+	// its count, not admission.
+	shared := []string{"-database-url", database, "-s3-endpoint", server.Endpoint, "-s3-bucket", bucket, "-queue-length", "200"}
 	var replicas []*standalone
 	for range 2 { // separate -data: nothing on local disk is shared
 		replicas = append(replicas, startStandalone(t, bin, append(shared, "-data", t.TempDir())...))
