@@ -1,7 +1,6 @@
 package onnx_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -131,54 +130,11 @@ func runChild(spec string) int {
 	return 0
 }
 
-// process runs cmd and returns its wall time and peak RSS. The peak is
-// the child's VmHWM, read every 10 ms while it runs: the peak the kernel
-// reports at exit (rusage's maxrss) also counts the parent's RSS at the
-// fork, which exec records, and this benchmark process is large.
-func process(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var peak int64
-	for tick := time.NewTicker(10 * time.Millisecond); ; {
-		select {
-		case err := <-exited:
-			tick.Stop()
-			if err != nil {
-				b.Fatalf("%s: %v\n%s", cmd.Path, err, out.Bytes())
-			}
-			return time.Since(start), peak
-		case <-tick.C:
-			peak = max(peak, vmHWM(cmd.Process.Pid))
-		}
-	}
-}
-
-// vmHWM is a process's peak resident set size in bytes, 0 once it is gone.
-func vmHWM(pid int) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // child runs one ×scale request on file in a fresh process.
 func child(b *testing.B, scale int, file string) (time.Duration, int64) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", childEnv, scale, file))
-	return process(b, cmd)
+	return enginebench.Process(b, cmd)
 }
 
 // photoFile writes a side² PNG of Set14's baboon, the sources of the speed
@@ -252,7 +208,7 @@ func BenchmarkVersusNCNN(b *testing.B) {
 	}
 	b.Run("512/x2", func(b *testing.B) {
 		for range b.N {
-			ncnn, ncnnRSS := process(b, exec.Command(filepath.Join(cugan, "realcugan-ncnn-vulkan"),
+			ncnn, ncnnRSS := enginebench.Process(b, exec.Command(filepath.Join(cugan, "realcugan-ncnn-vulkan"),
 				"-i", file, "-o", filepath.Join(b.TempDir(), "out.png"), "-g", "-1", "-t", "128", "-s", "2", "-n", "-1", "-m", filepath.Join(cugan, "models-se")))
 			cold, coldRSS := child(b, 2, file)
 			start := time.Now()

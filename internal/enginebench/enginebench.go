@@ -5,12 +5,14 @@
 package enginebench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -190,24 +192,59 @@ func StartPeakRSS(t testing.TB) func() (grew int64, ok bool) {
 		t.Logf("peak memory not measured: %v", err)
 		return func() (int64, bool) { return 0, false }
 	}
-	base := procStatusKB(t, "VmRSS")
-	return func() (int64, bool) { return (procStatusKB(t, "VmHWM") - base) << 10, true }
+	status := func(field string) int64 {
+		kb, err := statusKB("self", field)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kb
+	}
+	base := status("VmRSS")
+	return func() (int64, bool) { return (status("VmHWM") - base) << 10, true }
 }
 
-func procStatusKB(t testing.TB, field string) int64 {
-	status, err := os.ReadFile("/proc/self/status")
+// statusKB reads a field in kB from /proc/<pid>/status ("self" for this
+// process).
+func statusKB(pid, field string) (int64, error) {
+	status, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	for line := range strings.Lines(string(status)) {
 		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb
+			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 		}
 	}
-	t.Fatalf("no %s in /proc/self/status", field)
-	return 0
+	return 0, fmt.Errorf("no %s in /proc/%s/status", field, pid)
+}
+
+// Process runs cmd and returns its wall time and peak RSS in bytes. The
+// peak is the child's VmHWM, read every 10 ms while it runs: the peak the
+// kernel reports at exit (rusage's maxrss) also counts the parent's RSS at
+// the fork, which exec records, and a benchmark process is large.
+func Process(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var peak int64
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", cmd.Path, err, out.Bytes())
+			}
+			return time.Since(start), peak << 10
+		case <-tick.C:
+			if kb, err := statusKB(strconv.Itoa(cmd.Process.Pid), "VmHWM"); err == nil {
+				peak = max(peak, kb)
+			}
+		}
+	}
 }
