@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/h2non/bimg"
 	"github.com/upscalekit/upscale"
@@ -52,46 +51,25 @@ func BenchmarkVersusPlain(b *testing.B) {
 	src := enginebench.PhotoJPEG(b, 1024)
 	engine := vips.New(vips.Options{})
 	for _, scale := range []int{2, 4} {
-		paths := []struct {
-			name string
-			run  func() error
-		}{
-			{"plain", func() error {
-				_, err := bimg.NewImage(src).Process(bimg.Options{Width: 1024 * scale, Height: 1024 * scale, Enlarge: true, Quality: 90})
-				return err
-			}},
-		}
+		paths := []enginebench.Path{{Name: "plain", Run: func() error {
+			_, err := bimg.NewImage(src).Process(bimg.Options{Width: 1024 * scale, Height: 1024 * scale, Enlarge: true, Quality: 90})
+			return err
+		}}}
 		for _, p := range []struct {
 			name      string
 			imageType upscale.ImageType
 			level     upscale.Denoise
 		}{{"photo-none", upscale.Photo, upscale.DenoiseNone}, {"photo-max", upscale.Photo, upscale.DenoiseMax}, {"anime-none", upscale.Anime, upscale.DenoiseNone}} {
 			opts := upscale.Options{Scale: scale, ImageType: p.imageType, Denoise: p.level}
-			paths = append(paths, struct {
-				name string
-				run  func() error
-			}{p.name, func() error {
+			paths = append(paths, enginebench.Path{Name: p.name, Run: func() error {
 				_, err := engine.Upscale(context.Background(), src, opts)
 				return err
 			}})
 		}
 		b.Run(fmt.Sprintf("x%d", scale), func(b *testing.B) {
-			total := make([]time.Duration, len(paths))
-			for i := range b.N {
-				for k := range paths {
-					j := (i + k) % len(paths)
-					start := time.Now()
-					if err := paths[j].run(); err != nil {
-						b.Fatal(err)
-					}
-					total[j] += time.Since(start)
-				}
-			}
-			for j, p := range paths {
-				b.ReportMetric(float64(total[j].Milliseconds())/float64(b.N), p.name+"-ms")
-				if j > 0 {
-					b.ReportMetric(float64(total[j])/float64(total[0]), p.name+"/plain")
-				}
+			total := enginebench.Interleave(b, paths)
+			for j, p := range paths[1:] {
+				b.ReportMetric(float64(total[j+1])/float64(total[0]), p.Name+"/plain")
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/h2non/bimg"
 
@@ -34,21 +33,13 @@ func BenchmarkSteps(b *testing.B) {
 		{"5-denoise-max", max},
 	}
 	for _, scale := range []int{2, 4} {
-		b.Run(fmt.Sprintf("x%d", scale), func(b *testing.B) {
-			total := make([]time.Duration, len(steps))
-			for i := range b.N {
-				for k := range steps {
-					j := (i + k) % len(steps)
-					start := time.Now()
-					if _, err := run(context.Background(), src, jpegFormat, scale, steps[j].r, meta); err != nil {
-						b.Fatal(err)
-					}
-					total[j] += time.Since(start)
-				}
-			}
-			for j, s := range steps {
-				b.ReportMetric(float64(total[j].Milliseconds())/float64(b.N), s.name+"-ms")
-			}
-		})
+		var paths []enginebench.Path
+		for _, step := range steps {
+			paths = append(paths, enginebench.Path{Name: step.name, Run: func() error {
+				_, err := run(context.Background(), src, jpegFormat, scale, step.r, meta)
+				return err
+			}})
+		}
+		b.Run(fmt.Sprintf("x%d", scale), func(b *testing.B) { enginebench.Interleave(b, paths) })
 	}
 }

@@ -139,6 +139,34 @@ func Throughput(b *testing.B, engine upscale.Upscaler, src []byte, scales, concu
 	}
 }
 
+// Path is one way of doing the same work, for Interleave.
+type Path struct {
+	Name string
+	Run  func() error
+}
+
+// Interleave runs every path once per iteration, in an order that rotates
+// between iterations so that all of them meet the same load on a shared
+// machine, and reports each one's milliseconds per run ("<name>-ms"). It
+// returns each path's total time, for ratios between them.
+func Interleave(b *testing.B, paths []Path) []time.Duration {
+	total := make([]time.Duration, len(paths))
+	for i := range b.N {
+		for k := range paths {
+			j := (i + k) % len(paths)
+			start := time.Now()
+			if err := paths[j].Run(); err != nil {
+				b.Fatal(err)
+			}
+			total[j] += time.Since(start)
+		}
+	}
+	for j, p := range paths {
+		b.ReportMetric(float64(total[j].Milliseconds())/float64(b.N), p.Name+"-ms")
+	}
+	return total
+}
+
 // NewServer serves the handler with engine, in-memory stores and one
 // unlimited key, for Post.
 func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
