@@ -92,14 +92,17 @@ static int upsample_region(VipsRegion *out, void *seq, void *a, void *b, gboolea
 
 	// Horizontal pass: each source row the region reads, enlarged across
 	// the region's columns. Each column's taps (their offsets in a source
-	// row) and weights are the same for every row.
+	// row) and weights are the same for every row, so they are found once.
 	int rows = y1 - y0 + 1;
 	size_t row = (size_t) r->width * bands;
 	float *across = g_try_malloc(rows * row * sizeof(float));
 	int *taps = g_try_malloc((size_t) r->width * 4 * sizeof(int));
-	if (!across || !taps) {
+	const float **weights = g_try_malloc((size_t) r->width * sizeof(float *));
+	if (!across || !taps || !weights) {
 		g_free(across);
 		g_free(taps);
+	g_free(weights);
+		g_free(weights);
 		g_free(range);
 		vips_error("upscale", "out of memory for enlarging");
 		return -1;
@@ -108,12 +111,13 @@ static int upsample_region(VipsRegion *out, void *seq, void *a, void *b, gboolea
 		int X = r->left + x, first = X / s + job->first[X % s];
 		for (int tap = 0; tap < 4; tap++)
 			taps[4 * x + tap] = (VIPS_CLIP(0, first + tap, sw - 1) - need.left) * bands;
+		weights[x] = job->weight[X % s];
 	}
 	for (int k = 0; k < rows; k++) {
 		const float *src = (const float *) VIPS_REGION_ADDR(ir[0], need.left, VIPS_CLIP(0, y0 + k, sh - 1));
 		float *dst = across + k * row;
 		for (int x = 0; x < r->width; x++) {
-			const float *w = job->weight[(r->left + x) % s];
+			const float *w = weights[x];
 			const float *p0 = src + taps[4 * x], *p1 = src + taps[4 * x + 1], *p2 = src + taps[4 * x + 2], *p3 = src + taps[4 * x + 3];
 			for (int c = 0; c < bands; c++)
 				dst[x * bands + c] = w[0] * p0[c] + w[1] * p1[c] + w[2] * p2[c] + w[3] * p3[c];

@@ -1,7 +1,9 @@
 // Package vips is the default upscale.Upscaler, on libvips. bimg starts
-// libvips and reads image headers; the enlargement itself is one cgo
-// pipeline (libvips.go), because bimg cannot sample centred, stream with
-// sequential access, premultiply alpha or decode strictly. It needs cgo
+// libvips and reads image headers; the enlargement itself is one libvips
+// pipeline driven from cgo (pipeline.c, with the enlargement pass in
+// upsample.c, the denoiser in denoise.c and the noise estimate in noise.c),
+// because bimg cannot sample centred, stream with sequential access,
+// premultiply alpha or decode strictly. It needs cgo
 // and libvips (Debian: libvips-dev).
 package vips
 
