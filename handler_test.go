@@ -590,9 +590,11 @@ func TestLinkExpiry(t *testing.T) {
 }
 
 func TestConcurrentRequestsSpendEachUnitOnce(t *testing.T) {
-	e := newEnv(t)
-	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "two", MonthlyImages: 2, MaxFileBytes: 1 << 20}, ShareBonus: 1, Credits: 2})
 	const n = 200
+	// A queue with room for every request: the test holds the ledger to
+	// its count, not admission.
+	e := newEnv(t, func(c *upscale.Config) { c.QueueLength = n })
+	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "two", MonthlyImages: 2, MaxFileBytes: 1 << 20}, ShareBonus: 1, Credits: 2})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	statuses := map[int]int{}
