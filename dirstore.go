@@ -155,6 +155,21 @@ func (s *DirBlobStore) Put(_ context.Context, key string, data []byte, contentTy
 	return s.signer.URL(key, expires)
 }
 
+// Delete implements BlobStore. The metadata goes first: without it the
+// result is no longer served, and a sweep removes a data file left behind.
+func (s *DirBlobStore) Delete(_ context.Context, key string, _ time.Time) error {
+	if err := validBlobKey(key); err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, key)
+	for _, name := range []string{path + metaSuffix, path} {
+		if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("delete %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
 // writeFileAtomic writes data to a temporary file in path's directory,
 // flushes it to disk and renames it to path.
 func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {

@@ -51,6 +51,13 @@ var (
 	// after the Retry-After it was given is safe. Nothing was reserved or
 	// fetched.
 	ErrOverloaded = errors.New("overloaded")
+	// ErrUnavailable means a store could not reach its server (a database,
+	// object storage) or the server refused work for the moment. Stores
+	// wrap it for failures that retrying later may cure, and only for those:
+	// the handler answers 503 backend_unavailable with a Retry-After, and
+	// calls that store for new requests at most once a second until it
+	// answers again (see Handler). Nothing is charged.
+	ErrUnavailable = errors.New("backend unavailable")
 	// ErrUpstream means the upscaling engine failed; retrying is safe.
 	ErrUpstream = errors.New("upstream error")
 	// ErrUpstreamTimeout means the engine did not finish before

@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,6 +49,12 @@ type Config struct {
 	// overloaded and a Retry-After, before anything is reserved or fetched.
 	// Zero means 4 × EngineConcurrency.
 	QueueLength int
+	// SettleTimeout bounds how long the handler keeps trying to commit the
+	// charge of a finished image, or to give back an unused unit, while the
+	// ledger is unavailable, retrying with backoff. A result whose charge
+	// cannot be committed in that time is deleted, never given away. Zero
+	// means 15 seconds.
+	SettleTimeout time.Duration
 	// FreeTierMaxFileBytes is the largest source file a request may have
 	// without needing paid capability. Zero means 5 MiB. A plan whose
 	// MaxFileBytes is zero accepts files up to this size.
@@ -89,10 +96,19 @@ type Config struct {
 // Handler serves POST requests of the upscale API. The host mounts it at
 // /api/v1/upscale (or wherever it likes: the handler does not look at the
 // path).
+//
+// A store that reports ErrUnavailable is given a second's rest: meanwhile
+// new requests that need it are refused with 503 backend_unavailable and a
+// Retry-After, before anything is reserved or fetched, and then one request
+// tries it again.
 type Handler struct {
 	cfg       Config
 	fetcher   *fetcher
 	admission *admission
+	// One breaker per store role, even when one value plays two roles:
+	// its roles fail together anyway.
+	keys, ledger, blobs *breaker
+	draining            atomic.Bool // set by Drain
 }
 
 // New validates cfg, fills its defaults and returns a Handler.
@@ -106,7 +122,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("upscale: Config.Upscaler is required")
 	case cfg.Blobs == nil:
 		return nil, errors.New("upscale: Config.Blobs is required")
-	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
+	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.SettleTimeout < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
 		return nil, errors.New("upscale: Config durations, sizes and counts cannot be negative")
 	}
 	if cfg.EngineConcurrency == 0 {
@@ -119,6 +135,7 @@ func New(cfg Config) (*Handler, error) {
 	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
 	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 20*time.Second)
+	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, 15*time.Second)
 	cfg.FreeTierMaxFileBytes = cmp.Or(cfg.FreeTierMaxFileBytes, 5<<20)
 	if cfg.AllowedPorts == nil {
 		cfg.AllowedPorts = []uint16{80, 443}
@@ -129,7 +146,14 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Handler{cfg: cfg, fetcher: newFetcher(cfg), admission: newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout)}, nil
+	return &Handler{
+		cfg:       cfg,
+		fetcher:   newFetcher(cfg),
+		admission: newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout),
+		keys:      &breaker{now: cfg.Now},
+		ledger:    &breaker{now: cfg.Now},
+		blobs:     &breaker{now: cfg.Now},
+	}, nil
 }
 
 // Response is the body of a successful upscale request.
@@ -184,7 +208,11 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	if !ok {
 		return Response{}, ErrUnauthorized
 	}
-	accountID, err := h.cfg.Keys.Authenticate(ctx, key)
+	var accountID string
+	err := h.keys.call(func() (err error) {
+		accountID, err = h.cfg.Keys.Authenticate(ctx, key)
+		return err
+	})
 	if errors.Is(err, ErrUnauthorized) {
 		return Response{}, ErrUnauthorized // one body for every refused key, whatever the store said
 	}
@@ -196,8 +224,11 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		return Response{}, err
 	}
 
-	// Admission first: an overloaded server refuses before it reserves or
-	// fetches anything.
+	// Refuse before reserving or fetching anything when the server is
+	// overloaded, or when the result could not be stored anyway.
+	if err := h.blobs.refusing(); err != nil {
+		return Response{}, err
+	}
 	leave, err := h.admission.admit()
 	if err != nil {
 		return Response{}, err
@@ -207,7 +238,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	// Reserving before fetching means an exhausted account costs us no
 	// download; a file that turns out to need paid capability is re-checked
 	// below.
-	hold, err := h.cfg.Ledger.Reserve(ctx, accountID, req.Scale >= 8)
+	hold, err := h.reserve(ctx, accountID, req.Scale >= 8)
 	if err != nil {
 		return Response{}, err
 	}
@@ -224,7 +255,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		return Response{}, err
 	}
 	if needsPaid := int64(len(src)) > h.cfg.FreeTierMaxFileBytes; !hold.Covers(needsPaid) {
-		paid, err := h.cfg.Ledger.Reserve(ctx, accountID, true)
+		paid, err := h.reserve(ctx, accountID, true)
 		if err != nil {
 			return Response{}, err
 		}
@@ -237,24 +268,87 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		return Response{}, err
 	}
 	blobKey := strings.ToLower(rand.Text()) + extension(img.ContentType)
-	link, err := h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, h.cfg.Now().Add(h.cfg.LinkTTL))
+	expires := h.cfg.Now().Add(h.cfg.LinkTTL)
+	var link string
+	err = h.blobs.call(func() (err error) {
+		link, err = h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, expires)
+		return err
+	})
 	if err != nil {
 		return Response{}, fmt.Errorf("store result: %w", err)
 	}
-	if err := h.cfg.Ledger.Commit(ctx, hold.ID); err != nil {
+	if err := h.commit(ctx, hold); err != nil {
+		h.deleteResult(ctx, blobKey, expires)
 		return Response{}, fmt.Errorf("commit reservation: %w", err)
 	}
 	committed = true
 	return Response{URL: link, Via: hold.Pool}, nil
 }
 
+func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool) (hold Reservation, err error) {
+	err = h.ledger.call(func() (err error) {
+		hold, err = h.cfg.Ledger.Reserve(ctx, accountID, needsPaid)
+		return err
+	})
+	return hold, err
+}
+
+// commit charges hold, retrying while the ledger is unavailable. A retry
+// that finds the reservation gone means an earlier attempt did commit and
+// only its answer was lost: nothing else ends a reservation this young
+// (ReservationTTL is minutes, SettleTimeout seconds).
+func (h *Handler) commit(ctx context.Context, hold Reservation) error {
+	attempts := 0
+	err := h.settle(ctx, func(ctx context.Context) error {
+		attempts++
+		return h.cfg.Ledger.Commit(ctx, hold.ID)
+	})
+	if attempts > 1 && errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
 // release gives a unit back even when the caller has gone away: the
 // request's context may be cancelled, the money is still owed back.
 func (h *Handler) release(ctx context.Context, hold Reservation) {
+	err := h.settle(context.WithoutCancel(ctx), func(ctx context.Context) error {
+		return h.cfg.Ledger.Release(ctx, hold.ID)
+	})
+	if err != nil {
+		h.cfg.Logger.Error("upscale: release reservation; the ledger gives the unit back when the reservation expires", "reservation", hold.ID, "account", hold.AccountID, "err", err)
+	}
+}
+
+// settle runs a commit or release, retrying with backoff for up to
+// SettleTimeout while the ledger reports ErrUnavailable. These calls are
+// made whatever the ledger's breaker says: the unit is already held.
+func (h *Handler) settle(ctx context.Context, op func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.SettleTimeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		err := h.ledger.record(op(ctx))
+		if !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// deleteResult removes a result that will not be paid for, so that no link
+// to it exists once the request has failed. It is best effort: a result
+// left behind expires with its link.
+func (h *Handler) deleteResult(ctx context.Context, blobKey string, expires time.Time) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := h.cfg.Ledger.Release(ctx, hold.ID); err != nil {
-		h.cfg.Logger.Error("upscale: release reservation", "reservation", hold.ID, "account", hold.AccountID, "err", err)
+	if err := h.blobs.record(h.cfg.Blobs.Delete(ctx, blobKey, expires)); err != nil {
+		h.cfg.Logger.Error("upscale: delete uncharged result; it stays until its link expires", "key", blobKey, "err", err)
 	}
 }
 
@@ -335,6 +429,7 @@ var problems = []struct {
 	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scale 8 and 16 and files above the free tier's size need a paid plan or credits."},
 	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; buy credits or subscribe to the unlimited plan."},
 	{ErrOverloaded, http.StatusServiceUnavailable, "overloaded", "The service is working at capacity; try again in a few seconds."},
+	{ErrUnavailable, http.StatusServiceUnavailable, "backend_unavailable", "A service this API depends on cannot be reached at the moment; nothing was charged. Try again in a few seconds."},
 	{ErrUpstream, http.StatusBadGateway, "upstream_error", "The upscaling engine failed on this image; retrying is safe."},
 	{ErrUpstreamTimeout, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},

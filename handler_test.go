@@ -532,6 +532,8 @@ func (failingBlobs) Put(context.Context, string, []byte, string, time.Time) (str
 	return "", errors.New("disk full at /var/lib/upscale/blobs")
 }
 
+func (failingBlobs) Delete(context.Context, string, time.Time) error { return nil }
+
 func TestEngineAndStorageFailures(t *testing.T) {
 	cases := []struct {
 		name   string

@@ -189,6 +189,8 @@ func (panickingBlobs) Put(context.Context, string, []byte, string, time.Time) (s
 	panic("storage bug")
 }
 
+func (panickingBlobs) Delete(context.Context, string, time.Time) error { panic("storage bug") }
+
 type panickingKeys struct{}
 
 func (panickingKeys) Authenticate(context.Context, string) (string, error) {

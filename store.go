@@ -19,6 +19,11 @@ type BlobStore interface {
 	// handler makes them from random letters, digits and a file extension.
 	// A failed Put leaves nothing behind that a link could reach.
 	Put(ctx context.Context, key string, data []byte, contentType string, expires time.Time) (url string, err error)
+	// Delete removes what Put stored under key, so that its link stops
+	// working; expires is the value given to Put, for stores that file
+	// items by expiry. Deleting a key that is not there is not an error.
+	// The handler deletes a result it stored but could not charge for.
+	Delete(ctx context.Context, key string, expires time.Time) error
 }
 
 // MemoryBlobStoreOptions configures a MemoryBlobStore.
@@ -88,6 +93,12 @@ func (s *MemoryBlobStore) Put(_ context.Context, key string, data []byte, conten
 	// at the same moment because its token expires.
 	s.items.Set(key, memoryBlob{data: data, contentType: contentType}, ttl)
 	return link, nil
+}
+
+// Delete implements BlobStore.
+func (s *MemoryBlobStore) Delete(_ context.Context, key string, _ time.Time) error {
+	s.items.Delete(key)
+	return nil
 }
 
 // Len returns how many items the store holds, expired ones not yet freed

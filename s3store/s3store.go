@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/internal/periodic"
@@ -140,6 +141,15 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Ping checks that the bucket answers with the store's credentials; it
+// implements upscale.Pinger.
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); err != nil {
+		return classify(ctx, fmt.Errorf("s3store: bucket %q: %w", s.bucket, err))
+	}
+	return nil
+}
+
 // Close stops the sweeper; calling it again does nothing. Objects stay,
 // and their links keep working until they expire.
 func (s *Store) Close() error {
@@ -189,7 +199,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 		CacheControl: aws.String("private, max-age=" + strconv.Itoa(int(ttl.Seconds()))),
 	})
 	if err != nil {
-		return "", fmt.Errorf("s3store: put %s: %w", objectKey, err)
+		return "", classify(ctx, fmt.Errorf("s3store: put %s: %w", objectKey, err))
 	}
 	link, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &objectKey},
 		s3.WithPresignExpires(time.Duration(math.Ceil(ttl.Seconds()))*time.Second))
@@ -199,6 +209,33 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 		return "", fmt.Errorf("s3store: presign %s: %w", objectKey, err)
 	}
 	return link.URL, nil
+}
+
+// Delete implements upscale.BlobStore: one DeleteObject, which S3 answers
+// alike whether or not the object was there.
+func (s *Store) Delete(ctx context.Context, key string, expires time.Time) error {
+	objectKey := s.objectKey(key, expires)
+	if _, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &objectKey}); err != nil {
+		return classify(ctx, fmt.Errorf("s3store: delete %s: %w", objectKey, err))
+	}
+	return nil
+}
+
+// classify marks the failures that waiting may cure with
+// upscale.ErrUnavailable: the request never got an answer (refused or reset
+// connection, DNS, TLS: the SDK's RequestSendError, after its own retries)
+// or the server answered 5xx (S3's InternalError, SlowDown). An error after
+// ctx ended is the caller's, and stays as it is.
+func classify(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	var sendErr *smithyhttp.RequestSendError
+	var respErr interface{ HTTPStatusCode() int }
+	if errors.As(err, &sendErr) || (errors.As(err, &respErr) && respErr.HTTPStatusCode() >= 500) {
+		return fmt.Errorf("%w: %w", upscale.ErrUnavailable, err)
+	}
+	return err
 }
 
 // Sweep deletes every object the store wrote whose expiry has passed,

@@ -23,7 +23,7 @@ func (s *Store) Authenticate(ctx context.Context, key string) (string, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", upscale.ErrUnauthorized
 	}
-	return accountID, err
+	return accountID, classify(ctx, err)
 }
 
 // CreateKey makes a new random key for accountID and returns it. The key is
@@ -74,7 +74,7 @@ func (s *Store) AddKey(ctx context.Context, key, accountID string) error {
 func (s *Store) RevokeKey(ctx context.Context, key string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE digest = $1 AND revoked_at IS NULL`, digestHex(key), s.opts.Now().UnixNano())
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return fmt.Errorf("revoke key: %w", upscale.ErrNotFound)

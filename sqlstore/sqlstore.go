@@ -16,10 +16,13 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"runtime"
 	"slices"
@@ -27,8 +30,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	_ "modernc.org/sqlite"             // registers "sqlite"
+	"modernc.org/sqlite"               // registers "sqlite"
 
 	"github.com/upscalekit/upscale"
 )
@@ -105,6 +109,11 @@ func sqliteDSN(path string) string {
 	return "file:" + path + "?" + q.Encode()
 }
 
+// Ping checks that the database answers; it implements upscale.Pinger.
+func (s *Store) Ping(ctx context.Context) error {
+	return classify(ctx, s.db.PingContext(ctx))
+}
+
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
@@ -157,13 +166,47 @@ func (s *Store) migrate(ctx context.Context) error {
 func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return classify(ctx, err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
+		return classify(ctx, err)
+	}
+	return classify(ctx, tx.Commit())
+}
+
+// classify marks the failures that waiting may cure with
+// upscale.ErrUnavailable, so that the handler answers 503 with a
+// Retry-After and stops calling for a while: no connection to PostgreSQL
+// (refused, reset or closed mid-query), a server shutting down, starting up
+// or out of connections (SQLSTATE class 08, 57P01 to 57P03, 53300), and a
+// SQLite database still locked by another process after busy_timeout. An
+// error after ctx ended is the caller's, and stays as it is.
+func classify(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || !transient(err) {
 		return err
 	}
-	return tx.Commit()
+	return fmt.Errorf("sqlstore: %w: %w", upscale.ErrUnavailable, err)
+}
+
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || slices.Contains([]string{"57P01", "57P02", "57P03", "53300"}, pgErr.Code)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	const sqliteBusy, sqliteLocked = 5, 6
+	var sqliteErr *sqlite.Error
+	if errors.As(err, &sqliteErr) {
+		primary := sqliteErr.Code() & 0xff // extended codes keep the primary one in the low byte
+		return primary == sqliteBusy || primary == sqliteLocked
+	}
+	return false
 }
 
 // journal appends one row to the journal.

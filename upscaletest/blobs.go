@@ -14,8 +14,8 @@ import (
 )
 
 // TestBlobStore checks that a BlobStore's links are absolute, serve exactly
-// what was stored with its content type, stop working at expiry, and cannot
-// be forged by editing them. newStore must return an empty store whose links
+// what was stored with its content type, stop working at expiry or Delete,
+// and cannot be forged by editing them. newStore must return an empty store whose links
 // are reachable with http.DefaultClient and which reads time from clock
 // (calling clock.SleepOnAdvance if a server checks expiry on its own clock).
 func TestBlobStore(t *testing.T, newStore func(t *testing.T, clock *Clock) upscale.BlobStore) {
@@ -59,6 +59,28 @@ func TestBlobStore(t *testing.T, newStore func(t *testing.T, clock *Clock) upsca
 		// 404 from our own handlers, 403 from S3: any 4xx without the data.
 		if status, body, _ := get(t, link); status/100 != 4 || string(body) == "jpeg" {
 			t.Errorf("GET after expiry = %d, %q; want a 4xx without the data", status, body)
+		}
+	})
+
+	t.Run("Delete", func(t *testing.T) {
+		clock := NewClock(time.Now())
+		s := newStore(t, clock)
+		expires := clock.Now().Add(time.Hour)
+		gone := put(t, s, "k6.png", []byte("gone"), "image/png", expires)
+		kept := put(t, s, "k7.png", []byte("kept"), "image/png", expires)
+		if err := s.Delete(ctx, "k6.png", expires); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		if status, body, _ := get(t, gone); status/100 != 4 || string(body) == "gone" {
+			t.Errorf("GET after Delete = %d, %q; want a 4xx without the data", status, body)
+		}
+		if status, body, _ := get(t, kept); status != http.StatusOK || string(body) != "kept" {
+			t.Errorf("GET of another item after Delete = %d, %q; want 200 and its data", status, body)
+		}
+		for _, key := range []string{"k6.png", "never-stored.png"} {
+			if err := s.Delete(ctx, key, expires); err != nil {
+				t.Errorf("Delete(%q) of an absent key: %v, want nil", key, err)
+			}
 		}
 	})
 

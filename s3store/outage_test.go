@@ -1,0 +1,59 @@
+package s3store_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/testservers"
+	"github.com/upscalekit/upscale/s3store"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+// TestOutage: while the storage server cannot be reached, Put, Delete and
+// Ping fail with ErrUnavailable (so the handler answers 503 and stops
+// sending work), and the same Store works again once it is back.
+func TestOutage(t *testing.T) {
+	client, bucket := newBucket(t)
+	endpoint, err := url.Parse(testservers.S3(t).Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testservers.NewProxy(t, endpoint.Host)
+	viaProxy := s3.New(client.Options(), func(o *s3.Options) {
+		o.BaseEndpoint = aws.String("http://" + proxy.Addr)
+		o.RetryMaxAttempts = 1 // the SDK's own retries would only slow the test
+	})
+	clock := upscaletest.NewClock(time.Now())
+	store, err := s3store.New(context.Background(), s3store.Options{Client: viaProxy, Bucket: bucket, Now: clock.Now, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	expires := clock.Now().Add(time.Hour)
+
+	proxy.Cut()
+	checks := map[string]func() error{
+		"Put":    func() error { _, err := store.Put(ctx, "a.png", []byte("x"), "image/png", expires); return err },
+		"Delete": func() error { return store.Delete(ctx, "a.png", expires) },
+		"Ping":   func() error { return store.Ping(ctx) },
+	}
+	for name, call := range checks {
+		if err := call(); !errors.Is(err, upscale.ErrUnavailable) {
+			t.Errorf("%s while the server is down: %v, want ErrUnavailable", name, err)
+		}
+	}
+	proxy.Restore(t)
+	for name, call := range checks {
+		if err := call(); err != nil {
+			t.Errorf("%s after the server came back: %v", name, err)
+		}
+	}
+}
