@@ -1,0 +1,74 @@
+package upscale_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+)
+
+// pingingLedger is a MemoryLedger that is also a Pinger, whose server can
+// be taken away.
+type pingingLedger struct {
+	*upscale.MemoryLedger
+	down atomic.Bool
+}
+
+func (l *pingingLedger) Ping(context.Context) error {
+	if l.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func getHealth(t *testing.T, h http.Handler) (status int, health map[string]any) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if err := json.Unmarshal(w.Body.Bytes(), &health); err != nil {
+		t.Fatalf("health body %q: %v", w.Body, err)
+	}
+	return w.Code, health
+}
+
+// TestReadiness: ready while every store answers; 503 naming the store
+// while one does not, without its error text; ready again once it is
+// back; 503 from Drain on, while liveness stays 200 throughout.
+func TestReadiness(t *testing.T) {
+	var ledger *pingingLedger
+	e := newEnv(t, func(c *upscale.Config) {
+		ledger = &pingingLedger{MemoryLedger: c.Ledger.(*upscale.MemoryLedger)}
+		c.Ledger = ledger
+	})
+	ready, live := e.handler.ReadyHandler(), e.handler.LiveHandler()
+
+	if status, health := getHealth(t, ready); status != http.StatusOK || health["status"] != "ready" {
+		t.Errorf("readiness %d %v, want 200 ready", status, health)
+	}
+	ledger.down.Store(true)
+	status, health := getHealth(t, ready)
+	stores, _ := health["stores"].(map[string]any)
+	if status != http.StatusServiceUnavailable || health["status"] != "unavailable" || stores["ledger"] != "unreachable" || stores["keys"] != "ok" {
+		t.Errorf("readiness with the ledger down: %d %v, want 503 naming the ledger unreachable", status, health)
+	}
+	if status, _ := getHealth(t, live); status != http.StatusOK {
+		t.Errorf("liveness with the ledger down: %d, want 200", status)
+	}
+	ledger.down.Store(false)
+	if status, _ := getHealth(t, ready); status != http.StatusOK {
+		t.Errorf("readiness with the ledger back: %d, want 200", status)
+	}
+
+	e.handler.Drain()
+	if status, health := getHealth(t, ready); status != http.StatusServiceUnavailable || health["status"] != "draining" {
+		t.Errorf("readiness while draining: %d %v, want 503 draining", status, health)
+	}
+	if status, _ := getHealth(t, live); status != http.StatusOK {
+		t.Errorf("liveness while draining: %d, want 200", status)
+	}
+	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree) // a draining handler still serves
+}
