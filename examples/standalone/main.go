@@ -51,7 +51,8 @@ type options struct {
 	storage
 	s3Endpoint, s3Bucket, s3Region string
 	engine, onnxRuntimeLib         string
-	queueLength                    int
+	queueLength, maxConnections    int
+	drainDelay                     time.Duration
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -94,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.s3Region, "s3-region", "", "region of the S3 bucket (default: AWS_REGION, or us-east-1 with -s3-endpoint)")
 	fs.StringVar(&o.engine, "engine", "vips", "upscaling engine: vips (libvips, classical, fast) or onnx (waifu2x networks on ONNX Runtime, sharper, slower)")
 	fs.IntVar(&o.queueLength, "queue-length", 0, "requests admitted beyond those in the engine (fetching or waiting for it); more are refused at once with 503 overloaded (default 4 × the engine's concurrency)")
+	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
+	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -engine onnx (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -106,6 +109,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.engine != "vips" && o.engine != "onnx" {
 		return o, fmt.Errorf("-engine %q: want vips or onnx", o.engine)
+	}
+	if o.maxConnections < 1 {
+		return o, errors.New("-max-connections must be at least 1")
 	}
 	if o.onnxRuntimeLib != "" && o.engine != "onnx" {
 		return o, errors.New("-onnxruntime-lib needs -engine onnx")
@@ -170,10 +176,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", o.addr)
+	tcpListener, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
+	ln := newLimitListener(tcpListener, o.maxConnections)
 	defer ln.Close()
 	publicURL := strings.TrimSuffix(o.publicURL, "/")
 	if publicURL == "" {
@@ -206,6 +213,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/upscale", handler)
+	mux.Handle("GET /livez", handler.LiveHandler())
+	mux.Handle("GET /readyz", handler.ReadyHandler())
 	if links, ok := blobs.(http.Handler); ok {
 		mux.Handle("GET /outputs/", links)
 	}
@@ -219,14 +228,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			publicURL, demoKey, "https://raw.githubusercontent.com/upscalekit/upscale/main/testdata/sr/Set5/butterfly.png")
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
+	case sig := <-signals:
+		if sig == syscall.SIGTERM && o.drainDelay > 0 {
+			logger.Info("draining: /readyz answers 503 while requests are still served", "for", o.drainDelay)
+			handler.Drain()
+			select {
+			case <-time.After(o.drainDelay):
+			case <-signals: // a second signal: stop now
+			}
+		}
 	}
 	logger.Info("shutting down: finishing requests in flight")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), srv.WriteTimeout)

@@ -68,7 +68,8 @@ func TestLoadConfig(t *testing.T) {
 // TestEndToEnd builds the real binary, starts it on a free port, upscales a
 // PNG served by a local origin, downloads the link and checks the result.
 // Then it stops the server with SIGTERM while a second request is held at
-// the origin: the server must stop accepting connections, finish that
+// the origin: /readyz must turn 503 while /livez stays 200 (the drain
+// delay), then the server must stop accepting connections, finish that
 // request with a 200 and exit cleanly.
 func TestEndToEnd(t *testing.T) {
 	bin := buildStandalone(t)
@@ -86,8 +87,10 @@ func TestEndToEnd(t *testing.T) {
 	}))
 	defer origin.Close()
 
-	srv := startStandalone(t, bin, "-data", t.TempDir())
+	srv := startStandalone(t, bin, "-data", t.TempDir(), "-drain-delay", "1s")
 	base, key, stderr, cmd, exited := srv.base, srv.key, &srv.stderr, srv.cmd, srv.exited
+	checkStatus(t, base+"/livez", http.StatusOK)
+	checkStatus(t, base+"/readyz", http.StatusOK)
 
 	link := upscaleVia(t, base, key, origin.URL+"/butterfly.png", stderr)
 	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
@@ -98,6 +101,12 @@ func TestEndToEnd(t *testing.T) {
 	go func() { held <- upscaleVia(t, base, key, origin.URL+"/held.png", stderr) }()
 	<-heldArrived
 	cmd.Process.Signal(syscall.SIGTERM)
+	for deadline := time.Now().Add(time.Second); statusOf(t, base+"/readyz") != http.StatusServiceUnavailable; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not turn 503 after SIGTERM")
+		}
+	}
+	checkStatus(t, base+"/livez", http.StatusOK)
 	addr := strings.TrimPrefix(base, "http://")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		conn, err := net.Dial("tcp", addr)
@@ -120,6 +129,23 @@ func TestEndToEnd(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("still running 10s after SIGTERM")
+	}
+}
+
+func statusOf(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func checkStatus(t *testing.T, url string, want int) {
+	t.Helper()
+	if got := statusOf(t, url); got != want {
+		t.Errorf("GET %s: %d, want %d", url, got, want)
 	}
 }
 
@@ -148,7 +174,7 @@ type standalone struct {
 func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	t.Helper()
 	s := &standalone{exited: make(chan error, 1)}
-	s.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-allow-private-sources"}, args...)...)
+	s.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-allow-private-sources", "-drain-delay", "0"}, args...)...)
 	stdout, _ := s.cmd.StdoutPipe()
 	s.cmd.Stderr = &s.stderr
 	if err := s.cmd.Start(); err != nil {
