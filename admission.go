@@ -64,6 +64,17 @@ func (a *admission) admit() (release func(), err error) {
 	return func() { <-a.admitted }, nil
 }
 
+// load returns how many admitted requests are not in the engine (fetching
+// or waiting for it), and how many the engine works on. A stuck Upscaler
+// keeps its slot after its request has given up, hence the floor.
+func (a *admission) load() (queued, inEngine int) {
+	inEngine = len(a.engine)
+	return max(len(a.admitted)-inEngine, 0), inEngine
+}
+
+// capacity is how many requests may be admitted at once.
+func (a *admission) capacity() int { return cap(a.admitted) }
+
 // expectedFinish is how long a request with ahead requests before it is
 // expected to take to get through the engine: the rounds of the engine's
 // slots the requests ahead fill, and its own, at the mean time per image.

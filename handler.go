@@ -87,6 +87,9 @@ type Config struct {
 	// It exists so tests can reach fake origins without a network; the
 	// address policy is applied before Dial is called.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Metrics receives request counts, step durations and sizes, and reads
+	// the handler's load; see package prommetrics. Nil means none.
+	Metrics Metrics
 	// Logger receives every failure in full. Nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Nil means time.Now.
@@ -109,6 +112,7 @@ type Handler struct {
 	// its roles fail together anyway.
 	keys, ledger, blobs *breaker
 	draining            atomic.Bool // set by Drain
+	inFlight            atomic.Int64
 }
 
 // New validates cfg, fills its defaults and returns a Handler.
@@ -146,14 +150,25 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Handler{
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	h := &Handler{
 		cfg:       cfg,
 		fetcher:   newFetcher(cfg),
 		admission: newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout),
 		keys:      &breaker{now: cfg.Now},
 		ledger:    &breaker{now: cfg.Now},
 		blobs:     &breaker{now: cfg.Now},
-	}, nil
+	}
+	cfg.Metrics.Attach(h.Load)
+	return h, nil
+}
+
+// Load returns what the handler is doing now.
+func (h *Handler) Load() Load {
+	queued, inEngine := h.admission.load()
+	return Load{InFlight: int(h.inFlight.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity()}
 }
 
 // Response is the body of a successful upscale request.
@@ -176,24 +191,30 @@ func (h *Handler) CloseIdleConnections() {
 // stores and the Upscaler included, is answered 500 internal_error with
 // the unit released, and the server goes on serving.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	code, pool := "ok", Pool("")
+	defer func() { h.cfg.Metrics.RequestDone(code, pool, time.Since(start)) }()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
 				panic(v) // net/http's own way to abort a response
 			}
-			h.fail(w, r, panicError(v))
+			code = h.fail(w, r, panicError(v))
 		}
 	}()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		h.fail(w, r, errMethodNotAllowed)
+		code = h.fail(w, r, errMethodNotAllowed)
 		return
 	}
 	resp, err := h.upscale(w, r)
 	if err != nil {
-		h.fail(w, r, err)
+		code = h.fail(w, r, err)
 		return
 	}
+	pool = resp.Via
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(resp)
@@ -250,7 +271,9 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	}()
 
 	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
+	fetchStart := time.Now()
 	src, err := h.fetcher.fetch(ctx, req.source, maxBytes)
+	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
 	if err != nil {
 		return Response{}, err
 	}
@@ -267,13 +290,16 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	if err != nil {
 		return Response{}, err
 	}
+	h.cfg.Metrics.ImageDone(len(src), len(img.Data))
 	blobKey := strings.ToLower(rand.Text()) + extension(img.ContentType)
 	expires := h.cfg.Now().Add(h.cfg.LinkTTL)
 	var link string
+	storeStart := time.Now()
 	err = h.blobs.call(func() (err error) {
 		link, err = h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, expires)
 		return err
 	})
+	h.cfg.Metrics.StepDone(StepStore, time.Since(storeStart))
 	if err != nil {
 		return Response{}, fmt.Errorf("store result: %w", err)
 	}
@@ -359,7 +385,9 @@ func (h *Handler) deleteResult(ctx context.Context, blobKey string, expires time
 func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.EngineTimeout)
 	defer cancel()
+	queueStart := time.Now()
 	slotDone, err := h.admission.engineSlot(ctx)
+	h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart))
 	if err != nil {
 		return Image{}, err
 	}
@@ -369,6 +397,8 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image,
 	}
 	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
 	go func() {
+		engineStart := time.Now()
+		defer func() { h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart)) }()
 		defer slotDone()
 		defer func() {
 			if v := recover(); v != nil { // on this goroutine a panic would end the process
@@ -465,10 +495,12 @@ func problemFor(err error) Problem {
 	return p
 }
 
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+// fail answers err as a problem and returns its code, or "caller_gone"
+// when there is nobody left to answer.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code string) {
 	if r.Context().Err() != nil {
 		h.cfg.Logger.Debug("upscale: caller went away", "err", err)
-		return
+		return "caller_gone"
 	}
 	p := problemFor(err)
 	level := slog.LevelInfo
@@ -487,4 +519,5 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	hdr.Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)
 	json.NewEncoder(w).Encode(p)
+	return p.Code
 }

@@ -26,9 +26,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/prommetrics"
 	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/sqlstore"
 )
@@ -46,6 +51,7 @@ func main() {
 
 type options struct {
 	addr, configFile, publicURL string
+	metricsAddr                 string
 	linkTTL, engineTimeout      time.Duration
 	allowPrivateSources         bool
 	storage
@@ -85,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	o.storage.addFlags(fs)
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of a second listener serving Prometheus metrics at /metrics, such as 127.0.0.1:9090 (default: no metrics)")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of plans, accounts and keys (default: one demo account and key)")
 	fs.StringVar(&o.publicURL, "public-url", "", "base URL under which clients reach this server, for output links (default: http://<addr>)")
 	fs.DurationVar(&o.linkTTL, "link-ttl", time.Hour, "how long output links work")
@@ -195,6 +202,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := prommetrics.New(registry)
+	if err != nil {
+		return err
+	}
 	handler, err := upscale.New(upscale.Config{
 		Keys:                 store,
 		Ledger:               store,
@@ -205,6 +218,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		QueueLength:          o.queueLength,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
 		AllowPrivateNetworks: o.allowPrivateSources,
+		Metrics:              metrics,
 		Logger:               logger,
 	})
 	if err != nil {
@@ -221,6 +235,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv := newServer(mux, o.engineTimeout, logger)
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
+	if o.metricsAddr != "" {
+		metricsListener, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("-metrics-addr: %w", err)
+		}
+		metricsMux := http.NewServeMux()
+		metricsMux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+		metricsServer := newServer(metricsMux, o.engineTimeout, logger)
+		go metricsServer.Serve(metricsListener)
+		defer metricsServer.Close()
+		fmt.Fprintf(stdout, "metrics at http://%s/metrics\n", metricsListener.Addr())
+	}
 	if demoKey != "" {
 		fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", cfg.Plans["free"].MonthlyImages)
 		fmt.Fprintf(stdout, "API key: %s\n", demoKey)

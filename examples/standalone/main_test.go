@@ -66,7 +66,8 @@ func TestLoadConfig(t *testing.T) {
 }
 
 // TestEndToEnd builds the real binary, starts it on a free port, upscales a
-// PNG served by a local origin, downloads the link and checks the result.
+// PNG served by a local origin, downloads the link and checks the result
+// and the request's metrics on the -metrics-addr listener.
 // Then it stops the server with SIGTERM while a second request is held at
 // the origin: /readyz must turn 503 while /livez stays 200 (the drain
 // delay), then the server must stop accepting connections, finish that
@@ -87,7 +88,7 @@ func TestEndToEnd(t *testing.T) {
 	}))
 	defer origin.Close()
 
-	srv := startStandalone(t, bin, "-data", t.TempDir(), "-drain-delay", "1s")
+	srv := startStandalone(t, bin, "-data", t.TempDir(), "-drain-delay", "1s", "-metrics-addr", "127.0.0.1:0")
 	base, key, stderr, cmd, exited := srv.base, srv.key, &srv.stderr, srv.cmd, srv.exited
 	checkStatus(t, base+"/livez", http.StatusOK)
 	checkStatus(t, base+"/readyz", http.StatusOK)
@@ -95,6 +96,17 @@ func TestEndToEnd(t *testing.T) {
 	link := upscaleVia(t, base, key, origin.URL+"/butterfly.png", stderr)
 	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
 		t.Errorf("result is %v, want 512x512 (butterfly.png is 256x256)", size)
+	}
+	resp, err := http.Get(srv.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`upscale_requests_total{code="ok",pool="free_pool"} 1`, "process_resident_memory_bytes ", "upscale_step_duration_seconds_count{step=\"engine\"} 1"} {
+		if !strings.Contains(string(exposition), want) {
+			t.Errorf("metrics at %s lack %s", srv.metrics, want)
+		}
 	}
 
 	held := make(chan string, 1)
@@ -164,6 +176,7 @@ func buildStandalone(t *testing.T) string {
 // standalone is a running server process.
 type standalone struct {
 	base, key string
+	metrics   string // the -metrics-addr URL, when given
 	cmd       *exec.Cmd
 	exited    chan error
 	stderr    bytes.Buffer
@@ -182,7 +195,7 @@ func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.cmd.Process.Kill() })
-	s.base, s.key = readBanner(t, stdout)
+	s.base, s.key, s.metrics = readBanner(t, stdout)
 	return s
 }
 
@@ -226,14 +239,18 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 	return got.URL
 }
 
-// readBanner reads the server's start-up lines: its address and demo key.
-func readBanner(t *testing.T, stdout io.Reader) (base, key string) {
+// readBanner reads the server's start-up lines: its address, its metrics
+// address if it has one, and the demo key.
+func readBanner(t *testing.T, stdout io.Reader) (base, key, metrics string) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
 	for lines.Scan() && (base == "" || key == "") {
 		line := lines.Text()
 		if v, ok := strings.CutPrefix(line, "upscale standalone listening on "); ok {
 			base, _, _ = strings.Cut(v, " ")
+		}
+		if v, ok := strings.CutPrefix(line, "metrics at "); ok {
+			metrics = v
 		}
 		if v, ok := strings.CutPrefix(line, "API key: "); ok {
 			key = v
@@ -243,7 +260,7 @@ func readBanner(t *testing.T, stdout io.Reader) (base, key string) {
 		t.Fatalf("no address or key in the banner (address %q, key %q)", base, key)
 	}
 	go io.Copy(io.Discard, stdout)
-	return base, key
+	return base, key, metrics
 }
 
 // TestServerTimeouts checks the server newServer builds against clients

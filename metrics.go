@@ -1,0 +1,53 @@
+package upscale
+
+import "time"
+
+// Metrics receives what a Handler measures; package prommetrics exports it
+// to Prometheus. Its methods are called on the request's goroutine, so
+// they must be quick and safe for concurrent use. Nothing passed to them
+// names a key or an account.
+type Metrics interface {
+	// Attach is called once, by New, with a function that reads the
+	// handler's current load, for gauges read when metrics are collected.
+	Attach(load func() Load)
+	// RequestDone counts one finished request. code is "ok" for a success,
+	// the problem code of an error, or "caller_gone" when the caller left
+	// before the answer; pool is the pool charged, "" when none was.
+	RequestDone(code string, pool Pool, took time.Duration)
+	// StepDone records how long one step of a request took.
+	StepDone(step Step, took time.Duration)
+	// ImageDone records the sizes of the source and result of one
+	// enlarged image.
+	ImageDone(sourceBytes, outputBytes int)
+}
+
+// Step names a timed part of a request.
+type Step string
+
+// The timed steps, in the order a request goes through them.
+const (
+	StepFetch  Step = "fetch"  // downloading the source
+	StepQueue  Step = "queue"  // waiting for one of the engine's slots
+	StepEngine Step = "engine" // the Upscaler's work
+	StepStore  Step = "store"  // BlobStore.Put of the result
+)
+
+// Load is what a Handler is doing at one moment.
+type Load struct {
+	// InFlight is how many requests are being served, in any step.
+	InFlight int
+	// Queued is how many admitted requests are fetching their source or
+	// waiting for the engine; InEngine how many the Upscaler works on.
+	Queued, InEngine int
+	// QueueCapacity is Config.EngineConcurrency + Config.QueueLength: more
+	// admitted requests than this are refused as overloaded.
+	QueueCapacity int
+}
+
+// noMetrics is the Metrics of a Handler configured without any.
+type noMetrics struct{}
+
+func (noMetrics) Attach(func() Load)                      {}
+func (noMetrics) RequestDone(string, Pool, time.Duration) {}
+func (noMetrics) StepDone(Step, time.Duration)            {}
+func (noMetrics) ImageDone(int, int)                      {}

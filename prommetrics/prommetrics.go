@@ -1,0 +1,132 @@
+// Package prommetrics exports what an upscale.Handler measures to
+// Prometheus, through a Registerer the host chooses: never the global
+// registry unless the host passes prometheus.DefaultRegisterer itself.
+//
+//	metrics, err := prommetrics.New(registry)
+//	handler, err := upscale.New(upscale.Config{..., Metrics: metrics})
+//
+// The metrics, all prefixed upscale_ and in base units:
+//
+//	requests_total{code,pool}        counter: code "ok", a problem code or "caller_gone"; pool charged or "none"
+//	request_duration_seconds         histogram of whole requests
+//	step_duration_seconds{step}      histogram: fetch, queue, engine, store
+//	source_bytes_total               counter: bytes of the sources enlarged
+//	output_bytes_total               counter: bytes of the results
+//	in_flight_requests               gauge: requests being served, in any step
+//	queued_requests                  gauge: admitted, fetching or waiting for the engine
+//	engine_requests                  gauge: in the engine
+//	admission_capacity_requests      gauge: most requests admitted at once (then 503 overloaded)
+//
+// No label names a key or an account, so the number of series is fixed.
+package prommetrics
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Buckets are the bounds, in seconds, of the duration histograms: 5 ms to
+// 5 minutes, past the longest sensible engine timeout (the default is
+// 60 s), so that requests cut off at the deadline fall in a bucket below
+// +Inf and the deadline shows in the distribution.
+var Buckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300}
+
+// Metrics is an upscale.Metrics for one Handler.
+type Metrics struct {
+	requests        *prometheus.CounterVec
+	requestDuration prometheus.Histogram
+	stepDuration    *prometheus.HistogramVec
+	sourceBytes     prometheus.Counter
+	outputBytes     prometheus.Counter
+	load            atomic.Pointer[func() upscale.Load]
+}
+
+var _ upscale.Metrics = (*Metrics)(nil)
+
+// New registers the metrics with reg. It fails if reg already has metrics
+// of the same names, for instance those of another Handler: give each
+// Handler its own registry, or give each its own label by wrapping reg
+// with prometheus.WrapRegistererWith.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "upscale_requests_total",
+			Help: "Finished upscale requests, by outcome (ok, a problem code, or caller_gone) and by the pool charged (none when not charged).",
+		}, []string{"code", "pool"}),
+		requestDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "upscale_request_duration_seconds",
+			Help:    "Time from the request's arrival to its answer.",
+			Buckets: Buckets,
+		}),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "upscale_step_duration_seconds",
+			Help:    "Time spent in each step of a request: fetch (the source's download), queue (waiting for the engine), engine, store (saving the result).",
+			Buckets: Buckets,
+		}, []string{"step"}),
+		sourceBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "upscale_source_bytes_total",
+			Help: "Bytes of the source images enlarged.",
+		}),
+		outputBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "upscale_output_bytes_total",
+			Help: "Bytes of the enlarged images stored.",
+		}),
+	}
+	gauge := func(name, help string, read func(upscale.Load) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if load := m.load.Load(); load != nil {
+				return float64(read((*load)()))
+			}
+			return 0
+		})
+	}
+	collectors := []prometheus.Collector{
+		m.requests, m.requestDuration, m.stepDuration, m.sourceBytes, m.outputBytes,
+		gauge("upscale_in_flight_requests", "Requests being served, in any step.",
+			func(l upscale.Load) int { return l.InFlight }),
+		gauge("upscale_queued_requests", "Admitted requests fetching their source or waiting for the engine.",
+			func(l upscale.Load) int { return l.Queued }),
+		gauge("upscale_engine_requests", "Requests the engine is working on.",
+			func(l upscale.Load) int { return l.InEngine }),
+		gauge("upscale_admission_capacity_requests", "Most requests admitted at once; more are refused with 503 overloaded.",
+			func(l upscale.Load) int { return l.QueueCapacity }),
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Every step's series exists from the start, so that rates are defined
+	// before the first request of each kind.
+	for _, step := range []upscale.Step{upscale.StepFetch, upscale.StepQueue, upscale.StepEngine, upscale.StepStore} {
+		m.stepDuration.WithLabelValues(string(step))
+	}
+	return m, nil
+}
+
+// Attach implements upscale.Metrics; upscale.New calls it.
+func (m *Metrics) Attach(load func() upscale.Load) { m.load.Store(&load) }
+
+// RequestDone implements upscale.Metrics.
+func (m *Metrics) RequestDone(code string, pool upscale.Pool, took time.Duration) {
+	if pool == "" {
+		pool = "none"
+	}
+	m.requests.WithLabelValues(code, string(pool)).Inc()
+	m.requestDuration.Observe(took.Seconds())
+}
+
+// StepDone implements upscale.Metrics.
+func (m *Metrics) StepDone(step upscale.Step, took time.Duration) {
+	m.stepDuration.WithLabelValues(string(step)).Observe(took.Seconds())
+}
+
+// ImageDone implements upscale.Metrics.
+func (m *Metrics) ImageDone(sourceBytes, outputBytes int) {
+	m.sourceBytes.Add(float64(sourceBytes))
+	m.outputBytes.Add(float64(outputBytes))
+}

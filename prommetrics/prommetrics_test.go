@@ -1,0 +1,150 @@
+package prommetrics_test
+
+import (
+	"bytes"
+	"context"
+	"image/png"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/prommetrics"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+const key = "upk_test_metrics_0123456789"
+
+// TestMetrics: after one request of each kind, every metric is there with
+// the right labels and values, and the registry passes Prometheus's lint.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	metrics, err := prommetrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var source bytes.Buffer
+	png.Encode(&source, upscaletest.TestImage(16, 12))
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(source.Bytes()) }))
+	defer origin.Close()
+
+	ctx := context.Background()
+	keys := upscale.NewMemoryKeyStore()
+	keys.Add(ctx, key, "acme")
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 1, MaxFileBytes: 1 << 20}})
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := upscale.New(upscale.Config{
+		Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
+		EngineConcurrency: 2, QueueLength: 3,
+		AllowPrivateNetworks: true, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(method, key string, wantStatus int) {
+		t.Helper()
+		r := httptest.NewRequest(method, "/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin.URL+`/a.png"}`))
+		r.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != wantStatus {
+			t.Fatalf("%s: status %d, want %d: %s", method, w.Code, wantStatus, w.Body)
+		}
+	}
+	send(http.MethodPost, key, http.StatusOK)
+	send(http.MethodPost, key, http.StatusTooManyRequests) // the one free image is spent
+	send(http.MethodPost, "upk_test_unknown_0123456789", http.StatusUnauthorized)
+	send(http.MethodGet, key, http.StatusMethodNotAllowed)
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64 // a counter's or gauge's value, a histogram's count
+	}{
+		{"upscale_requests_total", map[string]string{"code": "ok", "pool": "free_pool"}, 1},
+		{"upscale_requests_total", map[string]string{"code": "quota_exhausted", "pool": "none"}, 1},
+		{"upscale_requests_total", map[string]string{"code": "unauthorized", "pool": "none"}, 1},
+		{"upscale_requests_total", map[string]string{"code": "method_not_allowed", "pool": "none"}, 1},
+		{"upscale_request_duration_seconds", nil, 4},
+		{"upscale_step_duration_seconds", map[string]string{"step": "fetch"}, 1},
+		{"upscale_step_duration_seconds", map[string]string{"step": "queue"}, 1},
+		{"upscale_step_duration_seconds", map[string]string{"step": "engine"}, 1},
+		{"upscale_step_duration_seconds", map[string]string{"step": "store"}, 1},
+		{"upscale_source_bytes_total", nil, float64(source.Len())},
+		{"upscale_in_flight_requests", nil, 0},
+		{"upscale_queued_requests", nil, 0},
+		{"upscale_engine_requests", nil, 0},
+		{"upscale_admission_capacity_requests", nil, 5},
+	}
+	for _, c := range checks {
+		if got, ok := value(families, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found: %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if got, _ := value(families, "upscale_output_bytes_total", nil); got <= float64(source.Len()) {
+		t.Errorf("upscale_output_bytes_total = %v, want more than the source's %d bytes", got, source.Len())
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestNewRefusesASecondHandlerOnOneRegistry: two sets of the same names
+// on one registry would clash; New says so at once, and two handlers
+// each wrapped with a label of their own are fine.
+func TestNewRefusesASecondHandlerOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := prommetrics.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prommetrics.New(reg); err == nil {
+		t.Error("a second New on the same registry succeeded")
+	}
+	labelled := prometheus.NewRegistry()
+	for _, name := range []string{"public", "internal"} {
+		if _, err := prommetrics.New(prometheus.WrapRegistererWith(prometheus.Labels{"handler": name}, labelled)); err != nil {
+			t.Errorf("New for handler %q with a distinguishing label: %v", name, err)
+		}
+	}
+}
+
+// value finds the metric of family name whose labels include labels.
+func value(families []*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+					continue metrics
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue(), true
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount()), true
+			}
+		}
+	}
+	return 0, false
+}
