@@ -100,6 +100,13 @@ func (a *admission) overloaded(ahead int) error {
 	}
 }
 
+// busy is the refusal for a request that waited for memory as long as
+// its deadline allowed.
+func (a *admission) busy() error {
+	queued, _ := a.load()
+	return a.overloaded(queued)
+}
+
 // engineSlot waits, no longer than ctx allows, for one of the engine's
 // slots. done gives it back and adds the time since to the mean; call it
 // when the Upscaler returns, which may be after the request has given up

@@ -201,7 +201,7 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 // body exceeds maxBytes, ErrSourceForbidden when the policy refuses an
 // address or port on the way, and ErrSourceUnreachable for every other
 // failure.
-func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64) ([]byte, error) {
+func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve func(ctx context.Context, n int64) error) ([]byte, error) {
 	if err := f.checkURL(u); err != nil {
 		return nil, err
 	}
@@ -230,16 +230,31 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64) ([]byte
 	if resp.ContentLength > maxBytes {
 		return nil, tooLarge // a declared size may refuse early, never accept
 	}
+	// Memory for the body is reserved before it is read. A declared size is
+	// read into one buffer of that size (a body running past it is cut off
+	// there); without one the buffer grows by doubling, which may hold
+	// twice the cap while it copies.
+	limit, memory := maxBytes, 2*maxBytes
+	if resp.ContentLength > 0 {
+		limit = resp.ContentLength
+		memory = limit + bytes.MinRead
+	}
+	if err := reserve(ctx, memory); err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
+		buf.Grow(int(memory)) // the read past the end finds EOF without growing
 	}
-	n, err := buf.ReadFrom(io.LimitReader(resp.Body, maxBytes+1))
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, classifyFetchError(err, f.timeout)
 	}
-	if n > maxBytes {
+	switch {
+	case n > maxBytes:
 		return nil, tooLarge
+	case n > limit:
+		return nil, Explain(ErrSourceUnreachable, "The image URL sent more bytes than its Content-Length of %d.", limit)
 	}
 	return buf.Bytes(), nil
 }

@@ -49,6 +49,15 @@ type Config struct {
 	// overloaded and a Retry-After, before anything is reserved or fetched.
 	// Zero means 4 × EngineConcurrency.
 	QueueLength int
+	// MemoryBudget bounds the memory requests hold at once: source bytes
+	// while downloading and held, and the engine's working memory as its
+	// MemoryEstimator reads it from the source's header. A request waits
+	// for its share within its deadlines (FetchTimeout for the download,
+	// EngineTimeout for the engine) or is refused with 503 overloaded; one
+	// that needs more than the whole budget is image_too_large. Zero means
+	// 1 GiB. The process needs a constant on top (the Go runtime, libvips'
+	// caches and threads, connection buffers; see README, "Memory").
+	MemoryBudget int64
 	// SettleTimeout bounds how long the handler keeps trying to commit the
 	// charge of a finished image, or to give back an unused unit, while the
 	// ledger is unavailable, retrying with backoff. A result whose charge
@@ -108,6 +117,7 @@ type Handler struct {
 	cfg       Config
 	fetcher   *fetcher
 	admission *admission
+	budget    *budget
 	// One breaker per store role, even when one value plays two roles:
 	// its roles fail together anyway.
 	keys, ledger, blobs *breaker
@@ -126,7 +136,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("upscale: Config.Upscaler is required")
 	case cfg.Blobs == nil:
 		return nil, errors.New("upscale: Config.Blobs is required")
-	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.SettleTimeout < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
+	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.SettleTimeout < 0 || cfg.MemoryBudget < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
 		return nil, errors.New("upscale: Config durations, sizes and counts cannot be negative")
 	}
 	if cfg.EngineConcurrency == 0 {
@@ -140,6 +150,7 @@ func New(cfg Config) (*Handler, error) {
 	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 20*time.Second)
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, 15*time.Second)
+	cfg.MemoryBudget = cmp.Or(cfg.MemoryBudget, 1<<30)
 	cfg.FreeTierMaxFileBytes = cmp.Or(cfg.FreeTierMaxFileBytes, 5<<20)
 	if cfg.AllowedPorts == nil {
 		cfg.AllowedPorts = []uint16{80, 443}
@@ -157,6 +168,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg:       cfg,
 		fetcher:   newFetcher(cfg),
 		admission: newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout),
+		budget:    newBudget(cfg.MemoryBudget),
 		keys:      &breaker{now: cfg.Now},
 		ledger:    &breaker{now: cfg.Now},
 		blobs:     &breaker{now: cfg.Now},
@@ -168,7 +180,10 @@ func New(cfg Config) (*Handler, error) {
 // Load returns what the handler is doing now.
 func (h *Handler) Load() Load {
 	queued, inEngine := h.admission.load()
-	return Load{InFlight: int(h.inFlight.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity()}
+	return Load{
+		InFlight: int(h.inFlight.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity(),
+		MemoryInUse: h.budget.inUse.Load(), MemoryBudget: h.budget.total,
+	}
 }
 
 // Response is the body of a successful upscale request.
@@ -270,13 +285,18 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		}
 	}()
 
+	memory := h.budget.newGrant()
+	defer memory.done()
 	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
 	fetchStart := time.Now()
-	src, err := h.fetcher.fetch(ctx, req.source, maxBytes)
+	src, err := h.fetcher.fetch(ctx, req.source, maxBytes, func(ctx context.Context, n int64) error {
+		return memory.grow(ctx, n, h.admission.busy)
+	})
 	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
 	if err != nil {
 		return Response{}, err
 	}
+	memory.shrinkTo(int64(cap(src)))
 	if needsPaid := int64(len(src)) > h.cfg.FreeTierMaxFileBytes; !hold.Covers(needsPaid) {
 		paid, err := h.reserve(ctx, accountID, true)
 		if err != nil {
@@ -286,7 +306,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		hold = paid
 	}
 
-	img, err := h.enlarge(ctx, src, req.Options)
+	img, err := h.enlarge(ctx, src, req.Options, memory)
 	if err != nil {
 		return Response{}, err
 	}
@@ -378,15 +398,16 @@ func (h *Handler) deleteResult(ctx context.Context, blobKey string, expires time
 	}
 }
 
-// enlarge runs the Upscaler under EngineTimeout, waiting for one of the
-// engine's slots first. It answers at the deadline even if the Upscaler
-// does not, so a stuck engine cannot hold the request; the slot stays
-// taken until the Upscaler returns.
-func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image, error) {
+// enlarge runs the Upscaler under EngineTimeout, once the engine's
+// working memory is granted and one of its slots is free. It answers at
+// the deadline even if the Upscaler does not, so a stuck engine cannot hold
+// the request; the slot and the memory stay taken until the Upscaler
+// returns.
+func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options, memory *grant) (Image, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.EngineTimeout)
 	defer cancel()
 	queueStart := time.Now()
-	slotDone, err := h.admission.engineSlot(ctx)
+	slotDone, err := h.waitForEngine(ctx, src, opts, memory)
 	h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart))
 	if err != nil {
 		return Image{}, err
@@ -396,9 +417,11 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image,
 		err error
 	}
 	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
+	memory.share()
 	go func() {
 		engineStart := time.Now()
 		defer func() { h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart)) }()
+		defer memory.done()
 		defer slotDone()
 		defer func() {
 			if v := recover(); v != nil { // on this goroutine a panic would end the process
@@ -414,6 +437,21 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options) (Image,
 	case <-ctx.Done():
 		return Image{}, ctx.Err()
 	}
+}
+
+// waitForEngine grants the engine's working memory for src, then takes
+// one of the engine's slots.
+func (h *Handler) waitForEngine(ctx context.Context, src []byte, opts Options, memory *grant) (slotDone func(), err error) {
+	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
+		need, err := estimator.EstimateMemory(src, opts)
+		if err != nil {
+			return nil, err
+		}
+		if err := memory.grow(ctx, need, h.admission.busy); err != nil {
+			return nil, err
+		}
+	}
+	return h.admission.engineSlot(ctx)
 }
 
 func extension(contentType string) string {

@@ -42,6 +42,8 @@ type Load struct {
 	// QueueCapacity is Config.EngineConcurrency + Config.QueueLength: more
 	// admitted requests than this are refused as overloaded.
 	QueueCapacity int
+	// MemoryInUse is how many bytes of Config.MemoryBudget requests hold.
+	MemoryInUse, MemoryBudget int64
 }
 
 // noMetrics is the Metrics of a Handler configured without any.

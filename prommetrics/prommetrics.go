@@ -16,6 +16,8 @@
 //	queued_requests                  gauge: admitted, fetching or waiting for the engine
 //	engine_requests                  gauge: in the engine
 //	admission_capacity_requests      gauge: most requests admitted at once (then 503 overloaded)
+//	memory_in_use_bytes              gauge: bytes of the memory budget requests hold
+//	memory_budget_bytes              gauge: Config.MemoryBudget
 //
 // No label names a key or an account, so the number of series is fixed.
 package prommetrics
@@ -76,7 +78,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Bytes of the enlarged images stored.",
 		}),
 	}
-	gauge := func(name, help string, read func(upscale.Load) int) prometheus.Collector {
+	gauge := func(name, help string, read func(upscale.Load) int64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
 			if load := m.load.Load(); load != nil {
 				return float64(read((*load)()))
@@ -87,13 +89,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	collectors := []prometheus.Collector{
 		m.requests, m.requestDuration, m.stepDuration, m.sourceBytes, m.outputBytes,
 		gauge("upscale_in_flight_requests", "Requests being served, in any step.",
-			func(l upscale.Load) int { return l.InFlight }),
+			func(l upscale.Load) int64 { return int64(l.InFlight) }),
 		gauge("upscale_queued_requests", "Admitted requests fetching their source or waiting for the engine.",
-			func(l upscale.Load) int { return l.Queued }),
+			func(l upscale.Load) int64 { return int64(l.Queued) }),
 		gauge("upscale_engine_requests", "Requests the engine is working on.",
-			func(l upscale.Load) int { return l.InEngine }),
+			func(l upscale.Load) int64 { return int64(l.InEngine) }),
 		gauge("upscale_admission_capacity_requests", "Most requests admitted at once; more are refused with 503 overloaded.",
-			func(l upscale.Load) int { return l.QueueCapacity }),
+			func(l upscale.Load) int64 { return int64(l.QueueCapacity) }),
+		gauge("upscale_memory_in_use_bytes", "Bytes of the memory budget that requests hold: sources and the engine's estimated working memory.",
+			func(l upscale.Load) int64 { return l.MemoryInUse }),
+		gauge("upscale_memory_budget_bytes", "The memory budget (Config.MemoryBudget).",
+			func(l upscale.Load) int64 { return l.MemoryBudget }),
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {

@@ -89,6 +89,8 @@ func TestMetrics(t *testing.T) {
 		{"upscale_queued_requests", nil, 0},
 		{"upscale_engine_requests", nil, 0},
 		{"upscale_admission_capacity_requests", nil, 5},
+		{"upscale_memory_in_use_bytes", nil, 0},
+		{"upscale_memory_budget_bytes", nil, 1 << 30},
 	}
 	for _, c := range checks {
 		if got, ok := value(families, c.name, c.labels); !ok || got != c.want {

@@ -84,7 +84,10 @@ type Engine struct {
 	models map[upscale.Denoise]*model // by the level it denoises at
 }
 
-var _ upscale.ConcurrentUpscaler = (*Engine)(nil)
+var (
+	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
+	_ upscale.MemoryEstimator    = (*Engine)(nil)
+)
 
 // Concurrency is how many images the Engine enlarges at once
 // (Options.Concurrency).
@@ -144,6 +147,26 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 		return upscale.Image{}, err
 	}
 	return e.enlargeAll(ctx, px, opts.Scale, opts.ImageType, level)
+}
+
+// EstimateMemory implements upscale.MemoryEstimator from src's header. At
+// its peak the engine holds the float samples of its last learned pass's
+// input and output (or of the decoded source, without one), and the
+// encoded result twice, as engine/vips does. ONNX Runtime's buffers for one
+// tile are the same for every image and belong to the process's constant.
+func (e *Engine) EstimateMemory(src []byte, opts upscale.Options) (int64, error) {
+	h, err := e.codec.Header(src, opts.Scale)
+	if err != nil {
+		return 0, err
+	}
+	pixels := int64(h.Width) * int64(h.Height)
+	floats := pixels
+	for range e.learnedPasses(h.Width, h.Height, opts.Scale) {
+		floats = pixels + 4*pixels
+		pixels *= 4
+	}
+	const floatBytes = 4
+	return floats*int64(h.Bands)*floatBytes + 2*h.EncodedBytes(opts.Scale), nil
 }
 
 // enlargeAll enlarges px by scale: learned passes, the first denoising at

@@ -146,3 +146,30 @@ func TestCancelStopsWork(t *testing.T) {
 		t.Errorf("the next image after a cancelled one: %v", err)
 	}
 }
+
+// TestEstimateMemory: the estimate holds the float samples of the last
+// learned pass's input and output and the encoded result twice; with the
+// learned passes limited, the classical rest adds only to the result.
+func TestEstimateMemory(t *testing.T) {
+	src := upscaletest.TestImagePNG(t, 40, 30)
+	const pixels, bands, floatBytes = 40 * 30, 3, 4
+	cases := []struct {
+		name  string
+		opts  onnx.Options
+		scale int
+		want  int64
+	}{
+		// One pass: source and ×2 floats; a ×2 PNG result, twice.
+		{"×2", onnx.Options{}, 2, (pixels+4*pixels)*bands*floatBytes + 2*4*pixels*bands},
+		// Two passes: the second's input (×2) and output (×4).
+		{"×4", onnx.Options{}, 4, (4*pixels+16*pixels)*bands*floatBytes + 2*16*pixels*bands},
+		// No learned pass allowed: the decoded source's floats only.
+		{"×2Classical", onnx.Options{LearnedPixels: pixels}, 2, pixels*bands*floatBytes + 2*4*pixels*bands},
+	}
+	for _, c := range cases {
+		got, err := newEngine(t, c.opts).EstimateMemory(src, upscale.Options{Scale: c.scale})
+		if err != nil || got != c.want {
+			t.Errorf("%s: EstimateMemory = %d, %v; want %d", c.name, got, err, c.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"image"
 	"runtime"
+	"strings"
 
 	"github.com/h2non/bimg"
 
@@ -60,7 +61,10 @@ type Engine struct {
 	slots chan struct{}
 }
 
-var _ upscale.ConcurrentUpscaler = (*Engine)(nil)
+var (
+	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
+	_ upscale.MemoryEstimator    = (*Engine)(nil)
+)
 
 // Concurrency is how many images the Engine enlarges at once
 // (Options.Concurrency).
@@ -224,6 +228,67 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 		return upscale.Image{}, failure(ctx, src, err)
 	}
 	return result(out, f, uprightSize(meta).Mul(opts.Scale))
+}
+
+// Header is what a source's header says, once its EXIF orientation is
+// applied.
+type Header struct {
+	Width, Height int
+	// Bands counts the samples of a pixel, alpha included.
+	Bands int
+	// SampleBytes is 2 for 16-bit sources, else 1.
+	SampleBytes int
+	// PNG reports whether the result is saved losslessly, and so is about
+	// as large as its raw pixels.
+	PNG bool
+	// Turned reports whether the source must be turned for its EXIF
+	// orientation, and so decoded whole rather than streamed.
+	Turned bool
+}
+
+// Header reads src's header with the checks and errors of Upscale for a
+// result scale times its size; no pixel is decoded.
+func (e *Engine) Header(src []byte, scale int) (Header, error) {
+	f, meta, err := e.inspect(src, scale)
+	if err != nil {
+		return Header{}, err
+	}
+	size := uprightSize(meta)
+	h := Header{Width: size.X, Height: size.Y, Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat, Turned: sequential(meta) == 0}
+	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
+		h.SampleBytes = 2
+	}
+	return h, nil
+}
+
+// EncodedBytes bounds the size of h's pixels enlarged by scale once
+// encoded, and so what libvips' output buffer and its copy in Go memory
+// each hold: the raw size for PNG (photographs compress little
+// losslessly), half of it for JPEG and WebP at quality 90.
+func (h Header) EncodedBytes(scale int) int64 {
+	raw := int64(h.Width*scale) * int64(h.Height*scale) * int64(h.Bands*h.SampleBytes)
+	if !h.PNG {
+		raw /= 2
+	}
+	return raw
+}
+
+// EstimateMemory implements upscale.MemoryEstimator. The pipeline streams
+// from decoder to encoder, so what it holds whole is the encoded result,
+// twice (libvips' buffer and its copy into Go memory), and the decoded
+// source when it is read twice to denoise or turned for its EXIF
+// orientation. Each worker's strips, a few MiB, belong to the process's
+// constant (README, "Memory").
+func (e *Engine) EstimateMemory(src []byte, opts upscale.Options) (int64, error) {
+	h, err := e.Header(src, opts.Scale)
+	if err != nil {
+		return 0, err
+	}
+	need := 2 * h.EncodedBytes(opts.Scale)
+	if h.Turned || recipeFor(opts).denoise.step > 0 {
+		need += int64(h.Width) * int64(h.Height) * int64(h.Bands*h.SampleBytes)
+	}
+	return need, nil
 }
 
 // inspect decides src's format from its signature and reads its header,

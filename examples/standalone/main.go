@@ -58,6 +58,7 @@ type options struct {
 	s3Endpoint, s3Bucket, s3Region string
 	engine, onnxRuntimeLib         string
 	queueLength, maxConnections    int
+	memoryBudget                   int64
 	drainDelay                     time.Duration
 }
 
@@ -102,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.s3Region, "s3-region", "", "region of the S3 bucket (default: AWS_REGION, or us-east-1 with -s3-endpoint)")
 	fs.StringVar(&o.engine, "engine", "vips", "upscaling engine: vips (libvips, classical, fast) or onnx (waifu2x networks on ONNX Runtime, sharper, slower)")
 	fs.IntVar(&o.queueLength, "queue-length", 0, "requests admitted beyond those in the engine (fetching or waiting for it); more are refused at once with 503 overloaded (default 4 × the engine's concurrency)")
+	fs.Int64Var(&o.memoryBudget, "memory-budget", 1<<30, "bytes of memory requests may hold at once (sources, and the engine's estimated working memory); more wait or get 503 overloaded")
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -engine onnx (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
@@ -116,6 +118,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.engine != "vips" && o.engine != "onnx" {
 		return o, fmt.Errorf("-engine %q: want vips or onnx", o.engine)
+	}
+	if o.memoryBudget < 1 {
+		return o, errors.New("-memory-budget must be a positive number of bytes")
 	}
 	if o.maxConnections < 1 {
 		return o, errors.New("-max-connections must be at least 1")
@@ -216,6 +221,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
 		QueueLength:          o.queueLength,
+		MemoryBudget:         o.memoryBudget,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
 		AllowPrivateNetworks: o.allowPrivateSources,
 		Metrics:              metrics,

@@ -1,0 +1,110 @@
+package upscale
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// MemoryEstimator is an Upscaler that can tell from a source's header,
+// without decoding its pixels, how much memory enlarging it takes. The
+// handler grants that much from Config.MemoryBudget before the Upscaler
+// starts; engine/vips and engine/onnx implement it. An Upscaler that does
+// not is charged its source's bytes only.
+type MemoryEstimator interface {
+	Upscaler
+	// EstimateMemory returns an upper bound of the bytes Upscale(ctx, src,
+	// opts) holds at its peak, source excluded. It fails as Upscale would
+	// on a source it refuses (ErrUnsupportedImage, ErrImageTooLarge).
+	EstimateMemory(src []byte, opts Options) (int64, error)
+}
+
+// budget is the memory the handler lets requests hold at once: source
+// bytes while downloading and held, and the engine's estimated working
+// memory. Grants are first come, first served (a large request is not
+// starved by small ones), and a request waits for its share only as long
+// as its deadline allows.
+type budget struct {
+	total int64
+	sem   *semaphore.Weighted
+	inUse atomic.Int64
+}
+
+func newBudget(total int64) *budget {
+	return &budget{total: total, sem: semaphore.NewWeighted(total)}
+}
+
+// A grant is the budget one request holds. The request and, while it
+// runs, the Upscaler's goroutine each hold a reference; the bytes go back
+// when the last lets go, so an engine that outlives its request's deadline
+// keeps its memory counted.
+type grant struct {
+	b *budget
+
+	mu    sync.Mutex
+	bytes int64
+	refs  int
+}
+
+func (b *budget) newGrant() *grant { return &grant{b: b, refs: 1} }
+
+// grow adds n bytes to the grant, waiting for them while ctx allows. A
+// request that could never fit gets ErrImageTooLarge; one that runs out of
+// time waiting gets an error wrapping ErrOverloaded.
+func (g *grant) grow(ctx context.Context, n int64, retryAfter func() error) error {
+	if n <= 0 {
+		return nil
+	}
+	g.mu.Lock()
+	held := g.bytes
+	g.mu.Unlock()
+	if held+n > g.b.total {
+		return Explain(ErrImageTooLarge, "Enlarging this image needs about %d MiB, more than this server ever gives one image (%d MiB); send a smaller image or a lower scale.", (held+n)>>20, g.b.total>>20)
+	}
+	if err := g.b.sem.Acquire(ctx, n); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		return retryAfter()
+	}
+	g.b.inUse.Add(n)
+	g.mu.Lock()
+	g.bytes += n
+	g.mu.Unlock()
+	return nil
+}
+
+// shrinkTo gives back what the grant holds beyond n bytes.
+func (g *grant) shrinkTo(n int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if extra := g.bytes - max(n, 0); extra > 0 {
+		g.bytes -= extra
+		g.b.give(extra)
+	}
+}
+
+// share adds a reference, for the Upscaler's goroutine.
+func (g *grant) share() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refs++
+}
+
+// done drops a reference; the last one gives every byte back.
+func (g *grant) done() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refs--; g.refs == 0 && g.bytes > 0 {
+		g.b.give(g.bytes)
+		g.bytes = 0
+	}
+}
+
+func (b *budget) give(n int64) {
+	b.inUse.Add(-n)
+	b.sem.Release(n)
+}

@@ -1,0 +1,65 @@
+package vips_test
+
+import (
+	"context"
+	"errors"
+	"image"
+	"image/color"
+	"os"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+// TestEstimateMemory: the estimate follows the pipeline (the encoded result
+// twice; the decoded source too when it is denoised or turned), reads
+// 16-bit sources as such, refuses what Upscale refuses, and bounds the real
+// result of a photograph.
+func TestEstimateMemory(t *testing.T) {
+	e := vips.New(vips.Options{})
+	rgb := encodePNG(t, gradient(40, 30, 255))
+	grey16 := image.NewGray16(image.Rect(0, 0, 40, 30))
+	grey16.SetGray16(3, 4, color.Gray16{Y: 40000})
+	jpg := encodeJPEG(t, gradient(40, 30, 255))
+	const source = 40 * 30 * 3
+	cases := []struct {
+		name string
+		src  []byte
+		opts upscale.Options
+		want int64
+	}{
+		{"PNG×2", rgb, upscale.Options{Scale: 2}, 2 * 4 * source},
+		{"PNG×4", rgb, upscale.Options{Scale: 4}, 2 * 16 * source},
+		{"PNG16", encodePNG(t, grey16), upscale.Options{Scale: 2}, 2 * 4 * 40 * 30 * 2},
+		{"JPEG", jpg, upscale.Options{Scale: 2}, 2 * 4 * source / 2},
+		{"JPEGDenoised", jpg, upscale.Options{Scale: 2, Denoise: upscale.DenoiseMax}, 2*4*source/2 + source},
+		{"JPEGTurned", upscaletest.WithEXIFOrientation(jpg, 6), upscale.Options{Scale: 2}, 2*4*source/2 + source},
+	}
+	for _, c := range cases {
+		got, err := e.EstimateMemory(c.src, c.opts)
+		if err != nil || got != c.want {
+			t.Errorf("%s: EstimateMemory = %d, %v; want %d", c.name, got, err, c.want)
+		}
+	}
+	if _, err := e.EstimateMemory([]byte("not an image"), upscale.Options{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
+		t.Errorf("EstimateMemory of text: %v, want ErrUnsupportedImage", err)
+	}
+
+	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, err := e.Header(butterfly, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := e.Upscale(context.Background(), butterfly, upscale.Options{Scale: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound := header.EncodedBytes(4); int64(len(img.Data)) > bound {
+		t.Errorf("butterfly ×4 encodes to %d bytes, more than the %d the estimate allows", len(img.Data), bound)
+	}
+}
