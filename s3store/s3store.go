@@ -26,6 +26,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -64,7 +65,8 @@ type Options struct {
 // Store is an upscale.BlobStore on an S3 bucket. Each result is one object
 // whose key begins with its expiry time, so the sweeper finds every expired
 // object by listing in key order and stopping at the first live one. It is
-// safe for concurrent use; Close stops the sweeper.
+// safe for concurrent use; Close stops the sweeper and the clean-up of
+// failed Puts.
 type Store struct {
 	client  *s3.Client
 	presign *s3.PresignClient
@@ -73,6 +75,11 @@ type Store struct {
 	now     func() time.Time
 
 	sweeper *periodic.Job
+	// closed ends the background deletions of failed Puts; cleaning counts
+	// them.
+	closed   chan struct{}
+	cleaning sync.WaitGroup
+	close    sync.Once
 }
 
 var _ upscale.BlobStore = (*Store)(nil)
@@ -132,6 +139,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		bucket:  opts.Bucket,
 		prefix:  opts.Prefix,
 		now:     opts.Now,
+		closed:  make(chan struct{}),
 	}
 	s.sweeper = periodic.Start(opts.SweepInterval, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opts.SweepInterval)
@@ -150,10 +158,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the sweeper; calling it again does nothing. Objects stay,
-// and their links keep working until they expire.
+// Close stops the sweeper and the clean-up of failed Puts (whose objects
+// the sweeper of another replica, or the lifecycle rule, deletes at their
+// expiry); calling it again does nothing. Objects stay, and their links
+// keep working until they expire.
 func (s *Store) Close() error {
+	s.close.Do(func() { close(s.closed) })
 	s.sweeper.Stop()
+	s.cleaning.Wait()
 	return nil
 }
 
@@ -199,6 +211,10 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 		CacheControl: aws.String("private, max-age=" + strconv.Itoa(int(ttl.Seconds()))),
 	})
 	if err != nil {
+		// The server may have stored the object and only its answer been
+		// lost: delete it, in the background, since the server is likely
+		// unreachable right now.
+		s.cleanUp(objectKey, expires)
 		return "", classify(ctx, fmt.Errorf("s3store: put %s: %w", objectKey, err))
 	}
 	link, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &objectKey},
@@ -209,6 +225,27 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 		return "", fmt.Errorf("s3store: presign %s: %w", objectKey, err)
 	}
 	return link.URL, nil
+}
+
+// cleanUp deletes objectKey, retrying with backoff (1 s doubling to 30 s)
+// until the server answers, the object expires (the sweeper's turn) or the
+// Store is closed.
+func (s *Store) cleanUp(objectKey string, expires time.Time) {
+	s.cleaning.Go(func() {
+		for wait := time.Second; s.now().Before(expires); wait = min(2*wait, 30*time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &objectKey})
+			cancel()
+			if err == nil {
+				return
+			}
+			select {
+			case <-s.closed:
+				return
+			case <-time.After(wait):
+			}
+		}
+	})
 }
 
 // Delete implements upscale.BlobStore: one DeleteObject, which S3 answers

@@ -44,7 +44,9 @@ func TestPostgresOutage(t *testing.T) {
 		}
 	}
 
-	proxy.Restore(t)
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Commit(ctx, held.ID); err != nil {
 		t.Fatalf("Commit after the database came back: %v", err)
 	}

@@ -166,6 +166,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	// Caught from the start: a SIGTERM right after the banner must drain
+	// too, not kill the process.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
 
 	store, err := o.storage.open(ctx)
 	if err != nil {
@@ -260,9 +265,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			publicURL, demoKey, "https://raw.githubusercontent.com/upscalekit/upscale/main/testdata/sr/Set5/butterfly.png")
 	}
 
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(signals)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

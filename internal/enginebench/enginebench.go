@@ -31,15 +31,20 @@ import (
 // PhotoJPEG returns a side×side JPEG (quality 90) of Set14's baboon, whose
 // fur is about as costly to encode as photos get.
 func PhotoJPEG(tb testing.TB, side int) []byte {
-	src, err := os.ReadFile(quality.SetDir() + "/Set14/baboon.png")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := bimg.NewImage(src).Process(bimg.Options{Width: side, Height: side, Force: true, Enlarge: true, Type: bimg.JPEG, Quality: 90})
+	out, err := MakePhotoJPEG(side)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return out
+}
+
+// MakePhotoJPEG is PhotoJPEG for a program.
+func MakePhotoJPEG(side int) ([]byte, error) {
+	src, err := os.ReadFile(quality.SetDir() + "/Set14/baboon.png")
+	if err != nil {
+		return nil, err
+	}
+	return bimg.NewImage(src).Process(bimg.Options{Width: side, Height: side, Force: true, Enlarge: true, Type: bimg.JPEG, Quality: 90})
 }
 
 // Measured is what one run of n images on one path took.
@@ -221,7 +226,7 @@ func StartPeakRSS(t testing.TB) func() (grew int64, ok bool) {
 		return func() (int64, bool) { return 0, false }
 	}
 	status := func(field string) int64 {
-		kb, err := statusKB("self", field)
+		kb, err := StatusKB("self", field)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,9 +236,9 @@ func StartPeakRSS(t testing.TB) func() (grew int64, ok bool) {
 	return func() (int64, bool) { return (status("VmHWM") - base) << 10, true }
 }
 
-// statusKB reads a field in kB from /proc/<pid>/status ("self" for this
+// StatusKB reads a field in kB from /proc/<pid>/status ("self" for this
 // process).
-func statusKB(pid, field string) (int64, error) {
+func StatusKB(pid, field string) (int64, error) {
 	status, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, err
@@ -270,7 +275,7 @@ func Process(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
 			}
 			return time.Since(start), peak << 10
 		case <-tick.C:
-			if kb, err := statusKB(strconv.Itoa(cmd.Process.Pid), "VmHWM"); err == nil {
+			if kb, err := StatusKB(strconv.Itoa(cmd.Process.Pid), "VmHWM"); err == nil {
 				peak = max(peak, kb)
 			}
 		}

@@ -2,18 +2,22 @@ package testservers
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
 // A Proxy forwards TCP connections to a server, and can take the server
 // away as an outage would: Cut closes every connection and refuses new
-// ones, Restore lets them through again on the same address.
+// ones, Restore lets them through again on the same address, and
+// LoseAnswers lets requests reach the server but drops what it answers.
 type Proxy struct {
 	Addr   string // host:port to dial instead of the server's
 	target string
+	losing atomic.Bool
 
 	mu    sync.Mutex
 	ln    net.Listener // nil while cut
@@ -24,17 +28,29 @@ type Proxy struct {
 // NewProxy starts a proxy to target (host:port), closed when t ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := StartProxy(target)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// StartProxy is NewProxy for a program, which calls Close when done.
+func StartProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, conns: map[net.Conn]bool{}}
 	p.serve(ln)
-	t.Cleanup(func() {
-		p.Cut()
-		p.wg.Wait()
-	})
-	return p
+	return p, nil
+}
+
+// Close cuts every connection and waits for the proxy's goroutines.
+func (p *Proxy) Close() {
+	p.Cut()
+	p.wg.Wait()
 }
 
 // Cut closes the listener and every connection through the proxy.
@@ -51,14 +67,19 @@ func (p *Proxy) Cut() {
 	clear(p.conns)
 }
 
+// LoseAnswers makes the proxy, while on is true, deliver what clients
+// send but close their connections instead of passing on the server's
+// answer: the server does the work and the client never hears of it.
+func (p *Proxy) LoseAnswers(on bool) { p.losing.Store(on) }
+
 // Restore listens again on Addr after Cut.
-func (p *Proxy) Restore(t testing.TB) {
-	t.Helper()
+func (p *Proxy) Restore() error {
 	ln, err := net.Listen("tcp", p.Addr)
 	if err != nil {
-		t.Fatalf("proxy: listen again on %s: %v", p.Addr, err)
+		return fmt.Errorf("proxy: listen again on %s: %w", p.Addr, err)
 	}
 	p.serve(ln)
+	return nil
 }
 
 func (p *Proxy) serve(ln net.Listener) {
@@ -83,7 +104,7 @@ func (p *Proxy) serve(ln net.Listener) {
 				continue
 			}
 			p.wg.Go(func() { p.pipe(server, client) })
-			p.wg.Go(func() { p.pipe(client, server) })
+			p.wg.Go(func() { p.answer(client, server) })
 		}
 	})
 }
@@ -102,13 +123,38 @@ func (p *Proxy) track(client, server net.Conn) bool {
 	return true
 }
 
+// answer copies the server's answer to the client, unless answers are
+// being lost.
+func (p *Proxy) answer(client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 && p.losing.Load() {
+			break
+		}
+		if n > 0 {
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	p.closePair(client, server)
+}
+
 // pipe copies until either side closes, then closes both.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	io.Copy(dst, src)
-	dst.Close()
-	src.Close()
+	p.closePair(dst, src)
+}
+
+func (p *Proxy) closePair(a, b net.Conn) {
+	a.Close()
+	b.Close()
 	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	delete(p.conns, a)
+	delete(p.conns, b)
 }

@@ -33,11 +33,20 @@ var s3 struct {
 // test-deps builds it.
 func S3(t testing.TB) S3Server {
 	t.Helper()
+	server, err := StartS3()
+	if err != nil {
+		Unavailable(t, err.Error())
+	}
+	return server
+}
+
+// StartS3 is S3 for a program.
+func StartS3() (S3Server, error) {
 	s3.once.Do(startS3)
 	if s3.err != nil {
-		Unavailable(t, "S3: "+s3.err.Error())
+		return S3Server{}, fmt.Errorf("S3: %w", s3.err)
 	}
-	return s3.server
+	return s3.server, nil
 }
 
 func startS3() {

@@ -11,6 +11,7 @@ package testservers
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -45,38 +46,55 @@ var postgres struct {
 	err  error
 }
 
-// PostgresDatabase returns the URL of a new, empty PostgreSQL database. It
-// uses UPSCALE_TEST_POSTGRES_URL when set (a server the tests may create
-// databases on); otherwise it starts one cluster per test process with
-// Debian's initdb and pg_ctl (package postgresql), stopped by Stop.
+// PostgresDatabase returns the URL of a new, empty PostgreSQL database,
+// dropped when t ends. It uses UPSCALE_TEST_POSTGRES_URL when set (a
+// server the tests may create databases on); otherwise it starts one
+// cluster per test process with Debian's initdb and pg_ctl (package
+// postgresql), stopped by Stop.
 func PostgresDatabase(t testing.TB) string {
 	t.Helper()
+	dsn, drop, err := NewPostgresDatabase()
+	if errors.Is(err, errNoPostgres) {
+		Unavailable(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	return dsn
+}
+
+var errNoPostgres = errors.New("PostgreSQL")
+
+// NewPostgresDatabase is PostgresDatabase for a program: it returns the
+// URL of a new, empty database and a function that drops it.
+func NewPostgresDatabase() (dsn string, drop func(), err error) {
 	postgres.once.Do(startPostgres)
 	if postgres.err != nil {
-		Unavailable(t, "PostgreSQL: "+postgres.err.Error())
+		return "", nil, fmt.Errorf("%w: %w", errNoPostgres, postgres.err)
 	}
 	db, err := sql.Open("pgx", postgres.url)
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	defer db.Close()
 	name := "upscale_test_" + strings.ToLower(upscale.NewKey(""))[:12]
 	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatalf("create database: %v", err)
+		return "", nil, fmt.Errorf("create database: %w", err)
 	}
-	t.Cleanup(func() {
+	drop = func() {
 		db, err := sql.Open("pgx", postgres.url)
 		if err == nil {
 			db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
 			db.Close()
 		}
-	})
+	}
 	u, err := url.Parse(postgres.url)
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), drop, nil
 }
 
 func startPostgres() {
