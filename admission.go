@@ -75,6 +75,17 @@ func (a *admission) load() (queued, inEngine int) {
 // capacity is how many requests may be admitted at once.
 func (a *admission) capacity() int { return cap(a.admitted) }
 
+// refusing returns the refusal a request arriving now would get, without
+// admitting it: a check that costs nothing before the work of checking a
+// key.
+func (a *admission) refusing() error {
+	ahead := len(a.admitted)
+	if ahead >= cap(a.admitted) || a.expectedFinish(ahead) > a.timeout {
+		return a.overloaded(ahead)
+	}
+	return nil
+}
+
 // expectedFinish is how long a request with ahead requests before it is
 // expected to take to get through the engine: the rounds of the engine's
 // slots the requests ahead fill, and its own, at the mean time per image.

@@ -22,6 +22,15 @@ type MemoryEstimator interface {
 	EstimateMemory(src []byte, opts Options) (int64, error)
 }
 
+// MemoryReleaser is an Upscaler that keeps memory outside the Go heap
+// (C allocators' arenas, say) and can give it back to the system. The
+// handler calls ReleaseMemory once it has been idle for
+// Config.IdleRelease; engine/vips and engine/onnx implement it.
+type MemoryReleaser interface {
+	Upscaler
+	ReleaseMemory()
+}
+
 // budget is the memory the handler lets requests hold at once: source
 // bytes while downloading and held, and the engine's estimated working
 // memory. Grants are first come, first served (a large request is not

@@ -147,3 +147,42 @@ func TestMemoryBudgetWaitEndsAtDeadline(t *testing.T) {
 	close(u.gate)
 	waitForMemoryBack(t, e.handler)
 }
+
+// releasingUpscaler counts its ReleaseMemory calls.
+type releasingUpscaler struct {
+	gatedUpscaler
+	released atomic.Int64
+}
+
+func (u *releasingUpscaler) ReleaseMemory() { u.released.Add(1) }
+
+// TestIdleRelease: memory is given back once the handler has been idle for
+// IdleRelease, once per idle spell, and not while a request is in flight.
+func TestIdleRelease(t *testing.T) {
+	u := &releasingUpscaler{gatedUpscaler: gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{}, 1)}}
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = u
+		c.IdleRelease = 50 * time.Millisecond
+	})
+	u.gate <- struct{}{} // let the first request through
+	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
+	<-u.entered
+	held := make(chan *httptest.ResponseRecorder, 1)
+	go func() { held <- e.post(keyPro, body(e.url("/small.png"))) }() // in flight past the first's idle wait
+	<-u.entered
+	time.Sleep(150 * time.Millisecond)
+	if got := u.released.Load(); got != 0 {
+		t.Fatalf("memory released %d times while a request was in flight", got)
+	}
+	close(u.gate)
+	checkOK(t, <-held, upscale.PoolFree)
+	for deadline := time.Now().Add(5 * time.Second); u.released.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("memory not released 5 s after the handler went idle")
+		}
+	}
+	time.Sleep(150 * time.Millisecond)
+	if got := u.released.Load(); got != 1 {
+		t.Errorf("memory released %d times in one idle spell, want 1", got)
+	}
+}

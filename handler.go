@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -58,6 +59,14 @@ type Config struct {
 	// 1 GiB. The process needs a constant on top (the Go runtime, libvips'
 	// caches and threads, connection buffers; see README, "Memory").
 	MemoryBudget int64
+	// IdleRelease is how long the handler waits, once no request is in
+	// flight, before it gives memory back to the system: a garbage
+	// collection that returns the Go heap's free pages
+	// (debug.FreeOSMemory), and the Upscaler's own ReleaseMemory when it
+	// is a MemoryReleaser. Without it a burst of large images leaves the
+	// process holding its peak (README, "Memory"). Zero means 5 seconds;
+	// negative turns it off, for hosts that manage memory themselves.
+	IdleRelease time.Duration
 	// SettleTimeout bounds how long the handler keeps trying to commit the
 	// charge of a finished image, or to give back an unused unit, while the
 	// ledger is unavailable, retrying with backoff. A result whose charge
@@ -123,6 +132,9 @@ type Handler struct {
 	keys, ledger, blobs *breaker
 	draining            atomic.Bool // set by Drain
 	inFlight            atomic.Int64
+
+	idleMu    sync.Mutex
+	idleTimer *time.Timer // runs releaseIfIdle; nil until the first request ends
 }
 
 // New validates cfg, fills its defaults and returns a Handler.
@@ -151,6 +163,7 @@ func New(cfg Config) (*Handler, error) {
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 20*time.Second)
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, 15*time.Second)
 	cfg.MemoryBudget = cmp.Or(cfg.MemoryBudget, 1<<30)
+	cfg.IdleRelease = cmp.Or(cfg.IdleRelease, 5*time.Second)
 	cfg.FreeTierMaxFileBytes = cmp.Or(cfg.FreeTierMaxFileBytes, 5<<20)
 	if cfg.AllowedPorts == nil {
 		cfg.AllowedPorts = []uint16{80, 443}
@@ -208,7 +221,11 @@ func (h *Handler) CloseIdleConnections() {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	h.inFlight.Add(1)
-	defer h.inFlight.Add(-1)
+	defer func() {
+		if h.inFlight.Add(-1) == 0 {
+			h.releaseWhenIdle()
+		}
+	}()
 	code, pool := "ok", Pool("")
 	defer func() { h.cfg.Metrics.RequestDone(code, pool, time.Since(start)) }()
 	defer func() {
@@ -235,11 +252,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(resp)
 }
 
+// releaseWhenIdle gives memory back once IdleRelease has passed with no
+// request in flight; each request that ends idle starts the wait again.
+func (h *Handler) releaseWhenIdle() {
+	if h.cfg.IdleRelease < 0 {
+		return
+	}
+	h.idleMu.Lock()
+	defer h.idleMu.Unlock()
+	if h.idleTimer == nil {
+		h.idleTimer = time.AfterFunc(h.cfg.IdleRelease, h.releaseIfIdle)
+		return
+	}
+	h.idleTimer.Reset(h.cfg.IdleRelease)
+}
+
+func (h *Handler) releaseIfIdle() {
+	if h.inFlight.Load() != 0 {
+		return // the request that ends it will start the wait again
+	}
+	debug.FreeOSMemory()
+	if r, ok := h.cfg.Upscaler.(MemoryReleaser); ok {
+		r.ReleaseMemory()
+	}
+}
+
 // upscale runs one request: authenticate, validate, reserve a unit, fetch,
 // enlarge, store, commit. The unit is released on every path that does not
 // reach the commit, so a failed request is never charged.
 func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, error) {
 	ctx := r.Context()
+	if err := h.admission.refusing(); err != nil {
+		return Response{}, err
+	}
 	key, ok := bearerKey(r.Header)
 	if !ok {
 		return Response{}, ErrUnauthorized

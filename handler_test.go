@@ -71,6 +71,7 @@ func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
 		Blobs:                e.blobs,
 		FreeTierMaxFileBytes: freeTierBytes,
 		AllowPrivateNetworks: true, // the origin is on loopback
+		IdleRelease:          -1,   // no timer to outlive a test; TestIdleRelease sets its own
 		Logger:               slog.New(slog.DiscardHandler),
 		Now:                  e.clock.Now,
 	}

@@ -87,6 +87,7 @@ type Engine struct {
 var (
 	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
 	_ upscale.MemoryEstimator    = (*Engine)(nil)
+	_ upscale.MemoryReleaser     = (*Engine)(nil)
 )
 
 // Concurrency is how many images the Engine enlarges at once
@@ -168,6 +169,11 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Options) (int64, error)
 	const floatBytes = 4
 	return floats*int64(h.Bands)*floatBytes + 2*h.EncodedBytes(opts.Scale), nil
 }
+
+// ReleaseMemory implements upscale.MemoryReleaser for the decoding and
+// encoding libvips does (engine/vips); ONNX Runtime's arena is sized by
+// one tile and kept.
+func (e *Engine) ReleaseMemory() { e.codec.ReleaseMemory() }
 
 // enlargeAll enlarges px by scale: learned passes, the first denoising at
 // level, then the classical rest, and encodes the result.

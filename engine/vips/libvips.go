@@ -5,6 +5,12 @@ package vips
 #cgo CFLAGS: -O3
 #cgo LDFLAGS: -lm
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+static void trim(void) { malloc_trim(0); }
+#else
+static void trim(void) {}
+#endif
 
 #include "pipeline.h"
 */
@@ -251,3 +257,10 @@ func measureNoise(px *Pixels) (float64, error) {
 	}
 	return float64(sigma), nil
 }
+
+// ReleaseMemory implements upscale.MemoryReleaser: glibc keeps the memory
+// libvips frees in its arenas (and, after large frees, serves even large
+// buffers from them), so after a burst of big images the process holds
+// its peak; malloc_trim hands the free pages back. Elsewhere than glibc it
+// does nothing.
+func (e *Engine) ReleaseMemory() { C.trim() }

@@ -64,6 +64,7 @@ type Engine struct {
 var (
 	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
 	_ upscale.MemoryEstimator    = (*Engine)(nil)
+	_ upscale.MemoryReleaser     = (*Engine)(nil)
 )
 
 // Concurrency is how many images the Engine enlarges at once
