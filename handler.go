@@ -587,7 +587,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 	}
 	p := problemFor(err)
 	level := slog.LevelInfo
-	if p.Status >= 500 {
+	switch {
+	case p.Status == http.StatusServiceUnavailable:
+		level = slog.LevelWarn // a refusal by design, in bulk under load
+	case p.Status >= 500:
 		level = slog.LevelError
 	}
 	h.cfg.Logger.Log(r.Context(), level, "upscale: request failed", "status", p.Status, "code", p.Code, "err", err)
