@@ -238,6 +238,17 @@ func (r *rig) start(extra ...string) (*server, error) {
 	return s, nil
 }
 
+// begin reads the ledger, for the check after a scenario, and starts the
+// scenario's server.
+func (r *rig) begin(extra ...string) (ledger, *server, error) {
+	before, err := r.readLedger()
+	if err != nil {
+		return ledger{}, nil, err
+	}
+	srv, err := r.start(extra...)
+	return before, srv, err
+}
+
 // stop sends SIGTERM and waits for the exit.
 func (s *server) stop() error {
 	s.cmd.Process.Signal(syscall.SIGTERM)

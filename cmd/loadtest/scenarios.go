@@ -22,11 +22,7 @@ const (
 // engine's deadline may pass in the queue, and the engine must stay busy:
 // successes are what the engine can do.
 func overload(r *rig) (row, error) {
-	before, err := r.readLedger()
-	if err != nil {
-		return row{}, err
-	}
-	srv, err := r.start()
+	before, srv, err := r.begin()
 	if err != nil {
 		return row{}, err
 	}
@@ -54,11 +50,7 @@ func overload(r *rig) (row, error) {
 // after refusals for up to three minutes. Peak memory must stay within the
 // budget and a stated constant, and memory must go back once idle.
 func bigSources(r *rig) (row, error) {
-	before, err := r.readLedger()
-	if err != nil {
-		return row{}, err
-	}
-	srv, err := r.start()
+	before, srv, err := r.begin()
 	if err != nil {
 		return row{}, err
 	}
@@ -157,11 +149,7 @@ func slowClients(r *rig) (row, error) {
 // back (200) or is refused; service must resume within 2 s of the
 // backend's return, and the ledger must be exact with no orphan result.
 func outage(r *rig, name string, proxy *testservers.Proxy) (row, error) {
-	before, err := r.readLedger()
-	if err != nil {
-		return row{}, err
-	}
-	srv, err := r.start()
+	before, srv, err := r.begin()
 	if err != nil {
 		return row{}, err
 	}
@@ -236,11 +224,7 @@ func outage(r *rig, name string, proxy *testservers.Proxy) (row, error) {
 // with a 3 s drain delay. /readyz must turn 503, every request the server
 // accepted must be answered, and the process must exit cleanly.
 func sigterm(r *rig) (row, error) {
-	before, err := r.readLedger()
-	if err != nil {
-		return row{}, err
-	}
-	srv, err := r.start("-drain-delay", "3s")
+	before, srv, err := r.begin("-drain-delay", "3s")
 	if err != nil {
 		return row{}, err
 	}
