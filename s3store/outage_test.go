@@ -16,10 +16,11 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-// TestOutage: while the storage server cannot be reached, Put, Delete and
-// Ping fail with ErrUnavailable (so the handler answers 503 and stops
-// sending work), and the same Store works again once it is back.
-func TestOutage(t *testing.T) {
+// storeViaProxy returns a Store on a new bucket that it reaches through a
+// proxy the test can cut, and the direct client and bucket name, for
+// looking at the bucket behind the proxy's back.
+func storeViaProxy(t *testing.T) (*s3store.Store, *testservers.Proxy, *upscaletest.Clock, *s3.Client, string) {
+	t.Helper()
 	client, bucket := newBucket(t)
 	endpoint, err := url.Parse(testservers.S3(t).Endpoint)
 	if err != nil {
@@ -35,7 +36,15 @@ func TestOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
+	return store, proxy, clock, client, bucket
+}
+
+// TestOutage: while the storage server cannot be reached, Put, Delete and
+// Ping fail with ErrUnavailable (so the handler answers 503 and stops
+// sending work), and the same Store works again once it is back.
+func TestOutage(t *testing.T) {
+	store, proxy, clock, _, _ := storeViaProxy(t)
 	ctx := context.Background()
 	expires := clock.Now().Add(time.Hour)
 
@@ -65,22 +74,7 @@ func TestOutage(t *testing.T) {
 // the background once the server answers again, so no result outlives a
 // failed Put.
 func TestPutWithLostAnswerLeavesNothing(t *testing.T) {
-	client, bucket := newBucket(t)
-	endpoint, err := url.Parse(testservers.S3(t).Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testservers.NewProxy(t, endpoint.Host)
-	viaProxy := s3.New(client.Options(), func(o *s3.Options) {
-		o.BaseEndpoint = aws.String("http://" + proxy.Addr)
-		o.RetryMaxAttempts = 1
-	})
-	clock := upscaletest.NewClock(time.Now())
-	store, err := s3store.New(context.Background(), s3store.Options{Client: viaProxy, Bucket: bucket, Now: clock.Now, SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store, proxy, clock, client, bucket := storeViaProxy(t)
 
 	proxy.LoseAnswers(true)
 	if _, err := store.Put(context.Background(), "lost.png", []byte("x"), "image/png", clock.Now().Add(time.Hour)); err == nil {

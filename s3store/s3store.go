@@ -227,22 +227,24 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 	return link.URL, nil
 }
 
-// cleanUp deletes objectKey, retrying with backoff (1 s doubling to 30 s)
-// until the server answers, the object expires (the sweeper's turn) or the
-// Store is closed.
+// cleanUp deletes objectKey, trying after 1 s and then backing off
+// (doubling to 30 s) until the server answers, the object expires (the
+// sweeper's turn) or the Store is closed.
 func (s *Store) cleanUp(objectKey string, expires time.Time) {
 	s.cleaning.Go(func() {
+		// The first try waits too: right after a failure the server is
+		// most likely still out of reach.
 		for wait := time.Second; s.now().Before(expires); wait = min(2*wait, 30*time.Second) {
+			select {
+			case <-s.closed:
+				return
+			case <-time.After(wait):
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &objectKey})
 			cancel()
 			if err == nil {
 				return
-			}
-			select {
-			case <-s.closed:
-				return
-			case <-time.After(wait):
 			}
 		}
 	})
