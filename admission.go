@@ -76,8 +76,8 @@ func (a *admission) load() (queued, inEngine int) {
 func (a *admission) capacity() int { return cap(a.admitted) }
 
 // refusing returns the refusal a request arriving now would get, without
-// admitting it: a check that costs nothing before the work of checking a
-// key.
+// admitting it: a check that costs nothing before the work of reading
+// the body.
 func (a *admission) refusing() error {
 	ahead := len(a.admitted)
 	if ahead >= cap(a.admitted) || a.expectedFinish(ahead) > a.timeout {

@@ -289,8 +289,24 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	if !ok {
 		return Response{}, ErrUnauthorized
 	}
+	// The body is read before a place is taken, so that a caller sending
+	// it slowly holds none, and judged after the key, so that a refused
+	// key gets the same answer whatever it sent.
+	req, invalid := decodeRequest(w, r)
+	if err := h.blobs.refusing(); err != nil {
+		return Response{}, err // the result could not be stored anyway
+	}
+	// The key's lookup is work for the KeyStore's server, so it comes
+	// after admission: a burst of callers costs it at most as many
+	// lookups at once as there are places, and the rest are refused
+	// before any reservation or download.
+	leave, err := h.admission.admit()
+	if err != nil {
+		return Response{}, err
+	}
+	defer leave()
 	var accountID string
-	err := h.keys.call(func() (err error) {
+	err = h.keys.call(func() (err error) {
 		accountID, err = h.cfg.Keys.Authenticate(ctx, key)
 		return err
 	})
@@ -300,21 +316,9 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	if err != nil {
 		return Response{}, err
 	}
-	req, err := decodeRequest(w, r)
-	if err != nil {
-		return Response{}, err
+	if invalid != nil {
+		return Response{}, invalid
 	}
-
-	// Refuse before reserving or fetching anything when the server is
-	// overloaded, or when the result could not be stored anyway.
-	if err := h.blobs.refusing(); err != nil {
-		return Response{}, err
-	}
-	leave, err := h.admission.admit()
-	if err != nil {
-		return Response{}, err
-	}
-	defer leave()
 
 	// Reserving before fetching means an exhausted account costs us no
 	// download; a file that turns out to need paid capability is re-checked

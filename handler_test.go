@@ -742,6 +742,96 @@ func TestOverloaded(t *testing.T) {
 	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
 }
 
+// gatedKeyStore holds every key lookup until gate closes, and counts the
+// lookups under way.
+type gatedKeyStore struct {
+	upscale.KeyStore
+	entered      chan struct{}
+	gate         chan struct{}
+	now, highest atomic.Int32
+}
+
+func (k *gatedKeyStore) Authenticate(ctx context.Context, key string) (string, error) {
+	n := k.now.Add(1)
+	defer k.now.Add(-1)
+	for old := k.highest.Load(); n > old && !k.highest.CompareAndSwap(old, n); old = k.highest.Load() {
+	}
+	k.entered <- struct{}{}
+	<-k.gate
+	return k.KeyStore.Authenticate(ctx, key)
+}
+
+// TestBurstBoundsKeyLookups: ten requests arriving at once, with room for
+// two, cost the KeyStore two lookups at once; the other eight are refused
+// as overloaded without a lookup.
+func TestBurstBoundsKeyLookups(t *testing.T) {
+	var keys *gatedKeyStore
+	e := newEnv(t, func(c *upscale.Config) {
+		keys = &gatedKeyStore{KeyStore: c.Keys, entered: make(chan struct{}, 10), gate: make(chan struct{})}
+		c.Keys = keys
+		c.EngineConcurrency = 1
+		c.QueueLength = 1
+	})
+	results := make(chan *httptest.ResponseRecorder, 10)
+	for range 10 {
+		go func() { results <- e.post(keyPro, body(e.url("/small.png"))) }()
+	}
+	release := sync.OnceFunc(func() { close(keys.gate) })
+	t.Cleanup(release)
+	<-keys.entered
+	<-keys.entered
+	for range 8 {
+		select {
+		case w := <-results:
+			checkProblem(t, w, http.StatusServiceUnavailable, "overloaded")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d key lookups under way and no refusal: every request went to the KeyStore", keys.now.Load())
+		}
+	}
+	release()
+	for range 2 {
+		checkOK(t, <-results, upscale.PoolFree)
+	}
+	if got := keys.highest.Load(); got != 2 {
+		t.Errorf("%d key lookups at once, want 2: one per place", got)
+	}
+}
+
+// firstReadSignal is a request body that says when it is first read, and
+// then sends nothing until the test ends.
+type firstReadSignal struct {
+	read chan struct{}
+	once sync.Once
+	stop <-chan struct{}
+}
+
+func (b *firstReadSignal) Read(p []byte) (int, error) {
+	b.once.Do(func() { close(b.read) })
+	<-b.stop
+	return 0, io.ErrUnexpectedEOF
+}
+
+// TestSlowBodiesHoldNoPlace: callers that never finish sending their body
+// do not take the places of those that do.
+func TestSlowBodiesHoldNoPlace(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) {
+		c.EngineConcurrency = 1
+		c.QueueLength = 1
+	})
+	stop := make(chan struct{})
+	var stalled sync.WaitGroup
+	for range 2 {
+		b := &firstReadSignal{read: make(chan struct{}), stop: stop}
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", b)
+		r.Header.Set("Authorization", "Bearer "+keyPro)
+		stalled.Go(func() { e.serve(r) })
+		<-b.read
+	}
+	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
+	close(stop)
+	stalled.Wait()
+}
+
 // slowUpscaler takes a fixed time for every image.
 type slowUpscaler struct {
 	upscaletest.PixelUpscaler
