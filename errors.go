@@ -9,8 +9,10 @@ import (
 // The sentinel errors below are the whole error vocabulary of the package.
 // Implementations of the four interfaces wrap them with %w; the handler
 // recognises them with errors.Is and maps each to one HTTP status and machine
-// code in the table in handler.go. context.DeadlineExceeded from the engine
-// is treated as ErrUpstreamTimeout.
+// code in the table in handler.go. Only the engine's own deadline
+// (Config.EngineTimeout) is ErrUpstreamTimeout; any other
+// context.DeadlineExceeded, a store's or the host's deadline for the
+// request, is answered 504 timeout.
 var (
 	// ErrInvalidRequest means the body is not one JSON object of the
 	// documented shape (bad JSON, unknown field, wrong type, too large).

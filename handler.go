@@ -453,8 +453,17 @@ func (h *Handler) deleteResult(ctx context.Context, blobKey string, expires time
 // the request; the slot and the memory stay taken until the Upscaler
 // returns.
 func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options, memory *grant) (Image, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.EngineTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 	defer cancel()
+	img, err := h.runEngine(ctx, src, opts, memory)
+	if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), ErrUpstreamTimeout) {
+		return Image{}, ErrUpstreamTimeout // the engine's own deadline, not the request's
+	}
+	return img, err
+}
+
+// runEngine waits for the engine and runs the Upscaler, until ctx ends.
+func (h *Handler) runEngine(ctx context.Context, src []byte, opts Options, memory *grant) (Image, error) {
 	queueStart := time.Now()
 	slotDone, err := h.waitForEngine(ctx, src, opts, memory)
 	h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart))
@@ -549,7 +558,7 @@ var problems = []struct {
 	{ErrUnavailable, http.StatusServiceUnavailable, "backend_unavailable", "A service this API depends on cannot be reached at the moment; nothing was charged. Try again in a few seconds."},
 	{ErrUpstream, http.StatusBadGateway, "upstream_error", "The upscaling engine failed on this image; retrying is safe."},
 	{ErrUpstreamTimeout, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
-	{context.DeadlineExceeded, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, "timeout", "The request did not finish in the time it was allowed; nothing was charged. Retrying is safe."},
 }
 
 // Problem is the application/problem+json body (RFC 9457) of every error.
@@ -585,7 +594,9 @@ func problemFor(err error) Problem {
 // fail answers err as a problem and returns its code, or "caller_gone"
 // when there is nobody left to answer.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code string) {
-	if r.Context().Err() != nil {
+	// Only a caller that went away gets nothing; a deadline the host set
+	// on the request (a timeout middleware) still gets its answer.
+	if errors.Is(r.Context().Err(), context.Canceled) {
 		h.cfg.Logger.Debug("upscale: caller went away", "err", err)
 		return "caller_gone"
 	}

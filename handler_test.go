@@ -535,6 +535,16 @@ func (failingBlobs) Put(context.Context, string, []byte, string, time.Time) (str
 
 func (failingBlobs) Delete(context.Context, string, time.Time) error { return nil }
 
+// timingOutBlobs is a BlobStore whose every Put passes its own deadline.
+type timingOutBlobs struct{ failingBlobs }
+
+func (timingOutBlobs) Put(ctx context.Context, _ string, _ []byte, _ string, _ time.Time) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	<-ctx.Done()
+	return "", fmt.Errorf("put object: %w", ctx.Err())
+}
+
 func TestEngineAndStorageFailures(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -552,6 +562,8 @@ func TestEngineAndStorageFailures(t *testing.T) {
 		{"EngineTooLarge", func(c *upscale.Config) { c.Upscaler = failingUpscaler{err: upscale.ErrImageTooLarge} }, 400, "image_too_large"},
 		{"UnknownEngineError", func(c *upscale.Config) { c.Upscaler = failingUpscaler{err: errors.New("secret path /srv/model.bin")} }, 500, "internal_error"},
 		{"StorageFailure", func(c *upscale.Config) { c.Blobs = failingBlobs{} }, 500, "internal_error"},
+		// A store's timeout is not the engine's: only EngineTimeout is upstream_timeout.
+		{"StorageTimeout", func(c *upscale.Config) { c.Blobs = timingOutBlobs{} }, 504, "timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -564,6 +576,28 @@ func TestEngineAndStorageFailures(t *testing.T) {
 				t.Errorf("balance %+v after a failure, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestHostDeadline: a host's timeout middleware ends the request while
+// the engine works. The caller gets a 504 problem that does not blame the
+// engine, not an empty 200, and is charged nothing.
+func TestHostDeadline(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = slowUpscaler{took: time.Second} })
+	withDeadline := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 100*time.Millisecond)
+			defer cancel()
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"))))
+	r.Header.Set("Authorization", "Bearer "+keyFree)
+	w := httptest.NewRecorder()
+	withDeadline(e.handler).ServeHTTP(w, r)
+	checkProblem(t, w, http.StatusGatewayTimeout, "timeout")
+	if got, want := e.balance("free"), (upscale.Balance{Plan: freePlan, Free: 3}); got != want {
+		t.Errorf("balance %+v after the deadline, want %+v", got, want)
 	}
 }
 
