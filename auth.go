@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 )
 
 // KeyStore resolves API keys to the accounts that own them. Hosts adapt
@@ -57,68 +56,4 @@ func bearerKey(h http.Header) (string, bool) {
 		return "", false
 	}
 	return key, true
-}
-
-// MemoryKeyStore is a KeyStore held in process memory. It keeps only the
-// SHA-256 digest of each key. Lookups go by digest, so the time a lookup
-// takes depends on the digest of the presented key, never on how much of
-// a real key it matches: timing reveals nothing that helps guess a key.
-// It is safe for concurrent use.
-type MemoryKeyStore struct {
-	mu   sync.RWMutex
-	keys map[KeyDigest]memoryKey
-}
-
-type memoryKey struct {
-	accountID string
-	revoked   bool
-}
-
-var _ KeyStore = (*MemoryKeyStore)(nil)
-
-// NewMemoryKeyStore returns an empty MemoryKeyStore.
-func NewMemoryKeyStore() *MemoryKeyStore {
-	return &MemoryKeyStore{keys: make(map[KeyDigest]memoryKey)}
-}
-
-// Add makes key authenticate as accountID. It refuses a key that fails
-// ValidateKey or that is already known, revoked or not.
-func (s *MemoryKeyStore) Add(_ context.Context, key, accountID string) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	d := DigestKey(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.keys[d]; dup {
-		return fmt.Errorf("key already exists")
-	}
-	s.keys[d] = memoryKey{accountID: accountID}
-	return nil
-}
-
-// Revoke makes key fail authentication from now on. It returns an error
-// wrapping ErrNotFound when the key is unknown.
-func (s *MemoryKeyStore) Revoke(_ context.Context, key string) error {
-	d := DigestKey(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k, ok := s.keys[d]
-	if !ok {
-		return fmt.Errorf("revoke key: %w", ErrNotFound)
-	}
-	k.revoked = true
-	s.keys[d] = k
-	return nil
-}
-
-// Authenticate implements KeyStore.
-func (s *MemoryKeyStore) Authenticate(_ context.Context, key string) (string, error) {
-	s.mu.RLock()
-	k, ok := s.keys[DigestKey(key)]
-	s.mu.RUnlock()
-	if !ok || k.revoked {
-		return "", ErrUnauthorized
-	}
-	return k.accountID, nil
 }

@@ -5,17 +5,19 @@
 //
 // # Mounting
 //
-// New returns a Handler, a plain http.Handler: mount it on any router at
-// /api/v1/upscale. Mount the BlobStore's link handler (MemoryBlobStore is
-// one) wherever its base URL points.
+// New returns a Handler. Handler.Middleware puts the API (Config.Path,
+// /api/v1/upscale by default) and the result links in front of the host's
+// own handler. Or mount the Handler, a plain http.Handler, on any router,
+// and the BlobStore too when it serves its own links (a LinkServer, as
+// MemoryBlobStore is) under its LinkPath.
 //
 // # Backends
 //
 // Four interfaces make the handler's dependencies pluggable: KeyStore,
 // QuotaLedger, Upscaler and BlobStore. The root package ships in-memory
-// defaults for three of them, and DirBlobStore for results on local disk;
-// keys and quotas on SQLite or PostgreSQL are in sqlstore, results in an S3
-// bucket in s3store, and the default Upscaler, on libvips, is in
+// defaults for three of them; results on local disk are in dirstore, keys
+// and quotas on SQLite or PostgreSQL in sqlstore, results in an S3 bucket
+// in s3store, and the default Upscaler, on libvips, is in
 // engine/vips (a learned one, waifu2x's networks on ONNX Runtime, is in
 // engine/onnx), so that this package never needs cgo. Every implementation
 // is held to one contract by the suites in upscaletest.

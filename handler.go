@@ -30,7 +30,13 @@ type Config struct {
 	Upscaler Upscaler    // enlarges images, e.g. engine/vips; required
 	Blobs    BlobStore   // keeps results behind expiring links; required
 
-	// LinkTTL is how long a result's link works. Zero means one hour.
+	// Path is where Middleware answers the API. Zero means
+	// "/api/v1/upscale". A host that mounts the Handler itself chooses
+	// the path with its router instead.
+	Path string
+	// LinkTTL is how long a result's link works. Zero means one hour. New
+	// refuses one longer than the BlobStore's links can last
+	// (ExpiryLimiter).
 	LinkTTL time.Duration
 	// EngineTimeout bounds the Upscaler's work on one request, queueing
 	// included; past it the caller gets 504. Zero means 60 seconds.
@@ -158,7 +164,11 @@ func New(cfg Config) (*Handler, error) {
 		}
 	}
 	cfg.QueueLength = cmp.Or(cfg.QueueLength, 4*cfg.EngineConcurrency)
+	cfg.Path = cmp.Or(cfg.Path, "/api/v1/upscale")
 	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
+	if limit, ok := cfg.Blobs.(ExpiryLimiter); ok && cfg.LinkTTL > limit.MaxLinkTTL() {
+		return nil, fmt.Errorf("upscale: Config.LinkTTL is %v, but the BlobStore's links last at most %v", cfg.LinkTTL, limit.MaxLinkTTL())
+	}
 	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 20*time.Second)
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, 15*time.Second)
@@ -188,6 +198,28 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.Metrics.Attach(h.Load)
 	return h, nil
+}
+
+// Middleware returns next with the API in front of it: a request for
+// Config.Path goes to the Handler and, when the BlobStore serves its own
+// links (a LinkServer), a request under its LinkPath goes to the
+// BlobStore. Every other request reaches next as it came.
+func (h *Handler) Middleware(next http.Handler) http.Handler {
+	links, servesLinks := h.cfg.Blobs.(LinkServer)
+	var linkPath string
+	if servesLinks {
+		linkPath = links.LinkPath()
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == h.cfg.Path:
+			h.ServeHTTP(w, r)
+		case servesLinks && strings.HasPrefix(r.URL.Path, linkPath):
+			links.ServeHTTP(w, r)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
 }
 
 // Load returns what the handler is doing now.

@@ -22,13 +22,10 @@ import (
 const hostileFetchTimeout = 500 * time.Millisecond
 
 // verifyNoLeaks checks, after every other cleanup of t has run, that no
-// goroutine t started is left. go-cache's janitor is the one exception: the
-// library stops it from a finalizer, not from a Close.
+// goroutine t started is left.
 func verifyNoLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() {
-		goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction("github.com/patrickmn/go-cache.(*janitor).Run"))
-	})
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
 
 // rawOrigin is a TCP listener whose connections are handed to serve, for

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -39,8 +40,8 @@ import (
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
-// MaxLinkTTL is the longest a presigned link can last (SigV4's limit).
-const MaxLinkTTL = 7 * 24 * time.Hour
+// maxLinkTTL is the longest a presigned link can last (SigV4's limit).
+const maxLinkTTL = 7 * 24 * time.Hour
 
 // Options configures a Store.
 type Options struct {
@@ -60,6 +61,10 @@ type Options struct {
 	// ten minutes; negative turns the sweeper off, leaving deletion to the
 	// bucket's lifecycle rule.
 	SweepInterval time.Duration
+	// Logger receives the sweeper's failures, such as a bucket policy
+	// that allows no listing or deleting: unlogged, expired results would
+	// pile up unseen. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is an upscale.BlobStore on an S3 bucket. Each result is one object
@@ -82,7 +87,14 @@ type Store struct {
 	close    sync.Once
 }
 
-var _ upscale.BlobStore = (*Store)(nil)
+var (
+	_ upscale.BlobStore     = (*Store)(nil)
+	_ upscale.ExpiryLimiter = (*Store)(nil)
+)
+
+// MaxLinkTTL implements upscale.ExpiryLimiter: a presigned link lasts at
+// most 7 days (SigV4's limit).
+func (*Store) MaxLinkTTL() time.Duration { return maxLinkTTL }
 
 // NewClient returns a client configured the way the AWS CLI is: region and
 // credentials from the standard environment variables (AWS_REGION,
@@ -130,6 +142,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = 10 * time.Minute
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	if _, err := opts.Client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &opts.Bucket}); err != nil {
 		return nil, fmt.Errorf("s3store: bucket %q: %w", opts.Bucket, err)
 	}
@@ -144,7 +159,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	s.sweeper = periodic.Start(opts.SweepInterval, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opts.SweepInterval)
 		defer cancel()
-		s.Sweep(ctx)
+		if deleted, err := s.Sweep(ctx); err != nil {
+			opts.Logger.Error("s3store: sweep: expired results stay in the bucket until a sweep succeeds", "bucket", opts.Bucket, "deleted", deleted, "err", err)
+		}
 	})
 	return s, nil
 }
@@ -191,14 +208,14 @@ func (s *Store) expiryOf(objectKey string) (expires time.Time, ok bool) {
 
 // Put implements upscale.BlobStore: one PutObject, which S3 makes visible
 // whole or not at all, then a presigned GET lasting until expires (rounded
-// up to the second; at most MaxLinkTTL away).
+// up to the second; at most 7 days away).
 func (s *Store) Put(ctx context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
 	ttl := expires.Sub(s.now())
 	switch {
 	case ttl <= 0:
 		return "", fmt.Errorf("s3store: %q already expired", key)
-	case ttl > MaxLinkTTL:
-		return "", fmt.Errorf("s3store: link for %q would last %v; presigned links last at most %v", key, ttl, MaxLinkTTL)
+	case ttl > maxLinkTTL:
+		return "", fmt.Errorf("s3store: link for %q would last %v; presigned links last at most %v", key, ttl, maxLinkTTL)
 	}
 	objectKey := s.objectKey(key, expires)
 	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{

@@ -2,6 +2,7 @@ package s3store_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -117,12 +118,43 @@ func TestSweepDeletesOnlyExpiredResults(t *testing.T) {
 	}
 }
 
+// TestSweeperLogsFailures: a sweeper that cannot list the bucket says so
+// in the log, every time it tries.
+func TestSweeperLogsFailures(t *testing.T) {
+	client, bucket := newBucket(t)
+	logged := make(chan string, 10)
+	logger := slog.New(slog.NewTextHandler(channelWriter(logged), nil))
+	store, err := s3store.New(context.Background(), s3store.Options{Client: client, Bucket: bucket, SweepInterval: 10 * time.Millisecond, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := client.DeleteBucket(context.Background(), &s3.DeleteBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	if line := <-logged; !strings.Contains(line, "level=ERROR") || !strings.Contains(line, bucket) {
+		t.Errorf("logged %q, want an error naming the bucket", line)
+	}
+}
+
+// channelWriter sends each write (a log line) to a channel, dropping it
+// when the channel is full.
+type channelWriter chan<- string
+
+func (c channelWriter) Write(p []byte) (int, error) {
+	select {
+	case c <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
 func TestPutRefusesLinksS3CannotSign(t *testing.T) {
 	clock := upscaletest.NewClock(time.Now())
 	store, client, bucket := newStore(t, clock)
 	for name, expires := range map[string]time.Time{
 		"past":        clock.Now().Add(-time.Second),
-		"over 7 days": clock.Now().Add(s3store.MaxLinkTTL + time.Second),
+		"over 7 days": clock.Now().Add(store.MaxLinkTTL() + time.Second),
 	} {
 		if link, err := store.Put(context.Background(), "x.png", []byte("png"), "image/png", expires); err == nil {
 			t.Errorf("Put expiring %s = %q, want an error", name, link)

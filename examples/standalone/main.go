@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dirstore"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/prommetrics"
@@ -140,7 +141,7 @@ func (o options) openEngine() (upscale.Upscaler, error) {
 }
 
 // resultStore is a BlobStore the server closes on the way out. The
-// directory store also serves its links (it is an http.Handler); an S3
+// directory store also serves its links (an upscale.LinkServer); an S3
 // bucket serves its own.
 type resultStore interface {
 	upscale.BlobStore
@@ -151,7 +152,7 @@ type resultStore interface {
 // directory -data/outputs, whose links point at publicURL/outputs.
 func (o options) openResults(ctx context.Context, publicURL string) (resultStore, error) {
 	if o.s3Bucket == "" {
-		return upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: filepath.Join(o.dataDir, "outputs"), BaseURL: publicURL + "/outputs"})
+		return dirstore.New(dirstore.Options{Dir: filepath.Join(o.dataDir, "outputs"), BaseURL: publicURL + "/outputs"})
 	}
 	client, err := s3store.NewClient(ctx, o.s3Endpoint, o.s3Region)
 	if err != nil {
@@ -236,14 +237,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// The middleware form: the API and the result links (when the
+	// directory store serves them) in front of the server's own routes.
 	mux := http.NewServeMux()
-	mux.Handle("/api/v1/upscale", handler)
 	mux.Handle("GET /livez", handler.LiveHandler())
 	mux.Handle("GET /readyz", handler.ReadyHandler())
-	if links, ok := blobs.(http.Handler); ok {
-		mux.Handle("GET /outputs/", links)
-	}
-	srv := newServer(mux, o.engineTimeout, logger)
+	srv := newServer(handler.Middleware(mux), o.engineTimeout, logger)
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
 	if o.metricsAddr != "" {

@@ -1,30 +1,33 @@
-package upscale_test
+package dirstore_test
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"hash"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dirstore"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-// newDirBlobs opens a DirBlobStore on dir, served by a test server.
-func newDirBlobs(t *testing.T, dir string, clock *upscaletest.Clock) *upscale.DirBlobStore {
+// newStore opens a Store on dir, served by a test server.
+func newStore(t *testing.T, dir string, clock *upscaletest.Clock) *dirstore.Store {
 	t.Helper()
-	var store *upscale.DirBlobStore
+	var store *dirstore.Store
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { store.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
-	store, err := upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: dir, BaseURL: srv.URL + "/outputs", Now: clock.Now})
+	store, err := dirstore.New(dirstore.Options{Dir: dir, BaseURL: srv.URL + "/outputs", Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,16 +35,16 @@ func newDirBlobs(t *testing.T, dir string, clock *upscaletest.Clock) *upscale.Di
 	return store
 }
 
-func TestDirBlobStoreConformance(t *testing.T) {
+func TestConformance(t *testing.T) {
 	upscaletest.TestBlobStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.BlobStore {
-		return newDirBlobs(t, t.TempDir(), clock)
+		return newStore(t, t.TempDir(), clock)
 	})
 }
 
-func TestDirBlobStoreSurvivesRestart(t *testing.T) {
+func TestSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	clock := upscaletest.NewClock(time.Now())
-	first := newDirBlobs(t, dir, clock)
+	first := newStore(t, dir, clock)
 	link, err := first.Put(context.Background(), "abc.png", []byte("png bytes"), "image/png", clock.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +53,7 @@ func TestDirBlobStoreSurvivesRestart(t *testing.T) {
 
 	// A new store on the same directory, behind a new server: the old
 	// link's path and token are served by it.
-	again := newDirBlobs(t, dir, clock)
+	again := newStore(t, dir, clock)
 	w := httptest.NewRecorder()
 	again.ServeHTTP(w, httptest.NewRequest(http.MethodGet, link, nil))
 	if w.Code != http.StatusOK || w.Body.String() != "png bytes" {
@@ -61,10 +64,10 @@ func TestDirBlobStoreSurvivesRestart(t *testing.T) {
 	}
 }
 
-func TestDirBlobStoreSweep(t *testing.T) {
+func TestSweep(t *testing.T) {
 	dir := t.TempDir()
 	clock := upscaletest.NewClock(time.Now())
-	s := newDirBlobs(t, dir, clock)
+	s := newStore(t, dir, clock)
 	ctx := context.Background()
 	s.Put(ctx, "short.png", []byte("a"), "image/png", clock.Now().Add(time.Minute))
 	s.Put(ctx, "long.png", []byte("b"), "image/png", clock.Now().Add(time.Hour))
@@ -94,8 +97,33 @@ func TestDirBlobStoreSweep(t *testing.T) {
 	}
 }
 
-func TestDirBlobStoreKeys(t *testing.T) {
-	s := newDirBlobs(t, t.TempDir(), upscaletest.NewClock(time.Now()))
+// TestSweepLogsFailures: a sweep that cannot read its directory says so.
+func TestSweepLogsFailures(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "results")
+	var log bytes.Buffer
+	s, err := dirstore.New(dirstore.Options{Dir: dir, BaseURL: "http://x.test/outputs", Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	s.Sweep()
+	if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "results") {
+		t.Errorf("log after a failed sweep: %q, want an error naming the directory", log.String())
+	}
+}
+
+func TestLinkPath(t *testing.T) {
+	s := newStore(t, t.TempDir(), upscaletest.NewClock(time.Now()))
+	if got := s.LinkPath(); got != "/outputs/" {
+		t.Errorf("LinkPath = %q, want /outputs/", got)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	s := newStore(t, t.TempDir(), upscaletest.NewClock(time.Now()))
 	for _, key := range []string{"", "../escape.png", "a/b.png", ".hidden", "x.meta", "nul\x00.png"} {
 		if _, err := s.Put(context.Background(), key, []byte("x"), "image/png", time.Now().Add(time.Hour)); err == nil {
 			t.Errorf("Put(%q) succeeded", key)
@@ -103,10 +131,10 @@ func TestDirBlobStoreKeys(t *testing.T) {
 	}
 }
 
-func TestDirBlobStoreRefusesShortSecret(t *testing.T) {
+func TestRefusesShortSecret(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, ".link-secret"), []byte("short"), 0o600)
-	if _, err := upscale.NewDirBlobStore(upscale.DirBlobStoreOptions{Dir: dir, BaseURL: "http://x.test/outputs"}); err == nil {
+	if _, err := dirstore.New(dirstore.Options{Dir: dir, BaseURL: "http://x.test/outputs"}); err == nil {
 		t.Fatal("a 5-byte link secret was accepted or replaced silently")
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, ".link-secret")); string(got) != "short" {
@@ -116,9 +144,9 @@ func TestDirBlobStoreRefusesShortSecret(t *testing.T) {
 
 // A download streams the file: serving a 32 MiB result allocates a small
 // fraction of it, where reading the file whole would allocate all of it.
-func TestDirBlobStoreStreamsDownloads(t *testing.T) {
+func TestStreamsDownloads(t *testing.T) {
 	clock := upscaletest.NewClock(time.Now())
-	store := newDirBlobs(t, t.TempDir(), clock)
+	store := newStore(t, t.TempDir(), clock)
 	data := make([]byte, 32<<20)
 	rand.NewChaCha8([32]byte{}).Read(data) // incompressible, like a real result
 	want := sha256.Sum256(data)

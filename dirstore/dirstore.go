@@ -1,24 +1,30 @@
-package upscale
+// Package dirstore is an upscale.BlobStore in a directory of the local file
+// system, for a single machine: results and their links survive a restart.
+// It serves its own links (see upscale.LinkServer), which are signed and
+// stop working at expiry.
+package dirstore
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/link"
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
-// DirBlobStoreOptions configures a DirBlobStore.
-type DirBlobStoreOptions struct {
+// Options configures a Store.
+type Options struct {
 	// Dir holds the results, one file each plus a small metadata file.
 	// It is created if missing. Required.
 	Dir string
@@ -33,26 +39,28 @@ type DirBlobStoreOptions struct {
 	// SweepInterval is how often expired files are deleted. Zero means one
 	// minute.
 	SweepInterval time.Duration
+	// Logger receives the sweeper's failures, such as a file it may not
+	// delete. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
-// DirBlobStore is a BlobStore in a directory of the local file system, for
-// a single machine: results and their links survive a restart. It is also
-// the http.Handler that serves its links, which are signed (HS256) and stop
-// working at expiry; a sweeper deletes expired files. It is safe for
+// Store is a BlobStore in one directory. It is also the http.Handler that
+// serves its links; a sweeper deletes expired files. It is safe for
 // concurrent use. Close stops the sweeper.
-type DirBlobStore struct {
+type Store struct {
 	dir    string
-	signer *LinkSigner
+	signer *link.Signer
 	now    func() time.Time
+	logger *slog.Logger
 	http.Handler
 
 	sweeper *periodic.Job
 }
 
-var _ BlobStore = (*DirBlobStore)(nil)
+var _ upscale.LinkServer = (*Store)(nil)
 
-// dirBlobMeta is what the metadata file beside each result holds.
-type dirBlobMeta struct {
+// meta is what the metadata file beside each result holds.
+type meta struct {
 	ContentType string    `json:"contentType"`
 	Expires     time.Time `json:"expires"`
 }
@@ -62,10 +70,10 @@ const (
 	tempPrefix = ".tmp-"
 )
 
-// NewDirBlobStore opens the store in opts.Dir and starts its sweeper.
-func NewDirBlobStore(opts DirBlobStoreOptions) (*DirBlobStore, error) {
+// New opens the store in opts.Dir and starts its sweeper.
+func New(opts Options) (*Store, error) {
 	if opts.Dir == "" {
-		return nil, errors.New("upscale: DirBlobStoreOptions.Dir is required")
+		return nil, errors.New("dirstore: Options.Dir is required")
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -73,8 +81,11 @@ func NewDirBlobStore(opts DirBlobStoreOptions) (*DirBlobStore, error) {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = time.Minute
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("upscale: blob directory: %w", err)
+		return nil, fmt.Errorf("dirstore: directory: %w", err)
 	}
 	if opts.Secret == nil {
 		var err error
@@ -82,11 +93,11 @@ func NewDirBlobStore(opts DirBlobStoreOptions) (*DirBlobStore, error) {
 			return nil, err
 		}
 	}
-	signer, err := NewLinkSigner(opts.BaseURL, opts.Secret, opts.Now)
+	signer, err := link.New(opts.BaseURL, opts.Secret, opts.Now)
 	if err != nil {
 		return nil, err
 	}
-	s := &DirBlobStore{dir: opts.Dir, signer: signer, now: opts.Now}
+	s := &Store{dir: opts.Dir, signer: signer, now: opts.Now, logger: opts.Logger}
 	s.Handler = signer.Handler(s.open)
 	s.sweeper = periodic.Start(opts.SweepInterval, s.Sweep)
 	return s, nil
@@ -97,31 +108,34 @@ func NewDirBlobStore(opts DirBlobStoreOptions) (*DirBlobStore, error) {
 func loadOrCreateSecret(path string) ([]byte, error) {
 	secret, err := os.ReadFile(path)
 	switch {
-	case err == nil && len(secret) < 32:
+	case err == nil && len(secret) < link.MinSecretBytes:
 		// Replacing it would silently break every link out there, and a
 		// short secret is more likely damage or tampering than anything.
-		return nil, fmt.Errorf("upscale: link secret %s is shorter than 32 bytes; delete it to make a new one (outstanding links stop working)", path)
+		return nil, fmt.Errorf("dirstore: link secret %s is shorter than %d bytes; delete it to make a new one (outstanding links stop working)", path, link.MinSecretBytes)
 	case err == nil:
 		return secret, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("upscale: link secret: %w", err)
+		return nil, fmt.Errorf("dirstore: link secret: %w", err)
 	}
-	secret = []byte(rand.Text() + rand.Text())
+	secret = link.NewSecret()
 	if err := writeFileAtomic(path, secret, 0o600); err != nil {
-		return nil, fmt.Errorf("upscale: link secret: %w", err)
+		return nil, fmt.Errorf("dirstore: link secret: %w", err)
 	}
 	return secret, nil
 }
 
+// LinkPath implements upscale.LinkServer: the path of Options.BaseURL.
+func (s *Store) LinkPath() string { return s.signer.Path() }
+
 // Close stops the sweeper; calling it again does nothing. Files stay, and a
 // new store on the directory serves them.
-func (s *DirBlobStore) Close() error {
+func (s *Store) Close() error {
 	s.sweeper.Stop()
 	return nil
 }
 
-// validBlobKey keeps keys to one plain file name inside the directory.
-func validBlobKey(key string) error {
+// validKey keeps keys to one plain file name inside the directory.
+func validKey(key string) error {
 	if key == "" || len(key) > 200 || strings.HasPrefix(key, ".") || strings.HasSuffix(key, metaSuffix) ||
 		strings.Trim(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
 		return fmt.Errorf("blob key %q: want letters, digits, '.', '_' or '-', not starting with a dot", key)
@@ -129,18 +143,18 @@ func validBlobKey(key string) error {
 	return nil
 }
 
-// Put implements BlobStore. The result and then its metadata are each
+// Put implements upscale.BlobStore. The result and then its metadata are each
 // written to a temporary file and renamed into place, so a crash never
 // leaves a half-written result behind a link: without its metadata file a
 // result is not served, and the sweeper deletes it.
-func (s *DirBlobStore) Put(_ context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
-	if err := validBlobKey(key); err != nil {
+func (s *Store) Put(_ context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+	if err := validKey(key); err != nil {
 		return "", err
 	}
 	if !expires.After(s.now()) {
 		return "", fmt.Errorf("put %q: expiry %v is not in the future", key, expires)
 	}
-	meta, err := json.Marshal(dirBlobMeta{ContentType: contentType, Expires: expires})
+	meta, err := json.Marshal(meta{ContentType: contentType, Expires: expires})
 	if err != nil {
 		return "", err
 	}
@@ -155,10 +169,10 @@ func (s *DirBlobStore) Put(_ context.Context, key string, data []byte, contentTy
 	return s.signer.URL(key, expires)
 }
 
-// Delete implements BlobStore. The metadata goes first: without it the
+// Delete implements upscale.BlobStore. The metadata goes first: without it the
 // result is no longer served, and a sweep removes a data file left behind.
-func (s *DirBlobStore) Delete(_ context.Context, key string, _ time.Time) error {
-	if err := validBlobKey(key); err != nil {
+func (s *Store) Delete(_ context.Context, key string, _ time.Time) error {
+	if err := validKey(key); err != nil {
 		return err
 	}
 	path := filepath.Join(s.dir, key)
@@ -196,11 +210,11 @@ func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	return err
 }
 
-func (s *DirBlobStore) readMeta(key string) (dirBlobMeta, error) {
-	var m dirBlobMeta
+func (s *Store) readMeta(key string) (meta, error) {
+	var m meta
 	raw, err := os.ReadFile(filepath.Join(s.dir, key+metaSuffix))
 	if errors.Is(err, fs.ErrNotExist) {
-		return m, fmt.Errorf("blob %q: %w", key, ErrNotFound)
+		return m, fmt.Errorf("blob %q: %w", key, fs.ErrNotExist)
 	}
 	if err == nil {
 		err = json.Unmarshal(raw, &m)
@@ -208,22 +222,22 @@ func (s *DirBlobStore) readMeta(key string) (dirBlobMeta, error) {
 	return m, err
 }
 
-func (s *DirBlobStore) open(_ context.Context, key string) (io.ReadSeekCloser, string, error) {
-	if validBlobKey(key) != nil {
-		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
+func (s *Store) open(_ context.Context, key string) (io.ReadSeekCloser, string, error) {
+	if validKey(key) != nil {
+		return nil, "", fmt.Errorf("blob %q: %w", key, fs.ErrNotExist)
 	}
 	m, err := s.readMeta(key)
 	if err != nil {
 		return nil, "", err
 	}
 	if !s.now().Before(m.Expires) {
-		return nil, "", fmt.Errorf("blob %q: expired: %w", key, ErrNotFound)
+		return nil, "", fmt.Errorf("blob %q: expired: %w", key, fs.ErrNotExist)
 	}
 	// The sweeper may remove the file while it is being served; on Unix
 	// the open descriptor keeps its bytes readable until it is closed.
 	f, err := os.Open(filepath.Join(s.dir, key))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", fmt.Errorf("blob %q: %w", key, ErrNotFound)
+		return nil, "", fmt.Errorf("blob %q: %w", key, fs.ErrNotExist)
 	}
 	if err != nil {
 		return nil, "", err
@@ -237,10 +251,12 @@ func (s *DirBlobStore) open(_ context.Context, key string) (io.ReadSeekCloser, s
 const orphanAge = 10 * time.Minute
 
 // Sweep deletes expired results now, and the leftovers of interrupted
-// writes. The sweeper calls it every SweepInterval.
-func (s *DirBlobStore) Sweep() {
+// writes. The sweeper calls it every SweepInterval. It logs what it could
+// not delete: a results directory that cannot be swept fills the disk.
+func (s *Store) Sweep() {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
+		s.logger.Error("dirstore: sweep: expired results stay until the directory can be read", "err", err)
 		return
 	}
 	now := s.now()
@@ -251,16 +267,23 @@ func (s *DirBlobStore) Sweep() {
 		case strings.HasSuffix(name, metaSuffix):
 			key := strings.TrimSuffix(name, metaSuffix)
 			if m, err := s.readMeta(key); err == nil && !now.Before(m.Expires) {
-				os.Remove(filepath.Join(s.dir, key))
-				os.Remove(path)
+				s.logFailure(s.Delete(context.Background(), key, m.Expires))
 			}
-		case strings.HasPrefix(name, tempPrefix) || validBlobKey(name) == nil:
+		case strings.HasPrefix(name, tempPrefix) || validKey(name) == nil:
 			if _, err := os.Stat(path + metaSuffix); err == nil {
 				continue // a result with its metadata: the case above decides
 			}
 			if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > orphanAge {
-				os.Remove(path)
+				if err := os.Remove(path); !errors.Is(err, fs.ErrNotExist) {
+					s.logFailure(err)
+				}
 			}
 		}
+	}
+}
+
+func (s *Store) logFailure(err error) {
+	if err != nil {
+		s.logger.Error("dirstore: sweep: could not delete an expired file; it is tried again at the next sweep", "err", err)
 	}
 }

@@ -1,0 +1,176 @@
+package upscale
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MemoryLedger is a QuotaLedger held in process memory, for one process and
+// for tests: it forgets every balance on restart. It is safe for concurrent
+// use.
+type MemoryLedger struct {
+	opts LedgerOptions
+
+	mu       sync.Mutex
+	accounts map[string]*memoryAccount
+	holds    map[string]memoryHold
+}
+
+type memoryAccount struct {
+	Account
+	freeMonth string // the month freeUsed counts
+	freeUsed  int64
+}
+
+type memoryHold struct {
+	accountID string
+	pool      Pool
+	month     string
+	expires   time.Time
+}
+
+var _ QuotaLedger = (*MemoryLedger)(nil)
+
+// NewMemoryLedger returns an empty MemoryLedger.
+func NewMemoryLedger(opts LedgerOptions) *MemoryLedger {
+	return &MemoryLedger{
+		opts:     opts.WithDefaults(),
+		accounts: make(map[string]*memoryAccount),
+		holds:    make(map[string]memoryHold),
+	}
+}
+
+// PutAccount creates an account or replaces its plan and balances. The free
+// images already used this month stay used.
+func (l *MemoryLedger) PutAccount(_ context.Context, a Account) error {
+	if a.Credits < 0 || a.ShareBonus < 0 {
+		return fmt.Errorf("account %q: balances cannot be negative", a.ID)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if acc, ok := l.accounts[a.ID]; ok {
+		acc.Account = a
+		return nil
+	}
+	l.accounts[a.ID] = &memoryAccount{Account: a}
+	return nil
+}
+
+// account returns the account with its free pool rolled over to the month of
+// now. The caller holds l.mu.
+func (l *MemoryLedger) account(id string, now time.Time) (*memoryAccount, error) {
+	acc, ok := l.accounts[id]
+	if !ok {
+		return nil, fmt.Errorf("account %q: %w", id, ErrNotFound)
+	}
+	if m := Month(now); acc.freeMonth != m {
+		acc.freeMonth, acc.freeUsed = m, 0
+	}
+	return acc, nil
+}
+
+func (acc *memoryAccount) balance() Balance {
+	return Balance{
+		Plan:       acc.Plan,
+		Free:       max(acc.Plan.MonthlyImages-acc.freeUsed, 0),
+		ShareBonus: acc.ShareBonus,
+		Credits:    acc.Credits,
+	}
+}
+
+// add moves n units into (n > 0) or out of (n < 0) one pool.
+func (acc *memoryAccount) add(pool Pool, month string, n int64) {
+	switch pool {
+	case PoolFree:
+		if month == acc.freeMonth { // last month's free units are gone anyway
+			acc.freeUsed -= n
+		}
+	case PoolShareBonus:
+		acc.ShareBonus += n
+	case PoolCredit:
+		acc.Credits += n
+	}
+}
+
+// lock takes l.mu and brings the ledger up to the clock: reservations past
+// their TTL are given back first. It returns the time it used; the caller
+// unlocks l.mu.
+func (l *MemoryLedger) lock() time.Time {
+	now := l.opts.Now()
+	l.mu.Lock()
+	l.expireHolds(now)
+	return now
+}
+
+// expireHolds gives back the units of reservations past their TTL. The
+// caller holds l.mu.
+func (l *MemoryLedger) expireHolds(now time.Time) {
+	for id, h := range l.holds {
+		if now.After(h.expires) {
+			l.settle(id, h, true, now)
+		}
+	}
+}
+
+func (l *MemoryLedger) settle(id string, h memoryHold, giveBack bool, now time.Time) {
+	delete(l.holds, id)
+	if !giveBack {
+		return
+	}
+	if acc, err := l.account(h.accountID, now); err == nil {
+		acc.add(h.pool, h.month, 1)
+	}
+}
+
+// Reserve implements QuotaLedger.
+func (l *MemoryLedger) Reserve(_ context.Context, accountID string, needsPaid bool) (Reservation, error) {
+	now := l.lock()
+	defer l.mu.Unlock()
+	acc, err := l.account(accountID, now)
+	if err != nil {
+		return Reservation{}, err
+	}
+	pool, err := ChoosePool(acc.balance(), needsPaid)
+	if err != nil {
+		return Reservation{}, err
+	}
+	id := rand.Text()
+	acc.add(pool, acc.freeMonth, -1)
+	l.holds[id] = memoryHold{accountID: accountID, pool: pool, month: acc.freeMonth, expires: now.Add(l.opts.ReservationTTL)}
+	return Reservation{ID: id, AccountID: accountID, Pool: pool, Plan: acc.Plan}, nil
+}
+
+// Commit implements QuotaLedger.
+func (l *MemoryLedger) Commit(_ context.Context, reservationID string) error {
+	return l.finish(reservationID, false)
+}
+
+// Release implements QuotaLedger.
+func (l *MemoryLedger) Release(_ context.Context, reservationID string) error {
+	return l.finish(reservationID, true)
+}
+
+func (l *MemoryLedger) finish(reservationID string, giveBack bool) error {
+	now := l.lock()
+	defer l.mu.Unlock()
+	h, ok := l.holds[reservationID]
+	if !ok {
+		return fmt.Errorf("reservation %q: %w", reservationID, ErrNotFound)
+	}
+	l.settle(reservationID, h, giveBack, now)
+	return nil
+}
+
+// Balance implements QuotaLedger.
+func (l *MemoryLedger) Balance(_ context.Context, accountID string) (Balance, error) {
+	now := l.lock()
+	defer l.mu.Unlock()
+	acc, err := l.account(accountID, now)
+	if err != nil {
+		return Balance{}, err
+	}
+	return acc.balance(), nil
+}
