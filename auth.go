@@ -18,6 +18,25 @@ type KeyStore interface {
 	Authenticate(ctx context.Context, key string) (accountID string, err error)
 }
 
+// KeyAdmin is a KeyStore whose keys are managed through it. Every KeyStore
+// of this module is one (MemoryKeyStore, CachedKeyStore over a KeyAdmin,
+// sqlstore.Store), with one rule for duplicates, held by
+// upscaletest.TestKeyStore.
+type KeyAdmin interface {
+	KeyStore
+	// AddKey makes key authenticate as accountID. Adding a key that already
+	// belongs to accountID changes nothing, so seeding from a file can be
+	// repeated. It returns an error wrapping ErrKeyConflict when key
+	// belongs to another account or was revoked (a revoked key never comes
+	// back), one wrapping ErrNotFound when the store keeps accounts and
+	// accountID is not one of them, and the error of ValidateKey for a key
+	// of the wrong shape.
+	AddKey(ctx context.Context, key, accountID string) error
+	// RevokeKey makes key fail authentication from now on. It returns an
+	// error wrapping ErrNotFound when key is unknown or already revoked.
+	RevokeKey(ctx context.Context, key string) error
+}
+
 // KeyDigest is the SHA-256 of an API key: what a KeyStore keeps instead of
 // the key itself.
 type KeyDigest [sha256.Size]byte

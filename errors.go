@@ -65,6 +65,9 @@ var (
 	// ErrUpstreamTimeout means the engine did not finish before
 	// Config.EngineTimeout; retrying is safe.
 	ErrUpstreamTimeout = errors.New("upstream timeout")
+	// ErrKeyConflict means KeyAdmin.AddKey was given a key that belongs to
+	// another account or was revoked. It never reaches an API caller.
+	ErrKeyConflict = errors.New("key conflict")
 	// ErrNotFound means a reservation, account or stored item does not
 	// exist (or no longer does). It never reaches an API caller as such.
 	ErrNotFound = errors.New("not found")

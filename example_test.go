@@ -14,7 +14,7 @@ import (
 func ExampleNew() {
 	ctx := context.Background()
 	keys := upscale.NewMemoryKeyStore()
-	keys.Add(ctx, "upk_example_0123456789", "acme")
+	keys.AddKey(ctx, "upk_example_0123456789", "acme")
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
 	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 5 << 20}})
 	blobs, _ := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "https://img.example.com/results"})

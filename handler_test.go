@@ -60,8 +60,8 @@ func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
 	e.origin = httptest.NewServer(http.HandlerFunc(e.serveOrigin))
 	t.Cleanup(e.origin.Close)
 	ctx := context.Background()
-	e.keys.Add(ctx, keyFree, "free")
-	e.keys.Add(ctx, keyPro, "pro")
+	e.keys.AddKey(ctx, keyFree, "free")
+	e.keys.AddKey(ctx, keyPro, "pro")
 	e.putAccount(upscale.Account{ID: "free", Plan: freePlan})
 	e.putAccount(upscale.Account{ID: "pro", Plan: proPlan})
 	cfg := upscale.Config{
@@ -308,8 +308,8 @@ func TestMethodNotAllowed(t *testing.T) {
 func TestUnauthorized(t *testing.T) {
 	e := newEnv(t)
 	revoked := "upk_test_revoked_0123456789"
-	e.keys.Add(context.Background(), revoked, "free")
-	e.keys.Revoke(context.Background(), revoked)
+	e.keys.AddKey(context.Background(), revoked, "free")
+	e.keys.RevokeKey(context.Background(), revoked)
 	valid := body(e.url("/small.png"))
 	cases := map[string]func(r *http.Request){
 		"Missing":     func(r *http.Request) {},

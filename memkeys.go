@@ -21,37 +21,39 @@ type memoryKey struct {
 	revoked   bool
 }
 
-var _ KeyStore = (*MemoryKeyStore)(nil)
+var _ KeyAdmin = (*MemoryKeyStore)(nil)
 
 // NewMemoryKeyStore returns an empty MemoryKeyStore.
 func NewMemoryKeyStore() *MemoryKeyStore {
 	return &MemoryKeyStore{keys: make(map[KeyDigest]memoryKey)}
 }
 
-// Add makes key authenticate as accountID. It refuses a key that fails
-// ValidateKey or that is already known, revoked or not.
-func (s *MemoryKeyStore) Add(_ context.Context, key, accountID string) error {
+// AddKey implements KeyAdmin. It keeps no accounts, so any accountID will
+// do.
+func (s *MemoryKeyStore) AddKey(_ context.Context, key, accountID string) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
 	d := DigestKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.keys[d]; dup {
-		return fmt.Errorf("key already exists")
+	if k, known := s.keys[d]; known {
+		if k.revoked || k.accountID != accountID {
+			return fmt.Errorf("add key: %w", ErrKeyConflict)
+		}
+		return nil
 	}
 	s.keys[d] = memoryKey{accountID: accountID}
 	return nil
 }
 
-// Revoke makes key fail authentication from now on. It returns an error
-// wrapping ErrNotFound when the key is unknown.
-func (s *MemoryKeyStore) Revoke(_ context.Context, key string) error {
+// RevokeKey implements KeyAdmin.
+func (s *MemoryKeyStore) RevokeKey(_ context.Context, key string) error {
 	d := DigestKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, ok := s.keys[d]
-	if !ok {
+	if !ok || k.revoked {
 		return fmt.Errorf("revoke key: %w", ErrNotFound)
 	}
 	k.revoked = true

@@ -11,9 +11,7 @@ import (
 )
 
 func TestMemoryKeyStore(t *testing.T) {
-	upscaletest.TestKeyStore(t, func(t *testing.T) upscaletest.KeyStoreHarness {
-		return upscale.NewMemoryKeyStore()
-	})
+	upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin { return upscale.NewMemoryKeyStore() })
 }
 
 func TestMemoryLedger(t *testing.T) {

@@ -36,7 +36,7 @@ func TestMetrics(t *testing.T) {
 
 	ctx := context.Background()
 	keys := upscale.NewMemoryKeyStore()
-	keys.Add(ctx, key, "acme")
+	keys.AddKey(ctx, key, "acme")
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
 	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 1, MaxFileBytes: 1 << 20}})
 	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs"})

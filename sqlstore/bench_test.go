@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -45,6 +46,48 @@ func BenchmarkReserveCommit(b *testing.B) {
 				}
 				close(next)
 				wg.Wait()
+			})
+		}
+	}
+}
+
+// BenchmarkAuthenticate measures a request's key lookup on each engine,
+// straight from the database and through an upscale.CachedKeyStore (its
+// default 5 s TTL, so all but the first lookup are answered from memory),
+// for a hot key and for a stream of unknown keys (each new, as in a flood
+// of guesses: the cache cannot help those, and must not cost them much).
+func BenchmarkAuthenticate(b *testing.B) {
+	const key = "upk_bench_0123456789abcdef"
+	for _, name := range []string{"SQLite", "PostgreSQL"} {
+		for _, cached := range []bool{false, true} {
+			s := open(b, engines[name](b), upscale.LedgerOptions{})
+			ctx := context.Background()
+			if err := s.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 1}}); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.AddKey(ctx, key, "acme"); err != nil {
+				b.Fatal(err)
+			}
+			var keys upscale.KeyStore = s
+			mode := "direct"
+			if cached {
+				c := upscale.NewCachedKeyStore(s, upscale.CachedKeyStoreOptions{})
+				b.Cleanup(func() { c.Close() })
+				keys, mode = c, "cached"
+			}
+			b.Run(name+"/hot/"+mode, func(b *testing.B) {
+				for b.Loop() {
+					if _, err := keys.Authenticate(ctx, key); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run(name+"/unknown/"+mode, func(b *testing.B) {
+				for i := 0; b.Loop(); i++ {
+					if _, err := keys.Authenticate(ctx, fmt.Sprintf("upk_bench_unknown_%012d", i)); !errors.Is(err, upscale.ErrUnauthorized) {
+						b.Fatal(err)
+					}
+				}
 			})
 		}
 	}

@@ -34,15 +34,8 @@ func (s *Store) CreateKey(ctx context.Context, accountID string) (string, error)
 	return key, s.AddKey(ctx, key, accountID)
 }
 
-// ErrKeyRevoked is returned by AddKey for a key that was revoked: a revoked
-// key is never brought back.
-var ErrKeyRevoked = errors.New("sqlstore: the key was revoked")
-
-// AddKey makes a key chosen by the host authenticate as accountID. Adding a
-// key that already belongs to accountID changes nothing, so seeding from a
-// config file can be repeated; a key that belongs to another account is
-// refused, and one that was revoked gives ErrKeyRevoked. It returns an error
-// wrapping ErrNotFound when the account does not exist.
+// AddKey implements upscale.KeyAdmin: it makes a key chosen by the host
+// authenticate as accountID, which must exist.
 func (s *Store) AddKey(ctx context.Context, key, accountID string) error {
 	if err := upscale.ValidateKey(key); err != nil {
 		return err
@@ -53,9 +46,9 @@ func (s *Store) AddKey(ctx context.Context, key, accountID string) error {
 		err := tx.QueryRowContext(ctx, `SELECT account_id, revoked_at FROM api_keys WHERE digest = $1`, digestHex(key)).Scan(&owner, &revoked)
 		switch {
 		case err == nil && owner != accountID:
-			return errors.New("sqlstore: the key already belongs to another account")
+			return fmt.Errorf("sqlstore: the key belongs to another account: %w", upscale.ErrKeyConflict)
 		case err == nil && revoked.Valid:
-			return ErrKeyRevoked
+			return fmt.Errorf("sqlstore: the key was revoked: %w", upscale.ErrKeyConflict)
 		case err == nil:
 			return nil
 		case !errors.Is(err, sql.ErrNoRows):
@@ -69,8 +62,7 @@ func (s *Store) AddKey(ctx context.Context, key, accountID string) error {
 	})
 }
 
-// RevokeKey makes key fail authentication from now on. It returns an error
-// wrapping ErrNotFound when the key is unknown or already revoked.
+// RevokeKey implements upscale.KeyAdmin.
 func (s *Store) RevokeKey(ctx context.Context, key string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE digest = $1 AND revoked_at IS NULL`, digestHex(key), s.opts.Now().UnixNano())
 	if err != nil {

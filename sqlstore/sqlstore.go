@@ -61,7 +61,7 @@ type Store struct {
 }
 
 var (
-	_ upscale.KeyStore    = (*Store)(nil)
+	_ upscale.KeyAdmin    = (*Store)(nil)
 	_ upscale.QuotaLedger = (*Store)(nil)
 )
 

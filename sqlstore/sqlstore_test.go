@@ -35,29 +35,28 @@ func open(t testing.TB, dsn string, opts upscale.LedgerOptions) *sqlstore.Store 
 	return s
 }
 
-// keyHarness adapts a Store to upscaletest's KeyStoreHarness: accounts the
-// suite names are created on first use.
-type keyHarness struct{ *sqlstore.Store }
-
-func (h keyHarness) Add(ctx context.Context, key, accountID string) error {
-	if err := h.PutPlan(ctx, upscaletest.FreePlan); err != nil {
-		return err
+// withKeyAccounts opens a Store with the accounts upscaletest.TestKeyStore
+// gives keys to.
+func withKeyAccounts(t *testing.T, dsn string) *sqlstore.Store {
+	t.Helper()
+	s := open(t, dsn, upscale.LedgerOptions{})
+	ctx := context.Background()
+	if err := s.PutPlan(ctx, upscaletest.FreePlan); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := h.CreateAccount(ctx, upscale.Account{ID: accountID, Plan: upscaletest.FreePlan}); err != nil {
-		return err
+	for _, id := range upscaletest.KeyAccounts {
+		if _, err := s.CreateAccount(ctx, upscale.Account{ID: id, Plan: upscaletest.FreePlan}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return h.AddKey(ctx, key, accountID)
+	return s
 }
-
-func (h keyHarness) Revoke(ctx context.Context, key string) error { return h.RevokeKey(ctx, key) }
 
 func TestConformance(t *testing.T) {
 	for name, newDB := range engines {
 		t.Run(name, func(t *testing.T) {
 			t.Run("KeyStore", func(t *testing.T) {
-				upscaletest.TestKeyStore(t, func(t *testing.T) upscaletest.KeyStoreHarness {
-					return keyHarness{open(t, newDB(t), upscale.LedgerOptions{})}
-				})
+				upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin { return withKeyAccounts(t, newDB(t)) })
 			})
 			t.Run("QuotaLedger", func(t *testing.T) {
 				upscaletest.TestQuotaLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.LedgerHarness {

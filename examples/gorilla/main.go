@@ -29,15 +29,17 @@ type user struct {
 	Suspended  bool
 }
 
-// userTable is the application's user store. Implementing Authenticate makes
-// it an upscale.KeyStore.
+// userTable is the application's user store, one API key per user.
+// Implementing Authenticate makes it an upscale.KeyStore; AddKey and
+// RevokeKey make it an upscale.KeyAdmin, held to the same rules as the
+// library's own stores.
 type userTable struct {
 	mu    sync.RWMutex
 	byID  map[string]*user
 	byKey map[upscale.KeyDigest]*user
 }
 
-var _ upscale.KeyStore = (*userTable)(nil)
+var _ upscale.KeyAdmin = (*userTable)(nil)
 
 func newUserTable() *userTable {
 	return &userTable{byID: map[string]*user{}, byKey: map[upscale.KeyDigest]*user{}}
@@ -56,6 +58,44 @@ func (t *userTable) suspend(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.byID[id].Suspended = true
+}
+
+// AddKey implements upscale.KeyAdmin: it gives user accountID the key,
+// creating the user if needed. A user's earlier key stops working.
+func (t *userTable) AddKey(_ context.Context, key, accountID string) error {
+	if err := upscale.ValidateKey(key); err != nil {
+		return err
+	}
+	digest := upscale.DigestKey(key)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if u, ok := t.byKey[digest]; ok {
+		if u.Suspended || u.ID != accountID {
+			return upscale.ErrKeyConflict
+		}
+		return nil
+	}
+	u, ok := t.byID[accountID]
+	if !ok {
+		u = &user{ID: accountID}
+		t.byID[accountID] = u
+	}
+	delete(t.byKey, u.APIKeyHash)
+	u.APIKeyHash = digest
+	t.byKey[digest] = u
+	return nil
+}
+
+// RevokeKey implements upscale.KeyAdmin by suspending the key's user.
+func (t *userTable) RevokeKey(_ context.Context, key string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	u, ok := t.byKey[upscale.DigestKey(key)]
+	if !ok || u.Suspended {
+		return upscale.ErrNotFound
+	}
+	u.Suspended = true
+	return nil
 }
 
 // Authenticate implements upscale.KeyStore: a suspended user's key counts as

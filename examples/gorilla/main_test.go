@@ -17,32 +17,7 @@ import (
 )
 
 func TestUserTableIsAKeyStore(t *testing.T) {
-	upscaletest.TestKeyStore(t, func(t *testing.T) upscaletest.KeyStoreHarness { return userTableHarness{newUserTable()} })
-}
-
-// userTableHarness gives the conformance suite the admin operations it needs.
-type userTableHarness struct{ *userTable }
-
-func (h userTableHarness) Add(_ context.Context, key, accountID string) error {
-	h.mu.RLock()
-	_, dup := h.byKey[upscale.DigestKey(key)]
-	h.mu.RUnlock()
-	if dup {
-		return fmt.Errorf("duplicate key")
-	}
-	h.add(user{ID: accountID}, key)
-	return nil
-}
-
-func (h userTableHarness) Revoke(_ context.Context, key string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	u, ok := h.byKey[upscale.DigestKey(key)]
-	if !ok {
-		return upscale.ErrNotFound
-	}
-	u.Suspended = true
-	return nil
+	upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin { return newUserTable() })
 }
 
 func TestMountedInTheApp(t *testing.T) {

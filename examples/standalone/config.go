@@ -123,8 +123,10 @@ func (c fileConfig) seed(ctx context.Context, store *sqlstore.Store) error {
 	}
 	for _, k := range c.Keys {
 		err := store.AddKey(ctx, k.Key, k.Account)
-		if errors.Is(err, sqlstore.ErrKeyRevoked) {
-			continue // revoked in the database, by the file or an operator: it stays so
+		if errors.Is(err, upscale.ErrKeyConflict) {
+			if _, authErr := store.Authenticate(ctx, k.Key); errors.Is(authErr, upscale.ErrUnauthorized) {
+				continue // revoked in the database, by the file or an operator: it stays so
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("key of account %q: %w", k.Account, err)

@@ -60,7 +60,7 @@ type options struct {
 	engine, onnxRuntimeLib         string
 	queueLength, maxConnections    int
 	memoryBudget                   int64
-	drainDelay                     time.Duration
+	drainDelay, keyCacheTTL        time.Duration
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -106,6 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.queueLength, "queue-length", 0, "requests admitted beyond those in the engine (fetching or waiting for it); more are refused at once with 503 overloaded (default 4 × the engine's concurrency)")
 	fs.Int64Var(&o.memoryBudget, "memory-budget", 1<<30, "bytes of memory requests may hold at once (sources, and the engine's estimated working memory); more wait or get 503 overloaded")
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
+	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -engine onnx (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
 	if err := fs.Parse(args); err != nil {
@@ -219,8 +220,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var keys upscale.KeyStore = store
+	if o.keyCacheTTL > 0 {
+		cached := upscale.NewCachedKeyStore(store, upscale.CachedKeyStoreOptions{TTL: o.keyCacheTTL})
+		defer cached.Close()
+		keys = cached
+	}
 	handler, err := upscale.New(upscale.Config{
-		Keys:                 store,
+		Keys:                 keys,
 		Ledger:               store,
 		Upscaler:             engine,
 		Blobs:                blobs,

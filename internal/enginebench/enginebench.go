@@ -180,7 +180,7 @@ func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
 	if err := errors.Join(
 		ledger.PutAccount(ctx, upscale.Account{ID: "bench", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true, MaxFileBytes: 50 << 20}}),
-		keys.Add(ctx, "bench-key-0123456789", "bench"),
+		keys.AddKey(ctx, "bench-key-0123456789", "bench"),
 	); err != nil {
 		b.Fatal(err)
 	}
