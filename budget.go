@@ -17,9 +17,9 @@ import (
 type MemoryEstimator interface {
 	Upscaler
 	// EstimateMemory returns an upper bound of the bytes Upscale(ctx, src,
-	// opts) holds at its peak, source excluded. It fails as Upscale would
+	// params) holds at its peak, source excluded. It fails as Upscale would
 	// on a source it refuses (ErrUnsupportedImage, ErrImageTooLarge).
-	EstimateMemory(src []byte, opts Options) (int64, error)
+	EstimateMemory(src []byte, params Params) (int64, error)
 }
 
 // MemoryReleaser is an Upscaler that keeps memory outside the Go heap

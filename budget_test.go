@@ -26,9 +26,9 @@ type hungryUpscaler struct {
 	mostInUse, budgetOf int64
 }
 
-func (u *hungryUpscaler) EstimateMemory([]byte, upscale.Options) (int64, error) { return u.need, nil }
+func (u *hungryUpscaler) EstimateMemory([]byte, upscale.Params) (int64, error) { return u.need, nil }
 
-func (u *hungryUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+func (u *hungryUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	load := u.handler.Load().Load()
 	u.mu.Lock()
 	u.inside++

@@ -20,7 +20,7 @@ var (
 	// ErrInvalidImageURL means imageUrl is missing or not an absolute
 	// http/https URL the service will fetch.
 	ErrInvalidImageURL = errors.New("invalid image url")
-	// ErrInvalidScale means scale is not one of 2, 4, 8 or 16.
+	// ErrInvalidScale means scale is not one of Scales().
 	ErrInvalidScale = errors.New("invalid scale")
 	// ErrInvalidImageType means imageType is not "photo" or "anime".
 	ErrInvalidImageType = errors.New("invalid image type")

@@ -49,7 +49,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		back, err := decodeRequest(httptest.NewRecorder(), httptest.NewRequest("POST", "/", bytes.NewReader(again)))
-		if err != nil || back.source.String() != req.source.String() || back.Options != req.Options {
+		if err != nil || back.source.String() != req.source.String() || back.Params != req.Params {
 			t.Fatalf("%s read back as %+v, %v; want %+v", again, back, err, req)
 		}
 	})
@@ -59,8 +59,8 @@ func checkValidRequest(t *testing.T, req request) {
 	t.Helper()
 	u := req.source
 	switch {
-	case !slices.Contains(Scales, req.Scale), !slices.Contains(imageTypes, req.ImageType), !slices.Contains(denoiseLevels, req.Denoise):
-		t.Fatalf("accepted options %+v", req.Options)
+	case !slices.Contains(Scales(), req.Scale), !slices.Contains(imageTypes, req.ImageType), !slices.Contains(denoiseLevels, req.Denoise):
+		t.Fatalf("accepted options %+v", req.Params)
 	case u.Scheme != "http" && u.Scheme != "https", u.Hostname() == "", u.User != nil, u.Fragment != "":
 		t.Fatalf("accepted imageUrl %q", u)
 	case checkHostSyntax(u.Hostname()) != nil:
@@ -93,7 +93,7 @@ func FuzzImageURL(f *testing.F) {
 			}
 			return
 		}
-		checkValidRequest(t, request{source: u, Options: Options{Scale: 2, ImageType: Photo, Denoise: DenoiseMax}})
+		checkValidRequest(t, request{source: u, Params: Params{Scale: 2, ImageType: Photo, Denoise: DenoiseMax}})
 		err = fetch.checkURL(u)
 		switch {
 		case err == nil && u.Port() != "" && u.Port() != "80" && u.Port() != "443":

@@ -355,7 +355,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	// Reserving before fetching means an exhausted account costs us no
 	// download; a file that turns out to need paid capability is re-checked
 	// below.
-	hold, err := h.reserve(ctx, accountID, req.Scale >= 8)
+	hold, err := h.reserve(ctx, accountID, ScaleNeedsPaidPlan(req.Scale))
 	if err != nil {
 		return Response{}, err
 	}
@@ -387,7 +387,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		hold = paid
 	}
 
-	img, err := h.enlarge(ctx, src, req.Options, memory)
+	img, err := h.enlarge(ctx, src, req.Params, memory)
 	if err != nil {
 		return Response{}, err
 	}
@@ -484,10 +484,10 @@ func (h *Handler) deleteResult(ctx context.Context, blobKey string, expires time
 // the deadline even if the Upscaler does not, so a stuck engine cannot hold
 // the request; the slot and the memory stay taken until the Upscaler
 // returns.
-func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options, memory *grant) (Image, error) {
+func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 	defer cancel()
-	img, err := h.runEngine(ctx, src, opts, memory)
+	img, err := h.runEngine(ctx, src, params, memory)
 	if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), ErrUpstreamTimeout) {
 		return Image{}, ErrUpstreamTimeout // the engine's own deadline, not the request's
 	}
@@ -495,9 +495,9 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, opts Options, memory 
 }
 
 // runEngine waits for the engine and runs the Upscaler, until ctx ends.
-func (h *Handler) runEngine(ctx context.Context, src []byte, opts Options, memory *grant) (Image, error) {
+func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
 	queueStart := time.Now()
-	slotDone, err := h.waitForEngine(ctx, src, opts, memory)
+	slotDone, err := h.waitForEngine(ctx, src, params, memory)
 	h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart))
 	if err != nil {
 		return Image{}, err
@@ -518,7 +518,7 @@ func (h *Handler) runEngine(ctx context.Context, src []byte, opts Options, memor
 				done <- result{err: panicError(v)}
 			}
 		}()
-		img, err := h.cfg.Upscaler.Upscale(ctx, src, opts)
+		img, err := h.cfg.Upscaler.Upscale(ctx, src, params)
 		done <- result{img, err}
 	}()
 	select {
@@ -531,9 +531,9 @@ func (h *Handler) runEngine(ctx context.Context, src []byte, opts Options, memor
 
 // waitForEngine grants the engine's working memory for src, then takes
 // one of the engine's slots.
-func (h *Handler) waitForEngine(ctx context.Context, src []byte, opts Options, memory *grant) (slotDone func(), err error) {
+func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant) (slotDone func(), err error) {
 	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
-		need, err := estimator.EstimateMemory(src, opts)
+		need, err := estimator.EstimateMemory(src, params)
 		if err != nil {
 			return nil, err
 		}
@@ -577,14 +577,14 @@ var problems = []struct {
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Send a valid API key as \"Authorization: Bearer <key>\"; keys are issued on the account dashboard."},
 	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "The request body must be one JSON object with imageUrl and optional scale, imageType and denoise."},
 	{ErrInvalidImageURL, http.StatusBadRequest, "invalid_image_url", "imageUrl must be an absolute http or https URL of an image."},
-	{ErrInvalidScale, http.StatusBadRequest, "invalid_scale", "scale must be 2, 4, 8 or 16."},
+	{ErrInvalidScale, http.StatusBadRequest, "invalid_scale", "scale must be " + scaleList(false) + "."},
 	{ErrInvalidImageType, http.StatusBadRequest, "invalid_image_type", "imageType must be \"photo\" or \"anime\"."},
 	{ErrInvalidDenoise, http.StatusBadRequest, "invalid_denoise", "denoise must be \"none\", \"low\", \"mid\", \"high\" or \"max\"."},
 	{ErrSourceForbidden, http.StatusBadRequest, "source_forbidden", "The image URL leads to an address or port this service does not fetch from; use a public http or https URL."},
 	{ErrSourceUnreachable, http.StatusBadRequest, "source_unreachable", "The image could not be downloaded from its URL; check that it is publicly reachable."},
 	{ErrUnsupportedImage, http.StatusBadRequest, "unsupported_image", "The file is not a JPEG, PNG or WebP image that can be decoded."},
 	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
-	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scale 8 and 16 and files above the free tier's size need a paid plan or credits."},
+	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scales " + scaleList(true) + ", and files above the free tier's size, need a paid plan or credits."},
 	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; buy credits or subscribe to the unlimited plan."},
 	{ErrOverloaded, http.StatusServiceUnavailable, "overloaded", "The service is working at capacity; try again in a few seconds."},
 	{ErrUnavailable, http.StatusServiceUnavailable, "backend_unavailable", "A service this API depends on cannot be reached at the moment; nothing was charged. Try again in a few seconds."},

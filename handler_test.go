@@ -267,23 +267,23 @@ func TestCallerHeadersNotForwarded(t *testing.T) {
 // recordingUpscaler remembers the options it was called with.
 type recordingUpscaler struct {
 	upscaletest.PixelUpscaler
-	got chan upscale.Options
+	got chan upscale.Params
 }
 
-func (u recordingUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+func (u recordingUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	u.got <- opts
 	return u.PixelUpscaler.Upscale(ctx, src, opts)
 }
 
-func TestOptionsReachEngine(t *testing.T) {
-	rec := recordingUpscaler{got: make(chan upscale.Options, 1)}
+func TestParamsReachEngine(t *testing.T) {
+	rec := recordingUpscaler{got: make(chan upscale.Params, 1)}
 	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = rec })
 	for _, tc := range []struct {
 		fields []string
-		want   upscale.Options
+		want   upscale.Params
 	}{
-		{nil, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax}},
-		{[]string{`"scale": 4`, `"imageType": "anime"`, `"denoise": "low"`}, upscale.Options{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow}},
+		{nil, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax}},
+		{[]string{`"scale": 4`, `"imageType": "anime"`, `"denoise": "low"`}, upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow}},
 	} {
 		checkOK(t, e.post(keyPro, body(e.url("/small.png"), tc.fields...)), upscale.PoolFree)
 		if got := <-rec.got; got != tc.want {
@@ -398,7 +398,10 @@ func TestBadRequest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			checkProblem(t, e.post(keyFree, tc.body), http.StatusBadRequest, tc.code)
+			p := checkProblem(t, e.post(keyFree, tc.body), http.StatusBadRequest, tc.code)
+			if tc.code == "invalid_scale" && !strings.Contains(p.Detail, "2, 4, 8 or 16") {
+				t.Errorf("detail %q does not list the scales", p.Detail)
+			}
 		})
 	}
 	if e.hits.Load() != 0 {
@@ -479,7 +482,10 @@ func TestWhoPays(t *testing.T) {
 		e := newEnv(t)
 		for _, scale := range []string{`"scale": 8`, `"scale": 16`} {
 			hits := e.hits.Load()
-			checkProblem(t, e.post(keyFree, body(e.url("/small.png"), scale)), http.StatusForbidden, "paid_plan_required")
+			p := checkProblem(t, e.post(keyFree, body(e.url("/small.png"), scale)), http.StatusForbidden, "paid_plan_required")
+			if !strings.Contains(p.Detail, "8 and 16") {
+				t.Errorf("detail %q does not name the scales that need paid capability", p.Detail)
+			}
 			if e.hits.Load() != hits {
 				t.Errorf("%s: source fetched although the account cannot pay", scale)
 			}
@@ -522,7 +528,7 @@ type failingUpscaler struct {
 	delay time.Duration
 }
 
-func (u failingUpscaler) Upscale(context.Context, []byte, upscale.Options) (upscale.Image, error) {
+func (u failingUpscaler) Upscale(context.Context, []byte, upscale.Params) (upscale.Image, error) {
 	time.Sleep(u.delay)
 	return upscale.Image{}, u.err
 }
@@ -672,7 +678,7 @@ func TestCallerGoneReleases(t *testing.T) {
 
 type blockingUpscaler struct{ started chan struct{} }
 
-func (u blockingUpscaler) Upscale(ctx context.Context, _ []byte, _ upscale.Options) (upscale.Image, error) {
+func (u blockingUpscaler) Upscale(ctx context.Context, _ []byte, _ upscale.Params) (upscale.Image, error) {
 	close(u.started)
 	<-ctx.Done()
 	return upscale.Image{}, ctx.Err()
@@ -727,7 +733,7 @@ type gatedUpscaler struct {
 	gate    chan struct{}
 }
 
-func (u gatedUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+func (u gatedUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	u.entered <- struct{}{}
 	select {
 	case <-u.gate:
@@ -872,7 +878,7 @@ type slowUpscaler struct {
 	took time.Duration
 }
 
-func (u slowUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+func (u slowUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	time.Sleep(u.took)
 	return u.PixelUpscaler.Upscale(ctx, src, opts)
 }

@@ -176,7 +176,7 @@ func TestHostileSources(t *testing.T) {
 
 type panickingUpscaler struct{}
 
-func (panickingUpscaler) Upscale(context.Context, []byte, upscale.Options) (upscale.Image, error) {
+func (panickingUpscaler) Upscale(context.Context, []byte, upscale.Params) (upscale.Image, error) {
 	panic("engine bug")
 }
 

@@ -22,7 +22,7 @@ const (
 // request is a validated upscale request.
 type request struct {
 	source *url.URL
-	Options
+	Params
 }
 
 var (
@@ -49,7 +49,7 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
 	if err != nil {
 		return request{}, err
 	}
-	req := request{Options: Options{Scale: 2, ImageType: Photo, Denoise: DenoiseMax}}
+	req := request{Params: Params{Scale: 2, ImageType: Photo, Denoise: DenoiseMax}}
 	if req.source, err = parseImageURL(fields["imageUrl"]); err != nil {
 		return request{}, err
 	}
@@ -136,16 +136,16 @@ func parseImageURL(raw json.RawMessage) (*url.URL, error) {
 }
 
 func parseScale(raw json.RawMessage) (int, error) {
-	errScale := Explain(ErrInvalidScale, "scale must be the number 2, 4, 8 or 16 (not a string).")
+	errScale := Explain(ErrInvalidScale, "scale must be the number %s (not a string).", scaleList(false))
 	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
 		return 0, errScale
 	}
 	f, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil {
-		return 0, Explain(ErrInvalidRequest, "scale %s is not a number this service can read; use 2, 4, 8 or 16.", raw)
+		return 0, Explain(ErrInvalidRequest, "scale %s is not a number this service can read; use %s.", raw, scaleList(false))
 	}
 	s := int(f)
-	if float64(s) != f || !slices.Contains(Scales, s) {
+	if float64(s) != f || !slices.Contains(scales[:], s) {
 		return 0, errScale
 	}
 	return s, nil

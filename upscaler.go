@@ -1,6 +1,11 @@
 package upscale
 
-import "context"
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // ImageType names the kind of content in the image, so the engine can pick a
 // suitable enlargement path.
@@ -24,13 +29,40 @@ const (
 	DenoiseMax  Denoise = "max"
 )
 
-// Scales lists the enlargement factors the API accepts, smallest first.
-var Scales = []int{2, 4, 8, 16}
+// scales are the enlargement factors the API accepts, smallest first;
+// from paidScale up they need paid capability. Validation, charging and
+// every message that lists them read them from here.
+var scales = [...]int{2, 4, 8, 16}
 
-// Options says how to enlarge one image. The handler only passes values it
-// has validated: Scale is one of Scales, ImageType and Denoise are one of the
+const paidScale = 8
+
+// Scales returns the enlargement factors the API accepts, smallest first:
+// 2, 4, 8 and 16.
+func Scales() []int { return slices.Clone(scales[:]) }
+
+// ScaleNeedsPaidPlan reports whether enlarging by scale needs a paid plan
+// or credits: 8 and 16 do.
+func ScaleNeedsPaidPlan(scale int) bool { return scale >= paidScale }
+
+// scaleList names the accepted scales for a message, "2, 4, 8 or 16", or
+// with paidOnly those that need paid capability, "8 and 16".
+func scaleList(paidOnly bool) string {
+	list, conj := scales[:], " or "
+	if paidOnly {
+		list, conj = list[slices.Index(list, paidScale):], " and "
+	}
+	words := make([]string, len(list))
+	for i, s := range list {
+		words[i] = strconv.Itoa(s)
+	}
+	last := len(words) - 1
+	return strings.Join(words[:last], ", ") + conj + words[last]
+}
+
+// Params says how to enlarge one image. The handler only passes values it
+// has validated: Scale is one of Scales(), ImageType and Denoise are one of the
 // constants above.
-type Options struct {
+type Params struct {
 	Scale     int
 	ImageType ImageType
 	Denoise   Denoise
@@ -48,7 +80,7 @@ type Image struct {
 // package engine/vips, and engine/onnx runs learned networks; the root
 // package depends on neither.
 type Upscaler interface {
-	// Upscale decodes src, enlarges it by opts.Scale and encodes the result
+	// Upscale decodes src, enlarges it by params.Scale and encodes the result
 	// in the source's format. The result is exactly Scale times the
 	// upright (EXIF-oriented) source in each dimension.
 	//
@@ -59,5 +91,5 @@ type Upscaler interface {
 	// and returns ctx.Err(), so a deadline surfaces as
 	// context.DeadlineExceeded; it should stop working on the image too,
 	// since the handler has answered and nobody will fetch the result.
-	Upscale(ctx context.Context, src []byte, opts Options) (Image, error)
+	Upscale(ctx context.Context, src []byte, params Params) (Image, error)
 }

@@ -21,7 +21,7 @@ import (
 func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler) {
 	upscalePNG := func(t *testing.T, src image.Image, scale int) image.Image {
 		t.Helper()
-		return UpscalePNG(t, newUpscaler(t), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+		return UpscalePNG(t, newUpscaler(t), src, upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
 	}
 
 	grey16 := image.NewGray16(image.Rect(0, 0, 10, 6))
@@ -113,7 +113,7 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 			}
 		}
 		data := WithEXIFOrientation(encode(t, "jpeg", src), 6)
-		img, err := newUpscaler(t).Upscale(context.Background(), data, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+		img, err := newUpscaler(t).Upscale(context.Background(), data, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 
 // UpscalePNG has u enlarge src, given as a PNG, and decodes the result,
 // failing t on any error.
-func UpscalePNG(t *testing.T, u upscale.Upscaler, src image.Image, opts upscale.Options) image.Image {
+func UpscalePNG(t *testing.T, u upscale.Upscaler, src image.Image, opts upscale.Params) image.Image {
 	t.Helper()
 	img, err := u.Upscale(context.Background(), encode(t, "png", src), opts)
 	if err != nil {

@@ -29,10 +29,10 @@ func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler)
 		{"JPEG", "image/jpeg", encode(t, "jpeg", src), func(b []byte) (image.Image, error) { return jpeg.Decode(bytes.NewReader(b)) }},
 	}
 	for _, in := range inputs {
-		for _, scale := range upscale.Scales {
+		for _, scale := range upscale.Scales() {
 			t.Run(fmt.Sprintf("%s/x%d", in.name, scale), func(t *testing.T) {
 				u := newUpscaler(t)
-				img, err := u.Upscale(context.Background(), in.data, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+				img, err := u.Upscale(context.Background(), in.data, upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
 				if err != nil {
 					t.Fatalf("Upscale: %v", err)
 				}
@@ -54,7 +54,7 @@ func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler)
 	t.Run("ErrUnsupportedImage", func(t *testing.T) {
 		u := newUpscaler(t)
 		for _, data := range [][]byte{nil, []byte("not an image at all"), []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")} {
-			if _, err := u.Upscale(context.Background(), data, upscale.Options{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
+			if _, err := u.Upscale(context.Background(), data, upscale.Params{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
 				t.Errorf("Upscale(%q): err = %v, want ErrUnsupportedImage", data, err)
 			}
 		}
@@ -64,7 +64,7 @@ func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler)
 		u := newUpscaler(t)
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
-		if _, err := u.Upscale(ctx, inputs[0].data, upscale.Options{Scale: 2}); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := u.Upscale(ctx, inputs[0].data, upscale.Params{Scale: 2}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Upscale past its deadline: err = %v, want context.DeadlineExceeded", err)
 		}
 	})
@@ -112,7 +112,7 @@ type PixelUpscaler struct{}
 var _ upscale.Upscaler = PixelUpscaler{}
 
 // Upscale implements upscale.Upscaler.
-func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	if err := ctx.Err(); err != nil {
 		return upscale.Image{}, err
 	}

@@ -144,7 +144,7 @@ func BenchmarkAlpha(b *testing.B) {
 	}
 	ways := map[string]func([]byte) ([]byte, error){
 		"network": func(src []byte) ([]byte, error) {
-			img, err := e.Upscale(context.Background(), src, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+			img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 			return img.Data, err
 		},
 		"classical": func(src []byte) ([]byte, error) { return e.enlargeColourOnly(b, context.Background(), src) },

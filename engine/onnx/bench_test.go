@@ -19,14 +19,14 @@ import (
 )
 
 // enlarger returns what quality.Score calls: e's Upscale at opts.
-func enlarger(e *onnx.Engine, opts upscale.Options) func([]byte) ([]byte, error) {
+func enlarger(e *onnx.Engine, opts upscale.Params) func([]byte) ([]byte, error) {
 	return func(src []byte) ([]byte, error) {
 		img, err := e.Upscale(context.Background(), src, opts)
 		return img.Data, err
 	}
 }
 
-func scoreRow(b *testing.B, set []*quality.Image, d quality.Degradation, e *onnx.Engine, opts upscale.Options) {
+func scoreRow(b *testing.B, set []*quality.Image, d quality.Degradation, e *onnx.Engine, opts upscale.Params) {
 	for range b.N {
 		p, s := quality.Score(b, set, opts.Scale, d, enlarger(e, opts))
 		b.ReportMetric(p, "dB")
@@ -45,7 +45,7 @@ func BenchmarkQuality(b *testing.B) {
 			for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
 				for _, level := range quality.Levels {
 					b.Run(fmt.Sprintf("%s/x%d/%s-%s", set, scale, imageType, level), func(b *testing.B) {
-						scoreRow(b, images, quality.Clean, e, upscale.Options{Scale: scale, ImageType: imageType, Denoise: level})
+						scoreRow(b, images, quality.Clean, e, upscale.Params{Scale: scale, ImageType: imageType, Denoise: level})
 					})
 				}
 			}
@@ -63,7 +63,7 @@ func BenchmarkDenoise(b *testing.B) {
 		for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
 			for _, level := range quality.Levels {
 				b.Run(d.Name+"/"+string(imageType)+"-"+string(level), func(b *testing.B) {
-					scoreRow(b, images, d, e, upscale.Options{Scale: 2, ImageType: imageType, Denoise: level})
+					scoreRow(b, images, d, e, upscale.Params{Scale: 2, ImageType: imageType, Denoise: level})
 				})
 			}
 		}
@@ -88,7 +88,7 @@ func BenchmarkAnime(b *testing.B) {
 			for _, scale := range []int{2, 4} {
 				for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
 					b.Run(fmt.Sprintf("%s/%s/x%d/%s", name, d.Name, scale, imageType), func(b *testing.B) {
-						scoreRow(b, sets[name], d, e, upscale.Options{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseMax})
+						scoreRow(b, sets[name], d, e, upscale.Params{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseMax})
 					})
 				}
 			}
@@ -123,7 +123,7 @@ func runChild(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if _, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); err != nil {
+	if _, err := e.Upscale(context.Background(), src, upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -165,10 +165,10 @@ func BenchmarkScales(b *testing.B) {
 			for range b.N {
 				wall, rss := child(b, tc.scale, file)
 				warm := enginebench.Measure(b, 1, 1, func() error {
-					_, err := e.Upscale(context.Background(), src, upscale.Options{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+					_, err := e.Upscale(context.Background(), src, upscale.Params{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 					return err
 				})
-				opts := upscale.Options{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+				opts := upscale.Params{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
 				start := time.Now()
 				if _, err := classical.Upscale(context.Background(), src, opts); err != nil {
 					b.Fatal(err)
@@ -202,7 +202,7 @@ func BenchmarkVersusNCNN(b *testing.B) {
 		b.Fatal(err)
 	}
 	e := newEngine(b, onnx.Options{})
-	opts := upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+	opts := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
 	if _, err := e.Upscale(context.Background(), src, opts); err != nil { // make the session
 		b.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 	// Through Upscale: a noisy source with none requested is enlarged by
 	// the plain network.
 	src := quality.GaussianNoise(15).Source(t, butterfly)
-	img, err := e.Upscale(context.Background(), src, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func (e *Engine) Close() {
 	}
 }
 
-func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	select {
 	case e.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -155,7 +155,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) 
 // input and output (or of the decoded source, without one), and the
 // encoded result twice, as engine/vips does. ONNX Runtime's buffers for one
 // tile are the same for every image and belong to the process's constant.
-func (e *Engine) EstimateMemory(src []byte, opts upscale.Options) (int64, error) {
+func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
 	h, err := e.codec.Header(src, opts.Scale)
 	if err != nil {
 		return 0, err

@@ -95,7 +95,7 @@ func TestTiledEqualsWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+	opts := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
 	whole, err := newEngine(t, onnx.Options{Tile: 1024}).Upscale(context.Background(), monarch, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +119,8 @@ func TestExactSizes(t *testing.T) {
 	e := newEngine(t, onnx.Options{Tile: 64})
 	for _, size := range []image.Point{{1, 1}, {1, 37}, {65, 3}, {129, 67}} {
 		src := upscaletest.TestImagePNG(t, size.X, size.Y)
-		for _, scale := range upscale.Scales {
-			img, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
+		for _, scale := range upscale.Scales() {
+			img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
 			if err != nil {
 				t.Fatalf("%v ×%d: %v", size, scale, err)
 			}
@@ -139,10 +139,10 @@ func TestCancelStopsWork(t *testing.T) {
 	src := quality.LoadSet(t, "Set5")[0].PNG(t) // 512×512: 64 tiles, seconds of work
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
-	if _, err := e.Upscale(ctx, src, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); !errors.Is(err, context.Canceled) {
+	if _, err := e.Upscale(ctx, src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if _, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 8, 8), upscale.Options{Scale: 2}); err != nil {
+	if _, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 8, 8), upscale.Params{Scale: 2}); err != nil {
 		t.Errorf("the next image after a cancelled one: %v", err)
 	}
 }
@@ -167,7 +167,7 @@ func TestEstimateMemory(t *testing.T) {
 		{"×2Classical", onnx.Options{LearnedPixels: pixels}, 2, pixels*bands*floatBytes + 2*4*pixels*bands},
 	}
 	for _, c := range cases {
-		got, err := newEngine(t, c.opts).EstimateMemory(src, upscale.Options{Scale: c.scale})
+		got, err := newEngine(t, c.opts).EstimateMemory(src, upscale.Params{Scale: c.scale})
 		if err != nil || got != c.want {
 			t.Errorf("%s: EstimateMemory = %d, %v; want %d", c.name, got, err, c.want)
 		}

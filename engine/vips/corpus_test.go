@@ -130,7 +130,7 @@ func TestCorruptCorpus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			peak := enginebench.StartPeakRSS(t)
 			start := time.Now()
-			_, err := e.Upscale(context.Background(), src, upscale.Options{Scale: 2})
+			_, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
 			took := time.Since(start)
 			if !errors.Is(err, upscale.ErrUnsupportedImage) && !errors.Is(err, upscale.ErrImageTooLarge) {
 				t.Fatalf("err = %v, want ErrUnsupportedImage or ErrImageTooLarge", err)
@@ -159,7 +159,7 @@ func TestLibvipsLogsToSlog(t *testing.T) {
 	e := vips.New(vips.Options{})
 	stderr := captureStderr(t)
 	for _, src := range corruptCorpus(t) {
-		e.Upscale(context.Background(), src, upscale.Options{Scale: 2})
+		e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
 	}
 	if written := stderr(); written != "" {
 		t.Errorf("libvips wrote to stderr:\n%s", written)
@@ -217,7 +217,7 @@ func BenchmarkCorruptCorpus(b *testing.B) {
 	for name, src := range corruptCorpus(b) {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				e.Upscale(context.Background(), src, upscale.Options{Scale: 2})
+				e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
 			}
 		})
 	}

@@ -195,7 +195,7 @@ func TestDenoiseLeavesAlphaAndTinyImages(t *testing.T) {
 		src.Pix[i], src.Pix[i+1], src.Pix[i+2], src.Pix[i+3] = uint8(rng.IntN(256)), 128, 64, uint8(i/4%40*6)
 	}
 	alphaOf := func(level upscale.Denoise, img image.Image) []uint8 {
-		out, err := run(context.Background(), quality.EncodePNG(t, img), pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
+		out, err := run(context.Background(), quality.EncodePNG(t, img), pngFormat, 2, recipeFor(upscale.Params{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,7 +46,7 @@ func BenchmarkEncoders(b *testing.B) {
 		{"webp/q90-effort4", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 4 })},
 		{"webp/q90-effort6", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 6 })},
 	}
-	r := recipeFor(upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	r := recipeFor(upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 	for _, src := range sources {
 		lossless, err := run(context.Background(), src.png, pngFormat, 2, r, bimg.ImageMetadata{})
 		if err != nil {

@@ -27,15 +27,15 @@ func TestEstimateMemory(t *testing.T) {
 	cases := []struct {
 		name string
 		src  []byte
-		opts upscale.Options
+		opts upscale.Params
 		want int64
 	}{
-		{"PNG×2", rgb, upscale.Options{Scale: 2}, 2 * 4 * source},
-		{"PNG×4", rgb, upscale.Options{Scale: 4}, 2 * 16 * source},
-		{"PNG16", encodePNG(t, grey16), upscale.Options{Scale: 2}, 2 * 4 * 40 * 30 * 2},
-		{"JPEG", jpg, upscale.Options{Scale: 2}, 2 * 4 * source / 2},
-		{"JPEGDenoised", jpg, upscale.Options{Scale: 2, Denoise: upscale.DenoiseMax}, 2*4*source/2 + source},
-		{"JPEGTurned", upscaletest.WithEXIFOrientation(jpg, 6), upscale.Options{Scale: 2}, 2*4*source/2 + source},
+		{"PNG×2", rgb, upscale.Params{Scale: 2}, 2 * 4 * source},
+		{"PNG×4", rgb, upscale.Params{Scale: 4}, 2 * 16 * source},
+		{"PNG16", encodePNG(t, grey16), upscale.Params{Scale: 2}, 2 * 4 * 40 * 30 * 2},
+		{"JPEG", jpg, upscale.Params{Scale: 2}, 2 * 4 * source / 2},
+		{"JPEGDenoised", jpg, upscale.Params{Scale: 2, Denoise: upscale.DenoiseMax}, 2*4*source/2 + source},
+		{"JPEGTurned", upscaletest.WithEXIFOrientation(jpg, 6), upscale.Params{Scale: 2}, 2*4*source/2 + source},
 	}
 	for _, c := range cases {
 		got, err := e.EstimateMemory(c.src, c.opts)
@@ -43,7 +43,7 @@ func TestEstimateMemory(t *testing.T) {
 			t.Errorf("%s: EstimateMemory = %d, %v; want %d", c.name, got, err, c.want)
 		}
 	}
-	if _, err := e.EstimateMemory([]byte("not an image"), upscale.Options{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
+	if _, err := e.EstimateMemory([]byte("not an image"), upscale.Params{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
 		t.Errorf("EstimateMemory of text: %v, want ErrUnsupportedImage", err)
 	}
 
@@ -55,7 +55,7 @@ func TestEstimateMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := e.Upscale(context.Background(), butterfly, upscale.Options{Scale: 4})
+	img, err := e.Upscale(context.Background(), butterfly, upscale.Params{Scale: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-func upscalePNG(t *testing.T, src image.Image, opts upscale.Options) image.Image {
+func upscalePNG(t *testing.T, src image.Image, opts upscale.Params) image.Image {
 	t.Helper()
 	return upscaletest.UpscalePNG(t, vips.New(vips.Options{}), src, opts)
 }
@@ -25,11 +25,11 @@ func upscalePNG(t *testing.T, src image.Image, opts upscale.Options) image.Image
 // centre lands, ((4 + 0.5)·s − 0.5, (2 + 0.5)·s − 0.5), not shifted by a
 // fraction of a pixel as plain vips_affine leaves it.
 func TestSamplingIsCentred(t *testing.T) {
-	for _, scale := range upscale.Scales {
+	for _, scale := range upscale.Scales() {
 		for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
 			src := image.NewGray(image.Rect(0, 0, 9, 5))
 			src.SetGray(4, 2, color.Gray{200})
-			out := upscalePNG(t, src, upscale.Options{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
+			out := upscalePNG(t, src, upscale.Params{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
 			var mass, mx, my float64
 			for y := range out.Bounds().Dy() {
 				for x := range out.Bounds().Dx() {
@@ -55,7 +55,7 @@ func TestEdgesExtend(t *testing.T) {
 	for i := range 7 * 5 {
 		copy(src.Pix[4*i:], []uint8{want.R, want.G, want.B, want.A})
 	}
-	out := upscalePNG(t, src, upscale.Options{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+	out := upscalePNG(t, src, upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
 	for y := range 20 {
 		for x := range 28 {
 			if got := color.NRGBAModel.Convert(out.At(x, y)); got != want {
@@ -81,7 +81,7 @@ func TestCMYKJPEG(t *testing.T) {
 		t.Fatalf("test source is %q, want a CMYK JPEG", meta.Space)
 	}
 	for _, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
-		img, err := vips.New(vips.Options{}).Upscale(context.Background(), cmyk, upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: level})
+		img, err := vips.New(vips.Options{}).Upscale(context.Background(), cmyk, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: level})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -64,7 +64,7 @@ func TestProfileKeptMetadataDropped(t *testing.T) {
 			if meta, err := bimg.NewImage(tc.src).Metadata(); err != nil || !meta.Profile {
 				t.Fatalf("libvips does not read the test's source's profile (%v)", err)
 			}
-			img, err := vips.New(vips.Options{}).Upscale(context.Background(), tc.src, upscale.Options{Scale: 2})
+			img, err := vips.New(vips.Options{}).Upscale(context.Background(), tc.src, upscale.Params{Scale: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

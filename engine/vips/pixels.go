@@ -111,7 +111,7 @@ func (e *Engine) Encode(ctx context.Context, p *Pixels, scale int, imageType ups
 	}
 	r := recipe{}
 	if scale > 1 {
-		r = recipeFor(upscale.Options{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
+		r = recipeFor(upscale.Params{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
 	}
 	out, err := encodePixels(ctx, p, p.format, scale, r)
 	if err != nil {

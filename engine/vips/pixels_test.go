@@ -46,7 +46,7 @@ func TestDecodeEncodeIsUpscale(t *testing.T) {
 				}
 				continue
 			}
-			want, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
+			want, err := e.Upscale(context.Background(), src, upscale.Params{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,8 +24,8 @@ func score(tb testing.TB, set []*quality.Image, scale int, d quality.Degradation
 func TestAnimeBeatsPhotoOnCelImages(t *testing.T) {
 	cels := quality.CelSet()
 	for _, scale := range []int{2, 4} {
-		photo, _ := score(t, cels, scale, quality.Clean, recipeFor(upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}))
-		anime, _ := score(t, cels, scale, quality.Clean, recipeFor(upscale.Options{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone}))
+		photo, _ := score(t, cels, scale, quality.Clean, recipeFor(upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}))
+		anime, _ := score(t, cels, scale, quality.Clean, recipeFor(upscale.Params{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone}))
 		if anime <= photo {
 			t.Errorf("×%d on the cel images: anime %.2f dB, photo %.2f dB; want anime ahead", scale, anime, photo)
 		}
@@ -41,7 +41,7 @@ func TestDenoiseIsMonotonic(t *testing.T) {
 	var plain *quality.Image
 	previous := -1.0
 	for _, level := range quality.Levels {
-		out, err := run(context.Background(), noisy, pngFormat, 2, recipeFor(upscale.Options{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
+		out, err := run(context.Background(), noisy, pngFormat, 2, recipeFor(upscale.Params{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func BenchmarkQuality(b *testing.B) {
 					recipes = append(recipes, struct {
 						name string
 						r    recipe
-					}{string(imageType) + "-" + string(level), recipeFor(upscale.Options{Scale: scale, ImageType: imageType, Denoise: level})})
+					}{string(imageType) + "-" + string(level), recipeFor(upscale.Params{Scale: scale, ImageType: imageType, Denoise: level})})
 				}
 			}
 			for _, rc := range recipes {
@@ -99,7 +99,7 @@ func BenchmarkDenoise(b *testing.B) {
 		for _, level := range quality.Levels {
 			b.Run(d.Name+"/"+string(level), func(b *testing.B) {
 				for range b.N {
-					p, s := score(b, images, 2, d, recipeFor(upscale.Options{Scale: 2, ImageType: upscale.Photo, Denoise: level}))
+					p, s := score(b, images, 2, d, recipeFor(upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: level}))
 					b.ReportMetric(p, "dB")
 					b.ReportMetric(s, "SSIM")
 				}
@@ -124,7 +124,7 @@ func BenchmarkAnime(b *testing.B) {
 			for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
 				b.Run(name+"/x"+strconv.Itoa(scale)+"/"+string(imageType), func(b *testing.B) {
 					for range b.N {
-						p, s := score(b, sets[name], scale, quality.Clean, recipeFor(upscale.Options{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone}))
+						p, s := score(b, sets[name], scale, quality.Clean, recipeFor(upscale.Params{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone}))
 						b.ReportMetric(p, "dB")
 						b.ReportMetric(s, "SSIM")
 					}

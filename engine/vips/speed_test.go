@@ -32,7 +32,7 @@ func BenchmarkLargeScale(b *testing.B) {
 			for _, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
 				b.Run(fmt.Sprintf("%d/x%d/%s", side, scale, level), func(b *testing.B) {
 					enginebench.Measure(b, b.N, 1, func() error {
-						_, err := engine.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: level})
+						_, err := engine.Upscale(context.Background(), src, upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: level})
 						return err
 					}).Report(b, "")
 				})
@@ -60,7 +60,7 @@ func BenchmarkVersusPlain(b *testing.B) {
 			imageType upscale.ImageType
 			level     upscale.Denoise
 		}{{"photo-none", upscale.Photo, upscale.DenoiseNone}, {"photo-max", upscale.Photo, upscale.DenoiseMax}, {"anime-none", upscale.Anime, upscale.DenoiseNone}} {
-			opts := upscale.Options{Scale: scale, ImageType: p.imageType, Denoise: p.level}
+			opts := upscale.Params{Scale: scale, ImageType: p.imageType, Denoise: p.level}
 			paths = append(paths, enginebench.Path{Name: p.name, Run: func() error {
 				_, err := engine.Upscale(context.Background(), src, opts)
 				return err

@@ -20,8 +20,8 @@ func BenchmarkSteps(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	photo := recipeFor(upscale.Options{ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
-	max := recipeFor(upscale.Options{ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+	photo := recipeFor(upscale.Params{ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	max := recipeFor(upscale.Params{ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
 	steps := []struct {
 		name string
 		r    recipe

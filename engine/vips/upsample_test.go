@@ -93,7 +93,7 @@ func TestCleanSourceNotFiltered(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := recipeFor(upscale.Options{Scale: 2, ImageType: upscale.Photo})
+			r := recipeFor(upscale.Params{Scale: 2, ImageType: upscale.Photo})
 			r.denoise = level
 			if results[i], err = run(context.Background(), src, pngFormat, 2, r, meta); err != nil {
 				t.Fatal(err)

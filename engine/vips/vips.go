@@ -183,7 +183,7 @@ type denoising struct {
 //	mid   k = 2, 1/2 step
 //	high  k = 2.5, 1/2 step
 //	max   k = 3, 3/4 step
-func recipeFor(opts upscale.Options) recipe {
+func recipeFor(opts upscale.Params) recipe {
 	r := recipe{interpolator: "bicubic", sharpen: 0.5, sharpenSigma: 1, clamp: true}
 	if opts.ImageType == upscale.Anime {
 		r.sharpen, r.sharpenSigma = 1.5, 0.75
@@ -210,7 +210,7 @@ var denoiseLevels = map[upscale.Denoise]denoising{
 	upscale.DenoiseMax:  {noise: 3, quant: 0.75, step: 2},
 }
 
-func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Options) (upscale.Image, error) {
+func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	f, meta, err := e.inspect(src, opts.Scale)
 	if err != nil {
 		return upscale.Image{}, err
@@ -280,7 +280,7 @@ func (h Header) EncodedBytes(scale int) int64 {
 // source when it is read twice to denoise or turned for its EXIF
 // orientation. Each worker's strips, a few MiB, belong to the process's
 // constant (README, "Memory").
-func (e *Engine) EstimateMemory(src []byte, opts upscale.Options) (int64, error) {
+func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
 	h, err := e.Header(src, opts.Scale)
 	if err != nil {
 		return 0, err

@@ -46,7 +46,7 @@ func TestUpscaleBenchmarkImages(t *testing.T) {
 			t.Fatal(err)
 		}
 		crop := encodePNG(t, centreCrop(t, whole, 64))
-		for _, scale := range upscale.Scales {
+		for _, scale := range upscale.Scales() {
 			src := whole
 			if scale > 4 {
 				src = crop
@@ -54,7 +54,7 @@ func TestUpscaleBenchmarkImages(t *testing.T) {
 			t.Run(filepath.Base(file)+"/x"+strconv.Itoa(scale), func(t *testing.T) {
 				t.Parallel()
 				w, h := decodeSize(t, src)
-				img, err := e.Upscale(context.Background(), src, upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+				img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,7 +104,7 @@ func TestFormats(t *testing.T) {
 		{"WebP", "image/webp", webpData},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			img, err := e.Upscale(context.Background(), tc.src, upscale.Options{Scale: 4})
+			img, err := e.Upscale(context.Background(), tc.src, upscale.Params{Scale: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestLimits(t *testing.T) {
 		{"Side", vips.Options{MaxSide: 399}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := vips.New(tc.opts).Upscale(context.Background(), small, upscale.Options{Scale: tc.scale})
+			_, err := vips.New(tc.opts).Upscale(context.Background(), small, upscale.Params{Scale: tc.scale})
 			if !errors.Is(err, upscale.ErrImageTooLarge) {
 				t.Errorf("err = %v, want ErrImageTooLarge", err)
 			}
@@ -144,7 +144,7 @@ func TestLimits(t *testing.T) {
 		// must be refused from the header, quickly.
 		flood := pngHeader(100000, 100000)
 		start := time.Now()
-		_, err := vips.New(vips.Options{}).Upscale(context.Background(), flood, upscale.Options{Scale: 2})
+		_, err := vips.New(vips.Options{}).Upscale(context.Background(), flood, upscale.Params{Scale: 2})
 		if !errors.Is(err, upscale.ErrImageTooLarge) {
 			t.Errorf("err = %v, want ErrImageTooLarge", err)
 		}
@@ -161,7 +161,7 @@ func TestUnsupported(t *testing.T) {
 	truncated := encodePNG(t, gradient(10, 10, 255))[:20]
 	for name, src := range map[string][]byte{"GIF": gif, "SVG": svg, "Empty": nil, "TruncatedPNG": truncated, "Text": []byte("hello, world")} {
 		t.Run(name, func(t *testing.T) {
-			_, err := e.Upscale(context.Background(), src, upscale.Options{Scale: 2})
+			_, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
 			if !errors.Is(err, upscale.ErrUnsupportedImage) {
 				t.Errorf("err = %v, want ErrUnsupportedImage", err)
 			}
@@ -203,7 +203,7 @@ func TestQueueWaitCountsAgainstDeadline(t *testing.T) {
 	src := encodePNG(t, gradient(8, 8, 255))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := e.Upscale(ctx, src, upscale.Options{Scale: 2})
+	_, err := e.Upscale(ctx, src, upscale.Params{Scale: 2})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
@@ -222,11 +222,11 @@ func TestCancelStopsWork(t *testing.T) {
 			e := vips.New(vips.Options{Concurrency: 1})
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(50*time.Millisecond, cancel) // this image takes seconds
-			_, err := e.Upscale(ctx, src, upscale.Options{Scale: 16, ImageType: upscale.Photo, Denoise: level})
+			_, err := e.Upscale(ctx, src, upscale.Params{Scale: 16, ImageType: upscale.Photo, Denoise: level})
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("err = %v, want context.Canceled", err)
 			}
-			if _, err := e.Upscale(context.Background(), encodePNG(t, gradient(8, 8, 255)), upscale.Options{Scale: 2}); err != nil {
+			if _, err := e.Upscale(context.Background(), encodePNG(t, gradient(8, 8, 255)), upscale.Params{Scale: 2}); err != nil {
 				t.Errorf("the next image after a cancelled one: %v", err)
 			}
 		})

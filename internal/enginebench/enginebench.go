@@ -116,7 +116,7 @@ func Throughput(b *testing.B, engine upscale.Upscaler, src []byte, scales, concu
 	defer server.Close()
 	for _, scale := range scales {
 		for _, concurrency := range concurrencies {
-			opts := upscale.Options{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+			opts := upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
 			body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d, "imageType": "photo", "denoise": "none"}`, origin.URL+"/photo.jpg", scale)
 			floor := func() error {
 				_, err := engine.Upscale(context.Background(), src, opts)
