@@ -85,10 +85,14 @@ test-deps: deps $(WAIFU2X)/package/license.txt
 run: deps
 	go run ./examples/standalone $(ARGS)
 
+# examples/gorilla is a module of its own (so the library's go.mod does not
+# carry gorilla/mux), tested here too.
 test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
+	cd examples/gorilla && go vet ./...
 	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_WAIFU2X="$(WAIFU2X)" go test -race ./...
+	cd examples/gorilla && go test -race ./...
 
 # Every network engine/onnx embeds, converted from the waifu2x package's
 # ncnn files; the result is the same bytes as the committed models.

@@ -1,0 +1,19 @@
+module github.com/upscalekit/upscale/examples/gorilla
+
+go 1.26.0
+
+require (
+	github.com/gorilla/mux v1.8.1
+	github.com/upscalekit/upscale v0.0.0
+)
+
+require (
+	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
+	github.com/h2non/bimg v1.1.9 // indirect
+	github.com/patrickmn/go-cache v2.1.0+incompatible // indirect
+	golang.org/x/sync v0.23.0 // indirect
+)
+
+// The example builds against the library beside it; a copy outside this
+// repository requires a released version instead.
+replace github.com/upscalekit/upscale => ../..
