@@ -75,7 +75,10 @@ func NewMemoryBlobStore(opts MemoryBlobStoreOptions) (*MemoryBlobStore, error) {
 }
 
 // Put implements BlobStore.
-func (s *MemoryBlobStore) Put(_ context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+func (s *MemoryBlobStore) Put(ctx context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("put %q: %w", key, err)
+	}
 	ttl := expires.Sub(s.now())
 	if ttl <= 0 {
 		return "", fmt.Errorf("put %q: expiry %v is not in the future", key, expires)
@@ -91,7 +94,10 @@ func (s *MemoryBlobStore) Put(_ context.Context, key string, data []byte, conten
 }
 
 // Delete implements BlobStore.
-func (s *MemoryBlobStore) Delete(_ context.Context, key string, _ time.Time) error {
+func (s *MemoryBlobStore) Delete(ctx context.Context, key string, _ time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
 	s.items.Delete(key)
 	return nil
 }

@@ -147,9 +147,12 @@ func validKey(key string) error {
 // written to a temporary file and renamed into place, so a crash never
 // leaves a half-written result behind a link: without its metadata file a
 // result is not served, and the sweeper deletes it.
-func (s *Store) Put(_ context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+func (s *Store) Put(ctx context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
 	if err := validKey(key); err != nil {
 		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("put %q: %w", key, err)
 	}
 	if !expires.After(s.now()) {
 		return "", fmt.Errorf("put %q: expiry %v is not in the future", key, expires)
@@ -171,9 +174,12 @@ func (s *Store) Put(_ context.Context, key string, data []byte, contentType stri
 
 // Delete implements upscale.BlobStore. The metadata goes first: without it the
 // result is no longer served, and a sweep removes a data file left behind.
-func (s *Store) Delete(_ context.Context, key string, _ time.Time) error {
+func (s *Store) Delete(ctx context.Context, key string, _ time.Time) error {
 	if err := validKey(key); err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
 	}
 	path := filepath.Join(s.dir, key)
 	for _, name := range []string{path + metaSuffix, path} {

@@ -3,6 +3,7 @@ package upscaletest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -81,6 +82,19 @@ func TestBlobStore(t *testing.T, newStore func(t *testing.T, clock *Clock) upsca
 			if err := s.Delete(ctx, key, expires); err != nil {
 				t.Errorf("Delete(%q) of an absent key: %v, want nil", key, err)
 			}
+		}
+	})
+
+	t.Run("DoneContext", func(t *testing.T) {
+		clock := NewClock(time.Now())
+		s := newStore(t, clock)
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if link, err := s.Put(done, "k8.png", []byte("late"), "image/png", clock.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+			t.Errorf("Put with a cancelled context = %q, %v; want an error wrapping context.Canceled", link, err)
+		}
+		if err := s.Delete(done, "k8.png", clock.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+			t.Errorf("Delete with a cancelled context: %v, want an error wrapping context.Canceled", err)
 		}
 	})
 
