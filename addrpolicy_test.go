@@ -190,7 +190,10 @@ func FuzzAddressPolicy(f *testing.F) {
 // TestCheckSocket: the default dialer's last-moment check refuses what the
 // policy refuses, and lets through a host the Config allowed by name.
 func TestCheckSocket(t *testing.T) {
-	f := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	f, err := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	if err := f.checkSocket(ctx, "tcp4", "8.8.8.8:443", nil); err != nil {
 		t.Errorf("public address refused: %v", err)

@@ -83,7 +83,10 @@ func FuzzImageURL(f *testing.F) {
 			f.Add(strings.Split(line, "\t")[0])
 		}
 	}
-	fetch := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	fetch, err := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		raw, _ := json.Marshal(s)
 		u, err := parseImageURL(raw)

@@ -99,6 +99,15 @@ type Config struct {
 	// It is for local development and tests: never set it on a server that
 	// takes URLs from callers it does not trust.
 	AllowPrivateNetworks bool
+	// BuiltinSources are images the handler holds itself: an imageUrl
+	// equal to a key (an absolute http or https URL, compared once both
+	// are parsed) is read from here, with no connection made, so the
+	// address policy has nothing to decide and the policy for every other
+	// URL stays as it is. The plan's file size limit still applies. The
+	// standalone bundles its demo images this way, under its own address,
+	// so its demo works on a machine without internet access. Nil means
+	// none.
+	BuiltinSources map[string][]byte
 	// TLSClientConfig is used for https sources. Nil means Go's defaults
 	// with the system's root certificates; set RootCAs to trust a private
 	// CA, for instance for AllowedHosts.
@@ -187,9 +196,13 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
+	fetcher, err := newFetcher(cfg)
+	if err != nil {
+		return nil, err
+	}
 	h := &Handler{
 		cfg:       cfg,
-		fetcher:   newFetcher(cfg),
+		fetcher:   fetcher,
 		admission: newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout),
 		budget:    newBudget(cfg.MemoryBudget),
 		keys:      &breaker{now: cfg.Now},

@@ -906,3 +906,29 @@ func TestOverloadedByExpectedWait(t *testing.T) {
 	}
 	checkOK(t, <-first, upscale.PoolFree)
 }
+
+// TestBuiltinSources: an imageUrl that names a built-in image is read
+// from memory, even on a loopback address the policy refuses; every other
+// URL on that address is still refused, and the size rules hold.
+func TestBuiltinSources(t *testing.T) {
+	const sample = "http://127.0.0.1:8080/samples/photo.png"
+	e := newEnv(t, func(c *upscale.Config) {
+		c.AllowPrivateNetworks = false
+		c.BuiltinSources = map[string][]byte{sample: smallPNG, "http://127.0.0.1:8080/samples/big.png": bigPNG}
+	})
+	checkOK(t, e.post(keyFree, body("HTTP://127.0.0.1:8080/samples/photo.png#top")), upscale.PoolFree)
+	checkProblem(t, e.post(keyFree, body("http://127.0.0.1:8080/samples/other.png")), http.StatusBadRequest, "source_forbidden")
+	// Above the free tier, as if fetched.
+	checkProblem(t, e.post(keyFree, body("http://127.0.0.1:8080/samples/big.png")), http.StatusForbidden, "paid_plan_required")
+	if got := e.hits.Load(); got != 0 {
+		t.Errorf("the origin was asked %d times, want 0", got)
+	}
+
+	_, err := upscale.New(upscale.Config{
+		Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs,
+		BuiltinSources: map[string][]byte{"/samples/photo.png": smallPNG},
+	})
+	if err == nil {
+		t.Error("New accepted a built-in source whose key is not an absolute URL")
+	}
+}

@@ -220,6 +220,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	builtin, err := builtinSamples(publicURL)
+	if err != nil {
+		return err
+	}
 	var keys upscale.KeyStore = store
 	if o.keyCacheTTL > 0 {
 		cached := upscale.NewCachedKeyStore(store, upscale.CachedKeyStoreOptions{TTL: o.keyCacheTTL})
@@ -231,6 +235,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Ledger:               store,
 		Upscaler:             engine,
 		Blobs:                blobs,
+		BuiltinSources:       builtin,
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
 		QueueLength:          o.queueLength,
@@ -249,6 +254,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /livez", handler.LiveHandler())
 	mux.Handle("GET /readyz", handler.ReadyHandler())
+	mux.Handle("GET /samples/", sampleHandler())
 	srv := newServer(handler.Middleware(mux), o.engineTimeout, logger)
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
@@ -267,8 +273,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if demoKey != "" {
 		fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", cfg.Plans["free"].MonthlyImages)
 		fmt.Fprintf(stdout, "API key: %s\n", demoKey)
-		fmt.Fprintf(stdout, "try:\n  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"imageUrl\": \"%s\", \"scale\": 2}'\n",
-			publicURL, demoKey, "https://raw.githubusercontent.com/upscalekit/upscale/main/testdata/sr/Set5/butterfly.png")
+		fmt.Fprintf(stdout, "try (the sample is served by this server, so no internet access is needed):\n  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"imageUrl\": \"%s\", \"scale\": 2}'\n",
+			publicURL, demoKey, sampleURL(publicURL, "photo.png"))
+		fmt.Fprintf(stdout, "or line art: {\"imageUrl\": \"%s\", \"scale\": 4, \"imageType\": \"anime\"}\n", sampleURL(publicURL, "lineart.png"))
 	}
 
 	served := make(chan error, 1)

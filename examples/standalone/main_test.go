@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -176,6 +177,7 @@ func buildStandalone(t *testing.T) string {
 // standalone is a running server process.
 type standalone struct {
 	base, key string
+	try       string // the banner's curl command
 	metrics   string // the -metrics-addr URL, when given
 	cmd       *exec.Cmd
 	exited    chan error
@@ -195,7 +197,7 @@ func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.cmd.Process.Kill() })
-	s.base, s.key, s.metrics = readBanner(t, stdout)
+	s.base, s.key, s.metrics, s.try = readBanner(t, stdout)
 	return s
 }
 
@@ -241,11 +243,14 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 
 // readBanner reads the server's start-up lines: its address, its metrics
 // address if it has one, and the demo key.
-func readBanner(t *testing.T, stdout io.Reader) (base, key, metrics string) {
+func readBanner(t *testing.T, stdout io.Reader) (base, key, metrics, try string) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && (base == "" || key == "") {
+	for lines.Scan() && try == "" {
 		line := lines.Text()
+		if v, ok := strings.CutPrefix(line, "  curl "); ok {
+			try = v
+		}
 		if v, ok := strings.CutPrefix(line, "upscale standalone listening on "); ok {
 			base, _, _ = strings.Cut(v, " ")
 		}
@@ -260,7 +265,50 @@ func readBanner(t *testing.T, stdout io.Reader) (base, key, metrics string) {
 		t.Fatalf("no address or key in the banner (address %q, key %q)", base, key)
 	}
 	go io.Copy(io.Discard, stdout)
-	return base, key, metrics
+	return base, key, metrics, try
+}
+
+// TestDemoCommandWorksOffline runs the banner's request, on a server whose
+// sources may not be on private addresses (the default): the sample it
+// names is served by the server itself, with no download, so the command
+// works without internet access. The link serves the sample enlarged.
+func TestDemoCommandWorksOffline(t *testing.T) {
+	bin := buildStandalone(t)
+	s := startStandalone(t, bin, "-data", t.TempDir(), "-allow-private-sources=false")
+	command := regexp.MustCompile(`^-sS -X POST (\S+) -H 'Authorization: Bearer (\S+)' -H 'Content-Type: application/json' -d '(.+)'$`).FindStringSubmatch(s.try)
+	if command == nil {
+		t.Fatalf("the banner's command %q has an unexpected shape", s.try)
+	}
+	req, _ := http.NewRequest(http.MethodPost, command[1], strings.NewReader(command[3]))
+	req.Header.Set("Authorization", "Bearer "+command[2])
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct{ URL string }
+	json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the banner's command: %s; stderr:\n%s", resp.Status, s.stderr.String())
+	}
+	result, err := http.Get(answer.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer result.Body.Close()
+	img, err := png.Decode(result.Body)
+	if err != nil || img.Bounds().Dx() != 512 || img.Bounds().Dy() != 512 {
+		t.Fatalf("the result: %v, %v; want the 256×256 sample at 512×512", err, img)
+	}
+	sample, err := http.Get(s.base + "/samples/lineart.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample.Body.Close()
+	if sample.StatusCode != http.StatusOK || sample.Header.Get("Content-Type") != "image/png" {
+		t.Errorf("GET /samples/lineart.png: %s %q, want the PNG", sample.Status, sample.Header.Get("Content-Type"))
+	}
 }
 
 // TestServerTimeouts checks the server newServer builds against clients
