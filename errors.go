@@ -65,6 +65,16 @@ var (
 	// ErrUpstreamTimeout means the engine did not finish before
 	// Config.EngineTimeout; retrying is safe.
 	ErrUpstreamTimeout = errors.New("upstream timeout")
+	// ErrIdempotencyInFlight means a request with the same Idempotency-Key
+	// is still running; the caller gets 409 and a Retry-After.
+	ErrIdempotencyInFlight = errors.New("idempotency key in flight")
+	// ErrIdempotencyKeyReused means the Idempotency-Key was used for a
+	// different request; the caller gets 422.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused")
+	// ErrResultExpired means a request was replayed for its
+	// Idempotency-Key after its result's link had expired; the caller gets
+	// 410 and should send a new key to enlarge the image again.
+	ErrResultExpired = errors.New("result expired")
 	// ErrKeyConflict means KeyAdmin.AddKey was given a key that belongs to
 	// another account or was revoked. It never reaches an API caller.
 	ErrKeyConflict = errors.New("key conflict")

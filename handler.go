@@ -30,6 +30,15 @@ type Config struct {
 	Upscaler Upscaler    // enlarges images, e.g. engine/vips; required
 	Blobs    BlobStore   // keeps results behind expiring links; required
 
+	// Idempotency keeps the answers of requests sent with an
+	// Idempotency-Key header, so that a retry of a request whose answer
+	// was lost gets that answer again and is not charged twice (see
+	// IdempotencyStore). Nil means a MemoryIdempotencyStore, which holds
+	// for one process only: replicas share sqlstore.Store instead.
+	Idempotency IdempotencyStore
+	// IdempotencyTTL is how long a key and its answer are kept. Zero means
+	// 24 hours.
+	IdempotencyTTL time.Duration
 	// Path is where Middleware answers the API. Zero means
 	// "/api/v1/upscale". A host that mounts the Handler itself chooses
 	// the path with its router instead.
@@ -144,9 +153,9 @@ type Handler struct {
 	budget    *budget
 	// One breaker per store role, even when one value plays two roles:
 	// its roles fail together anyway.
-	keys, ledger, blobs *breaker
-	draining            atomic.Bool // set by Drain
-	inFlight            atomic.Int64
+	keys, ledger, blobs, idempotency *breaker
+	draining                         atomic.Bool // set by Drain
+	inFlight                         atomic.Int64
 
 	idleMu    sync.Mutex
 	idleTimer *time.Timer // runs releaseIfIdle; nil until the first request ends
@@ -163,7 +172,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("upscale: Config.Upscaler is required")
 	case cfg.Blobs == nil:
 		return nil, errors.New("upscale: Config.Blobs is required")
-	case cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.SettleTimeout < 0 || cfg.MemoryBudget < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
+	case cfg.IdempotencyTTL < 0 || cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.SettleTimeout < 0 || cfg.MemoryBudget < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
 		return nil, errors.New("upscale: Config durations, sizes and counts cannot be negative")
 	}
 	if cfg.EngineConcurrency == 0 {
@@ -174,6 +183,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.QueueLength = cmp.Or(cfg.QueueLength, 4*cfg.EngineConcurrency)
 	cfg.Path = cmp.Or(cfg.Path, "/api/v1/upscale")
+	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
 	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
 	if limit, ok := cfg.Blobs.(ExpiryLimiter); ok && cfg.LinkTTL > limit.MaxLinkTTL() {
 		return nil, fmt.Errorf("upscale: Config.LinkTTL is %v, but the BlobStore's links last at most %v", cfg.LinkTTL, limit.MaxLinkTTL())
@@ -196,18 +206,22 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
+	if cfg.Idempotency == nil {
+		cfg.Idempotency = NewMemoryIdempotencyStore(cfg.Now)
+	}
 	fetcher, err := newFetcher(cfg)
 	if err != nil {
 		return nil, err
 	}
 	h := &Handler{
-		cfg:       cfg,
-		fetcher:   fetcher,
-		admission: newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout),
-		budget:    newBudget(cfg.MemoryBudget),
-		keys:      &breaker{now: cfg.Now},
-		ledger:    &breaker{now: cfg.Now},
-		blobs:     &breaker{now: cfg.Now},
+		cfg:         cfg,
+		fetcher:     fetcher,
+		admission:   newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout),
+		budget:      newBudget(cfg.MemoryBudget),
+		keys:        &breaker{now: cfg.Now},
+		ledger:      &breaker{now: cfg.Now},
+		blobs:       &breaker{now: cfg.Now},
+		idempotency: &breaker{now: cfg.Now},
 	}
 	cfg.Metrics.Attach(h.Load)
 	return h, nil
@@ -252,6 +266,8 @@ type Response struct {
 	ResizedTo *struct{} `json:"resizedTo"`
 	// Via names the pool that paid.
 	Via Pool `json:"via"`
+
+	linkExpires time.Time // kept with an Idempotency-Key's answer
 }
 
 // CloseIdleConnections closes the idle connections to sources kept for
@@ -286,15 +302,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		code = h.fail(w, r, errMethodNotAllowed)
 		return
 	}
-	resp, err := h.upscale(w, r)
-	if err != nil {
+	resp, replay, err := h.upscale(w, r)
+	switch {
+	case err != nil:
 		code = h.fail(w, r, err)
-		return
+	case replay != nil:
+		code = "replayed"
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, replay.Status, replay.Body)
+	default:
+		pool = resp.Via
+		writeJSON(w, http.StatusOK, jsonBody(resp))
 	}
-	pool = resp.Via
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	json.NewEncoder(w).Encode(resp)
+}
+
+// jsonBody is v as the handler sends it: the same bytes every time, so
+// that a replayed answer is the answer.
+func jsonBody(v any) []byte {
+	body, _ := json.Marshal(v) // a Response or a Problem: nothing that fails
+	return append(body, '\n')
+}
+
+// writeJSON sends an answer: a success as JSON, a failure as a problem.
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	if status >= 400 {
+		hdr.Set("Content-Type", "application/problem+json")
+	}
+	hdr.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(body)
 }
 
 // releaseWhenIdle gives memory back once IdleRelease has passed with no
@@ -322,24 +360,24 @@ func (h *Handler) releaseIfIdle() {
 	}
 }
 
-// upscale runs one request: authenticate, validate, reserve a unit, fetch,
-// enlarge, store, commit. The unit is released on every path that does not
-// reach the commit, so a failed request is never charged.
-func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, error) {
+// upscale admits, authenticates and validates one request, then runs it:
+// once per Idempotency-Key when the caller sent one, in which case it may
+// return the key's kept answer instead.
+func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, *IdempotentAnswer, error) {
 	ctx := r.Context()
 	if err := h.admission.refusing(); err != nil {
-		return Response{}, err
+		return Response{}, nil, err
 	}
 	key, ok := bearerKey(r.Header)
 	if !ok {
-		return Response{}, ErrUnauthorized
+		return Response{}, nil, ErrUnauthorized
 	}
 	// The body is read before a place is taken, so that a caller sending
 	// it slowly holds none, and judged after the key, so that a refused
 	// key gets the same answer whatever it sent.
 	req, invalid := decodeRequest(w, r)
 	if err := h.blobs.refusing(); err != nil {
-		return Response{}, err // the result could not be stored anyway
+		return Response{}, nil, err // the result could not be stored anyway
 	}
 	// The key's lookup is work for the KeyStore's server, so it comes
 	// after admission: a burst of callers costs it at most as many
@@ -347,7 +385,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 	// before any reservation or download.
 	leave, err := h.admission.admit()
 	if err != nil {
-		return Response{}, err
+		return Response{}, nil, err
 	}
 	defer leave()
 	var accountID string
@@ -356,15 +394,80 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		return err
 	})
 	if errors.Is(err, ErrUnauthorized) {
-		return Response{}, ErrUnauthorized // one body for every refused key, whatever the store said
+		return Response{}, nil, ErrUnauthorized // one body for every refused key, whatever the store said
 	}
 	if err != nil {
-		return Response{}, err
+		return Response{}, nil, err
 	}
 	if invalid != nil {
-		return Response{}, invalid
+		return Response{}, nil, invalid
+	}
+	onceKey, sent, err := idempotencyKey(r.Header.Values("Idempotency-Key"))
+	if err != nil {
+		return Response{}, nil, err
+	}
+	if sent {
+		return h.runOnce(ctx, accountID, onceKey, req)
+	}
+	resp, err := h.run(ctx, accountID, req)
+	return resp, nil, err
+}
+
+// runOnce runs req under the caller's Idempotency-Key. The first request
+// with the key runs, and its answer is kept unless it is a failure that is
+// safe to retry (5xx, 429), so that a retry runs again. A later request
+// with the key gets the kept answer without running or being charged, or
+// 409 while the first still runs, or 422 if it asks for something else.
+func (h *Handler) runOnce(ctx context.Context, accountID, key string, req request) (Response, *IdempotentAnswer, error) {
+	claim := IdempotencyClaim{
+		AccountID: accountID, Key: key, Fingerprint: req.fingerprint(), TTL: h.cfg.IdempotencyTTL,
+		// Longer than any request can take; a claim older than that is a
+		// request that died with its process.
+		Lease: 2 * (h.cfg.FetchTimeout + h.cfg.EngineTimeout + h.cfg.SettleTimeout),
+	}
+	var kept *IdempotentAnswer
+	err := h.idempotency.call(func() (err error) {
+		kept, err = h.cfg.Idempotency.Claim(ctx, claim)
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrIdempotencyInFlight):
+		return Response{}, nil, &retryAfterError{
+			err:   Explain(ErrIdempotencyInFlight, "A request with this Idempotency-Key is still running; send it again after the Retry-After to get its answer."),
+			after: max(h.admission.meanTime(), time.Second),
+		}
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		return Response{}, nil, Explain(ErrIdempotencyKeyReused, "This Idempotency-Key was used for a different request in the last %v; send a new request with a new key.", h.cfg.IdempotencyTTL)
+	case err != nil:
+		return Response{}, nil, err
+	case kept != nil && kept.Status == http.StatusOK && !h.cfg.Now().Before(kept.LinkExpires):
+		return Response{}, nil, Explain(ErrResultExpired, "This request was carried out and charged already, and its result's link expired at %s; send it with a new Idempotency-Key to enlarge the image again.", kept.LinkExpires.UTC().Format(time.RFC3339))
+	case kept != nil:
+		return Response{}, kept, nil
 	}
 
+	resp, err := h.run(ctx, accountID, req)
+	answer := IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}
+	if err != nil {
+		p := problemFor(err)
+		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
+	}
+	// Kept or released even when the caller has gone: its retry is what
+	// the key is for.
+	settleCtx := context.WithoutCancel(ctx)
+	if answer.Status < 500 && answer.Status != http.StatusTooManyRequests && !errors.Is(err, context.Canceled) {
+		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Finish(ctx, accountID, key, answer) }); err != nil {
+			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry within its lease gets 409, after it runs again", "account", accountID, "err", err)
+		}
+	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Release(ctx, accountID, key) }); err != nil {
+		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", accountID, "err", err)
+	}
+	return resp, nil, err
+}
+
+// run charges one unit for req: reserve, fetch, enlarge, store, commit.
+// The unit is released on every path that does not reach the commit.
+func (h *Handler) run(ctx context.Context, accountID string, req request) (Response, error) {
 	// Reserving before fetching means an exhausted account costs us no
 	// download; a file that turns out to need paid capability is re-checked
 	// below.
@@ -422,7 +525,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, err
 		return Response{}, fmt.Errorf("commit reservation: %w", err)
 	}
 	committed = true
-	return Response{URL: link, Via: hold.Pool}, nil
+	return Response{URL: link, Via: hold.Pool, linkExpires: expires}, nil
 }
 
 func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool) (hold Reservation, err error) {
@@ -439,7 +542,7 @@ func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool)
 // (ReservationTTL is minutes, SettleTimeout seconds).
 func (h *Handler) commit(ctx context.Context, hold Reservation) error {
 	attempts := 0
-	err := h.settle(ctx, func(ctx context.Context) error {
+	err := h.settle(ctx, h.ledger, func(ctx context.Context) error {
 		attempts++
 		return h.cfg.Ledger.Commit(ctx, hold.ID)
 	})
@@ -452,7 +555,7 @@ func (h *Handler) commit(ctx context.Context, hold Reservation) error {
 // release gives a unit back even when the caller has gone away: the
 // request's context may be cancelled, the money is still owed back.
 func (h *Handler) release(ctx context.Context, hold Reservation) {
-	err := h.settle(context.WithoutCancel(ctx), func(ctx context.Context) error {
+	err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
 		return h.cfg.Ledger.Release(ctx, hold.ID)
 	})
 	if err != nil {
@@ -460,15 +563,16 @@ func (h *Handler) release(ctx context.Context, hold Reservation) {
 	}
 }
 
-// settle runs a commit or release, retrying with backoff for up to
-// SettleTimeout while the ledger reports ErrUnavailable. These calls are
-// made whatever the ledger's breaker says: the unit is already held.
-func (h *Handler) settle(ctx context.Context, op func(context.Context) error) error {
+// settle runs the last word on something already held (a unit's commit
+// or release, an Idempotency-Key's answer), retrying with backoff for up
+// to SettleTimeout while the store behind store reports ErrUnavailable.
+// It is called whatever that breaker says: the thing is already held.
+func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.SettleTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	for {
-		err := h.ledger.record(op(ctx))
+		err := store.record(op(ctx))
 		if !errors.Is(err, ErrUnavailable) {
 			return err
 		}
@@ -599,6 +703,9 @@ var problems = []struct {
 	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
 	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scales " + scaleList(true) + ", and files above the free tier's size, need a paid plan or credits."},
 	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; buy credits or subscribe to the unlimited plan."},
+	{ErrIdempotencyInFlight, http.StatusConflict, "idempotency_in_flight", "A request with this Idempotency-Key is still running; send it again after the Retry-After to get its answer."},
+	{ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "This Idempotency-Key was used for a different request; send a new request with a new key."},
+	{ErrResultExpired, http.StatusGone, "result_expired", "This request was carried out and charged already, and its result's link has expired; send it with a new Idempotency-Key to enlarge the image again."},
 	{ErrOverloaded, http.StatusServiceUnavailable, "overloaded", "The service is working at capacity; try again in a few seconds."},
 	{ErrUnavailable, http.StatusServiceUnavailable, "backend_unavailable", "A service this API depends on cannot be reached at the moment; nothing was charged. Try again in a few seconds."},
 	{ErrUpstream, http.StatusBadGateway, "upstream_error", "The upscaling engine failed on this image; retrying is safe."},
@@ -661,9 +768,6 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 	if ra, ok := errors.AsType[*retryAfterError](err); ok {
 		hdr.Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.after.Seconds()))))
 	}
-	hdr.Set("Content-Type", "application/problem+json")
-	hdr.Set("Cache-Control", "no-store")
-	w.WriteHeader(p.Status)
-	json.NewEncoder(w).Encode(p)
+	writeJSON(w, p.Status, jsonBody(p))
 	return p.Code
 }

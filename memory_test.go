@@ -63,3 +63,9 @@ func TestMemoryBlobStoreFreesExpiredItems(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestMemoryIdempotencyStore(t *testing.T) {
+	upscaletest.TestIdempotencyStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.IdempotencyStore {
+		return upscale.NewMemoryIdempotencyStore(clock.Now)
+	})
+}

@@ -11,8 +11,9 @@ type Metrics interface {
 	// handler's current load, for gauges read when metrics are collected.
 	Attach(load func() Load)
 	// RequestDone counts one finished request. code is "ok" for a success,
-	// the problem code of an error, or "caller_gone" when the caller left
-	// before the answer; pool is the pool charged, "" when none was.
+	// "replayed" for an Idempotency-Key's kept answer, the problem code of
+	// an error, or "caller_gone" when the caller left before the answer;
+	// pool is the pool charged, "" when none was.
 	RequestDone(code string, pool Pool, took time.Duration)
 	// StepDone records how long one step of a request took.
 	StepDone(step Step, took time.Duration)

@@ -7,7 +7,7 @@
 //
 // The metrics, all prefixed upscale_ and in base units:
 //
-//	requests_total{code,pool}        counter: code "ok", a problem code or "caller_gone"; pool charged or "none"
+//	requests_total{code,pool}        counter: code "ok", "replayed", a problem code or "caller_gone"; pool charged or "none"
 //	request_duration_seconds         histogram of whole requests
 //	step_duration_seconds{step}      histogram: fetch, queue, engine, store
 //	source_bytes_total               counter: bytes of the sources enlarged
@@ -57,7 +57,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "upscale_requests_total",
-			Help: "Finished upscale requests, by outcome (ok, a problem code, or caller_gone) and by the pool charged (none when not charged).",
+			Help: "Finished upscale requests, by outcome (ok, replayed for an Idempotency-Key's kept answer, a problem code, or caller_gone) and by the pool charged (none when not charged).",
 		}, []string{"code", "pool"}),
 		requestDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "upscale_request_duration_seconds",

@@ -1,0 +1,98 @@
+package upscale
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MemoryIdempotencyStore is an IdempotencyStore held in process memory:
+// the default for one process. It forgets its keys on restart, and
+// replicas do not see each other's (use sqlstore for those). Expired keys
+// are dropped as new ones are claimed, at most once a minute, so it needs
+// no goroutine. It is safe for concurrent use.
+type MemoryIdempotencyStore struct {
+	now func() time.Time
+
+	mu        sync.Mutex
+	keys      map[memoryIdempotencyKey]*memoryIdempotent
+	lastSweep time.Time
+}
+
+type memoryIdempotencyKey struct{ account, key string }
+
+type memoryIdempotent struct {
+	fingerprint [32]byte
+	answer      *IdempotentAnswer // nil while the request runs
+	leaseEnds   time.Time
+	expires     time.Time
+}
+
+var _ IdempotencyStore = (*MemoryIdempotencyStore)(nil)
+
+// NewMemoryIdempotencyStore returns an empty MemoryIdempotencyStore on the
+// clock now; nil means time.Now.
+func NewMemoryIdempotencyStore(now func() time.Time) *MemoryIdempotencyStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemoryIdempotencyStore{now: now, keys: make(map[memoryIdempotencyKey]*memoryIdempotent)}
+}
+
+// Claim implements IdempotencyStore.
+func (s *MemoryIdempotencyStore) Claim(_ context.Context, c IdempotencyClaim) (*IdempotentAnswer, error) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(now)
+	id := memoryIdempotencyKey{c.AccountID, c.Key}
+	if k, ok := s.keys[id]; ok && now.Before(k.expires) && (k.answer != nil || now.Before(k.leaseEnds)) {
+		switch {
+		case k.fingerprint != c.Fingerprint:
+			return nil, fmt.Errorf("idempotency key %q: %w", c.Key, ErrIdempotencyKeyReused)
+		case k.answer == nil:
+			return nil, fmt.Errorf("idempotency key %q: %w", c.Key, ErrIdempotencyInFlight)
+		}
+		answer := *k.answer
+		return &answer, nil
+	}
+	s.keys[id] = &memoryIdempotent{fingerprint: c.Fingerprint, leaseEnds: now.Add(c.Lease), expires: now.Add(c.TTL)}
+	return nil, nil
+}
+
+// Finish implements IdempotencyStore.
+func (s *MemoryIdempotencyStore) Finish(_ context.Context, accountID, key string, answer IdempotentAnswer) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.keys[memoryIdempotencyKey{accountID, key}]
+	if !ok || k.answer != nil {
+		return fmt.Errorf("idempotency key %q: %w", key, ErrNotFound)
+	}
+	k.answer = &answer
+	return nil
+}
+
+// Release implements IdempotencyStore.
+func (s *MemoryIdempotencyStore) Release(_ context.Context, accountID, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := memoryIdempotencyKey{accountID, key}
+	if k, ok := s.keys[id]; ok && k.answer == nil {
+		delete(s.keys, id)
+	}
+	return nil
+}
+
+// sweep drops expired keys, at most once a minute.
+func (s *MemoryIdempotencyStore) sweep(now time.Time) {
+	if now.Sub(s.lastSweep) < time.Minute {
+		return
+	}
+	s.lastSweep = now
+	for id, k := range s.keys {
+		if !now.Before(k.expires) {
+			delete(s.keys, id)
+		}
+	}
+}
