@@ -456,10 +456,10 @@ func (h *Handler) runOnce(ctx context.Context, accountID, key string, req reques
 	// the key is for.
 	settleCtx := context.WithoutCancel(ctx)
 	if answer.Status < 500 && answer.Status != http.StatusTooManyRequests && !errors.Is(err, context.Canceled) {
-		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Finish(ctx, accountID, key, answer) }); err != nil {
+		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, accountID, key, answer) }); err != nil {
 			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry within its lease gets 409, after it runs again", "account", accountID, "err", err)
 		}
-	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Release(ctx, accountID, key) }); err != nil {
+	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, accountID, key) }); err != nil {
 		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", accountID, "err", err)
 	}
 	return resp, nil, err

@@ -19,8 +19,8 @@ import (
 // wrapping ErrUnavailable when the store's server cannot be reached.
 type IdempotencyStore interface {
 	// Claim records that claim's request is starting. It returns nil, nil
-	// when the caller is to run the request, and must then call Finish or
-	// Release: the key was unused, its answer has been kept for longer
+	// when the caller is to run the request, and must then call Keep or
+	// Forget: the key was unused, its answer has been kept for longer
 	// than claim.TTL, or its last claim was left unfinished for longer
 	// than claim.Lease (its request died with its process). It returns the
 	// kept answer when the key's request with the same fingerprint has
@@ -30,15 +30,15 @@ type IdempotencyStore interface {
 	// another fingerprint. Of concurrent claims of one key, exactly one
 	// gets nil, nil.
 	Claim(ctx context.Context, claim IdempotencyClaim) (*IdempotentAnswer, error)
-	// Finish keeps answer for the claimed key until claim.TTL after the
+	// Keep keeps answer for the claimed key until claim.TTL after the
 	// claim. It returns an error wrapping ErrNotFound when the key is not
 	// claimed.
-	Finish(ctx context.Context, accountID, key string, answer IdempotentAnswer) error
-	// Release forgets a claimed key whose request ended without an answer
+	Keep(ctx context.Context, accountID, key string, answer IdempotentAnswer) error
+	// Forget forgets a claimed key whose request ended without an answer
 	// worth keeping (a failure that is safe to retry), so that the next
-	// request with the key runs. Releasing a key that is not claimed is not
+	// request with the key runs. Forgetting a key that is not claimed is not
 	// an error.
-	Release(ctx context.Context, accountID, key string) error
+	Forget(ctx context.Context, accountID, key string) error
 }
 
 // IdempotencyClaim is one request's claim of an Idempotency-Key.

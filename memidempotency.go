@@ -61,8 +61,8 @@ func (s *MemoryIdempotencyStore) Claim(_ context.Context, c IdempotencyClaim) (*
 	return nil, nil
 }
 
-// Finish implements IdempotencyStore.
-func (s *MemoryIdempotencyStore) Finish(_ context.Context, accountID, key string, answer IdempotentAnswer) error {
+// Keep implements IdempotencyStore.
+func (s *MemoryIdempotencyStore) Keep(_ context.Context, accountID, key string, answer IdempotentAnswer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, ok := s.keys[memoryIdempotencyKey{accountID, key}]
@@ -73,8 +73,8 @@ func (s *MemoryIdempotencyStore) Finish(_ context.Context, accountID, key string
 	return nil
 }
 
-// Release implements IdempotencyStore.
-func (s *MemoryIdempotencyStore) Release(_ context.Context, accountID, key string) error {
+// Forget implements IdempotencyStore.
+func (s *MemoryIdempotencyStore) Forget(_ context.Context, accountID, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := memoryIdempotencyKey{accountID, key}

@@ -65,37 +65,53 @@ func checkJournal(t *testing.T, s *sqlstore.Store, now time.Time) {
 	}
 }
 
+// newOrigin serves an 8×8 PNG at every path.
+func newOrigin(t *testing.T) *httptest.Server {
+	var img bytes.Buffer
+	png.Encode(&img, upscaletest.TestImage(8, 8))
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(img.Bytes()) }))
+	t.Cleanup(origin.Close)
+	return origin
+}
+
+// newReplicas returns two handlers, each with its own Store on dsn (so its
+// own connection pool, as two processes would have) for keys, quotas and
+// Idempotency-Keys, after seeding account "acme" with credits and
+// shareBonus. Their queues have room for every request: the tests hold
+// the stores to their counts, not admission.
+func newReplicas(t *testing.T, dsn string, credits, shareBonus int64) []*upscale.Handler {
+	t.Helper()
+	var replicas []*upscale.Handler
+	for i := range 2 {
+		s := open(t, dsn, upscale.LedgerOptions{})
+		if i == 0 {
+			seed(t, s, credits, shareBonus)
+		}
+		blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://replica.test/outputs"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { blobs.Close() })
+		h, err := upscale.New(upscale.Config{Keys: s, Ledger: s, Idempotency: s, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
+			AllowPrivateNetworks: true, QueueLength: 200, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, h)
+	}
+	return replicas
+}
+
 // TestTwoReplicas: two handlers, each with its own Store (so its own
 // connection pool, as two processes would have) on one database, get 200
 // concurrent requests for an account with 5 units. Exactly 5 succeed, and
 // the journal accounts for every unit.
 func TestTwoReplicas(t *testing.T) {
-	var img bytes.Buffer
-	png.Encode(&img, upscaletest.TestImage(8, 8))
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(img.Bytes()) }))
-	defer origin.Close()
+	origin := newOrigin(t)
 	for name, newDB := range engines {
 		t.Run(name, func(t *testing.T) {
 			dsn := newDB(t)
-			var replicas []*upscale.Handler
-			for i := range 2 {
-				s := open(t, dsn, upscale.LedgerOptions{})
-				if i == 0 {
-					seed(t, s, 1, 1) // 3 free + 1 share bonus + 1 credit = 5 units
-				}
-				blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://replica.test/outputs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				// A queue with room for every request: the test holds the
-				// ledger to its count, not admission.
-				h, err := upscale.New(upscale.Config{Keys: s, Ledger: s, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
-					AllowPrivateNetworks: true, QueueLength: 200, Logger: slog.New(slog.DiscardHandler)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				replicas = append(replicas, h)
-			}
+			replicas := newReplicas(t, dsn, 1, 1) // 3 free + 1 share bonus + 1 credit = 5 units
 			statuses := map[int]int{}
 			var mu sync.Mutex
 			var wg sync.WaitGroup
@@ -272,6 +288,61 @@ func TestReopenKeepsEverything(t *testing.T) {
 			}
 			if created, err := again.CreateAccount(ctx, upscale.Account{ID: "acme", Plan: upscaletest.FreePlan, Credits: 99}); created || err != nil {
 				t.Errorf("CreateAccount on an existing account: created %v, %v", created, err)
+			}
+		})
+	}
+}
+
+// TestIdempotencyAcrossReplicas: two handlers, each with its own Store on
+// one database, get 20 identical requests with one Idempotency-Key at
+// once, alternating. One runs and is charged; the others get 409 while it
+// runs or its replay after; a later request on either replica is the
+// replay, byte for byte.
+func TestIdempotencyAcrossReplicas(t *testing.T) {
+	origin := newOrigin(t)
+	for name, newDB := range engines {
+		t.Run(name, func(t *testing.T) {
+			dsn := newDB(t)
+			replicas := newReplicas(t, dsn, 0, 0)
+			post := func(replica int) *httptest.ResponseRecorder {
+				r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", strings.NewReader(fmt.Sprintf(`{"imageUrl": %q}`, origin.URL+"/a.png")))
+				r.Header.Set("Authorization", "Bearer "+replicaKey)
+				r.Header.Set("Idempotency-Key", `"one-order"`)
+				w := httptest.NewRecorder()
+				replicas[replica].ServeHTTP(w, r)
+				return w
+			}
+			var mu sync.Mutex
+			outcomes := map[string]int{}
+			var answer []byte
+			var wg sync.WaitGroup
+			for i := range 20 {
+				wg.Go(func() {
+					w := post(i % 2)
+					outcome := fmt.Sprint(w.Code)
+					if w.Header().Get("Idempotent-Replayed") == "true" {
+						outcome += " replayed"
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					outcomes[outcome]++
+					if w.Code == http.StatusOK && answer == nil {
+						answer = w.Body.Bytes()
+					}
+				})
+			}
+			wg.Wait()
+			if outcomes["200"] != 1 || outcomes["200"]+outcomes["200 replayed"]+outcomes["409"] != 20 {
+				t.Fatalf("outcomes %v, want one 200 that ran, the rest 409 or replayed", outcomes)
+			}
+			for replica := range 2 {
+				if w := post(replica); !bytes.Equal(w.Body.Bytes(), answer) || w.Header().Get("Idempotent-Replayed") != "true" {
+					t.Errorf("replica %d afterwards: %d %s, want the replay of %s", replica, w.Code, w.Body, answer)
+				}
+			}
+			s := open(t, dsn, upscale.LedgerOptions{})
+			if b, _ := s.Balance(context.Background(), "acme"); b.Free != upscaletest.FreePlan.MonthlyImages-1 {
+				t.Errorf("free pool %d after 22 requests with one key, want %d: charged once", b.Free, upscaletest.FreePlan.MonthlyImages-1)
 			}
 		})
 	}

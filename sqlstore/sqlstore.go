@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,6 +59,8 @@ type Store struct {
 	db     *sql.DB
 	sqlite bool
 	opts   upscale.LedgerOptions
+
+	idempotencySwept atomic.Int64 // Unix nanoseconds of the last sweep of expired Idempotency-Keys
 }
 
 var (

@@ -63,6 +63,11 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), opts)
 				})
 			})
+			t.Run("IdempotencyStore", func(t *testing.T) {
+				upscaletest.TestIdempotencyStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.IdempotencyStore {
+					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
+				})
+			})
 		})
 	}
 }

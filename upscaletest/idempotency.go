@@ -34,16 +34,16 @@ func TestIdempotencyStore(t *testing.T, newStore func(t *testing.T, clock *Clock
 	}
 	answer := upscale.IdempotentAnswer{Status: 200, Body: []byte(`{"url":"https://x.test/a.png","resizedTo":null,"via":"free_pool"}` + "\n"), LinkExpires: time.Date(2026, 3, 10, 13, 0, 0, 0, time.UTC)}
 
-	t.Run("FinishedIsReplayed", func(t *testing.T) {
+	t.Run("KeptIsReplayed", func(t *testing.T) {
 		s, _ := setup(t)
 		mustRun(t, s, claim("acme", "k1", "a"))
-		if err := s.Finish(ctx, "acme", "k1", answer); err != nil {
+		if err := s.Keep(ctx, "acme", "k1", answer); err != nil {
 			t.Fatal(err)
 		}
 		for range 2 {
 			got, err := s.Claim(ctx, claim("acme", "k1", "a"))
 			if err != nil || got == nil || got.Status != answer.Status || !bytes.Equal(got.Body, answer.Body) || !got.LinkExpires.Equal(answer.LinkExpires) {
-				t.Fatalf("Claim after Finish = %+v, %v; want the kept answer", got, err)
+				t.Fatalf("Claim after Keep = %+v, %v; want the kept answer", got, err)
 			}
 		}
 	})
@@ -62,7 +62,7 @@ func TestIdempotencyStore(t *testing.T, newStore func(t *testing.T, clock *Clock
 		if _, err := s.Claim(ctx, claim("acme", "k1", "b")); !errors.Is(err, upscale.ErrIdempotencyKeyReused) {
 			t.Errorf("another request with a running key: %v, want ErrIdempotencyKeyReused", err)
 		}
-		s.Finish(ctx, "acme", "k1", answer)
+		s.Keep(ctx, "acme", "k1", answer)
 		if _, err := s.Claim(ctx, claim("acme", "k1", "b")); !errors.Is(err, upscale.ErrIdempotencyKeyReused) {
 			t.Errorf("another request with a finished key: %v, want ErrIdempotencyKeyReused", err)
 		}
@@ -74,28 +74,28 @@ func TestIdempotencyStore(t *testing.T, newStore func(t *testing.T, clock *Clock
 		mustRun(t, s, claim("globex", "k1", "b"))
 	})
 
-	t.Run("ReleasedRunsAgain", func(t *testing.T) {
+	t.Run("ForgottenRunsAgain", func(t *testing.T) {
 		s, _ := setup(t)
 		mustRun(t, s, claim("acme", "k1", "a"))
-		if err := s.Release(ctx, "acme", "k1"); err != nil {
+		if err := s.Forget(ctx, "acme", "k1"); err != nil {
 			t.Fatal(err)
 		}
 		mustRun(t, s, claim("acme", "k1", "a"))
-		if err := s.Release(ctx, "acme", "never-claimed"); err != nil {
-			t.Errorf("Release of an unclaimed key: %v, want nil", err)
+		if err := s.Forget(ctx, "acme", "never-claimed"); err != nil {
+			t.Errorf("Forget of an unclaimed key: %v, want nil", err)
 		}
-		if err := s.Finish(ctx, "acme", "never-claimed", answer); !errors.Is(err, upscale.ErrNotFound) {
-			t.Errorf("Finish of an unclaimed key: %v, want ErrNotFound", err)
+		if err := s.Keep(ctx, "acme", "never-claimed", answer); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Keep of an unclaimed key: %v, want ErrNotFound", err)
 		}
 	})
 
-	t.Run("ReleaseKeepsAnAnswer", func(t *testing.T) {
+	t.Run("ForgetLeavesAKeptAnswer", func(t *testing.T) {
 		s, _ := setup(t)
 		mustRun(t, s, claim("acme", "k1", "a"))
-		s.Finish(ctx, "acme", "k1", answer)
-		s.Release(ctx, "acme", "k1")
+		s.Keep(ctx, "acme", "k1", answer)
+		s.Forget(ctx, "acme", "k1")
 		if got, err := s.Claim(ctx, claim("acme", "k1", "a")); err != nil || got == nil {
-			t.Errorf("Claim after releasing a finished key = %v, %v; want the kept answer", got, err)
+			t.Errorf("Claim after forgetting a kept key = %v, %v; want the kept answer", got, err)
 		}
 	})
 
@@ -113,7 +113,7 @@ func TestIdempotencyStore(t *testing.T, newStore func(t *testing.T, clock *Clock
 	t.Run("TTLEnds", func(t *testing.T) {
 		s, clock := setup(t)
 		mustRun(t, s, claim("acme", "k1", "a"))
-		s.Finish(ctx, "acme", "k1", answer)
+		s.Keep(ctx, "acme", "k1", answer)
 		clock.Advance(24*time.Hour - time.Second)
 		if got, err := s.Claim(ctx, claim("acme", "k1", "b")); !errors.Is(err, upscale.ErrIdempotencyKeyReused) {
 			t.Errorf("within the TTL, another request: %v, %v; want ErrIdempotencyKeyReused", got, err)

@@ -233,6 +233,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	handler, err := upscale.New(upscale.Config{
 		Keys:                 keys,
 		Ledger:               store,
+		Idempotency:          store,
 		Upscaler:             engine,
 		Blobs:                blobs,
 		BuiltinSources:       builtin,
