@@ -399,6 +399,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, *Id
 	if err != nil {
 		return Response{}, nil, err
 	}
+	defer h.setQuotaHeaders(ctx, w.Header(), accountID)
 	if invalid != nil {
 		return Response{}, nil, invalid
 	}
@@ -533,6 +534,9 @@ func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool)
 		hold, err = h.cfg.Ledger.Reserve(ctx, accountID, needsPaid)
 		return err
 	})
+	if errors.Is(err, ErrQuotaExhausted) {
+		return hold, h.quotaExhausted(ctx, accountID, err)
+	}
 	return hold, err
 }
 

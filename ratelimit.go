@@ -1,0 +1,88 @@
+package upscale
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setQuotaHeaders describes the account's pools after this request, in the
+// RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-11: the free pool with its monthly
+// allowance (q), its window (w, this month's length) and the seconds until
+// it refills (t); share bonus and credits, which never refill, as what is
+// left (q and r alike, no window). An unlimited plan has nothing to count,
+// so it gets neither field. A ledger that cannot say leaves both out: the
+// answer matters more than its annotation.
+func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, accountID string) {
+	if ctx.Err() != nil {
+		return // nobody is listening
+	}
+	b, err := h.cfg.Ledger.Balance(ctx, accountID)
+	if err != nil {
+		h.cfg.Logger.Debug("upscale: no quota headers: the ledger did not give the balance", "account", accountID, "err", err)
+		return
+	}
+	if b.Plan.Unlimited {
+		return
+	}
+	now := h.cfg.Now()
+	var policies, limits []string
+	if b.Plan.MonthlyImages > 0 {
+		start, next := monthBounds(now)
+		policies = append(policies, sfItem(PoolFree, "q", b.Plan.MonthlyImages, "w", seconds(next.Sub(start))))
+		limits = append(limits, sfItem(PoolFree, "r", b.Free, "t", seconds(next.Sub(now))))
+	}
+	for _, p := range []struct {
+		pool Pool
+		left int64
+	}{{PoolShareBonus, b.ShareBonus}, {PoolCredit, b.Credits}} {
+		policies = append(policies, sfItem(p.pool, "q", p.left))
+		limits = append(limits, sfItem(p.pool, "r", p.left))
+	}
+	hdr.Set("RateLimit-Policy", strings.Join(policies, ", "))
+	hdr.Set("RateLimit", strings.Join(limits, ", "))
+}
+
+// sfItem writes a structured-field Item (RFC 9651): pool as a String, then
+// integer parameters given as name, value pairs. Pool names and parameter
+// names are this package's own, so nothing needs escaping.
+func sfItem(pool Pool, params ...any) string {
+	var b strings.Builder
+	b.WriteString(strconv.Quote(string(pool)))
+	for i := 0; i < len(params); i += 2 {
+		b.WriteString(";" + params[i].(string) + "=" + strconv.FormatInt(params[i+1].(int64), 10))
+	}
+	return b.String()
+}
+
+// monthBounds returns the start of now's month and of the next, UTC: the
+// free pool's window.
+func monthBounds(now time.Time) (start, next time.Time) {
+	y, m, _ := now.UTC().Date()
+	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+
+// quotaExhausted explains an exhausted quota: when the free pool will
+// refill, with a Retry-After for then, if waiting helps at all; otherwise
+// only buying helps, and there is no Retry-After.
+func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err error) error {
+	b, balanceErr := h.cfg.Ledger.Balance(ctx, accountID)
+	if balanceErr != nil || b.Plan.MonthlyImages == 0 {
+		return errors.Join(Explain(ErrQuotaExhausted, "This account has no images left; buy credits or subscribe to the unlimited plan."), err)
+	}
+	now := h.cfg.Now()
+	_, next := monthBounds(now)
+	return &retryAfterError{
+		err: errors.Join(Explain(ErrQuotaExhausted, "This account has no images left this month. The free pool refills with %d images at %s, in %s; buy credits or subscribe to the unlimited plan to go on before then.",
+			b.Plan.MonthlyImages, next.Format(time.RFC3339), next.Sub(now).Round(time.Minute)), err),
+		after: next.Sub(now),
+	}
+}
