@@ -1,0 +1,179 @@
+// Package client calls an upscale API (github.com/upscalekit/upscale) from
+// Go, with the standard library only.
+//
+// Every Upscale call sends an Idempotency-Key of its own and reuses it
+// across its retries, so a retry after a lost answer is answered from the
+// first attempt and charged at most once. It retries transport errors,
+// 502, 503, 504 and 409 idempotency_in_flight, with full-jitter
+// exponential backoff, or after the server's Retry-After when it gives one
+// (capped, and never past the context's deadline). It never retries
+// anything else: a 429 quota_exhausted is an *Error that says when the free
+// pool refills.
+package client
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client calls one API with one key. Its zero value is not usable: set
+// BaseURL and Key. It is safe for concurrent use.
+type Client struct {
+	// BaseURL is where the API is served, such as "https://api.example.com";
+	// requests go to BaseURL + "/api/v1/upscale".
+	BaseURL string
+	// Key is the API key, sent as "Authorization: Bearer <Key>".
+	Key string
+	// HTTPClient sends the requests. Nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// MaxAttempts bounds the attempts of one call, the first included.
+	// Zero means 4.
+	MaxAttempts int
+	// MaxWait bounds one wait between attempts. A Retry-After longer than
+	// that is not waited for: the call returns the error at once. Zero
+	// means 30 seconds.
+	MaxWait time.Duration
+}
+
+// Request is what to enlarge. Zero fields take the API's defaults (scale
+// 2, imageType "photo", denoise "max").
+type Request struct {
+	ImageURL  string `json:"imageUrl"`
+	Scale     int    `json:"scale,omitempty"`
+	ImageType string `json:"imageType,omitempty"`
+	Denoise   string `json:"denoise,omitempty"`
+}
+
+// Response is a successful answer.
+type Response struct {
+	// URL is the temporary link to the enlarged image.
+	URL string `json:"url"`
+	// Via names the pool that paid: free_pool, share_bonus, credit or
+	// unlimited.
+	Via string `json:"via"`
+	// Replayed is true when the answer is that of an earlier attempt of
+	// the same call, whose answer had been lost.
+	Replayed bool `json:"-"`
+}
+
+// Error is a problem answer of the API (RFC 9457).
+type Error struct {
+	Status int    `json:"status"`
+	Code   string `json:"code"` // stable: quota_exhausted, invalid_scale, ...
+	Title  string `json:"title"`
+	Detail string `json:"detail"` // written for a person
+	// RetryAfter is the server's Retry-After, zero when it gave none. On a
+	// 429 quota_exhausted it is the time until the free pool refills.
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("upscale API: %d %s: %s", e.Status, e.Code, e.Detail)
+}
+
+// retryable reports whether the same request may succeed later.
+func (e *Error) retryable() bool {
+	switch e.Status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	case http.StatusConflict:
+		return e.Code == "idempotency_in_flight"
+	}
+	return false
+}
+
+const (
+	firstBackoff = 250 * time.Millisecond
+	maxBackoff   = 8 * time.Second
+)
+
+// Upscale asks for req and returns the answer, retrying as the package
+// comment says. Its error is an *Error for an answer of the API, the
+// context's error when ctx ends, or the last transport error.
+func (c *Client) Upscale(ctx context.Context, req Request) (*Response, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	idempotencyKey := strconv.Quote(crand.Text())
+	attempts := cmp.Or(c.MaxAttempts, 4)
+	maxWait := cmp.Or(c.MaxWait, 30*time.Second)
+	for attempt := 1; ; attempt++ {
+		resp, err := c.send(ctx, body, idempotencyKey)
+		if err == nil {
+			return resp, nil
+		}
+		apiErr, isAPIError := errors.AsType[*Error](err)
+		if ctx.Err() != nil || attempt == attempts || (isAPIError && !apiErr.retryable()) {
+			return nil, err
+		}
+		wait := jitter(firstBackoff << (attempt - 1))
+		if isAPIError && apiErr.RetryAfter > 0 {
+			wait = apiErr.RetryAfter
+		}
+		if deadline, ok := ctx.Deadline(); wait > maxWait || (ok && time.Now().Add(wait).After(deadline)) {
+			return nil, err // waiting that long is not ours to do
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// jitter is "full jitter": a uniform wait up to the exponential backoff.
+func jitter(backoff time.Duration) time.Duration {
+	return rand.N(min(backoff, maxBackoff)) + time.Millisecond
+}
+
+func (c *Client) send(ctx context.Context, body []byte, idempotencyKey string) (*Response, error) {
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.BaseURL, "/")+"/api/v1/upscale", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	httpReq.Header.Set("Authorization", "Bearer "+c.Key)
+	httpReq.Header.Set("Content-Type", "application/json")
+	httpReq.Header.Set("Idempotency-Key", idempotencyKey)
+	httpClient := c.HTTPClient
+	if httpClient == nil {
+		httpClient = http.DefaultClient
+	}
+	httpResp, err := httpClient.Do(httpReq)
+	if err != nil {
+		return nil, err
+	}
+	defer httpResp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(httpResp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if httpResp.StatusCode == http.StatusOK {
+		var resp Response
+		if err := json.Unmarshal(raw, &resp); err != nil || resp.URL == "" {
+			return nil, fmt.Errorf("upscale API: a 200 without a link: %q", raw)
+		}
+		resp.Replayed = httpResp.Header.Get("Idempotent-Replayed") == "true"
+		return &resp, nil
+	}
+	apiErr := &Error{Status: httpResp.StatusCode}
+	if json.Unmarshal(raw, apiErr) != nil || apiErr.Code == "" {
+		apiErr.Code, apiErr.Detail = "http_"+strconv.Itoa(httpResp.StatusCode), strings.TrimSpace(string(raw))
+	}
+	apiErr.Status = httpResp.StatusCode
+	if s, err := strconv.Atoi(httpResp.Header.Get("Retry-After")); err == nil && s > 0 {
+		apiErr.RetryAfter = time.Duration(s) * time.Second
+	}
+	return nil, apiErr
+}

@@ -1,0 +1,26 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/upscalekit/upscale/client"
+)
+
+func Example() {
+	c := &client.Client{BaseURL: "https://api.example.com", Key: "upk_live_0123456789abcdef"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := c.Upscale(ctx, client.Request{ImageURL: "https://example.com/cat.png", Scale: 4})
+	if apiErr, ok := errors.AsType[*client.Error](err); ok && apiErr.Code == "quota_exhausted" {
+		fmt.Println("out of images; the free pool refills in", apiErr.RetryAfter)
+		return
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(resp.URL, "paid by", resp.Via)
+}
