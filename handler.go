@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -715,6 +716,19 @@ var problems = []struct {
 	{ErrUpstream, http.StatusBadGateway, "upstream_error", "The upscaling engine failed on this image; retrying is safe."},
 	{ErrUpstreamTimeout, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, "timeout", "The request did not finish in the time it was allowed; nothing was charged. Retrying is safe."},
+}
+
+// ProblemCodes returns every machine code a problem answer of the handler
+// may carry, internal_error included: the list a contract or a client
+// switches on.
+func ProblemCodes() []string {
+	codes := []string{"internal_error"}
+	for _, row := range problems {
+		if !slices.Contains(codes, row.code) {
+			codes = append(codes, row.code)
+		}
+	}
+	return codes
 }
 
 // Problem is the application/problem+json body (RFC 9457) of every error.

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/api"
 	"github.com/upscalekit/upscale/dirstore"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/vips"
@@ -256,6 +257,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mux.Handle("GET /livez", handler.LiveHandler())
 	mux.Handle("GET /readyz", handler.ReadyHandler())
 	mux.Handle("GET /samples/", sampleHandler())
+	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(api.OpenAPI)
+	})
 	srv := newServer(handler.Middleware(mux), o.engineTimeout, logger)
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)

@@ -301,6 +301,15 @@ func TestDemoCommandWorksOffline(t *testing.T) {
 	if err != nil || img.Bounds().Dx() != 512 || img.Bounds().Dy() != 512 {
 		t.Fatalf("the result: %v, %v; want the 256×256 sample at 512×512", err, img)
 	}
+	contract, err := http.Get(s.base + "/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(contract.Body)
+	contract.Body.Close()
+	if contract.StatusCode != http.StatusOK || !bytes.HasPrefix(text, []byte("openapi: 3.1.0")) {
+		t.Errorf("GET /openapi.yaml: %s, %.40q; want the API's contract", contract.Status, text)
+	}
 	sample, err := http.Get(s.base + "/samples/lineart.png")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,211 @@
+package upscale_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/api"
+)
+
+// contract is api/openapi.yaml, loaded and validated.
+func contract(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("api/openapi.yaml: %v", err)
+	}
+	return doc
+}
+
+// documentedCodes are the problem codes the document lists.
+func documentedCodes(doc *openapi3.T) []string {
+	var codes []string
+	for _, v := range doc.Components.Schemas["Problem"].Value.Properties["code"].Value.Enum {
+		codes = append(codes, v.(string))
+	}
+	return codes
+}
+
+// exchange is one request to the handler and its answer.
+type exchange struct {
+	request  *http.Request
+	body     string
+	response *httptest.ResponseRecorder
+}
+
+func send(h http.Handler, method, key, idempotencyKey, body string) exchange {
+	r := httptest.NewRequest(method, "/api/v1/upscale", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	if idempotencyKey != "" {
+		r.Header.Set("Idempotency-Key", idempotencyKey)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return exchange{r, body, w}
+}
+
+// TestAnswersMatchTheContract sends the handler a request for every answer
+// it can give, each problem code included, and validates every answer
+// (status, headers, body) against api/openapi.yaml, and every valid
+// request too. The document must list exactly the codes the handler
+// produces.
+func TestAnswersMatchTheContract(t *testing.T) {
+	doc := contract(t)
+	var exchanges []exchange
+	valid := map[*http.Request]bool{}
+	record := func(x exchange, validRequest bool) {
+		exchanges = append(exchanges, x)
+		valid[x.request] = validRequest
+	}
+
+	e := newEnv(t)
+	small := body(e.url("/small.png"))
+	ok := send(e.handler, "POST", keyFree, "", small)
+	record(ok, true)
+	record(send(e.handler, "POST", keyFree, `"k1"`, small), true)
+	record(send(e.handler, "POST", keyFree, `"k1"`, small), true) // replayed
+	record(send(e.handler, "POST", keyFree, `"k1"`, body(e.url("/small.png"), `"scale": 4`)), true)
+	record(send(e.handler, "GET", keyFree, "", ""), true)
+	record(send(e.handler, "POST", "upk_test_unknown_0123456789", "", small), true)
+	for _, b := range []string{"not json", `{}`, body(e.url("/small.png"), `"scale": 3`), body(e.url("/small.png"), `"imageType": "cartoon"`), body(e.url("/small.png"), `"denoise": "all"`)} {
+		record(send(e.handler, "POST", keyFree, "", b), false)
+	}
+	for _, path := range []string{"/missing.png", "/text"} {
+		record(send(e.handler, "POST", keyFree, "", body(e.url(path))), true)
+	}
+	record(send(e.handler, "POST", keyFree, "", body(e.url("/small.png"), `"scale": 8`)), true)
+	e.clock.Advance(2 * time.Hour)
+	record(send(e.handler, "POST", keyFree, `"k1"`, small), true) // its link has expired
+
+	tiny := newEnv(t)
+	tiny.putAccount(upscale.Account{ID: "free", Plan: tinyPlan})
+	record(send(tiny.handler, "POST", keyFree, "", body(tiny.url("/big.png"))), true)
+	tiny.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "none left", MaxFileBytes: 1 << 20}})
+	record(send(tiny.handler, "POST", keyFree, "", body(tiny.url("/small.png"))), true)
+
+	strict := newEnv(t, func(c *upscale.Config) { c.AllowPrivateNetworks = false })
+	record(send(strict.handler, "POST", keyFree, "", body(strict.url("/small.png"))), true)
+
+	for _, c := range []func(*upscale.Config){
+		func(c *upscale.Config) { c.Upscaler = failingUpscaler{err: upscale.ErrUpstream} },
+		func(c *upscale.Config) {
+			c.Upscaler = failingUpscaler{delay: 300 * time.Millisecond}
+			c.EngineTimeout = 50 * time.Millisecond
+		},
+		func(c *upscale.Config) { c.Blobs = timingOutBlobs{} },
+		func(c *upscale.Config) { c.Blobs = failingBlobs{} },
+	} {
+		failing := newEnv(t, c)
+		record(send(failing.handler, "POST", keyFree, "", body(failing.url("/small.png"))), true)
+	}
+	down, keys, _, _ := newFlakyEnv(t)
+	keys.down.Store(true)
+	record(send(down.handler, "POST", keyFree, "", body(down.url("/small.png"))), true)
+
+	// One request in the engine, with a key: the same key again is in
+	// flight; one more request fills the queue, and the next is refused.
+	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
+	busy := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = u
+		c.EngineConcurrency = 1
+		c.QueueLength = 1
+	})
+	running := make(chan exchange, 2)
+	go func() { running <- send(busy.handler, "POST", keyFree, `"slow"`, body(busy.url("/small.png"))) }()
+	<-u.entered
+	record(send(busy.handler, "POST", keyFree, `"slow"`, body(busy.url("/small.png"))), true)
+	go func() { running <- send(busy.handler, "POST", keyPro, "", body(busy.url("/small.png"))) }()
+	for busy.hits.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	record(send(busy.handler, "POST", keyPro, "", body(busy.url("/small.png"))), true)
+	close(u.gate)
+	record(<-running, true)
+	record(<-running, true)
+
+	seen := map[string]bool{}
+	for _, x := range exchanges {
+		checkAgainstContract(t, doc, x, valid[x.request])
+		if p, err := problemCode(x.response); err == nil {
+			seen[p] = true
+		}
+	}
+	for _, code := range documentedCodes(doc) {
+		if !seen[code] {
+			t.Errorf("no answer of this test had the documented code %s", code)
+		}
+	}
+}
+
+func problemCode(w *httptest.ResponseRecorder) (string, error) {
+	if w.Code < 400 {
+		return "", io.EOF
+	}
+	var p upscale.Problem
+	err := json.Unmarshal(w.Body.Bytes(), &p)
+	return p.Code, err
+}
+
+// checkAgainstContract validates one exchange: the answer always, the
+// request when it is a valid one.
+func checkAgainstContract(t *testing.T, doc *openapi3.T, x exchange, validRequest bool) {
+	t.Helper()
+	pathItem := doc.Paths.Find("/api/v1/upscale")
+	op := pathItem.GetOperation(x.request.Method)
+	if op == nil {
+		t.Errorf("%s /api/v1/upscale is not in the document", x.request.Method)
+		return
+	}
+	x.request.Body = io.NopCloser(strings.NewReader(x.body))
+	in := &openapi3filter.RequestValidationInput{
+		Request: x.request,
+		Route:   &routers.Route{Spec: doc, Path: "/api/v1/upscale", PathItem: pathItem, Method: x.request.Method, Operation: op},
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+	}
+	if validRequest && x.request.Method == http.MethodPost {
+		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+			t.Errorf("request %s: %v", x.body, err)
+		}
+	}
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in,
+		Status:                 x.response.Code,
+		Header:                 x.response.Header(),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	out.SetBodyBytes(bytes.Clone(x.response.Body.Bytes()))
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		t.Errorf("answer %d %s to %s: %v", x.response.Code, x.response.Body, x.body, err)
+	}
+}
+
+// TestContractListsTheProblemCodes: the document lists every code the
+// handler's problem table can produce, and no other.
+func TestContractListsTheProblemCodes(t *testing.T) {
+	documented := documentedCodes(contract(t))
+	produced := upscale.ProblemCodes()
+	slices.Sort(documented)
+	slices.Sort(produced)
+	if !slices.Equal(documented, produced) {
+		t.Errorf("the document lists %v,\nthe handler produces %v", documented, produced)
+	}
+}
