@@ -65,6 +65,10 @@ var (
 	// ErrUpstreamTimeout means the engine did not finish before
 	// Config.EngineTimeout; retrying is safe.
 	ErrUpstreamTimeout = errors.New("upstream timeout")
+	// ErrRateLimited means the API key sent requests faster than
+	// Config.RateLimiter allows; the caller gets 429 rate_limited with a
+	// Retry-After. A RateLimiter's own outage is ErrUnavailable.
+	ErrRateLimited = errors.New("rate limited")
 	// ErrIdempotencyInFlight means a request with the same Idempotency-Key
 	// is still running; the caller gets 409 and a Retry-After.
 	ErrIdempotencyInFlight = errors.New("idempotency key in flight")

@@ -40,6 +40,10 @@ type Config struct {
 	// IdempotencyTTL is how long a key and its answer are kept. Zero means
 	// 24 hours.
 	IdempotencyTTL time.Duration
+	// RateLimiter limits how often each API key may call, on top of its
+	// account's quota; refusals are 429 rate_limited with a Retry-After.
+	// MemoryRateLimiter limits within one process. Nil means no limit.
+	RateLimiter RateLimiter
 	// Path is where Middleware answers the API. Zero means
 	// "/api/v1/upscale". A host that mounts the Handler itself chooses
 	// the path with its router instead.
@@ -400,7 +404,21 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, *Id
 	if err != nil {
 		return Response{}, nil, err
 	}
-	defer h.setQuotaHeaders(ctx, w.Header(), accountID)
+	var burst *RateDecision
+	if h.cfg.RateLimiter != nil {
+		d, err := h.cfg.RateLimiter.Allow(ctx, DigestKey(key))
+		if err != nil {
+			return Response{}, nil, err
+		}
+		burst = &d
+	}
+	defer h.setQuotaHeaders(ctx, w.Header(), accountID, burst)
+	if burst != nil && !burst.Allowed {
+		return Response{}, nil, &retryAfterError{
+			err:   Explain(ErrRateLimited, "This API key may send %d requests at once and one more every %v; wait for the Retry-After. Nothing was charged.", burst.Burst, burst.Window/time.Duration(burst.Burst)),
+			after: burst.RetryAfter,
+		}
+	}
 	if invalid != nil {
 		return Response{}, nil, invalid
 	}
@@ -708,6 +726,7 @@ var problems = []struct {
 	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
 	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scales " + scaleList(true) + ", and files above the free tier's size, need a paid plan or credits."},
 	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; buy credits or subscribe to the unlimited plan."},
+	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "This API key sends requests faster than it may; wait for the Retry-After. Nothing was charged."},
 	{ErrIdempotencyInFlight, http.StatusConflict, "idempotency_in_flight", "A request with this Idempotency-Key is still running; send it again after the Retry-After to get its answer."},
 	{ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "This Idempotency-Key was used for a different request; send a new request with a new key."},
 	{ErrResultExpired, http.StatusGone, "result_expired", "This request was carried out and charged already, and its result's link has expired; send it with a new Idempotency-Key to enlarge the image again."},

@@ -23,6 +23,7 @@ func TestRootDependencies(t *testing.T) {
 		"github.com/golang-jwt/jwt/v5",
 		"github.com/patrickmn/go-cache",
 		"golang.org/x/sync/semaphore",
+		"golang.org/x/time/rate",
 	}
 	for line := range strings.Lines(strings.TrimSpace(string(out))) {
 		path, cgoFiles, _ := strings.Cut(strings.TrimSpace(line), " ")

@@ -102,6 +102,10 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	tiny.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "none left", MaxFileBytes: 1 << 20}})
 	record(send(tiny.handler, "POST", keyFree, "", body(tiny.url("/small.png"))), true)
 
+	limited := newEnv(t, func(c *upscale.Config) { c.RateLimiter = upscale.NewMemoryRateLimiter(1, 1, c.Now) })
+	record(send(limited.handler, "POST", keyFree, "", body(limited.url("/small.png"))), true)
+	record(send(limited.handler, "POST", keyFree, "", body(limited.url("/small.png"))), true)
+
 	strict := newEnv(t, func(c *upscale.Config) { c.AllowPrivateNetworks = false })
 	record(send(strict.handler, "POST", keyFree, "", body(strict.url("/small.png"))), true)
 

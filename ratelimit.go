@@ -15,45 +15,50 @@ import (
 // draft-ietf-httpapi-ratelimit-headers-11: the free pool with its monthly
 // allowance (q), its window (w, this month's length) and the seconds until
 // it refills (t); share bonus and credits, which never refill, as what is
-// left (q and r alike, no window). An unlimited plan has nothing to count,
-// so it gets neither field. A ledger that cannot say leaves both out: the
-// answer matters more than its annotation.
-func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, accountID string) {
+// left (q and r alike, no window). An unlimited plan has no pools to
+// count. With a RateLimiter, burst is the key's "burst" policy, first. A
+// ledger that cannot give the balance leaves the pools out: the answer
+// matters more than its annotation.
+func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, accountID string, burst *RateDecision) {
 	if ctx.Err() != nil {
 		return // nobody is listening
+	}
+	var policies, limits []string
+	if burst != nil {
+		policies = append(policies, sfItem("burst", "q", burst.Burst, "w", seconds(burst.Window)))
+		limits = append(limits, sfItem("burst", "r", burst.Remaining, "t", seconds(burst.Reset)))
 	}
 	b, err := h.cfg.Ledger.Balance(ctx, accountID)
 	if err != nil {
 		h.cfg.Logger.Debug("upscale: no quota headers: the ledger did not give the balance", "account", accountID, "err", err)
-		return
 	}
-	if b.Plan.Unlimited {
-		return
+	if err == nil && !b.Plan.Unlimited {
+		now := h.cfg.Now()
+		if b.Plan.MonthlyImages > 0 {
+			start, next := monthBounds(now)
+			policies = append(policies, sfItem(string(PoolFree), "q", b.Plan.MonthlyImages, "w", seconds(next.Sub(start))))
+			limits = append(limits, sfItem(string(PoolFree), "r", b.Free, "t", seconds(next.Sub(now))))
+		}
+		for _, p := range []struct {
+			pool Pool
+			left int64
+		}{{PoolShareBonus, b.ShareBonus}, {PoolCredit, b.Credits}} {
+			policies = append(policies, sfItem(string(p.pool), "q", p.left))
+			limits = append(limits, sfItem(string(p.pool), "r", p.left))
+		}
 	}
-	now := h.cfg.Now()
-	var policies, limits []string
-	if b.Plan.MonthlyImages > 0 {
-		start, next := monthBounds(now)
-		policies = append(policies, sfItem(PoolFree, "q", b.Plan.MonthlyImages, "w", seconds(next.Sub(start))))
-		limits = append(limits, sfItem(PoolFree, "r", b.Free, "t", seconds(next.Sub(now))))
+	if len(policies) > 0 {
+		hdr.Set("RateLimit-Policy", strings.Join(policies, ", "))
+		hdr.Set("RateLimit", strings.Join(limits, ", "))
 	}
-	for _, p := range []struct {
-		pool Pool
-		left int64
-	}{{PoolShareBonus, b.ShareBonus}, {PoolCredit, b.Credits}} {
-		policies = append(policies, sfItem(p.pool, "q", p.left))
-		limits = append(limits, sfItem(p.pool, "r", p.left))
-	}
-	hdr.Set("RateLimit-Policy", strings.Join(policies, ", "))
-	hdr.Set("RateLimit", strings.Join(limits, ", "))
 }
 
-// sfItem writes a structured-field Item (RFC 9651): pool as a String, then
-// integer parameters given as name, value pairs. Pool names and parameter
+// sfItem writes a structured-field Item (RFC 9651): name as a String, then
+// integer parameters given as name, value pairs. Policy and parameter
 // names are this package's own, so nothing needs escaping.
-func sfItem(pool Pool, params ...any) string {
+func sfItem(name string, params ...any) string {
 	var b strings.Builder
-	b.WriteString(strconv.Quote(string(pool)))
+	b.WriteString(strconv.Quote(name))
 	for i := 0; i < len(params); i += 2 {
 		b.WriteString(";" + params[i].(string) + "=" + strconv.FormatInt(params[i+1].(int64), 10))
 	}

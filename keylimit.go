@@ -1,0 +1,106 @@
+package upscale
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// RateLimiter limits how often each API key may call, on top of its
+// account's quota (Config.RateLimiter). MemoryRateLimiter is the
+// in-process one. Replicas that must share one limit implement it on their
+// shared store, for instance as a token bucket or GCRA in Redis keyed by
+// the key's digest; with MemoryRateLimiter, each replica allows the rate
+// on its own, so N replicas behind a balancer allow up to N times it.
+type RateLimiter interface {
+	// Allow takes one request from key's allowance, if there is one now,
+	// and says where the key stands. Its error (an outage of a shared
+	// store, wrapping ErrUnavailable) refuses the request with 503.
+	Allow(ctx context.Context, key KeyDigest) (RateDecision, error)
+}
+
+// RateDecision is a RateLimiter's answer, and the "burst" policy the
+// RateLimit headers describe.
+type RateDecision struct {
+	Allowed bool
+	// Burst is how many requests may come at once (RateLimit-Policy q),
+	// and Window how long an empty allowance takes to fill (w).
+	Burst  int64
+	Window time.Duration
+	// Remaining is what is left after this request (r), and Reset how
+	// long until the allowance is full again (t).
+	Remaining int64
+	Reset     time.Duration
+	// RetryAfter is, when refused, how long until one request is allowed.
+	RetryAfter time.Duration
+}
+
+// MemoryRateLimiter gives each key a token bucket (golang.org/x/time/rate)
+// in process memory. Buckets of keys idle long enough to be full again are
+// dropped as others are used, at most once a minute, so it needs no
+// goroutine. It is safe for concurrent use.
+type MemoryRateLimiter struct {
+	perSecond rate.Limit
+	burst     int
+	now       func() time.Time
+
+	mu        sync.Mutex
+	buckets   map[KeyDigest]*rate.Limiter
+	lastSweep time.Time
+}
+
+var _ RateLimiter = (*MemoryRateLimiter)(nil)
+
+// NewMemoryRateLimiter allows each key perSecond requests a second on
+// average, and up to burst at once. now is the clock; nil means time.Now.
+func NewMemoryRateLimiter(perSecond float64, burst int, now func() time.Time) *MemoryRateLimiter {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemoryRateLimiter{perSecond: rate.Limit(perSecond), burst: max(burst, 1), now: now, buckets: make(map[KeyDigest]*rate.Limiter)}
+}
+
+// Allow implements RateLimiter.
+func (l *MemoryRateLimiter) Allow(_ context.Context, key KeyDigest) (RateDecision, error) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweep(now)
+	bucket, ok := l.buckets[key]
+	if !ok {
+		bucket = rate.NewLimiter(l.perSecond, l.burst)
+		l.buckets[key] = bucket
+	}
+	d := RateDecision{Burst: int64(l.burst), Window: l.fillTime(float64(l.burst)), Allowed: bucket.AllowN(now, 1)}
+	tokens := bucket.TokensAt(now)
+	d.Remaining = int64(math.Max(math.Floor(tokens), 0))
+	d.Reset = l.fillTime(float64(l.burst) - tokens)
+	if !d.Allowed {
+		d.RetryAfter = l.fillTime(1 - tokens)
+	}
+	return d, nil
+}
+
+// fillTime is how long the bucket takes to gain tokens.
+func (l *MemoryRateLimiter) fillTime(tokens float64) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	return time.Duration(tokens / float64(l.perSecond) * float64(time.Second))
+}
+
+// sweep drops the buckets that are full again, at most once a minute.
+func (l *MemoryRateLimiter) sweep(now time.Time) {
+	if now.Sub(l.lastSweep) < time.Minute {
+		return
+	}
+	l.lastSweep = now
+	for key, bucket := range l.buckets {
+		if bucket.TokensAt(now) >= float64(l.burst) {
+			delete(l.buckets, key)
+		}
+	}
+}
