@@ -148,9 +148,12 @@ func (e *env) post(key, body string) *httptest.ResponseRecorder {
 	return e.serve(r)
 }
 
+// serve runs r through the handler, and holds every answer of every test
+// to the API's contract, api/openapi.yaml.
 func (e *env) serve(r *http.Request) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	e.handler.ServeHTTP(w, r)
+	checkAnswer(e.t, r, w)
 	return w
 }
 
@@ -601,6 +604,7 @@ func TestHostDeadline(t *testing.T) {
 	r.Header.Set("Authorization", "Bearer "+keyFree)
 	w := httptest.NewRecorder()
 	withDeadline(e.handler).ServeHTTP(w, r)
+	checkAnswer(t, r, w)
 	checkProblem(t, w, http.StatusGatewayTimeout, "timeout")
 	if got, want := e.balance("free"), (upscale.Balance{Plan: freePlan, Free: 3}); got != want {
 		t.Errorf("balance %+v after the deadline, want %+v", got, want)

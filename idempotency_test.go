@@ -174,6 +174,7 @@ func TestIdempotencyAcrossHandlers(t *testing.T) {
 	r.Header.Set("Idempotency-Key", "shared")
 	w := httptest.NewRecorder()
 	other.ServeHTTP(w, r)
+	checkAnswer(t, r, w)
 	if !bytes.Equal(w.Body.Bytes(), first.Body.Bytes()) {
 		t.Errorf("the other handler answered %s, want the replay %s", w.Body, first.Body)
 	}
