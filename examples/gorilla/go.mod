@@ -12,6 +12,7 @@ require (
 	github.com/h2non/bimg v1.1.9 // indirect
 	github.com/patrickmn/go-cache v2.1.0+incompatible // indirect
 	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 )
 
 // The example builds against the library beside it; a copy outside this
