@@ -472,10 +472,12 @@ func (h *Handler) runOnce(ctx context.Context, accountID, key string, req reques
 		p := problemFor(err)
 		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
 	}
-	// Kept or released even when the caller has gone: its retry is what
-	// the key is for.
+	// A success is kept even when the caller has gone: its retry is what
+	// the key is for. A failure is kept only if retrying cannot help, and
+	// not once the caller has gone, since going may have caused it (a
+	// download cut short).
 	settleCtx := context.WithoutCancel(ctx)
-	if answer.Status < 500 && answer.Status != http.StatusTooManyRequests && !errors.Is(err, context.Canceled) {
+	if err == nil || (answer.Status < 500 && answer.Status != http.StatusTooManyRequests && ctx.Err() == nil) {
 		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, accountID, key, answer) }); err != nil {
 			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry within its lease gets 409, after it runs again", "account", accountID, "err", err)
 		}

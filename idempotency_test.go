@@ -179,3 +179,21 @@ func TestIdempotencyAcrossHandlers(t *testing.T) {
 		t.Errorf("the other handler answered %s, want the replay %s", w.Body, first.Body)
 	}
 }
+
+// TestIdempotentCallerGone: a caller that goes away while its source is
+// downloading leaves nothing kept under its key, so its retry runs; had the
+// cut-short download's failure been kept, the retry would replay it.
+func TestIdempotentCallerGone(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/api/v1/upscale", strings.NewReader(body(e.url("/slow.png"))))
+	r.Header.Set("Authorization", "Bearer "+keyFree)
+	r.Header.Set("Idempotency-Key", "gone")
+	time.AfterFunc(50*time.Millisecond, cancel)
+	e.serve(r)
+	w := e.postOnce(keyFree, "gone", body(e.url("/slow.png")))
+	checkOK(t, w, upscale.PoolFree)
+	if w.Header().Get("Idempotent-Replayed") != "" {
+		t.Error("the retry was answered from the abandoned attempt")
+	}
+}
