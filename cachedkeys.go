@@ -49,7 +49,10 @@ type CachedKeyStore struct {
 	generation uint64 // forgets so far; guarded by changes
 }
 
-var _ KeyAdmin = (*CachedKeyStore)(nil)
+var (
+	_ KeyAdmin = (*CachedKeyStore)(nil)
+	_ Pinger   = (*CachedKeyStore)(nil)
+)
 
 // cachedAnswer is a kept verdict: the account, or refused.
 type cachedAnswer struct {
@@ -141,6 +144,16 @@ func (c *CachedKeyStore) forget(key string) {
 	defer c.changes.Unlock()
 	c.generation++
 	c.answers.Delete(string(digest[:]))
+}
+
+// Ping implements Pinger by pinging the wrapped KeyStore, if it is a
+// Pinger, so that ReadyHandler still sees the key store's server through
+// the cache. A wrapped store without Ping has nothing to ask.
+func (c *CachedKeyStore) Ping(ctx context.Context) error {
+	if p, ok := c.keys.(Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
 }
 
 // Close stops the cleanup of expired answers; calling it again does

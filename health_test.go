@@ -11,18 +11,20 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-// pingingLedger is a MemoryLedger that is also a Pinger, whose server can
-// be taken away.
-type pingingLedger struct {
-	*upscale.MemoryLedger
-	down atomic.Bool
-}
+// pingable is a Pinger whose server can be taken away.
+type pingable struct{ down atomic.Bool }
 
-func (l *pingingLedger) Ping(context.Context) error {
-	if l.down.Load() {
+func (p *pingable) Ping(context.Context) error {
+	if p.down.Load() {
 		return errDown
 	}
 	return nil
+}
+
+// pingingLedger is a MemoryLedger that is also a Pinger.
+type pingingLedger struct {
+	*upscale.MemoryLedger
+	pingable
 }
 
 func getHealth(t *testing.T, h http.Handler) (status int, health map[string]any) {
@@ -71,4 +73,27 @@ func TestReadiness(t *testing.T) {
 		t.Errorf("liveness while draining: %d, want 200", status)
 	}
 	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree) // a draining handler still serves
+}
+
+// pingingKeys is a MemoryKeyStore that is also a Pinger.
+type pingingKeys struct {
+	*upscale.MemoryKeyStore
+	pingable
+}
+
+// TestReadinessThroughTheKeyCache: a CachedKeyStore passes readiness
+// checks on to the key store behind it.
+func TestReadinessThroughTheKeyCache(t *testing.T) {
+	var keys *pingingKeys
+	e := newEnv(t, func(c *upscale.Config) {
+		keys = &pingingKeys{MemoryKeyStore: c.Keys.(*upscale.MemoryKeyStore)}
+		cached := upscale.NewCachedKeyStore(keys, upscale.CachedKeyStoreOptions{})
+		t.Cleanup(func() { cached.Close() })
+		c.Keys = cached
+	})
+	keys.down.Store(true)
+	status, health := getHealth(t, e.handler.ReadyHandler())
+	if stores, _ := health["stores"].(map[string]any); status != http.StatusServiceUnavailable || stores["keys"] != "unreachable" {
+		t.Errorf("readiness with the key store down behind its cache: %d %v, want 503 naming keys", status, health)
+	}
 }
