@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dunglas/httpsfv"
 
@@ -113,31 +112,4 @@ func TestNoQuotaHeadersOnUnlimitedPlans(t *testing.T) {
 	if got := w.Header().Values("RateLimit"); got != nil {
 		t.Errorf("RateLimit %q on an unlimited plan", got)
 	}
-}
-
-// TestKeyRateLimit: with a limit of 2 at once and 1 a second, a key's
-// third request in the same instant is refused with 429 rate_limited, a
-// Retry-After of a second and the "burst" item at 0, and not charged;
-// another key is not affected; a second later the key may call again.
-func TestKeyRateLimit(t *testing.T) {
-	e := newEnv(t, func(c *upscale.Config) { c.RateLimiter = upscale.NewMemoryRateLimiter(1, 2, c.Now) })
-	for n := 1; n <= 2; n++ {
-		w := e.post(keyFree, body(e.url("/small.png")))
-		checkOK(t, w, upscale.PoolFree)
-		policy, limit := quota(t, w)
-		if p, l := policy["burst"], limit["burst"]; p["q"] != 2 || p["w"] != 2 || l["r"] != int64(2-n) {
-			t.Errorf("request %d: burst policy %v, limit %v; want q=2, w=2, r=%d", n, p, l, 2-n)
-		}
-	}
-	w := e.post(keyFree, body(e.url("/small.png")))
-	checkProblem(t, w, http.StatusTooManyRequests, "rate_limited")
-	if got := w.Header().Get("Retry-After"); got != "1" {
-		t.Errorf("Retry-After %q, want 1", got)
-	}
-	if _, limit := quota(t, w); limit["burst"]["r"] != 0 || limit["free_pool"]["r"] != 1 {
-		t.Errorf("RateLimit %v, want burst r=0 and the free pool untouched at 1", limit)
-	}
-	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
-	e.clock.Advance(time.Second)
-	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
 }
