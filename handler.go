@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -805,7 +804,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 		hdr.Set("WWW-Authenticate", `Bearer realm="upscale"`)
 	}
 	if ra, ok := errors.AsType[*retryAfterError](err); ok {
-		hdr.Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.after.Seconds()))))
+		hdr.Set("Retry-After", strconv.FormatInt(seconds(ra.after), 10))
 	}
 	writeJSON(w, p.Status, jsonBody(p))
 	return p.Code

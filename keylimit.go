@@ -47,9 +47,9 @@ type MemoryRateLimiter struct {
 	burst     int
 	now       func() time.Time
 
-	mu        sync.Mutex
-	buckets   map[KeyDigest]*rate.Limiter
-	lastSweep time.Time
+	mu      sync.Mutex
+	buckets map[KeyDigest]*rate.Limiter
+	swept   sweepGate
 }
 
 var _ RateLimiter = (*MemoryRateLimiter)(nil)
@@ -94,10 +94,9 @@ func (l *MemoryRateLimiter) fillTime(tokens float64) time.Duration {
 
 // sweep drops the buckets that are full again, at most once a minute.
 func (l *MemoryRateLimiter) sweep(now time.Time) {
-	if now.Sub(l.lastSweep) < time.Minute {
+	if !l.swept.due(now) {
 		return
 	}
-	l.lastSweep = now
 	for key, bucket := range l.buckets {
 		if bucket.TokensAt(now) >= float64(l.burst) {
 			delete(l.buckets, key)

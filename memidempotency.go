@@ -15,9 +15,9 @@ import (
 type MemoryIdempotencyStore struct {
 	now func() time.Time
 
-	mu        sync.Mutex
-	keys      map[memoryIdempotencyKey]*memoryIdempotent
-	lastSweep time.Time
+	mu    sync.Mutex
+	keys  map[memoryIdempotencyKey]*memoryIdempotent
+	swept sweepGate
 }
 
 type memoryIdempotencyKey struct{ account, key string }
@@ -86,13 +86,27 @@ func (s *MemoryIdempotencyStore) Forget(_ context.Context, accountID, key string
 
 // sweep drops expired keys, at most once a minute.
 func (s *MemoryIdempotencyStore) sweep(now time.Time) {
-	if now.Sub(s.lastSweep) < time.Minute {
+	if !s.swept.due(now) {
 		return
 	}
-	s.lastSweep = now
 	for id, k := range s.keys {
 		if !now.Before(k.expires) {
 			delete(s.keys, id)
 		}
 	}
+}
+
+// sweepGate lets a store that sweeps as it is used, instead of on a
+// goroutine that would need stopping, sweep at most once a minute. Its
+// owner's lock guards it.
+type sweepGate struct{ last time.Time }
+
+// due reports whether a minute has passed since the last sweep, and if so
+// counts this one.
+func (g *sweepGate) due(now time.Time) bool {
+	if now.Sub(g.last) < time.Minute {
+		return false
+	}
+	g.last = now
+	return true
 }
