@@ -143,8 +143,9 @@ type Config struct {
 }
 
 // Handler serves POST requests of the upscale API. The host mounts it at
-// /api/v1/upscale (or wherever it likes: the handler does not look at the
-// path).
+// /api/v1/upscale (or wherever it likes: ServeHTTP does not look at the
+// path), or puts Middleware, which answers Config.Path and the result
+// links, in front of its own handler.
 //
 // A store that reports ErrUnavailable is given a second's rest: meanwhile
 // new requests that need it are refused with 503 backend_unavailable and a
