@@ -118,7 +118,7 @@ func (c *Client) Upscale(ctx context.Context, req Request) (*Response, error) {
 		if ctx.Err() != nil || attempt == attempts || (isAPIError && !apiErr.retryable()) {
 			return nil, err
 		}
-		wait := jitter(firstBackoff << (attempt - 1))
+		wait := jitter(attempt)
 		if isAPIError && apiErr.RetryAfter > 0 {
 			wait = apiErr.RetryAfter
 		}
@@ -133,9 +133,12 @@ func (c *Client) Upscale(ctx context.Context, req Request) (*Response, error) {
 	}
 }
 
-// jitter is "full jitter": a uniform wait up to the exponential backoff.
-func jitter(backoff time.Duration) time.Duration {
-	return rand.N(min(backoff, maxBackoff)) + time.Millisecond
+// jitter is "full jitter": a uniform wait up to the exponential backoff
+// after attempt, which doubles from firstBackoff up to maxBackoff (the
+// shift is bounded too, so that many attempts cannot overflow it).
+func jitter(attempt int) time.Duration {
+	backoff := min(firstBackoff<<min(attempt-1, 16), maxBackoff)
+	return rand.N(backoff) + time.Millisecond
 }
 
 func (c *Client) send(ctx context.Context, body []byte, idempotencyKey string) (*Response, error) {
