@@ -19,49 +19,122 @@ type ConcurrentUpscaler interface {
 }
 
 // admission bounds the work the handler takes on: at most concurrency
-// requests in the Upscaler, and at most queue more admitted (fetching
-// their source, or waiting for the engine). A request that would exceed
-// that, or whose expected wait for the engine already passes the engine's
-// deadline, is refused at once: overload costs a caller milliseconds, and
-// costs us no reservation, no download and no engine time.
+// requests in the Upscaler, at most queue more admitted (fetching their
+// source, or waiting for the engine), and at most perAccount of all those
+// for one account. A request that would exceed that, or whose expected
+// wait for the engine already passes the engine's deadline, is refused at
+// once: overload costs a caller milliseconds, and costs us no reservation,
+// no download and no engine time.
+//
+// The expected wait is the rule that keeps this honest:
+//   - A request with fewer requests ahead of it than the engine has slots
+//     is always admitted: it waits for nobody, so nothing the engine did
+//     before can be a reason to refuse it.
+//   - Behind that, the wait is the rounds of the engine's slots the
+//     requests ahead fill, and its own, at the mean time per image. That
+//     mean is the engine's time per unit of work (see workUnits) times the
+//     mean work per image, so one large image does not make every small one
+//     look slow.
+//   - A timed image counts for at most the engine's deadline, however
+//     long the engine overran it, and the time per unit halves for every
+//     idleHalfLife the engine spends idle: an estimate from a bad minute
+//     fades instead of refusing work for good.
 type admission struct {
 	admitted    chan struct{} // a token per admitted request, in the engine or queued
 	engine      chan struct{} // a token per request in the Upscaler
 	concurrency int
 	timeout     time.Duration // Config.EngineTimeout: queueing for the engine included
+	perAccount  int           // Config.AccountShare
 
-	mu   sync.Mutex
-	mean time.Duration // moving mean of the Upscaler's time per image; 0 until one has finished
+	mu          sync.Mutex
+	held        map[string]int // places held per account
+	perUnit     float64        // moving mean of the engine's seconds per unit of work; 0 until timed
+	units       float64        // moving mean of the units of work per image
+	idleSince   time.Time      // when the engine last emptied; zero while it works
+	overrunning int            // Upscaler calls still running after their request's deadline
 }
 
-// meanWeight is the weight of the latest image in the moving mean: about
-// the last ten images count.
-const meanWeight = 0.2
+const (
+	// meanWeight is the weight of the latest image in the moving means:
+	// about the last ten images count.
+	meanWeight = 0.2
+	// idleHalfLife is how long an idle engine takes to halve its time per
+	// unit of work.
+	idleHalfLife = 10 * time.Second
+)
 
-func newAdmission(concurrency, queue int, timeout time.Duration) *admission {
+func newAdmission(concurrency, queue, perAccount int, timeout time.Duration) *admission {
 	return &admission{
 		admitted:    make(chan struct{}, concurrency+queue),
 		engine:      make(chan struct{}, concurrency),
 		concurrency: concurrency,
 		timeout:     timeout,
+		perAccount:  perAccount,
+		held:        make(map[string]int),
 	}
 }
 
 // admit takes a place for a new request, or returns an error wrapping
-// ErrOverloaded that says when to come back. The caller calls release
-// once the request is done with the engine, on every path.
-func (a *admission) admit() (release func(), err error) {
+// ErrOverloaded that says when to come back. The caller calls leave once
+// the request is done with the engine, on every path.
+func (a *admission) admit() (leave func(), err error) {
 	select {
 	case a.admitted <- struct{}{}:
 	default:
 		return nil, a.overloaded(cap(a.admitted) - 1)
 	}
-	ahead := len(a.admitted) - 1
-	if a.expectedFinish(ahead) > a.timeout {
+	if err := a.refusal(len(a.admitted) - 1); err != nil {
 		<-a.admitted
-		return nil, a.overloaded(ahead)
+		return nil, err
 	}
 	return func() { <-a.admitted }, nil
+}
+
+// refusing returns the refusal a request arriving now would get, without
+// admitting it: a check that costs nothing before the work of reading
+// the body.
+func (a *admission) refusing() error {
+	ahead := len(a.admitted)
+	if ahead >= cap(a.admitted) {
+		return a.overloaded(ahead)
+	}
+	return a.refusal(ahead)
+}
+
+// refusal is the refusal for a request with ahead requests before it, or
+// nil when it is expected to get through the engine in time.
+func (a *admission) refusal(ahead int) error {
+	if ahead < a.concurrency {
+		return nil
+	}
+	rounds := (ahead-a.concurrency)/a.concurrency + 1
+	if time.Duration(rounds+1)*a.imageTime() > a.timeout {
+		return a.overloaded(ahead)
+	}
+	return nil
+}
+
+// takeShare counts one of accountID's places, or refuses with
+// ErrRateLimited when the account holds its share of them already: one
+// account's slow sources or floods then cost other accounts nothing. The
+// caller calls leave on every path.
+func (a *admission) takeShare(accountID string) (leave func(), err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held[accountID] >= a.perAccount {
+		return nil, &retryAfterError{
+			err:   Explain(ErrRateLimited, "This account already has %d requests in progress, the most one account may have at once; send this one again when one of them has finished. Nothing was charged.", a.perAccount),
+			after: max(a.imageTimeLocked(time.Now()), time.Second),
+		}
+	}
+	a.held[accountID]++
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.held[accountID]--; a.held[accountID] == 0 {
+			delete(a.held, accountID)
+		}
+	}, nil
 }
 
 // load returns how many admitted requests are not in the engine (fetching
@@ -75,39 +148,42 @@ func (a *admission) load() (queued, inEngine int) {
 // capacity is how many requests may be admitted at once.
 func (a *admission) capacity() int { return cap(a.admitted) }
 
-// refusing returns the refusal a request arriving now would get, without
-// admitting it: a check that costs nothing before the work of reading
-// the body.
-func (a *admission) refusing() error {
-	ahead := len(a.admitted)
-	if ahead >= cap(a.admitted) || a.expectedFinish(ahead) > a.timeout {
-		return a.overloaded(ahead)
-	}
-	return nil
-}
-
-// expectedFinish is how long a request with ahead requests before it is
-// expected to take to get through the engine: the rounds of the engine's
-// slots the requests ahead fill, and its own, at the mean time per image.
-// It is 0 until an image has been timed.
-func (a *admission) expectedFinish(ahead int) time.Duration {
-	rounds := ahead/a.concurrency + 1
-	return time.Duration(rounds) * a.meanTime()
-}
-
-func (a *admission) meanTime() time.Duration {
+// stuck reports whether every engine slot is held by an Upscaler call that
+// outlived its request: until one returns, no request can be served.
+func (a *admission) stuck() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.mean
+	return a.overrunning >= a.concurrency
+}
+
+// imageTime is the expected engine time of an image: the time per unit
+// of work, decayed while the engine is idle, times the mean work per
+// image. It is 0 until an image has been timed.
+func (a *admission) imageTime() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.imageTimeLocked(time.Now())
+}
+
+func (a *admission) imageTimeLocked(now time.Time) time.Duration {
+	return time.Duration(a.perUnitLocked(now) * a.units * float64(time.Second))
+}
+
+func (a *admission) perUnitLocked(now time.Time) float64 {
+	if a.idleSince.IsZero() {
+		return a.perUnit
+	}
+	return a.perUnit * math.Exp2(-now.Sub(a.idleSince).Seconds()/idleHalfLife.Seconds())
 }
 
 // overloaded is the refusal for a request with ahead requests before it:
-// come back once the engine has worked through them.
+// come back once the engine has worked through them, which is never
+// longer than its deadline.
 func (a *admission) overloaded(ahead int) error {
-	wait := time.Duration(math.Ceil(float64(ahead)/float64(a.concurrency))) * a.meanTime()
+	wait := time.Duration(math.Ceil(float64(ahead)/float64(a.concurrency))) * a.imageTime()
 	return &retryAfterError{
 		err:   Explain(ErrOverloaded, "The service is working at capacity and did not start your request; nothing was charged. Try again in a few seconds."),
-		after: max(wait, time.Second),
+		after: max(min(wait, a.timeout), time.Second),
 	}
 }
 
@@ -119,25 +195,62 @@ func (a *admission) busy() error {
 }
 
 // engineSlot waits, no longer than ctx allows, for one of the engine's
-// slots. done gives it back and adds the time since to the mean; call it
-// when the Upscaler returns, which may be after the request has given up
-// on it, so that a stuck engine keeps its slot.
-func (a *admission) engineSlot(ctx context.Context) (done func(), err error) {
+// slots, for an image of the given units of work. The Upscaler's goroutine
+// calls the slot's done when the Upscaler returns, which may be after the
+// request has given up on it, so that a stuck engine keeps its slot.
+func (a *admission) engineSlot(ctx context.Context, units float64) (*slot, error) {
 	select {
 	case a.engine <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	start := time.Now()
-	return func() {
-		took := time.Since(start)
-		<-a.engine
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if a.mean == 0 {
-			a.mean = took
-		} else {
-			a.mean += time.Duration(meanWeight * float64(took-a.mean))
-		}
-	}, nil
+	s := &slot{a: a, start: time.Now(), units: max(units, 1)}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.perUnit, a.idleSince = a.perUnitLocked(s.start), time.Time{}
+	return s, nil
+}
+
+// A slot is one image's turn in the engine.
+type slot struct {
+	a     *admission
+	start time.Time
+	units float64
+
+	returned, abandoned bool // guarded by a.mu
+}
+
+// abandon notes that the request gave up on the Upscaler before it
+// returned: it overruns until done.
+func (s *slot) abandon() {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	if !s.returned {
+		s.abandoned = true
+		s.a.overrunning++
+	}
+}
+
+// done gives the slot back and times the image, for at most the engine's
+// deadline.
+func (s *slot) done() {
+	a := s.a
+	now := time.Now()
+	took := min(now.Sub(s.start), a.timeout).Seconds()
+	<-a.engine
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.returned = true
+	if s.abandoned {
+		a.overrunning--
+	}
+	if len(a.engine) == 0 {
+		a.idleSince = now
+	}
+	if a.perUnit == 0 {
+		a.perUnit, a.units = took/s.units, s.units
+		return
+	}
+	a.perUnit += meanWeight * (took/s.units - a.perUnit)
+	a.units += meanWeight * (s.units - a.units)
 }

@@ -61,8 +61,9 @@ type grant struct {
 func (b *budget) newGrant() *grant { return &grant{b: b, refs: 1} }
 
 // grow adds n bytes to the grant, waiting for them while ctx allows. A
-// request that could never fit gets ErrImageTooLarge; one that runs out of
-// time waiting gets an error wrapping ErrOverloaded.
+// request that could never fit gets ErrImageTooLarge; one whose deadline
+// passes while it waits for memory others hold gets an error wrapping
+// ErrOverloaded.
 func (g *grant) grow(ctx context.Context, n int64, retryAfter func() error) error {
 	if n <= 0 {
 		return nil
@@ -73,11 +74,16 @@ func (g *grant) grow(ctx context.Context, n int64, retryAfter func() error) erro
 	if held+n > g.b.total {
 		return Explain(ErrImageTooLarge, "Enlarging this image needs about %d MiB, more than this server ever gives one image (%d MiB); send a smaller image or a lower scale.", (held+n)>>20, g.b.total>>20)
 	}
-	if err := g.b.sem.Acquire(ctx, n); err != nil {
-		if errors.Is(err, context.Canceled) {
-			return err
+	// Free memory is taken whatever ctx says: a deadline that passes with
+	// memory free is not an overload, and the next step reports it as the
+	// deadline it is.
+	if !g.b.sem.TryAcquire(n) {
+		if err := g.b.sem.Acquire(ctx, n); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return err
+			}
+			return retryAfter()
 		}
-		return retryAfter()
 	}
 	g.b.inUse.Add(n)
 	g.mu.Lock()

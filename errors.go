@@ -29,10 +29,16 @@ var (
 	// ErrSourceForbidden means imageUrl points, directly or through a
 	// redirect, at an address or port the fetch policy refuses.
 	ErrSourceForbidden = errors.New("source forbidden")
-	// ErrSourceUnreachable means the image could not be downloaded: DNS
-	// failure, refused connection, non-2xx answer, too many redirects or
-	// the fetch deadline.
+	// ErrSourceUnreachable means the image could not be downloaded for a
+	// reason retrying will not cure: an unknown host name, a 4xx answer,
+	// too many redirects, or the fetch's own deadline (Config.FetchTimeout).
 	ErrSourceUnreachable = errors.New("source unreachable")
+	// ErrSourceUnavailable means the source's server failed in a way that
+	// may pass: it answered 5xx, 408 or 429, refused or broke off the
+	// connection, or its name's DNS server failed. The caller gets 502
+	// source_unavailable, retrying later is safe, and an Idempotency-Key
+	// does not keep it.
+	ErrSourceUnavailable = errors.New("source unavailable")
 	// ErrUnsupportedImage means the bytes are not a JPEG, PNG or WebP image
 	// that can be decoded.
 	ErrUnsupportedImage = errors.New("unsupported image")

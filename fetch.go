@@ -212,8 +212,10 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 
 // fetch downloads u. It returns an error wrapping ErrImageTooLarge when the
 // body exceeds maxBytes, ErrSourceForbidden when the policy refuses an
-// address or port on the way, and ErrSourceUnreachable for every other
-// failure.
+// address or port on the way, ErrSourceUnavailable when the source's
+// server failed in a way that may pass, ctx's own error when ctx ends
+// (the host's deadline, or the caller gone), and ErrSourceUnreachable for
+// every other failure, its own timeout included.
 func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve func(ctx context.Context, n int64) error) ([]byte, error) {
 	tooLarge := Explain(ErrImageTooLarge, "The image is larger than %d bytes, the most your plan accepts.", maxBytes)
 	if data, ok := f.builtin[u.String()]; ok {
@@ -228,6 +230,7 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	if err := f.checkURL(u); err != nil {
 		return nil, err
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -238,10 +241,13 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	req.Header.Set("Accept", "image/jpeg, image/png, image/webp")
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, classifyFetchError(err, f.timeout)
+		return nil, f.classify(parent, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	switch {
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests:
+		return nil, Explain(ErrSourceUnavailable, "The image URL answered HTTP %d, a failure of its server's that may pass; try again later. Nothing was charged.", resp.StatusCode)
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		return nil, Explain(ErrSourceUnreachable, "The image URL answered HTTP %d; it must answer 200 with the image.", resp.StatusCode)
 	}
 	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
@@ -270,7 +276,7 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	}
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return nil, classifyFetchError(err, f.timeout)
+		return nil, f.classify(parent, err)
 	}
 	switch {
 	case n > maxBytes:
@@ -281,16 +287,30 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	return buf.Bytes(), nil
 }
 
-func classifyFetchError(err error, timeout time.Duration) error {
+// classify explains a failed download. Whose deadline passed decides its
+// answer: the host's (parent's) is a 504 like any other deadline for the
+// request, the fetch's own is the source's fault (400). A failure that
+// may pass (a refused or reset connection, a body cut short, a DNS
+// server's failure) is ErrSourceUnavailable, which an Idempotency-Key
+// does not keep.
+func (f *fetcher) classify(parent context.Context, err error) error {
 	if _, ok := errors.AsType[*callerError](err); ok {
 		return err
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return Explain(ErrSourceUnreachable, "Downloading the image took longer than %v; host it somewhere faster.", timeout)
+	if parent.Err() != nil {
+		return fmt.Errorf("download the source: %w", context.Cause(parent))
 	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return Explain(ErrSourceUnreachable, "The image URL's host name could not be resolved; check the URL.")
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", Explain(ErrSourceUnreachable, "Downloading the image took longer than %v; host it somewhere faster.", f.timeout), err)
+	}
+	if dnsErr, ok := errors.AsType[*net.DNSError](err); ok {
+		if dnsErr.IsNotFound {
+			return Explain(ErrSourceUnreachable, "The image URL's host name could not be resolved; check the URL.")
+		}
+		return fmt.Errorf("%w: %v", Explain(ErrSourceUnavailable, "The image URL's host name could not be looked up just now; try again later. Nothing was charged."), err)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %v", Explain(ErrSourceUnavailable, "The image's server refused or broke off the download; try again later. Nothing was charged."), err)
 	}
 	return fmt.Errorf("%w: %v", Explain(ErrSourceUnreachable, "The image could not be downloaded from its URL; check that it is publicly reachable."), err)
 }

@@ -69,6 +69,13 @@ type Config struct {
 	// overloaded and a Retry-After, before anything is reserved or fetched.
 	// Zero means 4 × EngineConcurrency.
 	QueueLength int
+	// AccountShare is how many of the EngineConcurrency + QueueLength
+	// places the requests of one account (all its keys together) may hold
+	// at once, so that one account's slow sources or floods cannot refuse
+	// other accounts. A request beyond it is refused with 429 rate_limited
+	// and a Retry-After, before anything is reserved or fetched. Zero
+	// means half of the places, at least one.
+	AccountShare int
 	// MemoryBudget bounds the memory requests hold at once: source bytes
 	// while downloading and held, and the engine's working memory as its
 	// MemoryEstimator reads it from the source's header. A request waits
@@ -177,7 +184,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("upscale: Config.Upscaler is required")
 	case cfg.Blobs == nil:
 		return nil, errors.New("upscale: Config.Blobs is required")
-	case cfg.IdempotencyTTL < 0 || cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.SettleTimeout < 0 || cfg.MemoryBudget < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0:
+	case cfg.IdempotencyTTL < 0 || cfg.LinkTTL < 0 || cfg.EngineTimeout < 0 || cfg.FetchTimeout < 0 || cfg.SettleTimeout < 0 || cfg.MemoryBudget < 0 || cfg.FreeTierMaxFileBytes < 0 || cfg.EngineConcurrency < 0 || cfg.QueueLength < 0 || cfg.AccountShare < 0:
 		return nil, errors.New("upscale: Config durations, sizes and counts cannot be negative")
 	}
 	if cfg.EngineConcurrency == 0 {
@@ -187,6 +194,7 @@ func New(cfg Config) (*Handler, error) {
 		}
 	}
 	cfg.QueueLength = cmp.Or(cfg.QueueLength, 4*cfg.EngineConcurrency)
+	cfg.AccountShare = cmp.Or(cfg.AccountShare, max((cfg.EngineConcurrency+cfg.QueueLength)/2, 1))
 	cfg.Path = cmp.Or(cfg.Path, "/api/v1/upscale")
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
 	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
@@ -196,6 +204,9 @@ func New(cfg Config) (*Handler, error) {
 	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 20*time.Second)
 	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, 15*time.Second)
+	if ttl, ok := cfg.Ledger.(ReservationExpirer); ok && ttl.ReservationTTL() <= cfg.requestBound() {
+		return nil, fmt.Errorf("upscale: the QuotaLedger's reservations last %v, not longer than a request may (%v: twice FetchTimeout, EngineTimeout and SettleTimeout); a reservation must outlive its request, or a result could be delivered uncharged", ttl.ReservationTTL(), cfg.requestBound())
+	}
 	cfg.MemoryBudget = cmp.Or(cfg.MemoryBudget, 1<<30)
 	cfg.IdleRelease = cmp.Or(cfg.IdleRelease, 5*time.Second)
 	cfg.FreeTierMaxFileBytes = cmp.Or(cfg.FreeTierMaxFileBytes, 5<<20)
@@ -221,7 +232,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		cfg:         cfg,
 		fetcher:     fetcher,
-		admission:   newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.EngineTimeout),
+		admission:   newAdmission(cfg.EngineConcurrency, cfg.QueueLength, cfg.AccountShare, cfg.EngineTimeout),
 		budget:      newBudget(cfg.MemoryBudget),
 		keys:        &breaker{now: cfg.Now},
 		ledger:      &breaker{now: cfg.Now},
@@ -230,6 +241,14 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.Metrics.Attach(h.Load)
 	return h, nil
+}
+
+// requestBound is longer than any request can take: its download, its
+// engine time (queueing included) and the settlement of its charge, and
+// as much again for the stores' calls between them. It is the lease of an
+// Idempotency-Key's claim, and a reservation must outlive it.
+func (c Config) requestBound() time.Duration {
+	return 2 * (c.FetchTimeout + c.EngineTimeout + c.SettleTimeout)
 }
 
 // Middleware returns next with the API in front of it: a request for
@@ -307,7 +326,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		code = h.fail(w, r, errMethodNotAllowed)
 		return
 	}
-	resp, replay, err := h.upscale(w, r)
+	var caller caller
+	resp, replay, err := h.upscale(w, r, &caller)
+	if caller.accountID != "" {
+		// After upscale has given its admission place back: the balance
+		// is read on nobody's place.
+		h.setQuotaHeaders(r.Context(), w.Header(), caller, err)
+	}
 	switch {
 	case err != nil:
 		code = h.fail(w, r, err)
@@ -365,10 +390,17 @@ func (h *Handler) releaseIfIdle() {
 	}
 }
 
+// caller is who a request turned out to come from, once its key and its
+// account's share of the places have been checked.
+type caller struct {
+	accountID string
+	burst     *RateDecision // the key's RateLimiter decision, if there is a RateLimiter
+}
+
 // upscale admits, authenticates and validates one request, then runs it:
 // once per Idempotency-Key when the caller sent one, in which case it may
-// return the key's kept answer instead.
-func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, *IdempotentAnswer, error) {
+// return the key's kept answer instead. It fills in who the caller is.
+func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (Response, *IdempotentAnswer, error) {
 	ctx := r.Context()
 	if err := h.admission.refusing(); err != nil {
 		return Response{}, nil, err
@@ -404,19 +436,23 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, *Id
 	if err != nil {
 		return Response{}, nil, err
 	}
-	var burst *RateDecision
+	leaveShare, err := h.admission.takeShare(accountID)
+	if err != nil {
+		return Response{}, nil, err
+	}
+	defer leaveShare()
+	who.accountID = accountID
 	if h.cfg.RateLimiter != nil {
 		d, err := h.cfg.RateLimiter.Allow(ctx, DigestKey(key))
 		if err != nil {
 			return Response{}, nil, err
 		}
-		burst = &d
-	}
-	defer h.setQuotaHeaders(ctx, w.Header(), accountID, burst)
-	if burst != nil && !burst.Allowed {
-		return Response{}, nil, &retryAfterError{
-			err:   Explain(ErrRateLimited, "This API key may send %d requests at once and one more every %v; wait for the Retry-After. Nothing was charged.", burst.Burst, burst.Window/time.Duration(burst.Burst)),
-			after: burst.RetryAfter,
+		who.burst = &d
+		if !d.Allowed {
+			return Response{}, nil, &retryAfterError{
+				err:   Explain(ErrRateLimited, "This API key may send %d requests at once and one more every %v; wait for the Retry-After. Nothing was charged.", d.Burst, d.Window/time.Duration(max(d.Burst, 1))),
+				after: d.RetryAfter,
+			}
 		}
 	}
 	if invalid != nil {
@@ -429,67 +465,18 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request) (Response, *Id
 	if sent {
 		return h.runOnce(ctx, accountID, onceKey, req)
 	}
-	resp, err := h.run(ctx, accountID, req)
-	return resp, nil, err
-}
-
-// runOnce runs req under the caller's Idempotency-Key. The first request
-// with the key runs, and its answer is kept unless it is a failure that is
-// safe to retry (5xx, 429), so that a retry runs again. A later request
-// with the key gets the kept answer without running or being charged, or
-// 409 while the first still runs, or 422 if it asks for something else.
-func (h *Handler) runOnce(ctx context.Context, accountID, key string, req request) (Response, *IdempotentAnswer, error) {
-	claim := IdempotencyClaim{
-		AccountID: accountID, Key: key, Fingerprint: req.fingerprint(), TTL: h.cfg.IdempotencyTTL,
-		// Longer than any request can take; a claim older than that is a
-		// request that died with its process.
-		Lease: 2 * (h.cfg.FetchTimeout + h.cfg.EngineTimeout + h.cfg.SettleTimeout),
-	}
-	var kept *IdempotentAnswer
-	err := h.idempotency.call(func() (err error) {
-		kept, err = h.cfg.Idempotency.Claim(ctx, claim)
-		return err
-	})
-	switch {
-	case errors.Is(err, ErrIdempotencyInFlight):
-		return Response{}, nil, &retryAfterError{
-			err:   Explain(ErrIdempotencyInFlight, "A request with this Idempotency-Key is still running; send it again after the Retry-After to get its answer."),
-			after: max(h.admission.meanTime(), time.Second),
-		}
-	case errors.Is(err, ErrIdempotencyKeyReused):
-		return Response{}, nil, Explain(ErrIdempotencyKeyReused, "This Idempotency-Key was used for a different request in the last %v; send a new request with a new key.", h.cfg.IdempotencyTTL)
-	case err != nil:
-		return Response{}, nil, err
-	case kept != nil && kept.Status == http.StatusOK && !h.cfg.Now().Before(kept.LinkExpires):
-		return Response{}, nil, Explain(ErrResultExpired, "This request was carried out and charged already, and its result's link expired at %s; send it with a new Idempotency-Key to enlarge the image again.", kept.LinkExpires.UTC().Format(time.RFC3339))
-	case kept != nil:
-		return Response{}, kept, nil
-	}
-
-	resp, err := h.run(ctx, accountID, req)
-	answer := IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}
-	if err != nil {
-		p := problemFor(err)
-		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
-	}
-	// A success is kept even when the caller has gone: its retry is what
-	// the key is for. A failure is kept only if retrying cannot help, and
-	// not once the caller has gone, since going may have caused it (a
-	// download cut short).
-	settleCtx := context.WithoutCancel(ctx)
-	if err == nil || (answer.Status < 500 && answer.Status != http.StatusTooManyRequests && ctx.Err() == nil) {
-		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, accountID, key, answer) }); err != nil {
-			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry within its lease gets 409, after it runs again", "account", accountID, "err", err)
-		}
-	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, accountID, key) }); err != nil {
-		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", accountID, "err", err)
-	}
+	resp, err := h.run(ctx, accountID, req, nil)
 	return resp, nil, err
 }
 
 // run charges one unit for req: reserve, fetch, enlarge, store, commit.
 // The unit is released on every path that does not reach the commit.
-func (h *Handler) run(ctx context.Context, accountID string, req request) (Response, error) {
+// prepare, when not nil, is given the answer and the reservation that pays
+// for it before the commit; if it fails, the request stops uncharged. Once
+// it has succeeded, a commit whose outcome stays unknown (the ledger
+// unavailable for SettleTimeout) leaves result and reservation as they are
+// and returns errChargeUnsettled: whoever prepared them settles them.
+func (h *Handler) run(ctx context.Context, accountID string, req request, prepare func(context.Context, Response, Reservation) error) (Response, error) {
 	// Reserving before fetching means an exhausted account costs us no
 	// download; a file that turns out to need paid capability is re-checked
 	// below.
@@ -497,9 +484,9 @@ func (h *Handler) run(ctx context.Context, accountID string, req request) (Respo
 	if err != nil {
 		return Response{}, err
 	}
-	committed := false
+	settled := false
 	defer func() {
-		if !committed {
+		if !settled {
 			h.release(ctx, hold)
 		}
 	}()
@@ -542,13 +529,28 @@ func (h *Handler) run(ctx context.Context, accountID string, req request) (Respo
 	if err != nil {
 		return Response{}, fmt.Errorf("store result: %w", err)
 	}
-	if err := h.commit(ctx, hold); err != nil {
+	resp := Response{URL: link, Via: hold.Pool, linkExpires: expires}
+	if prepare != nil {
+		if err := prepare(ctx, resp, hold); err != nil {
+			h.deleteResult(ctx, blobKey, expires)
+			return Response{}, err
+		}
+	}
+	if err := h.commit(ctx, hold.ID); err != nil {
+		if prepare != nil && errors.Is(err, ErrUnavailable) {
+			settled = true
+			return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnsettled, err)
+		}
 		h.deleteResult(ctx, blobKey, expires)
 		return Response{}, fmt.Errorf("commit reservation: %w", err)
 	}
-	committed = true
-	return Response{URL: link, Via: hold.Pool, linkExpires: expires}, nil
+	settled = true
+	return resp, nil
 }
+
+// errChargeUnsettled marks a prepared request whose commit could not be
+// confirmed either way; it is answered as the ledger's unavailability.
+var errChargeUnsettled = errors.New("charge left to settle")
 
 func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool) (hold Reservation, err error) {
 	err = h.ledger.call(func() (err error) {
@@ -561,20 +563,14 @@ func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool)
 	return hold, err
 }
 
-// commit charges hold, retrying while the ledger is unavailable. A retry
-// that finds the reservation gone means an earlier attempt did commit and
-// only its answer was lost: nothing else ends a reservation this young
-// (ReservationTTL is minutes, SettleTimeout seconds).
-func (h *Handler) commit(ctx context.Context, hold Reservation) error {
-	attempts := 0
-	err := h.settle(ctx, h.ledger, func(ctx context.Context) error {
-		attempts++
-		return h.cfg.Ledger.Commit(ctx, hold.ID)
+// commit charges a reservation, retrying while the ledger is
+// unavailable. Commit is idempotent, so a retry after an attempt whose
+// answer was lost charges nothing more; ErrNotFound means the unit was
+// given back (the reservation expired), never that it was charged.
+func (h *Handler) commit(ctx context.Context, reservationID string) error {
+	return h.settle(ctx, h.ledger, func(ctx context.Context) error {
+		return h.cfg.Ledger.Commit(ctx, reservationID)
 	})
-	if attempts > 1 && errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	return err
 }
 
 // release gives a unit back even when the caller has gone away: the
@@ -583,6 +579,7 @@ func (h *Handler) release(ctx context.Context, hold Reservation) {
 	err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
 		return h.cfg.Ledger.Release(ctx, hold.ID)
 	})
+
 	if err != nil {
 		h.cfg.Logger.Error("upscale: release reservation; the ledger gives the unit back when the reservation expires", "reservation", hold.ID, "account", hold.AccountID, "err", err)
 	}
@@ -639,7 +636,7 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory
 // runEngine waits for the engine and runs the Upscaler, until ctx ends.
 func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
 	queueStart := time.Now()
-	slotDone, err := h.waitForEngine(ctx, src, params, memory)
+	slot, err := h.waitForEngine(ctx, src, params, memory)
 	h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart))
 	if err != nil {
 		return Image{}, err
@@ -654,7 +651,7 @@ func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memo
 		engineStart := time.Now()
 		defer func() { h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart)) }()
 		defer memory.done()
-		defer slotDone()
+		defer slot.done()
 		defer func() {
 			if v := recover(); v != nil { // on this goroutine a panic would end the process
 				done <- result{err: panicError(v)}
@@ -667,13 +664,18 @@ func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memo
 	case res := <-done:
 		return res.img, res.err
 	case <-ctx.Done():
+		slot.abandon()
 		return Image{}, ctx.Err()
 	}
 }
 
 // waitForEngine grants the engine's working memory for src, then takes
-// one of the engine's slots.
-func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant) (slotDone func(), err error) {
+// one of the engine's slots. The work the slot is timed by is that
+// memory: both engines' memory, like their time, grows with the output's
+// pixels and the learned passes. An Upscaler that estimates nothing is
+// timed by its source's bytes.
+func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant) (*slot, error) {
+	work := int64(len(src))
 	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
 		need, err := estimator.EstimateMemory(src, params)
 		if err != nil {
@@ -682,8 +684,9 @@ func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, 
 		if err := memory.grow(ctx, need, h.admission.busy); err != nil {
 			return nil, err
 		}
+		work = need
 	}
-	return h.admission.engineSlot(ctx)
+	return h.admission.engineSlot(ctx, float64(work))
 }
 
 func extension(contentType string) string {
@@ -724,6 +727,7 @@ var problems = []struct {
 	{ErrInvalidDenoise, http.StatusBadRequest, "invalid_denoise", "denoise must be \"none\", \"low\", \"mid\", \"high\" or \"max\"."},
 	{ErrSourceForbidden, http.StatusBadRequest, "source_forbidden", "The image URL leads to an address or port this service does not fetch from; use a public http or https URL."},
 	{ErrSourceUnreachable, http.StatusBadRequest, "source_unreachable", "The image could not be downloaded from its URL; check that it is publicly reachable."},
+	{ErrSourceUnavailable, http.StatusBadGateway, "source_unavailable", "The image's server failed to deliver it for now; try again later. Nothing was charged."},
 	{ErrUnsupportedImage, http.StatusBadRequest, "unsupported_image", "The file is not a JPEG, PNG or WebP image that can be decoded."},
 	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
 	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scales " + scaleList(true) + ", and files above the free tier's size, need a paid plan or credits."},

@@ -71,6 +71,7 @@ func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
 		Blobs:                e.blobs,
 		FreeTierMaxFileBytes: freeTierBytes,
 		AllowPrivateNetworks: true, // the origin is on loopback
+		AccountShare:         1000, // the capacity tests fill the places from one account; TestAccountShare sets its own
 		IdleRelease:          -1,   // no timer to outlive a test; TestIdleRelease sets its own
 		Logger:               slog.New(slog.DiscardHandler),
 		Now:                  e.clock.Now,
@@ -101,6 +102,8 @@ func (e *env) serveOrigin(w http.ResponseWriter, r *http.Request) {
 		w.Write(bigPNG)
 	case "/text":
 		io.WriteString(w, "this is not an image")
+	case "/unavailable.png":
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 	case "/slow.png":
 		time.Sleep(300 * time.Millisecond)
 		w.Write(smallPNG)
@@ -438,7 +441,8 @@ func TestSourceErrors(t *testing.T) {
 		{"Port22", strict, "http://example.com:22/a.png", "source_forbidden"},
 		{"RedirectToFTP", lenient, lenient.url("/redirect-ftp"), "source_forbidden"},
 		{"NotFound", lenient, lenient.url("/missing.png"), "source_unreachable"},
-		{"ConnectionRefused", lenient, closedURL, "source_unreachable"},
+		{"OriginFailing", lenient, lenient.url("/unavailable.png"), "source_unavailable"},
+		{"ConnectionRefused", lenient, closedURL, "source_unavailable"},
 		{"RedirectLoop", lenient, lenient.url("/redirect-loop"), "source_unreachable"},
 		{"Timeout", lenient, lenient.url("/slow.png"), "source_unreachable"},
 		{"NotAnImage", lenient, lenient.url("/text"), "unsupported_image"},
@@ -447,7 +451,7 @@ func TestSourceErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.e.balance("free")
-			checkProblem(t, tc.e.post(keyFree, body(tc.url)), http.StatusBadRequest, tc.code)
+			checkProblem(t, tc.e.post(keyFree, body(tc.url)), sourceStatus(tc.code), tc.code)
 			if after := tc.e.balance("free"); after != before {
 				t.Errorf("balance %+v after a failed request, want %+v", after, before)
 			}
@@ -456,9 +460,18 @@ func TestSourceErrors(t *testing.T) {
 	if n := strict.hits.Load(); n != 0 {
 		t.Errorf("the strict handler reached the loopback origin %d times", n)
 	}
-	if n := lenient.hits.Load(); n > 5+1+5 { // at most MaxRedirects+1 hops for the loop, one for each other case
+	if n := lenient.hits.Load(); n > 5+1+6 { // at most MaxRedirects+1 hops for the loop, one for each other case
 		t.Errorf("origin hit %d times", n)
 	}
+}
+
+// sourceStatus is the status of a source failure's code: 502 for one that
+// may pass, 400 for the rest.
+func sourceStatus(code string) int {
+	if code == "source_unavailable" {
+		return http.StatusBadGateway
+	}
+	return http.StatusBadRequest
 }
 
 func TestWhoPays(t *testing.T) {

@@ -32,10 +32,14 @@ func (h *Handler) LiveHandler() http.Handler {
 }
 
 // ReadyHandler answers 200 when the handler can take requests: every store
-// that is a Pinger answered within two seconds, and Drain has not been
-// called. Otherwise it answers 503, with the state of each store (never
-// an error message, which may name hosts). Mount it where the load
-// balancer's health check looks (the standalone uses /readyz).
+// that is a Pinger answered within two seconds, the engine is not stuck
+// (every slot held by an Upscaler call that outlived its request), and
+// Drain has not been called. Otherwise it answers 503, with the state of
+// each store and of the engine (never an error message, which may name
+// hosts). Being busy is not being unready: a replica at capacity refuses
+// what it cannot take in milliseconds, and is ready again when it can.
+// Mount it where the load balancer's health check looks (the standalone
+// uses /readyz).
 func (h *Handler) ReadyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.draining.Load() {
@@ -45,7 +49,10 @@ func (h *Handler) ReadyHandler() http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		stores := map[string]any{"keys": h.cfg.Keys, "ledger": h.cfg.Ledger, "blobs": h.cfg.Blobs}
-		result := health{Status: "ready", Stores: map[string]string{"keys": "ok", "ledger": "ok", "blobs": "ok"}}
+		result := health{Status: "ready", Engine: "ok", Stores: map[string]string{"keys": "ok", "ledger": "ok", "blobs": "ok"}}
+		if h.admission.stuck() {
+			result.Status, result.Engine = "unavailable", "stuck"
+		}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for role, store := range stores {
@@ -81,6 +88,7 @@ func (h *Handler) Drain() { h.draining.Store(true) }
 
 type health struct {
 	Status string            `json:"status"`
+	Engine string            `json:"engine,omitempty"`
 	Stores map[string]string `json:"stores,omitempty"`
 }
 

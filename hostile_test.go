@@ -91,7 +91,7 @@ func TestHostileSources(t *testing.T) {
 				c.Write(smallPNG)
 			})
 		}},
-		{"ContentLengthLongerThanBody", "source_unreachable", func(t *testing.T, e *env) string {
+		{"ContentLengthLongerThanBody", "source_unavailable", func(t *testing.T, e *env) string {
 			return rawOrigin(t, func(c net.Conn) {
 				readRequest(c)
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(smallPNG)+1000)
@@ -160,7 +160,7 @@ func TestHostileSources(t *testing.T) {
 			t.Cleanup(e.handler.CloseIdleConnections)
 			url := tc.origin(t, e)
 			start := time.Now()
-			checkProblem(t, e.post(keyFree, body(url)), http.StatusBadRequest, tc.code)
+			checkProblem(t, e.post(keyFree, body(url)), sourceStatus(tc.code), tc.code)
 			// A hang is what this guards against, so the bound is the
 			// deadline with generous room for a loaded machine, not a speed
 			// target.

@@ -2,8 +2,11 @@ package upscale
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -21,24 +24,41 @@ type IdempotencyStore interface {
 	// Claim records that claim's request is starting. It returns nil, nil
 	// when the caller is to run the request, and must then call Keep or
 	// Forget: the key was unused, its answer has been kept for longer
-	// than claim.TTL, or its last claim was left unfinished for longer
-	// than claim.Lease (its request died with its process). It returns the
-	// kept answer when the key's request with the same fingerprint has
-	// finished. It returns an error wrapping ErrIdempotencyInFlight when
-	// that request is still running, and one wrapping
+	// than claim.TTL, or its last claim ended unfinished and unprepared
+	// more than its lease ago (its request died with its process before
+	// it could have been charged). It returns the kept answer when the
+	// key's request with the same fingerprint has finished.
+	//
+	// A claim whose request prepared its answer (Prepare) but never kept
+	// it, and whose lease has ended, is taken over: claim replaces it,
+	// with a new lease, and Claim returns the prepared answer, whose
+	// Reservation is set. The caller then finds out from the ledger
+	// whether that request was charged, and calls Keep or Forget.
+	//
+	// It returns an *InFlightError (wrapping ErrIdempotencyInFlight) when
+	// the key's request is still running, and an error wrapping
 	// ErrIdempotencyKeyReused when the key was used for a request with
 	// another fingerprint. Of concurrent claims of one key, exactly one
-	// gets nil, nil.
+	// gets nil, nil or the prepared answer.
 	Claim(ctx context.Context, claim IdempotencyClaim) (*IdempotentAnswer, error)
-	// Keep keeps answer for the claimed key until claim.TTL after the
-	// claim. It returns an error wrapping ErrNotFound when the key is not
-	// claimed.
-	Keep(ctx context.Context, accountID, key string, answer IdempotentAnswer) error
+	// Prepare records, before the request's charge is committed, the
+	// answer it will get and, in answer.Reservation, the reservation that
+	// pays for it, so that whoever takes the claim over after a crash can
+	// tell whether it was charged. The lease is unchanged. It returns an
+	// error wrapping ErrNotFound when claim no longer holds the key (its
+	// Token was taken over) or the answer was kept already.
+	Prepare(ctx context.Context, claim IdempotencyClaim, answer IdempotentAnswer) error
+	// Keep keeps answer (its Reservation empty) for the claimed key until
+	// claim.TTL after the claim, in place of a prepared answer if there is
+	// one. It returns an error wrapping ErrNotFound when claim no longer
+	// holds the key or its answer was kept already.
+	Keep(ctx context.Context, claim IdempotencyClaim, answer IdempotentAnswer) error
 	// Forget forgets a claimed key whose request ended without an answer
-	// worth keeping (a failure that is safe to retry), so that the next
-	// request with the key runs. Forgetting a key that is not claimed is not
+	// worth keeping (a failure that is safe to retry, and never charged),
+	// so that the next request with the key runs. Forgetting a key that
+	// claim does not hold, or whose answer is kept, does nothing and is not
 	// an error.
-	Forget(ctx context.Context, accountID, key string) error
+	Forget(ctx context.Context, claim IdempotencyClaim) error
 }
 
 // IdempotencyClaim is one request's claim of an Idempotency-Key.
@@ -47,6 +67,11 @@ type IdempotencyClaim struct {
 	// Fingerprint identifies the request: the same key with another
 	// fingerprint is refused.
 	Fingerprint [sha256.Size]byte
+	// Token identifies this claim among the key's claims over time: a
+	// store's Prepare, Keep and Forget act only while the key's claim is
+	// still this one, so a request whose claim was taken over cannot
+	// overwrite its successor's answer.
+	Token string
 	// Lease is how long an unfinished claim holds the key.
 	Lease time.Duration
 	// TTL is how long the key and its answer are kept.
@@ -60,7 +85,25 @@ type IdempotentAnswer struct {
 	Body   []byte
 	// LinkExpires is, for a 200, when the result's link stops working.
 	LinkExpires time.Time
+	// Reservation is set on a prepared answer: the reservation whose
+	// commit decides whether the request was charged.
+	Reservation string
 }
+
+// InFlightError is Claim's error while the key's request still runs. The
+// handler answers 409 with a Retry-After of the lease left: by then the
+// request has answered, or its claim can be taken over.
+type InFlightError struct {
+	Key       string
+	LeaseEnds time.Time
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("idempotency key %q: %v until %s", e.Key, ErrIdempotencyInFlight, e.LeaseEnds.UTC().Format(time.RFC3339))
+}
+
+// Is makes an InFlightError match ErrIdempotencyInFlight.
+func (e *InFlightError) Is(target error) bool { return target == ErrIdempotencyInFlight }
 
 // MaxIdempotencyKeyBytes is the longest Idempotency-Key accepted.
 const MaxIdempotencyKeyBytes = 255
@@ -94,4 +137,150 @@ func idempotencyKey(values []string) (key string, sent bool, err error) {
 // spelt out has the same fingerprint.
 func (r request) fingerprint() [sha256.Size]byte {
 	return sha256.Sum256(fmt.Appendf(nil, "%s\n%d\n%s\n%s", r.source, r.Scale, r.ImageType, r.Denoise))
+}
+
+// runOnce runs req under the caller's Idempotency-Key. The first request
+// with the key runs, and its answer is kept unless retrying could change
+// it (see keepable), so that a retry runs again. A later request with the
+// key gets the kept answer without running or being charged, or 409 while
+// the first still runs, or 422 if it asks for something else.
+//
+// The charge and the answer are made one for a crash: the answer, with
+// the reservation that pays for it, is prepared before the commit and kept
+// after it. A retry that finds a prepared answer whose request's lease has
+// ended takes the claim over and asks the ledger whether that request was
+// charged (takeOver) instead of running it again.
+func (h *Handler) runOnce(ctx context.Context, accountID, key string, req request) (Response, *IdempotentAnswer, error) {
+	claim := IdempotencyClaim{
+		AccountID: accountID, Key: key, Fingerprint: req.fingerprint(), Token: rand.Text(),
+		TTL: h.cfg.IdempotencyTTL, Lease: h.cfg.requestBound(),
+	}
+	var kept *IdempotentAnswer
+	err := h.idempotency.call(func() (err error) {
+		kept, err = h.cfg.Idempotency.Claim(ctx, claim)
+		return err
+	})
+	if inFlight, ok := errors.AsType[*InFlightError](err); ok {
+		return Response{}, nil, h.stillRunning(inFlight.LeaseEnds)
+	}
+	switch {
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		return Response{}, nil, Explain(ErrIdempotencyKeyReused, "This Idempotency-Key was used for a different request in the last %v; send a new request with a new key.", h.cfg.IdempotencyTTL)
+	case err != nil:
+		return Response{}, nil, err
+	case kept != nil && kept.Reservation != "":
+		return h.takeOver(ctx, claim, req, *kept)
+	case kept != nil:
+		return h.replay(*kept)
+	}
+	return h.runClaimed(ctx, claim, req)
+}
+
+// stillRunning is the 409 for a key whose request runs until leaseEnds at the
+// latest: by then it has answered, or its claim can be taken over.
+func (h *Handler) stillRunning(leaseEnds time.Time) error {
+	return &retryAfterError{
+		err:   Explain(ErrIdempotencyInFlight, "A request with this Idempotency-Key is still running; send it again after the Retry-After to get its answer."),
+		after: max(leaseEnds.Sub(h.cfg.Now()), time.Second),
+	}
+}
+
+// replay answers with a kept answer, or result_expired once a success's
+// link has expired.
+func (h *Handler) replay(kept IdempotentAnswer) (Response, *IdempotentAnswer, error) {
+	if kept.Status == http.StatusOK && !h.cfg.Now().Before(kept.LinkExpires) {
+		return Response{}, nil, Explain(ErrResultExpired, "This request was carried out and charged already, and its result's link expired at %s; send it with a new Idempotency-Key to enlarge the image again.", kept.LinkExpires.UTC().Format(time.RFC3339))
+	}
+	return Response{}, &kept, nil
+}
+
+// runClaimed runs req under claim and keeps or forgets its answer.
+func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req request) (Response, *IdempotentAnswer, error) {
+	prepare := func(ctx context.Context, resp Response, hold Reservation) error {
+		answer := IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires, Reservation: hold.ID}
+		err := h.settle(ctx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Prepare(ctx, claim, answer) })
+		if errors.Is(err, ErrNotFound) {
+			// The claim was taken over: this request outlived its lease,
+			// and the request that took the key over answers for it.
+			return h.stillRunning(h.cfg.Now().Add(claim.Lease))
+		}
+		return err
+	}
+	resp, err := h.run(ctx, claim.AccountID, req, prepare)
+	if errors.Is(err, errChargeUnsettled) {
+		// Prepared, and charged or not: a retry after the lease settles it.
+		return Response{}, nil, &retryAfterError{err: err, after: claim.Lease}
+	}
+	answer := IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}
+	if err != nil {
+		p := problemFor(err)
+		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
+	}
+	// A success is kept even when the caller has gone: its retry is what
+	// the key is for.
+	settleCtx := context.WithoutCancel(ctx)
+	if err == nil || (keepable(err) && ctx.Err() == nil) {
+		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, answer) }); err != nil {
+			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry after its lease settles it from the ledger", "account", claim.AccountID, "err", err)
+		}
+	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, claim) }); err != nil {
+		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", claim.AccountID, "err", err)
+	}
+	return resp, nil, err
+}
+
+// keepable reports whether a failure is kept under its Idempotency-Key:
+// only one that retrying cannot change. A 5xx or 429, a source that
+// failed for now (ErrSourceUnavailable) and a deadline are not kept;
+// neither is a failure after the caller went away, which going may have
+// caused (a download cut short).
+func keepable(err error) bool {
+	p := problemFor(err)
+	return p.Status < 500 && p.Status != http.StatusTooManyRequests && p.Status != http.StatusConflict &&
+		!errors.Is(err, ErrSourceUnavailable) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// takeOver settles a claim whose request prepared its answer and then died
+// (or lost its stores) before keeping it. If that request was charged, its
+// answer is kept and given, or result_expired once its link has expired;
+// if it never was, req runs again under this claim. A ledger that cannot
+// tell now gets 503, and the claim stays prepared for the next retry.
+func (h *Handler) takeOver(ctx context.Context, claim IdempotencyClaim, req request, prepared IdempotentAnswer) (Response, *IdempotentAnswer, error) {
+	charged, err := h.charged(ctx, prepared)
+	if err != nil {
+		return Response{}, nil, err
+	}
+	if !charged {
+		return h.runClaimed(ctx, claim, req)
+	}
+	prepared.Reservation = ""
+	if err := h.settle(context.WithoutCancel(ctx), h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, prepared) }); err != nil {
+		h.cfg.Logger.Error("upscale: keep a taken-over answer for an Idempotency-Key; the next retry settles it again", "account", claim.AccountID, "err", err)
+	}
+	return h.replay(prepared)
+}
+
+// charged finds out whether a prepared answer's reservation was committed,
+// without charging for a result that can no longer be delivered. While the
+// result's link works, committing it now delivers what was made (Commit is
+// idempotent: a charge made already is not made again). After that, a
+// Release that succeeds gives back a unit never charged, and a Commit of a
+// reservation that is no longer open succeeds only if it was committed.
+func (h *Handler) charged(ctx context.Context, prepared IdempotentAnswer) (bool, error) {
+	if h.cfg.Now().Before(prepared.LinkExpires) {
+		err := h.commit(ctx, prepared.Reservation)
+		if errors.Is(err, ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	err := h.settle(ctx, h.ledger, func(ctx context.Context) error { return h.cfg.Ledger.Release(ctx, prepared.Reservation) })
+	if !errors.Is(err, ErrNotFound) {
+		return false, err
+	}
+	err = h.commit(ctx, prepared.Reservation)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }

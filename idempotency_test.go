@@ -197,3 +197,15 @@ func TestIdempotentCallerGone(t *testing.T) {
 		t.Error("the retry was answered from the abandoned attempt")
 	}
 }
+
+// TestChargedOnceAcrossCrash: the in-memory stores keep the crash
+// contract within one process (two handlers sharing them); sqlstore runs
+// the same suite on SQLite and PostgreSQL.
+func TestChargedOnceAcrossCrash(t *testing.T) {
+	upscaletest.TestChargedOnceAcrossCrash(t, func(t *testing.T, clock *upscaletest.Clock) upscaletest.ChargeStores {
+		return upscaletest.ChargeStores{
+			Ledger:      upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now}),
+			Idempotency: upscale.NewMemoryIdempotencyStore(clock.Now),
+		}
+	})
+}

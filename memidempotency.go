@@ -24,10 +24,14 @@ type memoryIdempotencyKey struct{ account, key string }
 
 type memoryIdempotent struct {
 	fingerprint [32]byte
-	answer      *IdempotentAnswer // nil while the request runs
+	token       string
+	answer      *IdempotentAnswer // nil while the request runs; prepared while its Reservation is set
 	leaseEnds   time.Time
 	expires     time.Time
 }
+
+// kept reports whether k's answer is final.
+func (k *memoryIdempotent) kept() bool { return k.answer != nil && k.answer.Reservation == "" }
 
 var _ IdempotencyStore = (*MemoryIdempotencyStore)(nil)
 
@@ -47,38 +51,53 @@ func (s *MemoryIdempotencyStore) Claim(_ context.Context, c IdempotencyClaim) (*
 	defer s.mu.Unlock()
 	s.sweep(now)
 	id := memoryIdempotencyKey{c.AccountID, c.Key}
-	if k, ok := s.keys[id]; ok && now.Before(k.expires) && (k.answer != nil || now.Before(k.leaseEnds)) {
-		switch {
-		case k.fingerprint != c.Fingerprint:
-			return nil, fmt.Errorf("idempotency key %q: %w", c.Key, ErrIdempotencyKeyReused)
-		case k.answer == nil:
-			return nil, fmt.Errorf("idempotency key %q: %w", c.Key, ErrIdempotencyInFlight)
-		}
-		answer := *k.answer
-		return &answer, nil
+	k, ok := s.keys[id]
+	if !ok || !now.Before(k.expires) || (k.answer == nil && !now.Before(k.leaseEnds)) {
+		s.keys[id] = &memoryIdempotent{fingerprint: c.Fingerprint, token: c.Token, leaseEnds: now.Add(c.Lease), expires: now.Add(c.TTL)}
+		return nil, nil
 	}
-	s.keys[id] = &memoryIdempotent{fingerprint: c.Fingerprint, leaseEnds: now.Add(c.Lease), expires: now.Add(c.TTL)}
-	return nil, nil
+	switch {
+	case k.fingerprint != c.Fingerprint:
+		return nil, fmt.Errorf("idempotency key %q: %w", c.Key, ErrIdempotencyKeyReused)
+	case !k.kept() && now.Before(k.leaseEnds):
+		return nil, &InFlightError{Key: c.Key, LeaseEnds: k.leaseEnds}
+	case !k.kept(): // prepared, and its request is gone: take it over
+		k.token, k.leaseEnds = c.Token, now.Add(c.Lease)
+	}
+	answer := *k.answer
+	return &answer, nil
+}
+
+// Prepare implements IdempotencyStore.
+func (s *MemoryIdempotencyStore) Prepare(_ context.Context, c IdempotencyClaim, answer IdempotentAnswer) error {
+	return s.set(c, &answer)
 }
 
 // Keep implements IdempotencyStore.
-func (s *MemoryIdempotencyStore) Keep(_ context.Context, accountID, key string, answer IdempotentAnswer) error {
+func (s *MemoryIdempotencyStore) Keep(_ context.Context, c IdempotencyClaim, answer IdempotentAnswer) error {
+	answer.Reservation = ""
+	return s.set(c, &answer)
+}
+
+// set records the answer of c's request, while c holds the key and no
+// answer is kept.
+func (s *MemoryIdempotencyStore) set(c IdempotencyClaim, answer *IdempotentAnswer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k, ok := s.keys[memoryIdempotencyKey{accountID, key}]
-	if !ok || k.answer != nil {
-		return fmt.Errorf("idempotency key %q: %w", key, ErrNotFound)
+	k, ok := s.keys[memoryIdempotencyKey{c.AccountID, c.Key}]
+	if !ok || k.token != c.Token || k.kept() {
+		return fmt.Errorf("idempotency key %q: %w", c.Key, ErrNotFound)
 	}
-	k.answer = &answer
+	k.answer = answer
 	return nil
 }
 
 // Forget implements IdempotencyStore.
-func (s *MemoryIdempotencyStore) Forget(_ context.Context, accountID, key string) error {
+func (s *MemoryIdempotencyStore) Forget(_ context.Context, c IdempotencyClaim) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	id := memoryIdempotencyKey{accountID, key}
-	if k, ok := s.keys[id]; ok && k.answer == nil {
+	id := memoryIdempotencyKey{c.AccountID, c.Key}
+	if k, ok := s.keys[id]; ok && k.token == c.Token && !k.kept() {
 		delete(s.keys, id)
 	}
 	return nil

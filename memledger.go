@@ -9,15 +9,22 @@ import (
 )
 
 // MemoryLedger is a QuotaLedger held in process memory, for one process and
-// for tests: it forgets every balance on restart. It is safe for concurrent
-// use.
+// for tests: it forgets every balance on restart. It remembers a committed
+// reservation for a day (committedRetention), so that a repeated Commit
+// is answered as the contract says. It is safe for concurrent use.
 type MemoryLedger struct {
 	opts LedgerOptions
 
-	mu       sync.Mutex
-	accounts map[string]*memoryAccount
-	holds    map[string]memoryHold
+	mu        sync.Mutex
+	accounts  map[string]*memoryAccount
+	holds     map[string]memoryHold
+	committed map[string]time.Time // reservation ID → when it was committed
+	swept     sweepGate
 }
+
+// committedRetention is how long a MemoryLedger remembers a commit: as
+// long as the handler keeps an Idempotency-Key by default.
+const committedRetention = 24 * time.Hour
 
 type memoryAccount struct {
 	Account
@@ -37,9 +44,10 @@ var _ QuotaLedger = (*MemoryLedger)(nil)
 // NewMemoryLedger returns an empty MemoryLedger.
 func NewMemoryLedger(opts LedgerOptions) *MemoryLedger {
 	return &MemoryLedger{
-		opts:     opts.WithDefaults(),
-		accounts: make(map[string]*memoryAccount),
-		holds:    make(map[string]memoryHold),
+		opts:      opts.WithDefaults(),
+		accounts:  make(map[string]*memoryAccount),
+		holds:     make(map[string]memoryHold),
+		committed: make(map[string]time.Time),
 	}
 }
 
@@ -102,6 +110,13 @@ func (l *MemoryLedger) lock() time.Time {
 	now := l.opts.Now()
 	l.mu.Lock()
 	l.expireHolds(now)
+	if l.swept.due(now) {
+		for id, at := range l.committed {
+			if now.Sub(at) > committedRetention {
+				delete(l.committed, id)
+			}
+		}
+	}
 	return now
 }
 
@@ -118,6 +133,7 @@ func (l *MemoryLedger) expireHolds(now time.Time) {
 func (l *MemoryLedger) settle(id string, h memoryHold, giveBack bool, now time.Time) {
 	delete(l.holds, id)
 	if !giveBack {
+		l.committed[id] = now
 		return
 	}
 	if acc, err := l.account(h.accountID, now); err == nil {
@@ -157,12 +173,18 @@ func (l *MemoryLedger) finish(reservationID string, giveBack bool) error {
 	now := l.lock()
 	defer l.mu.Unlock()
 	h, ok := l.holds[reservationID]
+	if _, done := l.committed[reservationID]; !ok && done && !giveBack {
+		return nil
+	}
 	if !ok {
 		return fmt.Errorf("reservation %q: %w", reservationID, ErrNotFound)
 	}
 	l.settle(reservationID, h, giveBack, now)
 	return nil
 }
+
+// ReservationTTL implements ReservationExpirer.
+func (l *MemoryLedger) ReservationTTL() time.Duration { return l.opts.ReservationTTL }
 
 // Balance implements QuotaLedger.
 func (l *MemoryLedger) Balance(_ context.Context, accountID string) (Balance, error) {

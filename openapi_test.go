@@ -125,7 +125,7 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	for _, b := range []string{"not json", `{}`, body(e.url("/small.png"), `"scale": 3`), body(e.url("/small.png"), `"imageType": "cartoon"`), body(e.url("/small.png"), `"denoise": "all"`)} {
 		record(send(e.handler, "POST", keyFree, "", b), false)
 	}
-	for _, path := range []string{"/missing.png", "/text"} {
+	for _, path := range []string{"/missing.png", "/unavailable.png", "/text"} {
 		record(send(e.handler, "POST", keyFree, "", body(e.url(path))), true)
 	}
 	record(send(e.handler, "POST", keyFree, "", body(e.url("/small.png"), `"scale": 8`)), true)

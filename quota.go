@@ -82,9 +82,13 @@ type QuotaLedger interface {
 	// reservation neither committed nor released within the ledger's
 	// reservation TTL is released by the ledger itself.
 	Reserve(ctx context.Context, accountID string, needsPaid bool) (Reservation, error)
-	// Commit makes the charge of a reservation permanent. It returns an
-	// error wrapping ErrNotFound when the reservation is unknown, already
-	// settled, or expired (its unit was given back).
+	// Commit makes the charge of a reservation permanent. It is
+	// idempotent: committing a reservation that is committed already
+	// returns nil and charges nothing more, for at least a day after the
+	// first commit, so that a commit whose answer was lost, or that a
+	// crashed request left unknown, can be settled by committing again.
+	// It returns an error wrapping ErrNotFound when the reservation is
+	// unknown, released, or expired (its unit was given back).
 	Commit(ctx context.Context, reservationID string) error
 	// Release gives a reservation's unit back to its pool. It returns an
 	// error wrapping ErrNotFound when the reservation is unknown, already
@@ -122,6 +126,16 @@ func ChoosePool(b Balance, needsPaid bool) (Pool, error) {
 		return "", ErrPaidPlanRequired
 	}
 	return "", ErrQuotaExhausted
+}
+
+// ReservationExpirer is a QuotaLedger that says how long its
+// reservations hold their units. New refuses a Config under which a
+// request could outlive its reservation: its charge could then not be
+// committed, and its result would be lost or delivered uncharged.
+// MemoryLedger and sqlstore.Store implement it.
+type ReservationExpirer interface {
+	QuotaLedger
+	ReservationTTL() time.Duration
 }
 
 // DefaultReservationTTL is how long a reservation holds its unit before a

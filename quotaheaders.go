@@ -16,21 +16,25 @@ import (
 // allowance (q), its window (w, this month's length) and the seconds until
 // it refills (t); share bonus and credits, which never refill, as what is
 // left (q and r alike, no window). An unlimited plan has no pools to
-// count. With a RateLimiter, burst is the key's "burst" policy, first. A
-// ledger that cannot give the balance leaves the pools out: the answer
-// matters more than its annotation.
-func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, accountID string, burst *RateDecision) {
+// count. With a RateLimiter, the key's "burst" policy comes first. The
+// balance is read through the ledger's breaker, or taken from a 429
+// quota_exhausted that read it already (reqErr); a ledger that cannot give
+// it leaves the pools out: the answer matters more than its annotation.
+func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, who caller, reqErr error) {
 	if ctx.Err() != nil {
 		return // nobody is listening
 	}
 	var policies, limits []string
-	if burst != nil {
+	if burst := who.burst; burst != nil {
 		policies = append(policies, sfItem("burst", "q", burst.Burst, "w", seconds(burst.Window)))
 		limits = append(limits, sfItem("burst", "r", burst.Remaining, "t", seconds(burst.Reset)))
 	}
-	b, err := h.cfg.Ledger.Balance(ctx, accountID)
-	if err != nil {
-		h.cfg.Logger.Debug("upscale: no quota headers: the ledger did not give the balance", "account", accountID, "err", err)
+	var b Balance
+	var err error
+	if exhausted, ok := errors.AsType[*exhaustedError](reqErr); ok && exhausted.known {
+		b = exhausted.balance
+	} else if b, err = h.balance(ctx, who.accountID); err != nil {
+		h.cfg.Logger.Debug("upscale: no quota headers: the ledger did not give the balance", "account", who.accountID, "err", err)
 	}
 	if err == nil && !b.Plan.Unlimited {
 		now := h.cfg.Now()
@@ -75,19 +79,44 @@ func monthBounds(now time.Time) (start, next time.Time) {
 // seconds rounds d up to whole seconds.
 func seconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
+// balance reads accountID's balance through the ledger's breaker.
+func (h *Handler) balance(ctx context.Context, accountID string) (b Balance, err error) {
+	err = h.ledger.call(func() (err error) {
+		b, err = h.cfg.Ledger.Balance(ctx, accountID)
+		return err
+	})
+	return b, err
+}
+
+// exhaustedError is a 429 quota_exhausted with the balance it was judged
+// by, when the ledger gave it, so the quota headers need not read it again.
+type exhaustedError struct {
+	error
+	balance Balance
+	known   bool
+}
+
+func (e *exhaustedError) Unwrap() error { return e.error }
+
 // quotaExhausted explains an exhausted quota: when the free pool will
 // refill, with a Retry-After for then, if waiting helps at all; otherwise
 // only buying helps, and there is no Retry-After.
 func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err error) error {
-	b, balanceErr := h.cfg.Ledger.Balance(ctx, accountID)
+	b, balanceErr := h.balance(ctx, accountID)
 	if balanceErr != nil || b.Plan.MonthlyImages == 0 {
-		return errors.Join(Explain(ErrQuotaExhausted, "This account has no images left; buy credits or subscribe to the unlimited plan."), err)
+		return &exhaustedError{
+			error:   errors.Join(Explain(ErrQuotaExhausted, "This account has no images left; buy credits or subscribe to the unlimited plan."), err),
+			balance: b, known: balanceErr == nil,
+		}
 	}
 	now := h.cfg.Now()
 	_, next := monthBounds(now)
-	return &retryAfterError{
-		err: errors.Join(Explain(ErrQuotaExhausted, "This account has no images left this month. The free pool refills with %d images at %s, in %s; buy credits or subscribe to the unlimited plan to go on before then.",
-			b.Plan.MonthlyImages, next.Format(time.RFC3339), next.Sub(now).Round(time.Minute)), err),
-		after: next.Sub(now),
+	return &exhaustedError{
+		error: &retryAfterError{
+			err: errors.Join(Explain(ErrQuotaExhausted, "This account has no images left this month. The free pool refills with %d images at %s, in %s; buy credits or subscribe to the unlimited plan to go on before then.",
+				b.Plan.MonthlyImages, next.Format(time.RFC3339), next.Sub(now).Round(time.Minute)), err),
+			after: next.Sub(now),
+		},
+		balance: b, known: true,
 	}
 }

@@ -24,73 +24,106 @@ func (s *Store) Claim(ctx context.Context, c upscale.IdempotencyClaim) (*upscale
 	}
 	fingerprint := hex.EncodeToString(c.Fingerprint[:])
 	leaseEnds, expires := now.Add(c.Lease).UnixNano(), now.Add(c.TTL).UnixNano()
-	res, err := s.db.ExecContext(ctx, `INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, lease_ends, expires_at)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, idempotency_key) DO NOTHING`,
-		c.AccountID, c.Key, fingerprint, leaseEnds, expires)
+	res, err := s.db.ExecContext(ctx, `INSERT INTO idempotency_keys (account_id, idempotency_key, fingerprint, claim_token, lease_ends, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (account_id, idempotency_key) DO NOTHING`,
+		c.AccountID, c.Key, fingerprint, c.Token, leaseEnds, expires)
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
-	if n, err := res.RowsAffected(); err == nil && n == 1 {
+	if affected(res) {
 		return nil, nil
 	}
+	// An expired key, or a claim that died before it could be charged
+	// (nothing prepared), starts afresh.
 	res, err = s.db.ExecContext(ctx, `UPDATE idempotency_keys
-		SET fingerprint = $3, status = NULL, body = NULL, link_expires = 0, lease_ends = $4, expires_at = $5
-		WHERE account_id = $1 AND idempotency_key = $2 AND (expires_at <= $6 OR (status IS NULL AND lease_ends <= $6))`,
-		c.AccountID, c.Key, fingerprint, leaseEnds, expires, now.UnixNano())
+		SET fingerprint = $3, claim_token = $4, status = NULL, body = NULL, link_expires = 0, reservation_id = '', lease_ends = $5, expires_at = $6
+		WHERE account_id = $1 AND idempotency_key = $2 AND (expires_at <= $7 OR (status IS NULL AND lease_ends <= $7))`,
+		c.AccountID, c.Key, fingerprint, c.Token, leaseEnds, expires, now.UnixNano())
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
-	if n, err := res.RowsAffected(); err == nil && n == 1 {
+	if affected(res) {
 		return nil, nil
 	}
-	var kept struct {
-		fingerprint string
-		status      sql.NullInt64
-		body        sql.NullString
-		linkExpires int64
+	// A claim that died after preparing its answer is taken over with
+	// that answer, for the caller to settle.
+	res, err = s.db.ExecContext(ctx, `UPDATE idempotency_keys SET claim_token = $4, lease_ends = $5
+		WHERE account_id = $1 AND idempotency_key = $2 AND fingerprint = $3 AND reservation_id <> '' AND lease_ends <= $6`,
+		c.AccountID, c.Key, fingerprint, c.Token, leaseEnds, now.UnixNano())
+	if err != nil {
+		return nil, classify(ctx, err)
 	}
-	err = s.db.QueryRowContext(ctx, `SELECT fingerprint, status, body, link_expires FROM idempotency_keys WHERE account_id = $1 AND idempotency_key = $2`,
-		c.AccountID, c.Key).Scan(&kept.fingerprint, &kept.status, &kept.body, &kept.linkExpires)
+	tookOver := affected(res)
+	var kept struct {
+		fingerprint, token, reservation string
+		status                          sql.NullInt64
+		body                            sql.NullString
+		linkExpires, leaseEnds          int64
+	}
+	err = s.db.QueryRowContext(ctx, `SELECT fingerprint, claim_token, reservation_id, status, body, link_expires, lease_ends
+		FROM idempotency_keys WHERE account_id = $1 AND idempotency_key = $2`, c.AccountID, c.Key).
+		Scan(&kept.fingerprint, &kept.token, &kept.reservation, &kept.status, &kept.body, &kept.linkExpires, &kept.leaseEnds)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		// Released between the INSERT and now: the key is free again.
+		// Forgotten between the INSERT and now: the key is free again.
 		return s.Claim(ctx, c)
 	case err != nil:
 		return nil, classify(ctx, err)
 	case kept.fingerprint != fingerprint:
 		return nil, fmt.Errorf("sqlstore: idempotency key %q: %w", c.Key, upscale.ErrIdempotencyKeyReused)
-	case !kept.status.Valid:
-		return nil, fmt.Errorf("sqlstore: idempotency key %q: %w", c.Key, upscale.ErrIdempotencyInFlight)
+	case (!kept.status.Valid || kept.reservation != "") && !(tookOver && kept.token == c.Token):
+		return nil, &upscale.InFlightError{Key: c.Key, LeaseEnds: time.Unix(0, kept.leaseEnds)}
 	}
 	return &upscale.IdempotentAnswer{
 		Status:      int(kept.status.Int64),
 		Body:        []byte(kept.body.String),
 		LinkExpires: time.Unix(0, kept.linkExpires),
+		Reservation: kept.reservation,
 	}, nil
 }
 
+// Prepare implements upscale.IdempotencyStore.
+func (s *Store) Prepare(ctx context.Context, c upscale.IdempotencyClaim, answer upscale.IdempotentAnswer) error {
+	return s.setAnswer(ctx, c, answer)
+}
+
 // Keep implements upscale.IdempotencyStore.
-func (s *Store) Keep(ctx context.Context, accountID, key string, answer upscale.IdempotentAnswer) error {
+func (s *Store) Keep(ctx context.Context, c upscale.IdempotencyClaim, answer upscale.IdempotentAnswer) error {
+	answer.Reservation = ""
+	return s.setAnswer(ctx, c, answer)
+}
+
+// setAnswer records the answer of c's request, while c holds the key and
+// no answer is kept.
+func (s *Store) setAnswer(ctx context.Context, c upscale.IdempotencyClaim, answer upscale.IdempotentAnswer) error {
 	var linkExpires int64
 	if !answer.LinkExpires.IsZero() {
 		linkExpires = answer.LinkExpires.UnixNano()
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE idempotency_keys SET status = $3, body = $4, link_expires = $5
-		WHERE account_id = $1 AND idempotency_key = $2 AND status IS NULL`,
-		accountID, key, answer.Status, string(answer.Body), linkExpires)
+	res, err := s.db.ExecContext(ctx, `UPDATE idempotency_keys SET status = $4, body = $5, link_expires = $6, reservation_id = $7
+		WHERE account_id = $1 AND idempotency_key = $2 AND claim_token = $3 AND (status IS NULL OR reservation_id <> '')`,
+		c.AccountID, c.Key, c.Token, answer.Status, string(answer.Body), linkExpires, answer.Reservation)
 	if err != nil {
 		return classify(ctx, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return notFound("idempotency key", key)
+	if !affected(res) {
+		return notFound("idempotency key", c.Key)
 	}
 	return nil
 }
 
 // Forget implements upscale.IdempotencyStore.
-func (s *Store) Forget(ctx context.Context, accountID, key string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE account_id = $1 AND idempotency_key = $2 AND status IS NULL`, accountID, key)
+func (s *Store) Forget(ctx context.Context, c upscale.IdempotencyClaim) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys
+		WHERE account_id = $1 AND idempotency_key = $2 AND claim_token = $3 AND (status IS NULL OR reservation_id <> '')`,
+		c.AccountID, c.Key, c.Token)
 	return classify(ctx, err)
+}
+
+// affected reports whether res changed exactly one row.
+func affected(res sql.Result) bool {
+	n, err := res.RowsAffected()
+	return err == nil && n == 1
 }
 
 // sweepIdempotencyKeys deletes expired keys, at most once a minute per

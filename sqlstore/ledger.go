@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/upscalekit/upscale"
@@ -183,6 +184,9 @@ func (s *Store) finish(ctx context.Context, reservationID, reason string) error 
 		var expires int64
 		err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = $1 RETURNING account_id, pool, month, expires_at`, reservationID).
 			Scan(&accountID, &pool, &month, &expires)
+		if errors.Is(err, sql.ErrNoRows) && reason == "commit" {
+			return committedAlready(ctx, tx, reservationID)
+		}
 		if err != nil {
 			return noRows(err, "reservation", reservationID)
 		}
@@ -198,6 +202,22 @@ func (s *Store) finish(ctx context.Context, reservationID, reason string) error 
 	}
 	return err
 }
+
+// committedAlready answers a repeated commit: nil when the journal has
+// the reservation's commit, ErrNotFound otherwise.
+func committedAlready(ctx context.Context, tx *sql.Tx, reservationID string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM journal WHERE request_id = $1 AND reason = 'commit'`, reservationID).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return notFound("reservation", reservationID)
+	}
+	return nil
+}
+
+// ReservationTTL implements upscale.ReservationExpirer.
+func (s *Store) ReservationTTL() time.Duration { return s.opts.ReservationTTL }
 
 // Balance implements upscale.QuotaLedger.
 func (s *Store) Balance(ctx context.Context, accountID string) (upscale.Balance, error) {

@@ -63,6 +63,15 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), opts)
 				})
 			})
+			t.Run("ChargedOnceAcrossCrash", func(t *testing.T) {
+				upscaletest.TestChargedOnceAcrossCrash(t, func(t *testing.T, clock *upscaletest.Clock) upscaletest.ChargeStores {
+					s := open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
+					if err := s.PutPlan(context.Background(), upscaletest.FreePlan); err != nil {
+						t.Fatal(err)
+					}
+					return upscaletest.ChargeStores{Ledger: s, Idempotency: s}
+				})
+			})
 			t.Run("IdempotencyStore", func(t *testing.T) {
 				upscaletest.TestIdempotencyStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.IdempotencyStore {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})

@@ -131,11 +131,15 @@ func TestQuotaLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.Led
 		if err := l.Release(ctx, r.ID); !errors.Is(err, upscale.ErrNotFound) {
 			t.Errorf("Release after Commit: err = %v, want ErrNotFound", err)
 		}
-		if err := l.Commit(ctx, r.ID); !errors.Is(err, upscale.ErrNotFound) {
-			t.Errorf("second Commit: err = %v, want ErrNotFound", err)
+		if err := l.Commit(ctx, r.ID); err != nil {
+			t.Errorf("second Commit: err = %v, want nil: Commit is idempotent", err)
 		}
 		clock.Advance(time.Hour) // past the TTL: a committed unit never comes back
 		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3})
+		if err := l.Commit(ctx, r.ID); err != nil {
+			t.Errorf("Commit an hour after the first: err = %v, want nil", err)
+		}
+		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3}) // and charged once
 	})
 
 	t.Run("ReservationsExpire", func(t *testing.T) {
