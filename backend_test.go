@@ -22,10 +22,13 @@ var errDown = fmt.Errorf("dial tcp 10.0.0.5:5432: connection refused: %w", upsca
 type flakyLedger struct {
 	*upscale.MemoryLedger
 	reserveDown      atomic.Bool
-	commitFailures   atomic.Int64 // Commit fails this many more times; -1 always
-	commitLostAnswer bool         // a failing Commit commits before failing
-	releaseFailures  atomic.Int64 // Release fails this many more times
-	reserves         atomic.Int64 // calls of Reserve
+	commitFailures   atomic.Int64  // Commit fails this many more times; -1 always
+	commitLostAnswer bool          // a failing Commit commits before failing
+	releaseFailures  atomic.Int64  // Release fails this many more times
+	reserves         atomic.Int64  // calls of Reserve
+	balances         atomic.Int64  // calls of Balance
+	onCommitFailure  func()        // runs as a Commit fails, if set
+	balanceGate      chan struct{} // if set, Balance waits for it
 }
 
 func (l *flakyLedger) Reserve(ctx context.Context, accountID string, needsPaid bool) (upscale.Reservation, error) {
@@ -44,9 +47,23 @@ func (l *flakyLedger) Commit(ctx context.Context, id string) error {
 		if l.commitLostAnswer {
 			l.MemoryLedger.Commit(ctx, id)
 		}
+		if l.onCommitFailure != nil {
+			l.onCommitFailure()
+		}
 		return errDown
 	}
 	return l.MemoryLedger.Commit(ctx, id)
+}
+
+func (l *flakyLedger) Balance(ctx context.Context, accountID string) (upscale.Balance, error) {
+	l.balances.Add(1)
+	if l.balanceGate != nil {
+		<-l.balanceGate
+	}
+	if l.reserveDown.Load() {
+		return upscale.Balance{}, errDown
+	}
+	return l.MemoryLedger.Balance(ctx, accountID)
 }
 
 func (l *flakyLedger) Release(ctx context.Context, id string) error {
@@ -188,6 +205,23 @@ func TestCommitAnswerLost(t *testing.T) {
 	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
 	if got := e.balance("free").Free; got != 2 {
 		t.Errorf("free pool %d, want 2: charged once", got)
+	}
+}
+
+// TestCommitAfterExpiryIsNotPaid: a commit retried after its reservation
+// expired (the unit went back) fails, and its result is deleted; before,
+// a retry that found the reservation gone took it as paid, and delivered
+// the result uncharged.
+func TestCommitAfterExpiryIsNotPaid(t *testing.T) {
+	e, _, ledger, blobs := newFlakyEnv(t)
+	ledger.commitFailures.Store(1)
+	ledger.onCommitFailure = func() { e.clock.Advance(time.Hour) }
+	checkProblem(t, e.post(keyFree, body(e.url("/small.png"))), http.StatusInternalServerError, "internal_error")
+	if got := blobs.Len(); got != 0 {
+		t.Errorf("%d stored results, want 0: an uncharged result must not stay", got)
+	}
+	if got := e.balance("free").Free; got != 3 {
+		t.Errorf("free pool %d, want 3: nothing charged", got)
 	}
 }
 

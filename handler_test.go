@@ -49,6 +49,7 @@ type env struct {
 	clock   *upscaletest.Clock
 	origin  *httptest.Server
 	hits    atomic.Int64 // requests the origin received
+	flaky   atomic.Int64 // requests for /flaky-once.png
 	lastHdr atomic.Value // http.Header of the origin's last request
 }
 
@@ -104,6 +105,12 @@ func (e *env) serveOrigin(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "this is not an image")
 	case "/unavailable.png":
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+	case "/flaky-once.png":
+		if e.flaky.Add(1) == 1 {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write(smallPNG)
 	case "/slow.png":
 		time.Sleep(300 * time.Millisecond)
 		w.Write(smallPNG)
@@ -714,6 +721,9 @@ func TestNewValidates(t *testing.T) {
 		"NoUpscaler":      func(c *upscale.Config) { c.Upscaler = nil },
 		"NoBlobs":         func(c *upscale.Config) { c.Blobs = nil },
 		"NegativeTimeout": func(c *upscale.Config) { c.EngineTimeout = -time.Second },
+		"ReservationsShorterThanARequest": func(c *upscale.Config) {
+			c.Ledger = upscale.NewMemoryLedger(upscale.LedgerOptions{ReservationTTL: time.Minute})
+		},
 	} {
 		cfg := full
 		c(&cfg)

@@ -209,3 +209,17 @@ func TestChargedOnceAcrossCrash(t *testing.T) {
 		}
 	})
 }
+
+// TestTransientSourceFailureNotKept: an origin that fails for now (503)
+// gives 502 source_unavailable, which is not kept under the key: the retry
+// with the same key, once the origin is back, runs and succeeds. Before,
+// the failure was 400 and replayed for the key's whole day.
+func TestTransientSourceFailureNotKept(t *testing.T) {
+	e := newEnv(t)
+	checkProblem(t, e.postOnce(keyFree, "flaky", body(e.url("/flaky-once.png"))), http.StatusBadGateway, "source_unavailable")
+	w := e.postOnce(keyFree, "flaky", body(e.url("/flaky-once.png")))
+	checkOK(t, w, upscale.PoolFree)
+	if w.Header().Get("Idempotent-Replayed") != "" {
+		t.Error("the retry was answered from the failed attempt")
+	}
+}

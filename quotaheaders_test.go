@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dunglas/httpsfv"
 
@@ -111,5 +112,71 @@ func TestNoQuotaHeadersOnUnlimitedPlans(t *testing.T) {
 	checkOK(t, w, upscale.PoolUnlimited)
 	if got := w.Header().Values("RateLimit"); got != nil {
 		t.Errorf("RateLimit %q on an unlimited plan", got)
+	}
+}
+
+// TestQuotaHeadersThroughTheBreaker: requests refused while the ledger's
+// breaker is open do not call the ledger for their quota headers either.
+// Before, ten refused requests made ten Balance calls to a ledger that was
+// down.
+func TestQuotaHeadersThroughTheBreaker(t *testing.T) {
+	e, _, ledger, _ := newFlakyEnv(t)
+	ledger.reserveDown.Store(true)
+	for range 10 {
+		checkUnavailable(t, e.post(keyFree, body(e.url("/small.png"))))
+	}
+	if got := ledger.balances.Load(); got != 0 {
+		t.Errorf("%d Balance calls for refused requests, want 0", got)
+	}
+}
+
+// TestQuotaExhaustedReadsBalanceOnce: a 429 quota_exhausted reads the
+// balance once, for its Retry-After and its headers both.
+func TestQuotaExhaustedReadsBalanceOnce(t *testing.T) {
+	e, _, ledger, _ := newFlakyEnv(t)
+	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "none", MonthlyImages: 1, MaxFileBytes: 1 << 20}})
+	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
+	before := ledger.balances.Load()
+	w := e.post(keyFree, body(e.url("/small.png")))
+	checkProblem(t, w, http.StatusTooManyRequests, "quota_exhausted")
+	if got := ledger.balances.Load() - before; got != 1 {
+		t.Errorf("%d Balance calls for one 429, want 1", got)
+	}
+	if _, limit := quota(t, w); limit["free_pool"]["r"] != 0 {
+		t.Errorf("RateLimit %v, want the free pool at 0", limit)
+	}
+}
+
+// TestQuotaHeadersHoldNoPlace: a slow Balance for the quota headers does
+// not hold an admission place. Before, two answers waiting on the ledger
+// for their headers held both places, and a third request got 503.
+func TestQuotaHeadersHoldNoPlace(t *testing.T) {
+	e, _, ledger, _ := newFlakyEnv(t, func(c *upscale.Config) {
+		c.EngineConcurrency = 1
+		c.QueueLength = 1
+	})
+	gate := make(chan struct{})
+	ledger.balanceGate = gate
+	done := make(chan *httptest.ResponseRecorder, 2)
+	for range 2 {
+		go func() { done <- e.post(keyPro, body(e.url("/small.png"))) }()
+	}
+	for ledger.balances.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	third := make(chan *httptest.ResponseRecorder, 1)
+	go func() { third <- e.post(keyFree, body(e.url("/small.png"))) }()
+	for ledger.balances.Load() < 3 { // the third is served and waits for its headers too
+		select {
+		case w := <-third:
+			close(gate)
+			t.Fatalf("the third request was answered %d %s without reaching its quota headers: no place was free", w.Code, w.Body)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(gate)
+	checkOK(t, <-third, upscale.PoolFree)
+	for range 2 {
+		checkOK(t, <-done, upscale.PoolFree)
 	}
 }
