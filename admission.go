@@ -47,7 +47,7 @@ type admission struct {
 	perAccount  int           // Config.AccountShare
 
 	mu          sync.Mutex
-	held        map[string]int // places held per account
+	held        map[sharer]int // places held per API key and per account
 	perUnit     float64        // moving mean of the engine's seconds per unit of work; 0 until timed
 	units       float64        // moving mean of the units of work per image
 	idleSince   time.Time      // when the engine last emptied; zero while it works
@@ -70,7 +70,7 @@ func newAdmission(concurrency, queue, perAccount int, timeout time.Duration) *ad
 		concurrency: concurrency,
 		timeout:     timeout,
 		perAccount:  perAccount,
-		held:        make(map[string]int),
+		held:        make(map[sharer]int),
 	}
 }
 
@@ -114,25 +114,38 @@ func (a *admission) refusal(ahead int) error {
 	return nil
 }
 
-// takeShare counts one of accountID's places, or refuses with
-// ErrRateLimited when the account holds its share of them already: one
-// account's slow sources or floods then cost other accounts nothing. The
-// caller calls leave on every path.
-func (a *admission) takeShare(accountID string) (leave func(), err error) {
+// A sharer holds a share of the places: an API key, counted before its
+// lookup so that a key that holds its share already is refused without
+// taking a place even for the lookup, or an account, all its keys
+// together.
+type sharer struct {
+	key     KeyDigest
+	account string
+}
+
+// takeShare counts one of who's places, or refuses with ErrRateLimited
+// when who holds its share of them already: one account's slow sources or
+// floods then cost other accounts nothing. The caller calls leave on every
+// path.
+func (a *admission) takeShare(who sharer) (leave func(), err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.held[accountID] >= a.perAccount {
+	if a.held[who] >= a.perAccount {
+		holder := "API key"
+		if who.account != "" {
+			holder = "account"
+		}
 		return nil, &retryAfterError{
-			err:   Explain(ErrRateLimited, "This account already has %d requests in progress, the most one account may have at once; send this one again when one of them has finished. Nothing was charged.", a.perAccount),
+			err:   Explain(ErrRateLimited, "This %s already has %d requests in progress, the most one account may have at once; send this one again when one of them has finished. Nothing was charged.", holder, a.perAccount),
 			after: max(a.imageTimeLocked(time.Now()), time.Second),
 		}
 	}
-	a.held[accountID]++
+	a.held[who]++
 	return func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if a.held[accountID]--; a.held[accountID] == 0 {
-			delete(a.held, accountID)
+		if a.held[who]--; a.held[who] == 0 {
+			delete(a.held, who)
 		}
 	}, nil
 }

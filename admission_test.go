@@ -81,9 +81,9 @@ func dripBody(w http.ResponseWriter, stop <-chan struct{}) {
 }
 
 // TestAccountShare: one account whose sources drip a byte at a time holds
-// at most its share of the places, half of them by default; its requests
-// beyond that get 429 rate_limited at once, and another account is served
-// meanwhile. Before the share, four such requests held all four places
+// at most its share of the places, half of them by default, through any of
+// its keys; its requests beyond that get 429 rate_limited at once, and
+// another account is served meanwhile. Before the share, four such requests held all four places
 // and every other account got 503 for as long as they were repeated.
 func TestAccountShare(t *testing.T) {
 	stop := make(chan struct{})
@@ -101,11 +101,13 @@ func TestAccountShare(t *testing.T) {
 	for e.handler.Load().Queued < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	for range 2 {
-		w := e.post(keyFree, body(drip.URL+"/drip.png"))
+	const otherKeyOfFree = "upk_test_free_second_0123456789"
+	e.keys.AddKey(context.Background(), otherKeyOfFree, "free")
+	for _, key := range []string{keyFree, otherKeyOfFree} { // the key's share, then the account's
+		w := e.post(key, body(drip.URL+"/drip.png"))
 		checkProblem(t, w, http.StatusTooManyRequests, "rate_limited")
 		if ra := w.Header().Get("Retry-After"); ra == "" {
-			t.Error("a refusal for the account's share has no Retry-After")
+			t.Error("a refusal for the share has no Retry-After")
 		}
 	}
 	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)

@@ -419,7 +419,14 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (
 	// The key's lookup is work for the KeyStore's server, so it comes
 	// after admission: a burst of callers costs it at most as many
 	// lookups at once as there are places, and the rest are refused
-	// before any reservation or download.
+	// before any reservation or download. A key that holds its share of
+	// the places already is refused before it takes one.
+	digest := DigestKey(key)
+	leaveKeyShare, err := h.admission.takeShare(sharer{key: digest})
+	if err != nil {
+		return Response{}, nil, err
+	}
+	defer leaveKeyShare()
 	leave, err := h.admission.admit()
 	if err != nil {
 		return Response{}, nil, err
@@ -436,14 +443,14 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (
 	if err != nil {
 		return Response{}, nil, err
 	}
-	leaveShare, err := h.admission.takeShare(accountID)
+	leaveShare, err := h.admission.takeShare(sharer{account: accountID})
 	if err != nil {
 		return Response{}, nil, err
 	}
 	defer leaveShare()
 	who.accountID = accountID
 	if h.cfg.RateLimiter != nil {
-		d, err := h.cfg.RateLimiter.Allow(ctx, DigestKey(key))
+		d, err := h.cfg.RateLimiter.Allow(ctx, digest)
 		if err != nil {
 			return Response{}, nil, err
 		}

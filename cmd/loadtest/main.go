@@ -27,6 +27,8 @@ var scenarios = []scenario{
 	{"postgres-down", func(r *rig) (row, error) { return outage(r, "postgres-down", r.pgProxy) }},
 	{"s3-down", func(r *rig) (row, error) { return outage(r, "s3-down", r.s3Proxy) }},
 	{"sigterm", sigterm},
+	{"engine-timeouts", engineTimeouts},
+	{"slow-key", slowKey},
 }
 
 var (

@@ -35,6 +35,9 @@ import (
 const (
 	key     = "upk_loadtest_0123456789abcdef"
 	account = "load"
+	// The account whose sources drip, in the slow-key scenario.
+	dripKey     = "upk_loadtest_drip_0123456789abcdef"
+	dripAccount = "drip"
 )
 
 // rig is everything the scenarios share: the standalone binary, a
@@ -105,9 +108,9 @@ func newRig() (*rig, error) {
 	r.config = filepath.Join(r.dir, "config.json")
 	config := fmt.Sprintf(`{
 		"plans": {"paid": {"paid": true, "maxFileBytes": %d}},
-		"accounts": [{"id": %q, "plan": "paid", "credits": 1000000000}],
-		"keys": [{"key": %q, "account": %q}]
-	}`, 50<<20, account, key, account)
+		"accounts": [{"id": %q, "plan": "paid", "credits": 1000000000}, {"id": %q, "plan": "paid", "credits": 1000000000}],
+		"keys": [{"key": %q, "account": %q}, {"key": %q, "account": %q}]
+	}`, 50<<20, account, dripAccount, key, account, dripKey, dripAccount)
 	if err := os.WriteFile(r.config, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
@@ -124,7 +127,9 @@ func newRig() (*rig, error) {
 }
 
 // startOrigin serves the sources: photo-N.jpg, a N×N JPEG of a photograph,
-// and noise.png, a PNG of about 20 MB that does not compress.
+// noise.png, a PNG of about 20 MB that does not compress, noise-1000.png,
+// one of 1000², and drip.jpg, which sends 100 bytes a second of a 1 MB
+// body until the client gives up.
 func (r *rig) startOrigin() error {
 	photos := map[string][]byte{}
 	for _, side := range []int{512, 1024} {
@@ -148,12 +153,21 @@ func (r *rig) startOrigin() error {
 		return err
 	}
 	photos["/noise.png"] = big.Bytes()
+	var small bytes.Buffer
+	if err := png.Encode(&small, noise.SubImage(image.Rect(0, 0, 1000, 1000))); err != nil {
+		return err
+	}
+	photos["/noise-1000.png"] = small.Bytes()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	r.originURL = "http://" + ln.Addr().String()
 	r.origin = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/drip.jpg" {
+			drip(w, req)
+			return
+		}
 		data, ok := photos[req.URL.Path]
 		if !ok {
 			http.NotFound(w, req)
@@ -164,6 +178,23 @@ func (r *rig) startOrigin() error {
 	})}
 	go r.origin.Serve(ln)
 	return nil
+}
+
+// drip sends 100 bytes a second of a 1 MB body until the client goes.
+func drip(w http.ResponseWriter, req *http.Request) {
+	w.Header().Set("Content-Length", strconv.Itoa(mib))
+	chunk := make([]byte, 100)
+	for {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-req.Context().Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (r *rig) close() {
@@ -343,11 +374,11 @@ var client = &http.Client{
 	Transport: &http.Transport{MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 0},
 }
 
-// post asks base to enlarge the origin's path by scale.
-func (r *rig) post(base, path string, scale int) request {
+// post asks base, with apiKey, to enlarge the origin's path by scale.
+func (r *rig) post(apiKey, base, path string, scale int) request {
 	body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d}`, r.originURL+path, scale)
 	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
 	res := request{start: time.Now()}
 	resp, err := client.Do(req)
@@ -369,10 +400,10 @@ func (r *rig) post(base, path string, scale int) request {
 	return res
 }
 
-// keepPosting has n clients post path by scale until stop, each waiting
-// out the Retry-After of a refusal, as a client that reads the contract
-// does, and returns every outcome.
-func (r *rig) keepPosting(base, path string, scale, n int, stop <-chan struct{}) []request {
+// keepPosting has n clients post path by scale with apiKey until stop,
+// each waiting out the Retry-After of a refusal, as a client that reads
+// the contract does, and returns every outcome.
+func (r *rig) keepPosting(apiKey, base, path string, scale, n int, stop <-chan struct{}) []request {
 	results := make(chan []request, n)
 	for range n {
 		go func() {
@@ -384,7 +415,7 @@ func (r *rig) keepPosting(base, path string, scale, n int, stop <-chan struct{})
 					return
 				default:
 				}
-				res := r.post(base, path, scale)
+				res := r.post(apiKey, base, path, scale)
 				mine = append(mine, res)
 				wait := res.retryAfter
 				if res.err != nil {

@@ -27,7 +27,7 @@ func overload(r *rig) (row, error) {
 		return row{}, err
 	}
 	start := time.Now()
-	reqs := r.keepPosting(srv.base, "/photo-1024.jpg", 4, *clients, after(*duration))
+	reqs := r.keepPosting(key, srv.base, "/photo-1024.jpg", 4, *clients, after(*duration))
 	wall := time.Since(start)
 	engineSeconds, err := srv.metric(`upscale_step_duration_seconds_sum{step="engine"}`)
 	if err != nil {
@@ -61,7 +61,7 @@ func bigSources(r *rig) (row, error) {
 	for range 100 {
 		wg.Go(func() {
 			for {
-				res := r.post(srv.base, "/noise.png", 2)
+				res := r.post(key, srv.base, "/noise.png", 2)
 				mu.Lock()
 				reqs = append(reqs, res)
 				mu.Unlock()
@@ -127,7 +127,7 @@ func slowClients(r *rig) (row, error) {
 	}
 	time.Sleep(time.Second)
 	fds := srv.openFiles()
-	normal := r.post(srv.base, "/photo-512.jpg", 2)
+	normal := r.post(key, srv.base, "/photo-512.jpg", 2)
 	for _, c := range conns {
 		c.Close()
 	}
@@ -177,7 +177,7 @@ func outage(r *rig, name string, proxy *testservers.Proxy) (row, error) {
 				return
 			case <-tick:
 				wg.Go(func() {
-					res := r.post(srv.base, "/photo-512.jpg", 2)
+					res := r.post(key, srv.base, "/photo-512.jpg", 2)
 					mu.Lock()
 					defer mu.Unlock()
 					mine = append(mine, res)
@@ -185,7 +185,7 @@ func outage(r *rig, name string, proxy *testservers.Proxy) (row, error) {
 			}
 		}
 	}()
-	reqs := append(r.keepPosting(srv.base, "/photo-512.jpg", 2, 8, stop), <-probes...)
+	reqs := append(r.keepPosting(key, srv.base, "/photo-512.jpg", 2, 8, stop), <-probes...)
 	if restoreErr != nil {
 		return row{}, restoreErr
 	}
@@ -230,7 +230,7 @@ func sigterm(r *rig) (row, error) {
 	}
 	stop := make(chan struct{})
 	results := make(chan []request, 1)
-	go func() { results <- r.keepPosting(srv.base, "/photo-1024.jpg", 4, 8, stop) }()
+	go func() { results <- r.keepPosting(key, srv.base, "/photo-1024.jpg", 4, 8, stop) }()
 	time.Sleep(5 * time.Second)
 	signalled := time.Now()
 	srv.cmd.Process.Signal(syscall.SIGTERM)
@@ -257,5 +257,84 @@ func sigterm(r *rig) (row, error) {
 	res.want(drained, "/readyz turns 503")
 	res.want(exitErr == nil, "clean exit")
 	res.want(dropped == 0, "every accepted request answered")
+	return res, res.checkLedger(r, before)
+}
+
+// engineTimeouts: with a 2 s engine deadline, ×8 of a 1000² noise PNG
+// overruns it (504), and the engine goes on past the deadline. Once it has
+// returned, one client at a time asks for ×2 of a 512² photo: an idle
+// engine must never refuse (the probe found every request refused for good
+// after one such timeout), and /readyz must stay ready.
+func engineTimeouts(r *rig) (row, error) {
+	before, srv, err := r.begin("-engine-timeout", "2s")
+	if err != nil {
+		return row{}, err
+	}
+	var timeouts []request
+	for range 3 {
+		timeouts = append(timeouts, r.post(key, srv.base, "/noise-1000.png", 8))
+	}
+	// The overrunning images still hold their slots; wait them out.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if inEngine, err := srv.metric(`upscale_engine_requests`); err == nil && inEngine == 0 {
+			break
+		}
+	}
+	var normal []request
+	notReady := 0
+	for stop := after(20 * time.Second); ; {
+		select {
+		case <-stop:
+		default:
+			normal = append(normal, r.post(key, srv.base, "/photo-512.jpg", 2))
+			if resp, err := client.Get(srv.base + "/readyz"); err == nil {
+				if resp.StatusCode != http.StatusOK {
+					notReady++
+				}
+				resp.Body.Close()
+			}
+			continue
+		}
+		break
+	}
+	res := newRow(append(timeouts, normal...))
+	after := newRow(normal)
+	if err := srv.stop(); err != nil {
+		return row{}, err
+	}
+	res.notes = fmt.Sprintf("3 × ×8 of noise-1000.png under -engine-timeout 2s, then %d requests one at a time: %s; /readyz not ready %d times", len(normal), after.statuses, notReady)
+	res.want(after.count[http.StatusOK] == len(normal), "every request on the idle engine after the timeouts succeeds")
+	res.want(notReady == 0, "/readyz ready once the engine returned")
+	return res, res.checkLedger(r, before)
+}
+
+// slowKey: four clients with the normal key ask for ×2 of a 512² photo,
+// one after another, first alone for 20 s, then for 20 s beside twenty
+// clients of another account whose sources drip 100 bytes a second and
+// who repeat their requests after each refusal. The normal clients must
+// get no refusal, and their p99 must stay within 10% of the baseline plus
+// 50 ms (the machine's noise): the dripping account holds at most its
+// share of the places.
+func slowKey(r *rig) (row, error) {
+	before, srv, err := r.begin()
+	if err != nil {
+		return row{}, err
+	}
+	const phase = 20 * time.Second
+	alone := newRow(r.keepPosting(key, srv.base, "/photo-512.jpg", 2, 4, after(phase)))
+	stop := after(phase)
+	dripped := make(chan []request, 1)
+	go func() { dripped <- r.keepPosting(dripKey, srv.base, "/drip.jpg", 2, 20, stop) }()
+	besideReqs := r.keepPosting(key, srv.base, "/photo-512.jpg", 2, 4, stop)
+	srv.stop() // ends the dripping downloads still under way
+	drips := newRow(<-dripped)
+	beside := newRow(besideReqs)
+	// The ledger check counts the normal account's successes.
+	res := beside
+	res.successes = alone.successes + beside.successes
+	res.notes = fmt.Sprintf("normal key alone: %s, p99 %v; beside the dripping account: %s, p99 %v; dripping account: %s",
+		alone.statuses, alone.successP99.Round(time.Millisecond), beside.statuses, beside.successP99.Round(time.Millisecond), drips.statuses)
+	res.want(beside.count[http.StatusOK] == beside.requests, "no refusal of the normal key")
+	res.want(beside.successP99 <= alone.successP99*11/10+50*time.Millisecond, "the normal key's p99 within 10%% (+50 ms) of alone")
 	return res, res.checkLedger(r, before)
 }
