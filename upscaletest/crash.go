@@ -113,6 +113,22 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		return w.Code == http.StatusOK
 	}
 
+	// freezeBeforeCommit starts the request on the dying replica and
+	// returns once it has prepared its answer and froze before its commit;
+	// firstDone gets its answer once frozen.wake closes.
+	freezeBeforeCommit := func(t *testing.T) (r rig, frozen *freezeOnCommit, firstDone chan *httptest.ResponseRecorder) {
+		t.Helper()
+		frozen = &freezeOnCommit{entered: make(chan struct{}), wake: make(chan struct{})}
+		r = setup(t, func(s ChargeStores) ChargeStores {
+			frozen.LedgerHarness = s.Ledger
+			return ChargeStores{Ledger: frozen, Idempotency: s.Idempotency}
+		})
+		firstDone = make(chan *httptest.ResponseRecorder, 1)
+		go func() { firstDone <- post(r.dying) }()
+		<-frozen.entered
+		return r, frozen, firstDone
+	}
+
 	t.Run("AfterTheCharge", func(t *testing.T) {
 		// The dying replica commits the charge, then dies before it keeps
 		// the answer.
@@ -145,14 +161,7 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		// freezes before its commit; the other replica's retry after the
 		// lease delivers that result, charged once. When the frozen one
 		// wakes, its commit charges nothing more and its answer is the same.
-		frozen := &freezeOnCommit{entered: make(chan struct{}), wake: make(chan struct{})}
-		r := setup(t, func(s ChargeStores) ChargeStores {
-			frozen.LedgerHarness = s.Ledger
-			return ChargeStores{Ledger: frozen, Idempotency: s.Idempotency}
-		})
-		firstDone := make(chan *httptest.ResponseRecorder, 1)
-		go func() { firstDone <- post(r.dying) }()
-		<-frozen.entered
+		r, frozen, firstDone := freezeBeforeCommit(t)
 		mustBeInFlight(t, post(r.other), r.lease)
 		r.clock.Advance(r.lease + time.Second)
 		w := post(r.other)
@@ -174,14 +183,7 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		// The dying replica freezes before its commit for longer than its
 		// reservation and its link last: its unit went back, so the retry
 		// runs again, and the woken request's commit finds nothing to charge.
-		frozen := &freezeOnCommit{entered: make(chan struct{}), wake: make(chan struct{})}
-		r := setup(t, func(s ChargeStores) ChargeStores {
-			frozen.LedgerHarness = s.Ledger
-			return ChargeStores{Ledger: frozen, Idempotency: s.Idempotency}
-		})
-		firstDone := make(chan *httptest.ResponseRecorder, 1)
-		go func() { firstDone <- post(r.dying) }()
-		<-frozen.entered
+		r, frozen, firstDone := freezeBeforeCommit(t)
 		r.clock.Advance(2 * time.Hour)
 		w := post(r.other)
 		if w.Code != http.StatusOK || w.Header().Get("Idempotent-Replayed") != "" || !linkWorks(t, r.blobs, w.Body.Bytes()) {
