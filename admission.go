@@ -2,21 +2,11 @@ package upscale
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
 )
-
-// ConcurrentUpscaler is an Upscaler that says how many images it enlarges
-// at once. The handler then lets that many requests into it and queues
-// the rest itself (Config.EngineConcurrency); engine/vips and engine/onnx
-// implement it.
-type ConcurrentUpscaler interface {
-	Upscaler
-	// Concurrency is how many images Upscale works on at once; more calls
-	// wait inside it.
-	Concurrency() int
-}
 
 // admission bounds the work the handler takes on: at most concurrency
 // requests in the Upscaler, at most queue more admitted (fetching their
@@ -63,13 +53,13 @@ const (
 	idleHalfLife = 10 * time.Second
 )
 
-func newAdmission(concurrency, queue, perAccount int, timeout time.Duration) *admission {
+func newAdmission(c Capacity, timeout time.Duration) *admission {
 	return &admission{
-		admitted:    make(chan struct{}, concurrency+queue),
-		engine:      make(chan struct{}, concurrency),
-		concurrency: concurrency,
+		admitted:    make(chan struct{}, c.EngineConcurrency+c.QueueLength),
+		engine:      make(chan struct{}, c.EngineConcurrency),
+		concurrency: c.EngineConcurrency,
 		timeout:     timeout,
-		perAccount:  perAccount,
+		perAccount:  c.AccountShare,
 		held:        make(map[sharer]int),
 	}
 }
@@ -266,4 +256,75 @@ func (s *slot) done() {
 	}
 	a.perUnit += meanWeight * (took/s.units - a.perUnit)
 	a.units += meanWeight * (s.units - a.units)
+}
+
+// enlarge runs the Upscaler under EngineTimeout, once the engine's
+// working memory is granted and one of its slots is free. It answers at
+// the deadline even if the Upscaler does not, so a stuck engine cannot hold
+// the request; the slot and the memory stay taken until the Upscaler
+// returns.
+func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
+	defer cancel()
+	img, err := h.runEngine(ctx, src, params, memory)
+	if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), ErrUpstreamTimeout) {
+		return Image{}, ErrUpstreamTimeout // the engine's own deadline, not the request's
+	}
+	return img, err
+}
+
+// runEngine waits for the engine and runs the Upscaler, until ctx ends.
+func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
+	queueStart := time.Now()
+	slot, err := h.waitForEngine(ctx, src, params, memory)
+	h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart))
+	if err != nil {
+		return Image{}, err
+	}
+	type result struct {
+		img Image
+		err error
+	}
+	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
+	memory.share()
+	go func() {
+		engineStart := time.Now()
+		defer func() { h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart)) }()
+		defer memory.done()
+		defer slot.done()
+		defer func() {
+			if v := recover(); v != nil { // on this goroutine a panic would end the process
+				done <- result{err: panicError(v)}
+			}
+		}()
+		img, err := h.cfg.Upscaler.Upscale(ctx, src, params)
+		done <- result{img, err}
+	}()
+	select {
+	case res := <-done:
+		return res.img, res.err
+	case <-ctx.Done():
+		slot.abandon()
+		return Image{}, ctx.Err()
+	}
+}
+
+// waitForEngine grants the engine's working memory for src, then takes
+// one of the engine's slots. The work the slot is timed by is that
+// memory: both engines' memory, like their time, grows with the output's
+// pixels and the learned passes. An Upscaler that estimates nothing is
+// timed by its source's bytes.
+func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant) (*slot, error) {
+	work := int64(len(src))
+	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
+		need, err := estimator.EstimateMemory(src, params)
+		if err != nil {
+			return nil, err
+		}
+		if err := memory.grow(ctx, need, h.admission.busy); err != nil {
+			return nil, err
+		}
+		work = need
+	}
+	return h.admission.engineSlot(ctx, float64(work))
 }

@@ -42,7 +42,7 @@ func TestIdleEngineNeverRefuses(t *testing.T) {
 	u := &overrunningUpscaler{took: 400 * time.Millisecond, returned: make(chan struct{}, 4)}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
-		c.EngineConcurrency = 1
+		c.Capacity.EngineConcurrency = 1
 		c.EngineTimeout = 100 * time.Millisecond
 	})
 	for i := range 3 {
@@ -90,9 +90,9 @@ func TestAccountShare(t *testing.T) {
 	drip := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { dripBody(w, stop) }))
 	t.Cleanup(drip.Close)
 	e := newEnv(t, func(c *upscale.Config) {
-		c.EngineConcurrency = 1
-		c.QueueLength = 3
-		c.AccountShare = 0 // the default: half of the four places
+		c.Capacity.EngineConcurrency = 1
+		c.Capacity.QueueLength = 3
+		c.Capacity.AccountShare = 0 // the default: half of the four places
 	})
 	held := make(chan *httptest.ResponseRecorder, 2)
 	for range 2 {
@@ -118,7 +118,7 @@ func TestAccountShare(t *testing.T) {
 	if got := e.balance("free"); got.Free != freePlan.MonthlyImages {
 		t.Errorf("free pool %d, want %d: refused and unfinished requests are not charged", got.Free, freePlan.MonthlyImages)
 	}
-	if _, err := upscale.New(upscale.Config{Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs, AccountShare: -1}); err == nil {
+	if _, err := upscale.New(upscale.Config{Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs, Capacity: upscale.Capacity{AccountShare: -1}}); err == nil {
 		t.Error("New accepted a negative AccountShare")
 	}
 }
@@ -164,7 +164,7 @@ func TestDeadlinesByWhoseTheyAre(t *testing.T) {
 		checkProblem(t, e.serve(r), http.StatusGatewayTimeout, "timeout")
 	})
 	t.Run("FetchDeadline", func(t *testing.T) {
-		e := newEnv(t, func(c *upscale.Config) { c.FetchTimeout = 100 * time.Millisecond })
+		e := newEnv(t, func(c *upscale.Config) { c.Fetch.Timeout = 100 * time.Millisecond })
 		w := e.post(keyFree, body(e.url("/slow.png")))
 		p := checkProblem(t, w, http.StatusBadRequest, "source_unreachable")
 		if !strings.Contains(p.Detail, "took longer than 100ms") {

@@ -9,28 +9,6 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// MemoryEstimator is an Upscaler that can tell from a source's header,
-// without decoding its pixels, how much memory enlarging it takes. The
-// handler grants that much from Config.MemoryBudget before the Upscaler
-// starts; engine/vips and engine/onnx implement it. An Upscaler that does
-// not is charged its source's bytes only.
-type MemoryEstimator interface {
-	Upscaler
-	// EstimateMemory returns an upper bound of the bytes Upscale(ctx, src,
-	// params) holds at its peak, source excluded. It fails as Upscale would
-	// on a source it refuses (ErrUnsupportedImage, ErrImageTooLarge).
-	EstimateMemory(src []byte, params Params) (int64, error)
-}
-
-// MemoryReleaser is an Upscaler that keeps memory outside the Go heap
-// (C allocators' arenas, say) and can give it back to the system. The
-// handler calls ReleaseMemory once it has been idle for
-// Config.IdleRelease; engine/vips and engine/onnx implement it.
-type MemoryReleaser interface {
-	Upscaler
-	ReleaseMemory()
-}
-
 // budget is the memory the handler lets requests hold at once: source
 // bytes while downloading and held, and the engine's estimated working
 // memory. Grants are first come, first served (a large request is not

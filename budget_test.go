@@ -51,9 +51,9 @@ func (u *hungryUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.P
 func newBudgetEnv(t *testing.T, u *hungryUpscaler, budget int64, configure ...func(*upscale.Config)) *env {
 	e := newEnv(t, append([]func(*upscale.Config){func(c *upscale.Config) {
 		c.Upscaler = u
-		c.MemoryBudget = budget
-		c.EngineConcurrency = 8
-		c.QueueLength = 100
+		c.Capacity.MemoryBudget = budget
+		c.Capacity.EngineConcurrency = 8
+		c.Capacity.QueueLength = 100
 	}}, configure...)...)
 	u.handler.Store(e.handler)
 	return e
@@ -162,7 +162,7 @@ func TestIdleRelease(t *testing.T) {
 	u := &releasingUpscaler{gatedUpscaler: gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{}, 1)}}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
-		c.IdleRelease = 50 * time.Millisecond
+		c.Capacity.IdleRelease = 50 * time.Millisecond
 	})
 	u.gate <- struct{}{} // let the first request through
 	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)

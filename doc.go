@@ -13,14 +13,28 @@
 //
 // # Backends
 //
-// Four interfaces make the handler's dependencies pluggable: KeyStore,
-// QuotaLedger, Upscaler and BlobStore. The root package ships in-memory
-// defaults for three of them; results on local disk are in dirstore, keys
-// and quotas on SQLite or PostgreSQL in sqlstore, results in an S3 bucket
-// in s3store, and the default Upscaler, on libvips, is in
+// The handler's dependencies are interfaces: KeyStore, QuotaLedger,
+// Upscaler and BlobStore are required; IdempotencyStore, RateLimiter and
+// Metrics are optional. The root package ships in-memory defaults for the
+// stores; results on local disk are in dirstore, keys, quotas and
+// Idempotency-Keys on SQLite or PostgreSQL in sqlstore, results in an S3
+// bucket in s3store, and the default Upscaler, on libvips, is in
 // engine/vips (a learned one, waifu2x's networks on ONNX Runtime, is in
-// engine/onnx), so that this package never needs cgo. Every implementation
-// is held to one contract by the suites in upscaletest.
+// engine/onnx), so that this package never needs cgo. Every
+// implementation is held to one contract by the suites in upscaletest.
+//
+// # Where things are
+//
+// Each file is named after what it holds, and related files sort beside
+// it: handler.go (the Handler and the order of a request's checks),
+// config.go (Config, its defaults and their checks), auth*.go (keys),
+// quota*.go (what a request costs, which pool pays, the charging
+// protocol, the quota headers), store*.go (results), idempotency*.go,
+// ratelimit*.go, fetch*.go (the fetch policy: URLs, addresses,
+// downloads), admission.go and budget.go (the engine's scheduling and
+// memory), upscaler.go (the Upscaler and its optional interfaces),
+// errors.go (the sentinel errors) and problems.go (every problem code and
+// the table that maps errors to them).
 //
 // # Charging
 //

@@ -31,7 +31,7 @@ var (
 	ErrSourceForbidden = errors.New("source forbidden")
 	// ErrSourceUnreachable means the image could not be downloaded for a
 	// reason retrying will not cure: an unknown host name, a 4xx answer,
-	// too many redirects, or the fetch's own deadline (Config.FetchTimeout).
+	// too many redirects, or the fetch's own deadline (Config.Fetch.Timeout).
 	ErrSourceUnreachable = errors.New("source unreachable")
 	// ErrSourceUnavailable means the source's server failed in a way that
 	// may pass: it answered 5xx, 408 or 429, refused or broke off the
@@ -55,7 +55,7 @@ var (
 	// unit left.
 	ErrQuotaExhausted = errors.New("quota exhausted")
 	// ErrOverloaded means the service refused the request without starting
-	// it, because it is working at capacity (Config.QueueLength); retrying
+	// it, because it is working at capacity (Config.Capacity.QueueLength); retrying
 	// after the Retry-After it was given is safe. Nothing was reserved or
 	// fetched.
 	ErrOverloaded = errors.New("overloaded")

@@ -20,11 +20,11 @@ func ExampleNew() {
 	blobs, _ := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "https://img.example.com/results"})
 
 	h, err := upscale.New(upscale.Config{
-		Keys:                 keys,
-		Ledger:               ledger,
-		Upscaler:             upscaletest.PixelUpscaler{}, // vips.New(vips.Options{}) in production
-		Blobs:                blobs,
-		AllowPrivateNetworks: true, // only because this example's image is on loopback
+		Keys:     keys,
+		Ledger:   ledger,
+		Upscaler: upscaletest.PixelUpscaler{}, // vips.New(vips.Options{}) in production
+		Blobs:    blobs,
+		Fetch:    upscale.FetchPolicy{AllowPrivateNetworks: true}, // only because this example's image is on loopback
 	})
 	if err != nil {
 		panic(err)

@@ -32,7 +32,7 @@ type fetcher struct {
 	ports    []uint16 // nil: any port
 	timeout  time.Duration
 	policy   *addressPolicy // nil: AllowPrivateNetworks
-	hosts    []string       // Config.AllowedHosts, lower case without a trailing dot
+	hosts    []string       // Config.Fetch.AllowedHosts, lower case without a trailing dot
 	resolver Resolver
 	dial     func(ctx context.Context, network, address string) (net.Conn, error)
 	builtin  map[string][]byte // Config.BuiltinSources, by parsed URL
@@ -43,13 +43,13 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-func newFetcher(cfg Config) (*fetcher, error) {
-	f := &fetcher{ports: cfg.AllowedPorts, timeout: cfg.FetchTimeout, resolver: cfg.Resolver, dial: cfg.Dial}
+func newFetcher(cfg FetchPolicy) (*fetcher, error) {
+	f := &fetcher{ports: cfg.AllowedPorts, timeout: cfg.Timeout, resolver: cfg.Resolver, dial: cfg.Dial}
 	for raw, data := range cfg.BuiltinSources {
 		quoted, _ := json.Marshal(raw) // parsed as the request's imageUrl is, so both print alike
 		u, err := parseImageURL(quoted)
 		if err != nil {
-			return nil, fmt.Errorf("upscale: Config.BuiltinSources: %q is not an absolute http(s) URL", raw)
+			return nil, fmt.Errorf("upscale: Config.Fetch.BuiltinSources: %q is not an absolute http(s) URL", raw)
 		}
 		if f.builtin == nil {
 			f.builtin = make(map[string][]byte)
@@ -68,7 +68,7 @@ func newFetcher(cfg Config) (*fetcher, error) {
 		f.policy = &addressPolicy{allowed: cfg.AllowedNetworks}
 	}
 	if f.dial == nil {
-		dialer := &net.Dialer{Timeout: cfg.FetchTimeout, KeepAlive: 30 * time.Second}
+		dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
 		if f.policy != nil {
 			dialer.ControlContext = f.checkSocket
 		}
@@ -84,14 +84,14 @@ func newFetcher(cfg Config) (*fetcher, error) {
 			MaxIdleConnsPerHost:   4,
 			IdleConnTimeout:       90 * time.Second,
 			DisableCompression:    true, // so the byte cap counts what we store, not a gzip bomb's inflation
-			ResponseHeaderTimeout: cfg.FetchTimeout,
+			ResponseHeaderTimeout: cfg.Timeout,
 		},
 		CheckRedirect: f.checkRedirect,
 	}
 	return f, nil
 }
 
-// hostAllowedKey marks a dial's context when Config.AllowedHosts let its
+// hostAllowedKey marks a dial's context when Config.Fetch.AllowedHosts let its
 // host through, so that checkSocket does not refuse what the host allowed.
 type hostAllowedKey struct{}
 

@@ -88,9 +88,9 @@ func newFakeNetEnv(t *testing.T, configure ...func(*upscale.Config)) (*env, *fak
 		lookups: map[string]int{},
 	}
 	e := newEnv(t, func(c *upscale.Config) {
-		c.AllowPrivateNetworks = false
-		c.Resolver = fake
-		c.Dial = fake.dial
+		c.Fetch.AllowPrivateNetworks = false
+		c.Fetch.Resolver = fake
+		c.Fetch.Dial = fake.dial
 		for _, f := range configure {
 			f(c)
 		}
@@ -169,8 +169,8 @@ func TestFetchThroughFakeNetwork(t *testing.T) {
 // network or by name, and nothing else through with them.
 func TestWidenedPolicy(t *testing.T) {
 	widen := func(c *upscale.Config) {
-		c.AllowedNetworks = []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}
-		c.AllowedHosts = []string{"Images.Internal."}
+		c.Fetch.AllowedNetworks = []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}
+		c.Fetch.AllowedHosts = []string{"Images.Internal."}
 	}
 	for u, code := range map[string]string{
 		"http://in-network.test/small.png":                               "",

@@ -83,7 +83,7 @@ func FuzzImageURL(f *testing.F) {
 			f.Add(strings.Split(line, "\t")[0])
 		}
 	}
-	fetch, err := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	fetch, err := newFetcher(FetchPolicy{AllowedPorts: []uint16{80, 443}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -71,11 +71,13 @@ func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
 		Upscaler:             upscaletest.PixelUpscaler{},
 		Blobs:                e.blobs,
 		FreeTierMaxFileBytes: freeTierBytes,
-		AllowPrivateNetworks: true, // the origin is on loopback
-		AccountShare:         1000, // the capacity tests fill the places from one account; TestAccountShare sets its own
-		IdleRelease:          -1,   // no timer to outlive a test; TestIdleRelease sets its own
-		Logger:               slog.New(slog.DiscardHandler),
-		Now:                  e.clock.Now,
+		Fetch:                upscale.FetchPolicy{AllowPrivateNetworks: true}, // the origin is on loopback
+		Capacity: upscale.Capacity{
+			AccountShare: 1000, // the capacity tests fill the places from one account; TestAccountShare sets its own
+			IdleRelease:  -1,   // no timer to outlive a test; TestIdleRelease sets its own
+		},
+		Logger: slog.New(slog.DiscardHandler),
+		Now:    e.clock.Now,
 	}
 	for _, c := range configure {
 		c(&cfg)
@@ -429,8 +431,8 @@ func TestSourceErrors(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closedURL := closed.URL + "/a.png"
 	closed.Close()
-	strict := newEnv(t, func(c *upscale.Config) { c.AllowPrivateNetworks = false })
-	lenient := newEnv(t, func(c *upscale.Config) { c.FetchTimeout = 100 * time.Millisecond })
+	strict := newEnv(t, func(c *upscale.Config) { c.Fetch.AllowPrivateNetworks = false })
+	lenient := newEnv(t, func(c *upscale.Config) { c.Fetch.Timeout = 100 * time.Millisecond })
 	lenient.putAccount(upscale.Account{ID: "free", Plan: tinyPlan})
 	cases := []struct {
 		name string
@@ -660,7 +662,7 @@ func TestConcurrentRequestsSpendEachUnitOnce(t *testing.T) {
 	const n = 200
 	// A queue with room for every request: the test holds the ledger to
 	// its count, not admission.
-	e := newEnv(t, func(c *upscale.Config) { c.QueueLength = n })
+	e := newEnv(t, func(c *upscale.Config) { c.Capacity.QueueLength = n })
 	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "two", MonthlyImages: 2, MaxFileBytes: 1 << 20}, ShareBonus: 1, Credits: 2})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -715,20 +717,26 @@ func TestNewValidates(t *testing.T) {
 	if _, err := upscale.New(full); err != nil {
 		t.Fatalf("New with every store: %v", err)
 	}
-	for name, c := range map[string]func(*upscale.Config){
-		"NoKeys":          func(c *upscale.Config) { c.Keys = nil },
-		"NoLedger":        func(c *upscale.Config) { c.Ledger = nil },
-		"NoUpscaler":      func(c *upscale.Config) { c.Upscaler = nil },
-		"NoBlobs":         func(c *upscale.Config) { c.Blobs = nil },
-		"NegativeTimeout": func(c *upscale.Config) { c.EngineTimeout = -time.Second },
-		"ReservationsShorterThanARequest": func(c *upscale.Config) {
-			c.Ledger = upscale.NewMemoryLedger(upscale.LedgerOptions{ReservationTTL: time.Minute})
+	// Each mistake is named by its field, as a person fixing it looks for it.
+	for field, c := range map[string]func(*upscale.Config){
+		"Config.Keys":                       func(c *upscale.Config) { c.Keys = nil },
+		"Config.Ledger":                     func(c *upscale.Config) { c.Ledger = nil },
+		"Config.Upscaler":                   func(c *upscale.Config) { c.Upscaler = nil },
+		"Config.Blobs":                      func(c *upscale.Config) { c.Blobs = nil },
+		"Config.EngineTimeout":              func(c *upscale.Config) { c.EngineTimeout = -time.Second },
+		"Config.IdempotencyTTL":             func(c *upscale.Config) { c.IdempotencyTTL = -time.Second },
+		"Config.Fetch.Timeout":              func(c *upscale.Config) { c.Fetch.Timeout = -time.Second },
+		"Config.Capacity.QueueLength":       func(c *upscale.Config) { c.Capacity.QueueLength = -1 },
+		"Config.Capacity.MemoryBudget":      func(c *upscale.Config) { c.Capacity.MemoryBudget = -1 },
+		"Config.Capacity.EngineConcurrency": func(c *upscale.Config) { c.Capacity.EngineConcurrency = -1 },
+		"Config.SettleTimeout": func(c *upscale.Config) {
+			c.Ledger = upscale.NewMemoryLedger(upscale.LedgerOptions{ReservationTTL: time.Minute}) // shorter than a request
 		},
 	} {
 		cfg := full
 		c(&cfg)
-		if _, err := upscale.New(cfg); err == nil {
-			t.Errorf("%s: New accepted an invalid Config", name)
+		if _, err := upscale.New(cfg); err == nil || !(strings.Contains(err.Error(), field+" ") || strings.Contains(err.Error(), field+":")) {
+			t.Errorf("New with a bad %s: %v; want an error naming it", field, err)
 		}
 	}
 }
@@ -778,8 +786,8 @@ func TestOverloaded(t *testing.T) {
 	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
-		c.EngineConcurrency = 1
-		c.QueueLength = 1
+		c.Capacity.EngineConcurrency = 1
+		c.Capacity.QueueLength = 1
 	})
 	results := make(chan *httptest.ResponseRecorder, 2)
 	go func() { results <- e.post(keyFree, body(e.url("/small.png"))) }()
@@ -836,8 +844,8 @@ func TestBurstBoundsKeyLookups(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) {
 		keys = &gatedKeyStore{KeyStore: c.Keys, entered: make(chan struct{}, 10), gate: make(chan struct{})}
 		c.Keys = keys
-		c.EngineConcurrency = 1
-		c.QueueLength = 1
+		c.Capacity.EngineConcurrency = 1
+		c.Capacity.QueueLength = 1
 	})
 	results := make(chan *httptest.ResponseRecorder, 10)
 	for range 10 {
@@ -882,8 +890,8 @@ func (b *firstReadSignal) Read(p []byte) (int, error) {
 // do not take the places of those that do.
 func TestSlowBodiesHoldNoPlace(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) {
-		c.EngineConcurrency = 1
-		c.QueueLength = 1
+		c.Capacity.EngineConcurrency = 1
+		c.Capacity.QueueLength = 1
 	})
 	stop := make(chan struct{})
 	var stalled sync.WaitGroup
@@ -917,7 +925,7 @@ func (u slowUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Para
 func TestOverloadedByExpectedWait(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = slowUpscaler{took: 150 * time.Millisecond}
-		c.EngineConcurrency = 1
+		c.Capacity.EngineConcurrency = 1
 		c.EngineTimeout = 200 * time.Millisecond
 	})
 	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree) // times the engine
@@ -940,8 +948,8 @@ func TestOverloadedByExpectedWait(t *testing.T) {
 func TestBuiltinSources(t *testing.T) {
 	const sample = "http://127.0.0.1:8080/samples/photo.png"
 	e := newEnv(t, func(c *upscale.Config) {
-		c.AllowPrivateNetworks = false
-		c.BuiltinSources = map[string][]byte{sample: smallPNG, "http://127.0.0.1:8080/samples/big.png": bigPNG}
+		c.Fetch.AllowPrivateNetworks = false
+		c.Fetch.BuiltinSources = map[string][]byte{sample: smallPNG, "http://127.0.0.1:8080/samples/big.png": bigPNG}
 	})
 	checkOK(t, e.post(keyFree, body("HTTP://127.0.0.1:8080/samples/photo.png#top")), upscale.PoolFree)
 	checkProblem(t, e.post(keyFree, body("http://127.0.0.1:8080/samples/other.png")), http.StatusBadRequest, "source_forbidden")
@@ -953,7 +961,7 @@ func TestBuiltinSources(t *testing.T) {
 
 	_, err := upscale.New(upscale.Config{
 		Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs,
-		BuiltinSources: map[string][]byte{"/samples/photo.png": smallPNG},
+		Fetch: upscale.FetchPolicy{BuiltinSources: map[string][]byte{"/samples/photo.png": smallPNG}},
 	})
 	if err == nil {
 		t.Error("New accepted a built-in source whose key is not an absolute URL")

@@ -213,7 +213,7 @@ func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req re
 	}
 	answer := IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}
 	if err != nil {
-		p := problemFor(err)
+		p := h.problem(err)
 		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
 	}
 	// A success is kept even when the caller has gone: its retry is what

@@ -63,7 +63,7 @@ func TestIdempotentConcurrentDuplicates(t *testing.T) {
 	u := gatedUpscaler{entered: make(chan struct{}, 20), gate: make(chan struct{})}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
-		c.QueueLength = 40 // admission is not what this test is about
+		c.Capacity.QueueLength = 40 // admission is not what this test is about
 	})
 	results := make(chan *httptest.ResponseRecorder, 20)
 	for range 20 {
@@ -162,7 +162,7 @@ func TestIdempotencyAcrossHandlers(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) { c.Idempotency = store })
 	other, err := upscale.New(upscale.Config{
 		Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs,
-		Idempotency: store, AllowPrivateNetworks: true, IdleRelease: -1, Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler),
+		Idempotency: store, Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, Capacity: upscale.Capacity{IdleRelease: -1}, Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

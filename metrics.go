@@ -40,10 +40,10 @@ type Load struct {
 	// Queued is how many admitted requests are fetching their source or
 	// waiting for the engine; InEngine how many the Upscaler works on.
 	Queued, InEngine int
-	// QueueCapacity is Config.EngineConcurrency + Config.QueueLength: more
+	// QueueCapacity is Config.Capacity.EngineConcurrency + Config.Capacity.QueueLength: more
 	// admitted requests than this are refused as overloaded.
 	QueueCapacity int
-	// MemoryInUse is how many bytes of Config.MemoryBudget requests hold.
+	// MemoryInUse is how many bytes of Config.Capacity.MemoryBudget requests hold.
 	MemoryInUse, MemoryBudget int64
 }
 

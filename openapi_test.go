@@ -142,7 +142,7 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	record(send(limited.handler, "POST", keyFree, "", body(limited.url("/small.png"))), true)
 	record(send(limited.handler, "POST", keyFree, "", body(limited.url("/small.png"))), true)
 
-	strict := newEnv(t, func(c *upscale.Config) { c.AllowPrivateNetworks = false })
+	strict := newEnv(t, func(c *upscale.Config) { c.Fetch.AllowPrivateNetworks = false })
 	record(send(strict.handler, "POST", keyFree, "", body(strict.url("/small.png"))), true)
 
 	for _, c := range []func(*upscale.Config){
@@ -166,8 +166,8 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
 	busy := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
-		c.EngineConcurrency = 1
-		c.QueueLength = 1
+		c.Capacity.EngineConcurrency = 1
+		c.Capacity.QueueLength = 1
 	})
 	running := make(chan exchange, 2)
 	go func() { running <- send(busy.handler, "POST", keyFree, `"slow"`, body(busy.url("/small.png"))) }()

@@ -2,14 +2,17 @@ package upscale
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
 // Pool names the quota that pays for one request; it is the response's via.
 type Pool string
 
-// The pools, in the order they are drawn from (PoolUnlimited only on an
-// unlimited plan, and then alone).
+// The pools, in the order they are drawn from. PoolUnlimited pays every
+// request of an unlimited plan that its plan covers; a request needing
+// paid capability on an unlimited plan that is not paid is drawn from the
+// others (credits) as on any other plan. See ChoosePool.
 const (
 	PoolUnlimited  Pool = "unlimited"
 	PoolFree       Pool = "free_pool"
@@ -168,3 +171,66 @@ func (o LedgerOptions) WithDefaults() LedgerOptions {
 // Month returns the calendar month (UTC) that t falls in, as "2006-01": the
 // period of the free pool.
 func Month(t time.Time) string { return t.UTC().Format("2006-01") }
+
+// errChargeUnsettled marks a prepared request whose commit could not be
+// confirmed either way; it is answered as the ledger's unavailability.
+var errChargeUnsettled = errors.New("charge left to settle")
+
+func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool) (hold Reservation, err error) {
+	err = h.ledger.call(func() (err error) {
+		hold, err = h.cfg.Ledger.Reserve(ctx, accountID, needsPaid)
+		return err
+	})
+	if errors.Is(err, ErrQuotaExhausted) {
+		return hold, h.quotaExhausted(ctx, accountID, err)
+	}
+	return hold, err
+}
+
+// commit charges a reservation, retrying while the ledger is
+// unavailable. Commit is idempotent, so a retry after an attempt whose
+// answer was lost charges nothing more; ErrNotFound means the unit was
+// given back (the reservation expired), never that it was charged.
+func (h *Handler) commit(ctx context.Context, reservationID string) error {
+	return h.settle(ctx, h.ledger, func(ctx context.Context) error {
+		return h.cfg.Ledger.Commit(ctx, reservationID)
+	})
+}
+
+// release gives a unit back even when the caller has gone away: the
+// request's context may be cancelled, the money is still owed back.
+func (h *Handler) release(ctx context.Context, hold Reservation) {
+	err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
+		return h.cfg.Ledger.Release(ctx, hold.ID)
+	})
+
+	if err != nil {
+		h.cfg.Logger.Error("upscale: release reservation; the ledger gives the unit back when the reservation expires", "reservation", hold.ID, "account", hold.AccountID, "err", err)
+	}
+}
+
+// settle runs the last word on something already held (a unit's commit
+// or release, an Idempotency-Key's answer), retrying with backoff for up
+// to SettleTimeout while the store behind store reports ErrUnavailable.
+// It is called whatever that breaker says: the thing is already held.
+func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.SettleTimeout)
+	defer cancel()
+	backoff := 50 * time.Millisecond
+	for {
+		err := store.record(op(ctx))
+		if !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// ScaleNeedsPaidPlan reports whether enlarging by scale needs a paid plan
+// or credits: 8 and 16 do.
+func ScaleNeedsPaidPlan(scale int) bool { return scale >= paidScale }

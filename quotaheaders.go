@@ -26,8 +26,8 @@ func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, who call
 	}
 	var policies, limits []string
 	if burst := who.burst; burst != nil {
-		policies = append(policies, sfItem("burst", "q", burst.Burst, "w", seconds(burst.Window)))
-		limits = append(limits, sfItem("burst", "r", burst.Remaining, "t", seconds(burst.Reset)))
+		policies = append(policies, sfItem("burst", sfParam{"q", burst.Burst}, sfParam{"w", seconds(burst.Window)}))
+		limits = append(limits, sfItem("burst", sfParam{"r", burst.Remaining}, sfParam{"t", seconds(burst.Reset)}))
 	}
 	var b Balance
 	var err error
@@ -40,15 +40,15 @@ func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, who call
 		now := h.cfg.Now()
 		if b.Plan.MonthlyImages > 0 {
 			start, next := monthBounds(now)
-			policies = append(policies, sfItem(string(PoolFree), "q", b.Plan.MonthlyImages, "w", seconds(next.Sub(start))))
-			limits = append(limits, sfItem(string(PoolFree), "r", b.Free, "t", seconds(next.Sub(now))))
+			policies = append(policies, sfItem(string(PoolFree), sfParam{"q", b.Plan.MonthlyImages}, sfParam{"w", seconds(next.Sub(start))}))
+			limits = append(limits, sfItem(string(PoolFree), sfParam{"r", b.Free}, sfParam{"t", seconds(next.Sub(now))}))
 		}
 		for _, p := range []struct {
 			pool Pool
 			left int64
 		}{{PoolShareBonus, b.ShareBonus}, {PoolCredit, b.Credits}} {
-			policies = append(policies, sfItem(string(p.pool), "q", p.left))
-			limits = append(limits, sfItem(string(p.pool), "r", p.left))
+			policies = append(policies, sfItem(string(p.pool), sfParam{"q", p.left}))
+			limits = append(limits, sfItem(string(p.pool), sfParam{"r", p.left}))
 		}
 	}
 	if len(policies) > 0 {
@@ -57,16 +57,22 @@ func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, who call
 	}
 }
 
-// sfItem writes a structured-field Item (RFC 9651): name as a String, then
-// integer parameters given as name, value pairs. Policy and parameter
-// names are this package's own, so nothing needs escaping.
-func sfItem(name string, params ...any) string {
+// sfItem writes a structured-field Item (RFC 9651): name as a String,
+// then its integer parameters. Policy and parameter names are this
+// package's own, so nothing needs escaping.
+func sfItem(name string, params ...sfParam) string {
 	var b strings.Builder
 	b.WriteString(strconv.Quote(name))
-	for i := 0; i < len(params); i += 2 {
-		b.WriteString(";" + params[i].(string) + "=" + strconv.FormatInt(params[i+1].(int64), 10))
+	for _, p := range params {
+		b.WriteString(";" + p.key + "=" + strconv.FormatInt(p.value, 10))
 	}
 	return b.String()
+}
+
+// sfParam is one integer parameter of a structured-field Item.
+type sfParam struct {
+	key   string
+	value int64
 }
 
 // monthBounds returns the start of now's month and of the next, UTC: the
@@ -105,7 +111,7 @@ func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err erro
 	b, balanceErr := h.balance(ctx, accountID)
 	if balanceErr != nil || b.Plan.MonthlyImages == 0 {
 		return &exhaustedError{
-			error:   errors.Join(Explain(ErrQuotaExhausted, "This account has no images left; buy credits or subscribe to the unlimited plan."), err),
+			error:   errors.Join(Explain(ErrQuotaExhausted, "This account has no images left; {upgrade}."), err),
 			balance: b, known: balanceErr == nil,
 		}
 	}
@@ -113,7 +119,7 @@ func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err erro
 	_, next := monthBounds(now)
 	return &exhaustedError{
 		error: &retryAfterError{
-			err: errors.Join(Explain(ErrQuotaExhausted, "This account has no images left this month. The free pool refills with %d images at %s, in %s; buy credits or subscribe to the unlimited plan to go on before then.",
+			err: errors.Join(Explain(ErrQuotaExhausted, "This account has no images left this month. The free pool refills with %d images at %s, in %s; {upgrade} to go on before then.",
 				b.Plan.MonthlyImages, next.Format(time.RFC3339), next.Sub(now).Round(time.Minute)), err),
 			after: next.Sub(now),
 		},

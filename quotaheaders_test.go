@@ -152,8 +152,8 @@ func TestQuotaExhaustedReadsBalanceOnce(t *testing.T) {
 // for their headers held both places, and a third request got 503.
 func TestQuotaHeadersHoldNoPlace(t *testing.T) {
 	e, _, ledger, _ := newFlakyEnv(t, func(c *upscale.Config) {
-		c.EngineConcurrency = 1
-		c.QueueLength = 1
+		c.Capacity.EngineConcurrency = 1
+		c.Capacity.QueueLength = 1
 	})
 	gate := make(chan struct{})
 	ledger.balanceGate = gate

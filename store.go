@@ -47,3 +47,14 @@ type LinkServer interface {
 	// LinkPath is the URL path every link starts with, ending in a slash.
 	LinkPath() string
 }
+
+// deleteResult removes a result that will not be paid for, so that no link
+// to it exists once the request has failed. It is best effort: a result
+// left behind expires with its link.
+func (h *Handler) deleteResult(ctx context.Context, blobKey string, expires time.Time) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := h.blobs.record(h.cfg.Blobs.Delete(ctx, blobKey, expires)); err != nil {
+		h.cfg.Logger.Error("upscale: delete uncharged result; it stays until its link expires", "key", blobKey, "err", err)
+	}
+}

@@ -40,10 +40,6 @@ const paidScale = 8
 // 2, 4, 8 and 16.
 func Scales() []int { return slices.Clone(scales[:]) }
 
-// ScaleNeedsPaidPlan reports whether enlarging by scale needs a paid plan
-// or credits: 8 and 16 do.
-func ScaleNeedsPaidPlan(scale int) bool { return scale >= paidScale }
-
 // scaleList names the accepted scales for a message, "2, 4, 8 or 16", or
 // with paidOnly those that need paid capability, "8 and 16".
 func scaleList(paidOnly bool) string {
@@ -92,4 +88,37 @@ type Upscaler interface {
 	// context.DeadlineExceeded; it should stop working on the image too,
 	// since the handler has answered and nobody will fetch the result.
 	Upscale(ctx context.Context, src []byte, params Params) (Image, error)
+}
+
+// ConcurrentUpscaler is an Upscaler that says how many images it enlarges
+// at once. The handler then lets that many requests into it and queues
+// the rest itself (Config.Capacity.EngineConcurrency); engine/vips and engine/onnx
+// implement it.
+type ConcurrentUpscaler interface {
+	Upscaler
+	// Concurrency is how many images Upscale works on at once; more calls
+	// wait inside it.
+	Concurrency() int
+}
+
+// MemoryEstimator is an Upscaler that can tell from a source's header,
+// without decoding its pixels, how much memory enlarging it takes. The
+// handler grants that much from Config.Capacity.MemoryBudget before the Upscaler
+// starts; engine/vips and engine/onnx implement it. An Upscaler that does
+// not is charged its source's bytes only.
+type MemoryEstimator interface {
+	Upscaler
+	// EstimateMemory returns an upper bound of the bytes Upscale(ctx, src,
+	// params) holds at its peak, source excluded. It fails as Upscale would
+	// on a source it refuses (ErrUnsupportedImage, ErrImageTooLarge).
+	EstimateMemory(src []byte, params Params) (int64, error)
+}
+
+// MemoryReleaser is an Upscaler that keeps memory outside the Go heap
+// (C allocators' arenas, say) and can give it back to the system. The
+// handler calls ReleaseMemory once it has been idle for
+// Config.Capacity.IdleRelease; engine/vips and engine/onnx implement it.
+type MemoryReleaser interface {
+	Upscaler
+	ReleaseMemory()
 }

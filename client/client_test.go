@@ -62,8 +62,8 @@ func TestRetriesOnceCharged(t *testing.T) {
 	}
 	defer blobs.Close()
 	h, err := upscale.New(upscale.Config{
-		Keys: keys, Ledger: ledger, Upscaler: &flakyEngine{}, Blobs: blobs, IdleRelease: -1,
-		BuiltinSources: map[string][]byte{"http://origin.test/a.png": sample.Bytes()},
+		Keys: keys, Ledger: ledger, Upscaler: &flakyEngine{}, Blobs: blobs, Capacity: upscale.Capacity{IdleRelease: -1},
+		Fetch: upscale.FetchPolicy{BuiltinSources: map[string][]byte{"http://origin.test/a.png": sample.Bytes()}},
 	})
 	if err != nil {
 		t.Fatal(err)

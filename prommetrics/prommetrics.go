@@ -17,7 +17,7 @@
 //	engine_requests                  gauge: in the engine
 //	admission_capacity_requests      gauge: most requests admitted at once (then 503 overloaded)
 //	memory_in_use_bytes              gauge: bytes of the memory budget requests hold
-//	memory_budget_bytes              gauge: Config.MemoryBudget
+//	memory_budget_bytes              gauge: Config.Capacity.MemoryBudget
 //
 // No label names a key or an account, so the number of series is fixed.
 package prommetrics
@@ -98,7 +98,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			func(l upscale.Load) int64 { return int64(l.QueueCapacity) }),
 		gauge("upscale_memory_in_use_bytes", "Bytes of the memory budget that requests hold: sources and the engine's estimated working memory.",
 			func(l upscale.Load) int64 { return l.MemoryInUse }),
-		gauge("upscale_memory_budget_bytes", "The memory budget (Config.MemoryBudget).",
+		gauge("upscale_memory_budget_bytes", "The memory budget (Config.Capacity.MemoryBudget).",
 			func(l upscale.Load) int64 { return l.MemoryBudget }),
 	}
 	for _, c := range collectors {

@@ -45,8 +45,8 @@ func TestMetrics(t *testing.T) {
 	}
 	h, err := upscale.New(upscale.Config{
 		Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
-		EngineConcurrency: 2, QueueLength: 3,
-		AllowPrivateNetworks: true, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
+		Capacity: upscale.Capacity{EngineConcurrency: 2, QueueLength: 3},
+		Fetch:    upscale.FetchPolicy{AllowPrivateNetworks: true}, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

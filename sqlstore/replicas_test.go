@@ -93,7 +93,7 @@ func newReplicas(t *testing.T, dsn string, credits, shareBonus int64) []*upscale
 		}
 		t.Cleanup(func() { blobs.Close() })
 		h, err := upscale.New(upscale.Config{Keys: s, Ledger: s, Idempotency: s, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
-			AllowPrivateNetworks: true, QueueLength: 200, Logger: slog.New(slog.DiscardHandler)})
+			Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, Capacity: upscale.Capacity{QueueLength: 200}, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -64,16 +64,16 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		replica := func(s ChargeStores) *upscale.Handler {
 			h, err := upscale.New(upscale.Config{
 				Keys: keys, Ledger: s.Ledger, Upscaler: PixelUpscaler{}, Blobs: blobs, Idempotency: s.Idempotency,
-				BuiltinSources: map[string][]byte{source: TestImagePNG(t, 8, 6)},
-				FetchTimeout:   time.Second, EngineTimeout: time.Second, SettleTimeout: 200 * time.Millisecond,
-				IdleRelease: -1, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
+				Fetch:         upscale.FetchPolicy{Timeout: time.Second, BuiltinSources: map[string][]byte{source: TestImagePNG(t, 8, 6)}},
+				EngineTimeout: time.Second, SettleTimeout: 200 * time.Millisecond,
+				Capacity: upscale.Capacity{IdleRelease: -1}, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return h
 		}
-		// The lease is twice FetchTimeout, EngineTimeout and SettleTimeout.
+		// The lease is twice Fetch.Timeout, EngineTimeout and SettleTimeout.
 		return rig{clock: clock, stores: stores, dying: replica(wrap(stores)), other: replica(stores), blobs: blobs, lease: 4400 * time.Millisecond}
 	}
 	post := func(h *upscale.Handler) *httptest.ResponseRecorder {

@@ -37,7 +37,7 @@ func TestMountedInTheApp(t *testing.T) {
 	}
 	// The example's handler refuses loopback sources, as it should; this
 	// test's origin is on loopback, so it uses a lenient twin.
-	lenient, err := upscale.New(upscale.Config{Keys: users, Ledger: ledger, Upscaler: vips.New(vips.Options{}), Blobs: results, AllowPrivateNetworks: true})
+	lenient, err := upscale.New(upscale.Config{Keys: users, Ledger: ledger, Upscaler: vips.New(vips.Options{}), Blobs: results, Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

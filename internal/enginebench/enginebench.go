@@ -190,7 +190,7 @@ func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	handler, err := upscale.New(upscale.Config{Keys: keys, Ledger: ledger, Upscaler: engine, Blobs: blobs, AllowPrivateNetworks: true, LinkTTL: time.Second})
+	handler, err := upscale.New(upscale.Config{Keys: keys, Ledger: ledger, Upscaler: engine, Blobs: blobs, Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, LinkTTL: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -164,10 +164,10 @@ func newBatteryEnv(t *testing.T) (*env, *fakeNet) {
 	fake := &fakeNet{answers: batteryNames(), lookups: map[string]int{}, system: map[string]bool{"localhost": true}}
 	cert, pool := testCertificate(t, []string{"example.com", "xn--bcher-kva.example", "public.test"}, []net.IP{net.ParseIP("8.8.8.8")})
 	e := newEnv(t, func(c *upscale.Config) {
-		c.AllowPrivateNetworks = false
-		c.Resolver = fake
-		c.Dial = fake.dial
-		c.TLSClientConfig = &tls.Config{RootCAs: pool}
+		c.Fetch.AllowPrivateNetworks = false
+		c.Fetch.Resolver = fake
+		c.Fetch.Dial = fake.dial
+		c.Fetch.TLSClientConfig = &tls.Config{RootCAs: pool}
 	})
 	tlsOrigin := httptest.NewUnstartedServer(http.HandlerFunc(e.serveOrigin))
 	tlsOrigin.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}

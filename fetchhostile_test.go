@@ -156,7 +156,7 @@ func TestHostileSources(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			verifyNoLeaks(t)
-			e := newEnv(t, func(c *upscale.Config) { c.FetchTimeout = hostileFetchTimeout })
+			e := newEnv(t, func(c *upscale.Config) { c.Fetch.Timeout = hostileFetchTimeout })
 			t.Cleanup(e.handler.CloseIdleConnections)
 			url := tc.origin(t, e)
 			start := time.Now()

@@ -190,7 +190,7 @@ func FuzzAddressPolicy(f *testing.F) {
 // TestCheckSocket: the default dialer's last-moment check refuses what the
 // policy refuses, and lets through a host the Config allowed by name.
 func TestCheckSocket(t *testing.T) {
-	f, err := newFetcher(Config{AllowedPorts: []uint16{80, 443}})
+	f, err := newFetcher(FetchPolicy{AllowedPorts: []uint16{80, 443}})
 	if err != nil {
 		t.Fatal(err)
 	}

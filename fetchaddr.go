@@ -90,7 +90,7 @@ func teredoClientIPv4(a netip.Addr) netip.Addr {
 // addressPolicy decides which addresses sources may be fetched from: public
 // unicast only, unless the host widened it with allowed prefixes.
 type addressPolicy struct {
-	allowed []netip.Prefix // Config.AllowedNetworks
+	allowed []netip.Prefix // Config.Fetch.AllowedNetworks
 }
 
 // check returns nil when a may be dialled, and otherwise an error wrapping

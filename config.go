@@ -1,0 +1,237 @@
+package upscale
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+)
+
+// Config configures a Handler. The four stores are required; every other
+// field's zero value means the default given beside it.
+type Config struct {
+	Keys     KeyStore    // resolves API keys to accounts; required
+	Ledger   QuotaLedger // charges accounts; required
+	Upscaler Upscaler    // enlarges images, e.g. engine/vips; required
+	Blobs    BlobStore   // keeps results behind expiring links; required
+
+	// Idempotency keeps the answers of requests sent with an
+	// Idempotency-Key header, so that a retry of a request whose answer
+	// was lost gets that answer again and is not charged twice (see
+	// IdempotencyStore). Nil means a MemoryIdempotencyStore, which holds
+	// for one process only: replicas share sqlstore.Store instead.
+	Idempotency IdempotencyStore
+	// IdempotencyTTL is how long a key and its answer are kept. Zero means
+	// 24 hours.
+	IdempotencyTTL time.Duration
+	// RateLimiter limits how often each API key may call, on top of its
+	// account's quota; refusals are 429 rate_limited with a Retry-After.
+	// MemoryRateLimiter limits within one process. Nil means no limit.
+	RateLimiter RateLimiter
+	// Path is where Middleware answers the API. Zero means
+	// "/api/v1/upscale". A host that mounts the Handler itself chooses
+	// the path with its router instead.
+	Path string
+	// LinkTTL is how long a result's link works. Zero means one hour. New
+	// refuses one longer than the BlobStore's links can last
+	// (ExpiryLimiter).
+	LinkTTL time.Duration
+	// EngineTimeout bounds the Upscaler's work on one request, queueing
+	// included; past it the caller gets 504. Zero means 60 seconds.
+	EngineTimeout time.Duration
+	// SettleTimeout bounds how long the handler keeps trying to commit the
+	// charge of a finished image, or to give back an unused unit, while the
+	// ledger is unavailable, retrying with backoff. A result whose charge
+	// cannot be committed in that time is deleted, never given away. Zero
+	// means 15 seconds. New refuses a QuotaLedger (ReservationExpirer)
+	// whose reservations do not outlive the longest request, twice
+	// Fetch.Timeout, EngineTimeout and SettleTimeout.
+	SettleTimeout time.Duration
+	// FreeTierMaxFileBytes is the largest source file a request may have
+	// without needing paid capability. Zero means 5 MiB. A plan whose
+	// MaxFileBytes is zero accepts files up to this size.
+	FreeTierMaxFileBytes int64
+	// Capacity bounds the work the handler takes on at once.
+	Capacity Capacity
+	// Fetch is where and how source images are downloaded.
+	Fetch FetchPolicy
+	// Wording names the host's own places and offers in the sentences
+	// callers read.
+	Wording Wording
+	// Metrics receives request counts, step durations and sizes, and reads
+	// the handler's load; see package prommetrics. Nil means none.
+	Metrics Metrics
+	// Logger receives every failure in full. Nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Capacity bounds the work a Handler takes on at once (README, "Overload"
+// and "Memory").
+type Capacity struct {
+	// EngineConcurrency is how many requests the handler lets the Upscaler
+	// work on at once. Zero means the Upscaler's own Concurrency when it is
+	// a ConcurrentUpscaler, else the number of CPUs.
+	EngineConcurrency int
+	// QueueLength is how many more requests may be admitted beyond those in
+	// the engine: fetching their source or waiting for the engine. A request
+	// that finds the queue full, or whose expected wait for the engine
+	// already passes EngineTimeout, is refused at once with 503
+	// overloaded and a Retry-After, before anything is reserved or fetched.
+	// Zero means 4 × EngineConcurrency.
+	QueueLength int
+	// AccountShare is how many of the EngineConcurrency + QueueLength
+	// places the requests of one account (all its keys together) may hold
+	// at once, so that one account's slow sources or floods cannot refuse
+	// other accounts. A request beyond it is refused with 429 rate_limited
+	// and a Retry-After, before anything is reserved or fetched. Zero
+	// means half of the places, at least one.
+	AccountShare int
+	// MemoryBudget bounds the memory requests hold at once: source bytes
+	// while downloading and held, and the engine's working memory as its
+	// MemoryEstimator reads it from the source's header. A request waits
+	// for its share within its deadlines (Fetch.Timeout for the download,
+	// EngineTimeout for the engine) or is refused with 503 overloaded; one
+	// that needs more than the whole budget is image_too_large. Zero means
+	// 1 GiB. The process needs a constant on top (the Go runtime, libvips'
+	// caches and threads, connection buffers; see README, "Memory").
+	MemoryBudget int64
+	// IdleRelease is how long the handler waits, once no request is in
+	// flight, before it gives memory back to the system: a garbage
+	// collection that returns the Go heap's free pages
+	// (debug.FreeOSMemory), and the Upscaler's own ReleaseMemory when it
+	// is a MemoryReleaser. Without it a burst of large images leaves the
+	// process holding its peak (README, "Memory"). Zero means 5 seconds;
+	// negative turns it off, for hosts that manage memory themselves.
+	IdleRelease time.Duration
+}
+
+// FetchPolicy is where and how a Handler downloads source images: every
+// rule an imageUrl and each redirect are held to (README, "Security
+// notes").
+type FetchPolicy struct {
+	// Timeout bounds the whole download of a source image, redirects
+	// included; past it the caller gets 400 source_unreachable. Zero means
+	// 20 seconds.
+	Timeout time.Duration
+	// AllowedPorts are the ports source URLs may use. Nil means 80 and 443.
+	AllowedPorts []uint16
+	// AllowedNetworks are address ranges sources may come from although the
+	// address policy refuses them, such as an internal image server's
+	// 10.20.0.0/16, or 64:ff9b::/96 on an IPv6-only network with NAT64 (the
+	// IPv4 address inside a NAT64 address is still checked). Nil means none.
+	AllowedNetworks []netip.Prefix
+	// AllowedHosts are host names whose addresses are not checked at all,
+	// such as "images.internal". Compared without case or trailing dot; a
+	// redirect to any other host is checked as usual. Nil means none.
+	AllowedHosts []string
+	// AllowPrivateNetworks lifts the address policy (loopback, private,
+	// link-local and reserved addresses, and the port list) for sources.
+	// It is for local development and tests: never set it on a server that
+	// takes URLs from callers it does not trust.
+	AllowPrivateNetworks bool
+	// BuiltinSources are images the handler holds itself: an imageUrl
+	// equal to a key (an absolute http or https URL, compared once both
+	// are parsed) is read from here, with no connection made, so the
+	// address policy has nothing to decide and the policy for every other
+	// URL stays as it is. The plan's file size limit still applies. The
+	// standalone bundles its demo images this way, under its own address,
+	// so its demo works on a machine without internet access. Nil means
+	// none.
+	BuiltinSources map[string][]byte
+	// TLSClientConfig is used for https sources. Nil means Go's defaults
+	// with the system's root certificates; set RootCAs to trust a private
+	// CA, for instance for AllowedHosts.
+	TLSClientConfig *tls.Config
+	// Resolver looks up source host names. Nil means net.DefaultResolver.
+	// Every address it returns is checked; one forbidden address refuses
+	// the whole name.
+	Resolver Resolver
+	// Dial connects to a source's checked ip:port. Nil means a net.Dialer.
+	// It exists so tests can reach fake origins without a network; the
+	// address policy is applied before Dial is called.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// withDefaults checks cfg and returns it with every zero field set to its
+// default. Each mistake is named by its field.
+func (cfg Config) withDefaults() (Config, error) {
+	for _, required := range []struct {
+		name string
+		set  bool
+	}{{"Keys", cfg.Keys != nil}, {"Ledger", cfg.Ledger != nil}, {"Upscaler", cfg.Upscaler != nil}, {"Blobs", cfg.Blobs != nil}} {
+		if !required.set {
+			return cfg, fmt.Errorf("upscale: Config.%s is required", required.name)
+		}
+	}
+	for _, f := range []struct {
+		name     string
+		negative bool
+	}{
+		{"IdempotencyTTL", cfg.IdempotencyTTL < 0}, {"LinkTTL", cfg.LinkTTL < 0}, {"EngineTimeout", cfg.EngineTimeout < 0},
+		{"SettleTimeout", cfg.SettleTimeout < 0}, {"FreeTierMaxFileBytes", cfg.FreeTierMaxFileBytes < 0},
+		{"Capacity.EngineConcurrency", cfg.Capacity.EngineConcurrency < 0}, {"Capacity.QueueLength", cfg.Capacity.QueueLength < 0},
+		{"Capacity.AccountShare", cfg.Capacity.AccountShare < 0}, {"Capacity.MemoryBudget", cfg.Capacity.MemoryBudget < 0},
+		{"Fetch.Timeout", cfg.Fetch.Timeout < 0},
+	} {
+		if f.negative {
+			return cfg, fmt.Errorf("upscale: Config.%s cannot be negative", f.name)
+		}
+	}
+	c := &cfg.Capacity
+	if c.EngineConcurrency == 0 {
+		c.EngineConcurrency = runtime.NumCPU()
+		if u, ok := cfg.Upscaler.(ConcurrentUpscaler); ok {
+			c.EngineConcurrency = max(u.Concurrency(), 1)
+		}
+	}
+	c.QueueLength = cmp.Or(c.QueueLength, 4*c.EngineConcurrency)
+	c.AccountShare = cmp.Or(c.AccountShare, max((c.EngineConcurrency+c.QueueLength)/2, 1))
+	c.MemoryBudget = cmp.Or(c.MemoryBudget, 1<<30)
+	c.IdleRelease = cmp.Or(c.IdleRelease, 5*time.Second)
+
+	cfg.Path = cmp.Or(cfg.Path, "/api/v1/upscale")
+	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
+	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
+	if limit, ok := cfg.Blobs.(ExpiryLimiter); ok && cfg.LinkTTL > limit.MaxLinkTTL() {
+		return cfg, fmt.Errorf("upscale: Config.LinkTTL is %v, but the BlobStore's links last at most %v", cfg.LinkTTL, limit.MaxLinkTTL())
+	}
+	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
+	cfg.Fetch.Timeout = cmp.Or(cfg.Fetch.Timeout, 20*time.Second)
+	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, 15*time.Second)
+	if ttl, ok := cfg.Ledger.(ReservationExpirer); ok && ttl.ReservationTTL() <= cfg.requestBound() {
+		return cfg, fmt.Errorf("upscale: Config.SettleTimeout: the QuotaLedger's reservations last %v, not longer than a request may (%v: twice Fetch.Timeout, EngineTimeout and SettleTimeout); a reservation must outlive its request, or a result could be delivered uncharged", ttl.ReservationTTL(), cfg.requestBound())
+	}
+	cfg.FreeTierMaxFileBytes = cmp.Or(cfg.FreeTierMaxFileBytes, 5<<20)
+	if cfg.Fetch.AllowedPorts == nil {
+		cfg.Fetch.AllowedPorts = []uint16{80, 443}
+	}
+	cfg.Wording = cfg.Wording.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	if cfg.Idempotency == nil {
+		cfg.Idempotency = NewMemoryIdempotencyStore(cfg.Now)
+	}
+	return cfg, nil
+}
+
+// requestBound is longer than any request can take: its download, its
+// engine time (queueing included) and the settlement of its charge, and
+// as much again for the stores' calls between them. It is the lease of an
+// Idempotency-Key's claim, and a reservation must outlive it.
+func (cfg Config) requestBound() time.Duration {
+	return 2 * (cfg.Fetch.Timeout + cfg.EngineTimeout + cfg.SettleTimeout)
+}

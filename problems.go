@@ -1,0 +1,165 @@
+package upscale
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+var errMethodNotAllowed = errors.New("method not allowed")
+
+// panicError turns a recovered panic into an error that keeps the stack for
+// the log; the caller sees internal_error.
+func panicError(v any) error {
+	return fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+}
+
+// problems maps errors to HTTP status, machine code and the detail shown
+// when the error carries no explanation of its own (see Explain). It is the
+// only place that decides what a caller sees; the first matching row wins.
+var problems = []struct {
+	err    error
+	status int
+	code   string
+	detail string
+}{
+	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Use POST with a JSON body."},
+	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Send a valid API key as \"Authorization: Bearer <key>\"; keys are issued on {dashboard}."},
+	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "The request body must be one JSON object with imageUrl and optional scale, imageType and denoise."},
+	{ErrInvalidImageURL, http.StatusBadRequest, "invalid_image_url", "imageUrl must be an absolute http or https URL of an image."},
+	{ErrInvalidScale, http.StatusBadRequest, "invalid_scale", "scale must be " + scaleList(false) + "."},
+	{ErrInvalidImageType, http.StatusBadRequest, "invalid_image_type", "imageType must be \"photo\" or \"anime\"."},
+	{ErrInvalidDenoise, http.StatusBadRequest, "invalid_denoise", "denoise must be \"none\", \"low\", \"mid\", \"high\" or \"max\"."},
+	{ErrSourceForbidden, http.StatusBadRequest, "source_forbidden", "The image URL leads to an address or port this service does not fetch from; use a public http or https URL."},
+	{ErrSourceUnreachable, http.StatusBadRequest, "source_unreachable", "The image could not be downloaded from its URL; check that it is publicly reachable."},
+	{ErrSourceUnavailable, http.StatusBadGateway, "source_unavailable", "The image's server failed to deliver it for now; try again later. Nothing was charged."},
+	{ErrUnsupportedImage, http.StatusBadRequest, "unsupported_image", "The file is not a JPEG, PNG or WebP image that can be decoded."},
+	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
+	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scales " + scaleList(true) + ", and files above the free tier's size, need {paid}."},
+	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; {upgrade}."},
+	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "This API key sends requests faster than it may; wait for the Retry-After. Nothing was charged."},
+	{ErrIdempotencyInFlight, http.StatusConflict, "idempotency_in_flight", "A request with this Idempotency-Key is still running; send it again after the Retry-After to get its answer."},
+	{ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "This Idempotency-Key was used for a different request; send a new request with a new key."},
+	{ErrResultExpired, http.StatusGone, "result_expired", "This request was carried out and charged already, and its result's link has expired; send it with a new Idempotency-Key to enlarge the image again."},
+	{ErrOverloaded, http.StatusServiceUnavailable, "overloaded", "The service is working at capacity; try again in a few seconds."},
+	{ErrUnavailable, http.StatusServiceUnavailable, "backend_unavailable", "A service this API depends on cannot be reached at the moment; nothing was charged. Try again in a few seconds."},
+	{ErrUpstream, http.StatusBadGateway, "upstream_error", "The upscaling engine failed on this image; retrying is safe."},
+	{ErrUpstreamTimeout, http.StatusGatewayTimeout, "upstream_timeout", "The upscaling engine did not finish in time; retrying is safe."},
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, "timeout", "The request did not finish in the time it was allowed; nothing was charged. Retrying is safe."},
+}
+
+// ProblemCodes returns every machine code a problem answer of the handler
+// may carry, internal_error included: the list a contract or a client
+// switches on.
+func ProblemCodes() []string {
+	codes := []string{"internal_error"}
+	for _, row := range problems {
+		if !slices.Contains(codes, row.code) {
+			codes = append(codes, row.code)
+		}
+	}
+	return codes
+}
+
+// Problem is the application/problem+json body (RFC 9457) of every error.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Code is the stable machine-readable name of the error.
+	Code string `json:"code"`
+}
+
+// problemFor is the problem err is answered with, its detail's places
+// for the host's words (see Wording) still unfilled.
+func problemFor(err error) Problem {
+	p := Problem{
+		Status: http.StatusInternalServerError,
+		Code:   "internal_error",
+		Detail: "Something went wrong on our side; try again later.",
+	}
+	for _, row := range problems {
+		if errors.Is(err, row.err) {
+			p.Status, p.Code, p.Detail = row.status, row.code, row.detail
+			break
+		}
+	}
+	if ce, ok := errors.AsType[*callerError](err); ok && p.Status != http.StatusInternalServerError {
+		p.Detail = ce.detail
+	}
+	p.Type = "urn:upscale:error:" + p.Code
+	p.Title = http.StatusText(p.Status)
+	return p
+}
+
+// problem is the problem err is answered with, in the host's words.
+func (h *Handler) problem(err error) Problem {
+	p := problemFor(err)
+	p.Detail = h.wording.Replace(p.Detail)
+	return p
+}
+
+// fail answers err as a problem and returns its code, or "caller_gone"
+// when there is nobody left to answer.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code string) {
+	// Only a caller that went away gets nothing; a deadline the host set
+	// on the request (a timeout middleware) still gets its answer.
+	if errors.Is(r.Context().Err(), context.Canceled) {
+		h.cfg.Logger.Debug("upscale: caller went away", "err", err)
+		return "caller_gone"
+	}
+	p := h.problem(err)
+	level := slog.LevelInfo
+	switch {
+	case p.Status == http.StatusServiceUnavailable:
+		level = slog.LevelWarn // a refusal by design, in bulk under load
+	case p.Status >= 500:
+		level = slog.LevelError
+	}
+	h.cfg.Logger.Log(r.Context(), level, "upscale: request failed", "status", p.Status, "code", p.Code, "err", err)
+	hdr := w.Header()
+	if p.Status == http.StatusUnauthorized {
+		hdr.Set("WWW-Authenticate", `Bearer realm="upscale"`)
+	}
+	if ra, ok := errors.AsType[*retryAfterError](err); ok {
+		hdr.Set("Retry-After", strconv.FormatInt(seconds(ra.after), 10))
+	}
+	writeJSON(w, p.Status, jsonBody(p))
+	return p.Code
+}
+
+// Wording names the host's own places and offers in the sentences callers
+// read, for a host that sells through its own site: a problem's detail
+// says {dashboard}, {upgrade} and {paid} where these go. Every zero field
+// means the default beside it.
+type Wording struct {
+	// Dashboard is where callers get their API keys. Zero means "the
+	// account dashboard".
+	Dashboard string
+	// Upgrade is what lifts an exhausted quota. Zero means "buy credits or
+	// subscribe to the unlimited plan".
+	Upgrade string
+	// Paid is what paid capability takes. Zero means "a paid plan or
+	// credits".
+	Paid string
+}
+
+func (w Wording) withDefaults() Wording {
+	w.Dashboard = cmp.Or(w.Dashboard, "the account dashboard")
+	w.Upgrade = cmp.Or(w.Upgrade, "buy credits or subscribe to the unlimited plan")
+	w.Paid = cmp.Or(w.Paid, "a paid plan or credits")
+	return w
+}
+
+// replacer fills a detail's places for the host's words.
+func (w Wording) replacer() *strings.Replacer {
+	return strings.NewReplacer("{dashboard}", w.Dashboard, "{upgrade}", w.Upgrade, "{paid}", w.Paid)
+}
