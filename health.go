@@ -32,7 +32,8 @@ func (h *Handler) LiveHandler() http.Handler {
 }
 
 // ReadyHandler answers 200 when the handler can take requests: every store
-// that is a Pinger answered within two seconds, the engine is not stuck
+// that is a Pinger (the four, the IdempotencyStore and the RateLimiter)
+// answered within two seconds, the engine is not stuck
 // (every slot held by an Upscaler call that outlived its request), and
 // Drain has not been called. Otherwise it answers 503, with the state of
 // each store and of the engine (never an error message, which may name
@@ -48,8 +49,14 @@ func (h *Handler) ReadyHandler() http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
-		stores := map[string]any{"keys": h.cfg.Keys, "ledger": h.cfg.Ledger, "blobs": h.cfg.Blobs}
-		result := health{Status: "ready", Engine: "ok", Stores: map[string]string{"keys": "ok", "ledger": "ok", "blobs": "ok"}}
+		stores := map[string]any{"keys": h.cfg.Keys, "ledger": h.cfg.Ledger, "blobs": h.cfg.Blobs, "idempotency": h.cfg.Idempotency}
+		if h.cfg.RateLimiter != nil {
+			stores["rate_limiter"] = h.cfg.RateLimiter
+		}
+		result := health{Status: "ready", Engine: "ok", Stores: map[string]string{}}
+		for role := range stores {
+			result.Stores[role] = "ok"
+		}
 		if h.admission.stuck() {
 			result.Status, result.Engine = "unavailable", "stuck"
 		}

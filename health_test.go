@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/upscalekit/upscale"
 )
@@ -96,4 +97,39 @@ func TestReadinessThroughTheKeyCache(t *testing.T) {
 	if stores, _ := health["stores"].(map[string]any); status != http.StatusServiceUnavailable || stores["keys"] != "unreachable" {
 		t.Errorf("readiness with the key store down behind its cache: %d %v, want 503 naming keys", status, health)
 	}
+}
+
+// pingingIdempotency and pingingLimiter are the optional stores, as Pingers.
+type pingingIdempotency struct {
+	*upscale.MemoryIdempotencyStore
+	pingable
+}
+
+type pingingLimiter struct {
+	*upscale.MemoryRateLimiter
+	pingable
+}
+
+// TestReadinessPingsEveryStore: the IdempotencyStore and the RateLimiter
+// are pinged too, as the ReadyHandler promises; before, only the four
+// required stores were.
+func TestReadinessPingsEveryStore(t *testing.T) {
+	idem := &pingingIdempotency{MemoryIdempotencyStore: upscale.NewMemoryIdempotencyStore(nil)}
+	limiter := &pingingLimiter{MemoryRateLimiter: upscale.NewMemoryRateLimiter(10, 10, nil)}
+	e := newEnv(t, func(c *upscale.Config) { c.Idempotency, c.RateLimiter = idem, limiter })
+	for role, down := range map[string]*atomic.Bool{"idempotency": &idem.down, "rate_limiter": &limiter.down} {
+		down.Store(true)
+		status, health := getHealth(t, e.handler.ReadyHandler())
+		if stores, _ := health["stores"].(map[string]any); status != http.StatusServiceUnavailable || stores[role] != "unreachable" {
+			t.Errorf("readiness with the %s down: %d %v, want 503 naming it unreachable", role, status, health)
+		}
+		down.Store(false)
+	}
+}
+
+// zeroBurstLimiter refuses with a Burst of 0, as a host's own limiter may.
+type zeroBurstLimiter struct{}
+
+func (zeroBurstLimiter) Allow(context.Context, upscale.KeyDigest) (upscale.RateDecision, error) {
+	return upscale.RateDecision{Allowed: false, Window: time.Second, RetryAfter: time.Second}, nil
 }

@@ -34,3 +34,10 @@ func TestKeyRateLimit(t *testing.T) {
 	e.clock.Advance(time.Second)
 	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
 }
+
+// TestRateLimiterWithZeroBurst: a host's RateLimiter that refuses with
+// Burst 0 gets 429 rate_limited, not a division by zero (500).
+func TestRateLimiterWithZeroBurst(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.RateLimiter = zeroBurstLimiter{} })
+	checkProblem(t, e.post(keyFree, body(e.url("/small.png"))), http.StatusTooManyRequests, "rate_limited")
+}

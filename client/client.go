@@ -3,12 +3,13 @@
 //
 // Every Upscale call sends an Idempotency-Key of its own and reuses it
 // across its retries, so a retry after a lost answer is answered from the
-// first attempt and charged at most once. It retries transport errors,
-// 502, 503, 504 and 409 idempotency_in_flight, with full-jitter
-// exponential backoff, or after the server's Retry-After when it gives one
-// (capped, and never past the context's deadline). It never retries
-// anything else: a 429 quota_exhausted is an *Error that says when the free
-// pool refills.
+// first attempt and charged at most once. It retries what nothing was
+// charged for and another attempt may cure: transport errors, 500 (never
+// kept under an Idempotency-Key), 502, 503, 504, 409 idempotency_in_flight
+// and 429 rate_limited, with full-jitter exponential backoff, or after the
+// server's Retry-After when it gives one (capped, and never past the
+// context's deadline). It never retries anything else: a 429
+// quota_exhausted is an *Error that says when the free pool refills.
 package client
 
 import (
@@ -31,14 +32,17 @@ import (
 // BaseURL and Key. It is safe for concurrent use.
 type Client struct {
 	// BaseURL is where the API is served, such as "https://api.example.com";
-	// requests go to BaseURL + "/api/v1/upscale".
+	// requests go to BaseURL + Path.
 	BaseURL string
+	// Path is the API's path. Zero means "/api/v1/upscale", the handler's
+	// default (upscale.Config.Path).
+	Path string
 	// Key is the API key, sent as "Authorization: Bearer <Key>".
 	Key string
 	// HTTPClient sends the requests. Nil means http.DefaultClient.
 	HTTPClient *http.Client
 	// MaxAttempts bounds the attempts of one call, the first included.
-	// Zero means 4.
+	// Zero means 4; 1 or less means no retry.
 	MaxAttempts int
 	// MaxWait bounds one wait between attempts. A Retry-After longer than
 	// that is not waited for: the call returns the error at once. Zero
@@ -85,10 +89,12 @@ func (e *Error) Error() string {
 // retryable reports whether the same request may succeed later.
 func (e *Error) retryable() bool {
 	switch e.Status {
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true
 	case http.StatusConflict:
 		return e.Code == "idempotency_in_flight"
+	case http.StatusTooManyRequests:
+		return e.Code == "rate_limited"
 	}
 	return false
 }
@@ -107,10 +113,11 @@ func (c *Client) Upscale(ctx context.Context, req Request) (*Response, error) {
 		return nil, err
 	}
 	idempotencyKey := strconv.Quote(crand.Text())
-	attempts := cmp.Or(c.MaxAttempts, 4)
+	attempts := max(cmp.Or(c.MaxAttempts, 4), 1)
 	maxWait := cmp.Or(c.MaxWait, 30*time.Second)
+	url := strings.TrimSuffix(c.BaseURL, "/") + cmp.Or(c.Path, "/api/v1/upscale")
 	for attempt := 1; ; attempt++ {
-		resp, err := c.send(ctx, body, idempotencyKey)
+		resp, err := c.send(ctx, url, body, idempotencyKey)
 		if err == nil {
 			return resp, nil
 		}
@@ -141,8 +148,8 @@ func jitter(attempt int) time.Duration {
 	return rand.N(backoff) + time.Millisecond
 }
 
-func (c *Client) send(ctx context.Context, body []byte, idempotencyKey string) (*Response, error) {
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(c.BaseURL, "/")+"/api/v1/upscale", bytes.NewReader(body))
+func (c *Client) send(ctx context.Context, url string, body []byte, idempotencyKey string) (*Response, error) {
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

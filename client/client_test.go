@@ -195,3 +195,39 @@ func TestOtherProblemsAreNotRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestRetriesWhatWasNotCharged: a 429 rate_limited (nothing charged) and a
+// 500 (never kept under the key) are retried, after their Retry-After.
+func TestRetriesWhatWasNotCharged(t *testing.T) {
+	srv, n := scripted(t, problem(http.StatusTooManyRequests, "rate_limited", "1"), problem(http.StatusInternalServerError, "internal_error", ""), ok(false))
+	resp, err := (&client.Client{BaseURL: srv.URL, Key: key}).Upscale(context.Background(), client.Request{ImageURL: "https://x.test/a.png"})
+	if err != nil || resp.URL == "" || n.Load() != 3 {
+		t.Errorf("%+v, %v after %d attempts; want the answer on the third", resp, err, n.Load())
+	}
+}
+
+// TestNegativeMaxAttemptsMeansOne: a negative MaxAttempts makes one
+// attempt; it used to retry forever.
+func TestNegativeMaxAttemptsMeansOne(t *testing.T) {
+	srv, n := scripted(t, problem(http.StatusServiceUnavailable, "overloaded", "1"), ok(false))
+	_, err := (&client.Client{BaseURL: srv.URL, Key: key, MaxAttempts: -1}).Upscale(context.Background(), client.Request{ImageURL: "https://x.test/a.png"})
+	if err == nil || n.Load() != 1 {
+		t.Errorf("error %v after %d attempts, want the 503 after 1", err, n.Load())
+	}
+}
+
+// TestPath: the client calls the path the host mounted the API at.
+func TestPath(t *testing.T) {
+	var path atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path.Store(r.URL.Path)
+		ok(false)(w)
+	}))
+	defer srv.Close()
+	if _, err := (&client.Client{BaseURL: srv.URL + "/", Key: key, Path: "/v2/enlarge"}).Upscale(context.Background(), client.Request{ImageURL: "https://x.test/a.png"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := path.Load(); got != "/v2/enlarge" {
+		t.Errorf("path %v, want /v2/enlarge", got)
+	}
+}
