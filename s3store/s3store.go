@@ -81,10 +81,11 @@ type Store struct {
 
 	sweeper *periodic.Job
 	// closed ends the background deletions of failed Puts; cleaning counts
-	// them.
+	// them. mu orders a deletion's start before Close's wait: a WaitGroup
+	// may not gain a member while it is being waited for.
+	mu       sync.Mutex
 	closed   chan struct{}
 	cleaning sync.WaitGroup
-	close    sync.Once
 }
 
 var (
@@ -180,7 +181,13 @@ func (s *Store) Ping(ctx context.Context) error {
 // expiry); calling it again does nothing. Objects stay, and their links
 // keep working until they expire.
 func (s *Store) Close() error {
-	s.close.Do(func() { close(s.closed) })
+	s.mu.Lock()
+	select {
+	case <-s.closed:
+	default:
+		close(s.closed)
+	}
+	s.mu.Unlock()
 	s.sweeper.Stop()
 	s.cleaning.Wait()
 	return nil
@@ -248,6 +255,13 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 // (doubling to 30 s) until the server answers, the object expires (the
 // sweeper's turn) or the Store is closed.
 func (s *Store) cleanUp(objectKey string, expires time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.closed:
+		return // the sweeper or the lifecycle rule deletes it at its expiry
+	default:
+	}
 	s.cleaning.Go(func() {
 		// The first try waits too: right after a failure the server is
 		// most likely still out of reach.
