@@ -171,17 +171,34 @@ func canonicalHost(host string) string {
 	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
+// checkSourceURL holds a source URL, the request's imageUrl or a
+// redirect's target, to the rules that need no network: an absolute http
+// or https URL, no user name or password, and a host written the one way
+// every resolver reads alike (hostSyntaxProblem). A request's own URL that
+// breaks one is ErrInvalidImageURL; a redirect to one is
+// ErrSourceForbidden, since the caller's URL was fine.
+func checkSourceURL(u *url.URL, redirect bool) error {
+	problem := hostSyntaxProblem(u.Hostname())
+	switch {
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "":
+		problem = "is not an absolute http or https URL, such as https://example.com/photo.jpg"
+	case u.User != nil:
+		problem = "contains a user name or password"
+	}
+	switch {
+	case problem == "":
+		return nil
+	case redirect:
+		return Explain(ErrSourceForbidden, "The image URL redirects to a URL that %s; only such URLs are fetched.", problem)
+	}
+	return Explain(ErrInvalidImageURL, "imageUrl %s.", problem)
+}
+
 // checkURL applies the parts of the policy that need no network: scheme,
 // credentials, host syntax and port. It runs on imageUrl and on every
 // redirect target.
-func (f *fetcher) checkURL(u *url.URL) error {
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return Explain(ErrSourceForbidden, "The image URL redirects to a %q URL; only http and https are fetched.", u.Scheme)
-	}
-	if u.User != nil {
-		return Explain(ErrSourceForbidden, "The image URL redirects to a URL with a user name or password; those are not fetched.")
-	}
-	if err := checkHostSyntax(u.Hostname()); err != nil {
+func (f *fetcher) checkURL(u *url.URL, redirect bool) error {
+	if err := checkSourceURL(u, redirect); err != nil {
 		return err
 	}
 	if _, ok := f.allowedPort(u.Port()); u.Port() != "" && !ok {
@@ -207,7 +224,7 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) > MaxRedirects {
 		return Explain(ErrSourceUnreachable, "The image URL redirected more than %d times; link to the image itself.", MaxRedirects)
 	}
-	return f.checkURL(req.URL)
+	return f.checkURL(req.URL, true)
 }
 
 // fetch downloads u. It returns an error wrapping ErrImageTooLarge when the
@@ -227,7 +244,7 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 		}
 		return slices.Clone(data), nil // the engine may not write to it, but a copy makes sure
 	}
-	if err := f.checkURL(u); err != nil {
+	if err := f.checkURL(u, false); err != nil {
 		return nil, err
 	}
 	parent := ctx

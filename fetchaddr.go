@@ -1,6 +1,7 @@
 package upscale
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 )
@@ -151,31 +152,32 @@ func (p addressPolicy) allows(a netip.Addr) bool {
 	return false
 }
 
-// checkHostSyntax refuses host names that different resolvers read
-// differently, before any resolver sees them: the classic inet_aton forms of
+// hostSyntaxProblem says what is wrong with a host name that different
+// resolvers read differently, or "" when nothing is, before any resolver
+// sees it: the classic inet_aton forms of
 // IPv4 (127.1, 2130706433, 0x7f000001, 0177.0.0.1) that glibc's resolver
 // turns into addresses and Go's does not, and names that are not ASCII
 // (international names must be sent in their xn-- form, so that nothing is
 // normalised into a different host). The WHATWG URL rule decides what looks
 // numeric: a host whose last label is a number must be a dotted-quad IPv4
 // address.
-func checkHostSyntax(host string) error {
+func hostSyntaxProblem(host string) string {
 	for i := range len(host) {
 		if host[i] >= 0x80 {
-			return Explain(ErrInvalidImageURL, "The image URL's host is not ASCII; write international domain names in their xn-- (punycode) form.")
+			return "has a host that is not ASCII; write international domain names in their xn-- (punycode) form"
 		}
 	}
 	if strings.HasPrefix(host, "[") || strings.Contains(host, ":") {
-		return nil // IPv6 literal: netip decides
+		return "" // IPv6 literal: netip decides
 	}
 	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
 	if !looksNumeric(labels[len(labels)-1]) {
-		return nil
+		return ""
 	}
 	if a, err := netip.ParseAddr(strings.TrimSuffix(host, ".")); err == nil && a.Is4() {
-		return nil
+		return ""
 	}
-	return Explain(ErrInvalidImageURL, "The image URL's host %q looks like an IPv4 address in a non-standard form; write it as four decimal numbers, such as 203.0.113.7.", host)
+	return fmt.Sprintf("has a host, %q, that looks like an IPv4 address in a non-standard form; write it as four decimal numbers, such as 203.0.113.7", host)
 }
 
 // looksNumeric reports whether a host label is a number in the WHATWG sense:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -142,12 +143,15 @@ func TestCheckHostSyntax(t *testing.T) {
 		"bücher.example":        false,
 		"①②⑦.⓪.⓪.①":             false,
 	} {
-		err := checkHostSyntax(host)
+		err := checkSourceURL(&url.URL{Scheme: "http", Host: host}, false)
 		if ok && err != nil {
 			t.Errorf("%q refused: %v", host, err)
 		}
 		if !ok && !errors.Is(err, ErrInvalidImageURL) {
 			t.Errorf("%q: err = %v, want ErrInvalidImageURL", host, err)
+		}
+		if err := checkSourceURL(&url.URL{Scheme: "http", Host: host}, true); !ok && !errors.Is(err, ErrSourceForbidden) {
+			t.Errorf("a redirect to %q: err = %v, want ErrSourceForbidden", host, err)
 		}
 	}
 }

@@ -122,13 +122,10 @@ func parseImageURL(raw json.RawMessage) (*url.URL, error) {
 		return nil, Explain(ErrInvalidImageURL, "imageUrl is %d bytes long; at most %d are accepted.", len(s), MaxImageURLBytes)
 	}
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "" {
-		return nil, Explain(ErrInvalidImageURL, "imageUrl must be an absolute http or https URL, such as https://example.com/photo.jpg.")
+	if err != nil {
+		return nil, Explain(ErrInvalidImageURL, "imageUrl is not a URL; give an absolute http or https URL, such as https://example.com/photo.jpg.")
 	}
-	if u.User != nil {
-		return nil, Explain(ErrInvalidImageURL, "imageUrl must not contain a user name or password.")
-	}
-	if err := checkHostSyntax(u.Hostname()); err != nil {
+	if err := checkSourceURL(u, false); err != nil {
 		return nil, err
 	}
 	u.Fragment, u.RawFragment = "", "" // never sent to the server anyway
