@@ -2,9 +2,13 @@ package upscale_test
 
 import (
 	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dirstore"
 )
 
 // TestRootDependencies holds the root package to its shape: the domain,
@@ -32,6 +36,25 @@ func TestRootDependencies(t *testing.T) {
 		}
 		if cgoFiles != "0" {
 			t.Errorf("%s, which the root package imports, uses cgo", path)
+		}
+	}
+}
+
+// TestStoresHaveNoExportedFields: a store's state, the handler that serves
+// its links included, is reached through its methods only; an exported
+// field (an embedded http.Handler, as there once was) lets a caller swap
+// what serves the links.
+func TestStoresHaveNoExportedFields(t *testing.T) {
+	for _, typ := range []reflect.Type{
+		reflect.TypeFor[upscale.MemoryBlobStore](), reflect.TypeFor[dirstore.Store](),
+		reflect.TypeFor[upscale.MemoryLedger](), reflect.TypeFor[upscale.MemoryKeyStore](),
+		reflect.TypeFor[upscale.MemoryIdempotencyStore](), reflect.TypeFor[upscale.MemoryRateLimiter](),
+		reflect.TypeFor[upscale.CachedKeyStore](), reflect.TypeFor[upscale.Handler](),
+	} {
+		for f := range typ.Fields() {
+			if f.IsExported() {
+				t.Errorf("%s has the exported field %s", typ, f.Name)
+			}
 		}
 	}
 }

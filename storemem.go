@@ -38,7 +38,7 @@ type MemoryBlobStore struct {
 	signer *link.Signer
 	items  *cache.Cache
 	now    func() time.Time
-	http.Handler
+	links  http.Handler // serves the signed links; unexported so nobody can swap it
 
 	cleanup *periodic.Job
 }
@@ -69,7 +69,7 @@ func NewMemoryBlobStore(opts MemoryBlobStoreOptions) (*MemoryBlobStore, error) {
 		items: cache.New(cache.NoExpiration, 0),
 		now:   opts.Now,
 	}
-	s.Handler = signer.Handler(s.open)
+	s.links = signer.Handler(s.open)
 	s.cleanup = periodic.Start(opts.CleanupInterval, s.items.DeleteExpired)
 	return s, nil
 }
@@ -104,6 +104,10 @@ func (s *MemoryBlobStore) Delete(ctx context.Context, key string, _ time.Time) e
 
 // LinkPath implements LinkServer: the path of MemoryBlobStoreOptions.BaseURL.
 func (s *MemoryBlobStore) LinkPath() string { return s.signer.Path() }
+
+// ServeHTTP serves the links Put returned: the item while its link is
+// valid, 404 otherwise. It implements LinkServer.
+func (s *MemoryBlobStore) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.links.ServeHTTP(w, r) }
 
 // Len returns how many items the store holds, expired ones not yet freed
 // included.

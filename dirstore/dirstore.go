@@ -52,7 +52,7 @@ type Store struct {
 	signer *link.Signer
 	now    func() time.Time
 	logger *slog.Logger
-	http.Handler
+	links  http.Handler // serves the signed links; unexported so nobody can swap it
 
 	sweeper *periodic.Job
 }
@@ -98,7 +98,7 @@ func New(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: opts.Dir, signer: signer, now: opts.Now, logger: opts.Logger}
-	s.Handler = signer.Handler(s.open)
+	s.links = signer.Handler(s.open)
 	s.sweeper = periodic.Start(opts.SweepInterval, s.Sweep)
 	return s, nil
 }
@@ -126,6 +126,10 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 
 // LinkPath implements upscale.LinkServer: the path of Options.BaseURL.
 func (s *Store) LinkPath() string { return s.signer.Path() }
+
+// ServeHTTP serves the links Put returned: the item while its link is
+// valid, 404 otherwise. It implements upscale.LinkServer.
+func (s *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.links.ServeHTTP(w, r) }
 
 // Close stops the sweeper; calling it again does nothing. Files stay, and a
 // new store on the directory serves them.
