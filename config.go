@@ -216,14 +216,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Now = clock(cfg.Now)
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
 	if cfg.Idempotency == nil {
-		cfg.Idempotency = NewMemoryIdempotencyStore(cfg.Now)
+		cfg.Idempotency = NewMemoryIdempotencyStore(MemoryIdempotencyStoreOptions{Now: cfg.Now})
 	}
 	return cfg, nil
 }

@@ -48,7 +48,7 @@ func newMemoryBlobs(t *testing.T, opts upscale.MemoryBlobStoreOptions) *upscale.
 }
 
 func TestMemoryBlobStoreFreesExpiredItems(t *testing.T) {
-	s := newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{CleanupInterval: 10 * time.Millisecond})
+	s := newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{SweepInterval: 10 * time.Millisecond})
 	if _, err := s.Put(t.Context(), "gone.png", make([]byte, 1<<20), "image/png", time.Now().Add(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +66,6 @@ func TestMemoryBlobStoreFreesExpiredItems(t *testing.T) {
 
 func TestMemoryIdempotencyStore(t *testing.T) {
 	upscaletest.TestIdempotencyStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.IdempotencyStore {
-		return upscale.NewMemoryIdempotencyStore(clock.Now)
+		return upscale.NewMemoryIdempotencyStore(upscale.MemoryIdempotencyStoreOptions{Now: clock.Now})
 	})
 }

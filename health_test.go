@@ -114,8 +114,8 @@ type pingingLimiter struct {
 // are pinged too, as the ReadyHandler promises; before, only the four
 // required stores were.
 func TestReadinessPingsEveryStore(t *testing.T) {
-	idem := &pingingIdempotency{MemoryIdempotencyStore: upscale.NewMemoryIdempotencyStore(nil)}
-	limiter := &pingingLimiter{MemoryRateLimiter: upscale.NewMemoryRateLimiter(10, 10, nil)}
+	idem := &pingingIdempotency{MemoryIdempotencyStore: upscale.NewMemoryIdempotencyStore(upscale.MemoryIdempotencyStoreOptions{})}
+	limiter := &pingingLimiter{MemoryRateLimiter: upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 10, Burst: 10})}
 	e := newEnv(t, func(c *upscale.Config) { c.Idempotency, c.RateLimiter = idem, limiter })
 	for role, down := range map[string]*atomic.Bool{"idempotency": &idem.down, "rate_limiter": &limiter.down} {
 		down.Store(true)

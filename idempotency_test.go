@@ -158,7 +158,7 @@ func TestIdempotencyKeyHeader(t *testing.T) {
 // TestIdempotencyAcrossHandlers: two handlers sharing one store (as
 // replicas share sqlstore) see each other's keys.
 func TestIdempotencyAcrossHandlers(t *testing.T) {
-	store := upscale.NewMemoryIdempotencyStore(nil)
+	store := upscale.NewMemoryIdempotencyStore(upscale.MemoryIdempotencyStoreOptions{})
 	e := newEnv(t, func(c *upscale.Config) { c.Idempotency = store })
 	other, err := upscale.New(upscale.Config{
 		Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs,
@@ -205,7 +205,7 @@ func TestChargedOnceAcrossCrash(t *testing.T) {
 	upscaletest.TestChargedOnceAcrossCrash(t, func(t *testing.T, clock *upscaletest.Clock) upscaletest.ChargeStores {
 		return upscaletest.ChargeStores{
 			Ledger:      upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now}),
-			Idempotency: upscale.NewMemoryIdempotencyStore(clock.Now),
+			Idempotency: upscale.NewMemoryIdempotencyStore(upscale.MemoryIdempotencyStoreOptions{Now: clock.Now}),
 		}
 	})
 }

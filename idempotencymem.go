@@ -35,13 +35,15 @@ func (k *memoryIdempotent) kept() bool { return k.answer != nil && k.answer.Rese
 
 var _ IdempotencyStore = (*MemoryIdempotencyStore)(nil)
 
-// NewMemoryIdempotencyStore returns an empty MemoryIdempotencyStore on the
-// clock now; nil means time.Now.
-func NewMemoryIdempotencyStore(now func() time.Time) *MemoryIdempotencyStore {
-	if now == nil {
-		now = time.Now
-	}
-	return &MemoryIdempotencyStore{now: now, keys: make(map[memoryIdempotencyKey]*memoryIdempotent)}
+// MemoryIdempotencyStoreOptions configures a MemoryIdempotencyStore.
+type MemoryIdempotencyStoreOptions struct {
+	// Now is the clock that ends leases and TTLs. Nil means time.Now.
+	Now func() time.Time
+}
+
+// NewMemoryIdempotencyStore returns an empty MemoryIdempotencyStore.
+func NewMemoryIdempotencyStore(opts MemoryIdempotencyStoreOptions) *MemoryIdempotencyStore {
+	return &MemoryIdempotencyStore{now: clock(opts.Now), keys: make(map[memoryIdempotencyKey]*memoryIdempotent)}
 }
 
 // Claim implements IdempotencyStore.

@@ -138,7 +138,9 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	tiny.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "none left", MaxFileBytes: 1 << 20}})
 	record(send(tiny.handler, "POST", keyFree, "", body(tiny.url("/small.png"))), true)
 
-	limited := newEnv(t, func(c *upscale.Config) { c.RateLimiter = upscale.NewMemoryRateLimiter(1, 1, c.Now) })
+	limited := newEnv(t, func(c *upscale.Config) {
+		c.RateLimiter = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1, Burst: 1, Now: c.Now})
+	})
 	record(send(limited.handler, "POST", keyFree, "", body(limited.url("/small.png"))), true)
 	record(send(limited.handler, "POST", keyFree, "", body(limited.url("/small.png"))), true)
 

@@ -159,9 +159,7 @@ type LedgerOptions struct {
 // WithDefaults returns o with its zero fields set to their documented
 // defaults.
 func (o LedgerOptions) WithDefaults() LedgerOptions {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Now = clock(o.Now)
 	if o.ReservationTTL == 0 {
 		o.ReservationTTL = DefaultReservationTTL
 	}

@@ -13,7 +13,9 @@ import (
 // Retry-After of a second and the "burst" item at 0, and not charged;
 // another key is not affected; a second later the key may call again.
 func TestKeyRateLimit(t *testing.T) {
-	e := newEnv(t, func(c *upscale.Config) { c.RateLimiter = upscale.NewMemoryRateLimiter(1, 2, c.Now) })
+	e := newEnv(t, func(c *upscale.Config) {
+		c.RateLimiter = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1, Burst: 2, Now: c.Now})
+	})
 	for n := 1; n <= 2; n++ {
 		w := e.post(keyFree, body(e.url("/small.png")))
 		checkOK(t, w, upscale.PoolFree)

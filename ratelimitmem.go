@@ -25,13 +25,22 @@ type MemoryRateLimiter struct {
 
 var _ RateLimiter = (*MemoryRateLimiter)(nil)
 
-// NewMemoryRateLimiter allows each key perSecond requests a second on
-// average, and up to burst at once. now is the clock; nil means time.Now.
-func NewMemoryRateLimiter(perSecond float64, burst int, now func() time.Time) *MemoryRateLimiter {
-	if now == nil {
-		now = time.Now
-	}
-	return &MemoryRateLimiter{perSecond: rate.Limit(perSecond), burst: max(burst, 1), now: now, buckets: make(map[KeyDigest]*rate.Limiter)}
+// MemoryRateLimiterOptions configures a MemoryRateLimiter.
+type MemoryRateLimiterOptions struct {
+	// PerSecond is how many requests a second each key may send on
+	// average.
+	PerSecond float64
+	// Burst is how many requests each key may send at once. Zero (or less)
+	// means 1.
+	Burst int
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// NewMemoryRateLimiter returns a MemoryRateLimiter allowing each key what
+// opts says.
+func NewMemoryRateLimiter(opts MemoryRateLimiterOptions) *MemoryRateLimiter {
+	return &MemoryRateLimiter{perSecond: rate.Limit(opts.PerSecond), burst: max(opts.Burst, 1), now: clock(opts.Now), buckets: make(map[KeyDigest]*rate.Limiter)}
 }
 
 // Allow implements RateLimiter.

@@ -25,9 +25,10 @@ type MemoryBlobStoreOptions struct {
 	Secret []byte
 	// Now is the clock that decides link expiry. Zero means time.Now.
 	Now func() time.Time
-	// CleanupInterval is how often expired items are freed even if nobody
-	// asks for them. Zero means one minute.
-	CleanupInterval time.Duration
+	// SweepInterval is how often expired items are freed even if nobody
+	// asks for them. Zero means one minute; negative turns the sweeper off,
+	// and an expired item's memory is then freed only when it is asked for.
+	SweepInterval time.Duration
 }
 
 // MemoryBlobStore is a BlobStore held in process memory with per-item
@@ -52,11 +53,9 @@ var _ LinkServer = (*MemoryBlobStore)(nil)
 
 // NewMemoryBlobStore returns an empty MemoryBlobStore.
 func NewMemoryBlobStore(opts MemoryBlobStoreOptions) (*MemoryBlobStore, error) {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.CleanupInterval == 0 {
-		opts.CleanupInterval = time.Minute
+	opts.Now = clock(opts.Now)
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = time.Minute
 	}
 	signer, err := link.New(opts.BaseURL, opts.Secret, opts.Now)
 	if err != nil {
@@ -70,7 +69,7 @@ func NewMemoryBlobStore(opts MemoryBlobStoreOptions) (*MemoryBlobStore, error) {
 		now:   opts.Now,
 	}
 	s.links = signer.Handler(s.open)
-	s.cleanup = periodic.Start(opts.CleanupInterval, s.items.DeleteExpired)
+	s.cleanup = periodic.Start(opts.SweepInterval, s.items.DeleteExpired)
 	return s, nil
 }
 

@@ -37,7 +37,8 @@ type Options struct {
 	// Now is the clock that decides expiry. Nil means time.Now.
 	Now func() time.Time
 	// SweepInterval is how often expired files are deleted. Zero means one
-	// minute.
+	// minute; negative turns the sweeper off, for a directory that another
+	// process sweeps.
 	SweepInterval time.Duration
 	// Logger receives the sweeper's failures, such as a file it may not
 	// delete. Nil means slog.Default().
@@ -78,7 +79,7 @@ func New(opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.SweepInterval <= 0 {
+	if opts.SweepInterval == 0 {
 		opts.SweepInterval = time.Minute
 	}
 	if opts.Logger == nil {

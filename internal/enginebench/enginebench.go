@@ -186,7 +186,7 @@ func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
 	}
 	mux := http.NewServeMux()
 	server := httptest.NewServer(mux)
-	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: server.URL + "/results", CleanupInterval: time.Second})
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: server.URL + "/results", SweepInterval: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
