@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/upscalekit/upscale"
 )
 
 // The converted models, written by `make models` (cmd/ncnn2onnx) from the
@@ -25,16 +27,27 @@ type model struct {
 	// source names the original ncnn model (upscale.source).
 	source string
 
-	once    sync.Once
+	mu      sync.Mutex
 	session *ort.DynamicAdvancedSession
-	err     error
 }
 
 // open creates the model's session on first use; it is shared by every
-// image, since ONNX Runtime sessions run concurrently.
+// image, since ONNX Runtime sessions run concurrently. A failure is not
+// kept: it wraps upscale.ErrUpstream (502, retrying is safe), and the
+// next image tries again, so a transient one (memory, say) does not last
+// as long as the process.
 func (m *model) open(threads int) (*ort.DynamicAdvancedSession, error) {
-	m.once.Do(func() { m.session, m.err = m.load(threads) })
-	return m.session, m.err
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.session != nil {
+		return m.session, nil
+	}
+	session, err := m.load(threads)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", upscale.ErrUpstream, err)
+	}
+	m.session = session
+	return session, nil
 }
 
 func (m *model) load(threads int) (*ort.DynamicAdvancedSession, error) {
@@ -98,8 +111,13 @@ func (m *model) readGeometry(data []byte) error {
 }
 
 // close destroys the session, if one was made.
-func (m *model) close() {
-	if m.session != nil {
-		m.session.Destroy()
+func (m *model) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.session == nil {
+		return nil
 	}
+	err := m.session.Destroy()
+	m.session = nil
+	return err
 }

@@ -31,6 +31,7 @@ package onnx
 
 import (
 	"context"
+	"errors"
 	"runtime"
 
 	"github.com/upscalekit/upscale"
@@ -126,10 +127,12 @@ func New(opts Options) (*Engine, error) {
 
 // Close releases the networks' sessions. The Engine must not be used
 // afterwards.
-func (e *Engine) Close() {
+func (e *Engine) Close() error {
+	var errs []error
 	for _, m := range e.models {
-		m.close()
+		errs = append(errs, m.close())
 	}
+	return errors.Join(errs...)
 }
 
 func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {

@@ -27,7 +27,7 @@ func newEngine(t testing.TB, opts onnx.Options) *onnx.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
+	t.Cleanup(func() { e.Close() })
 	return e
 }
 
