@@ -126,7 +126,7 @@ func (a *admission) takeShare(who sharer) (leave func(), err error) {
 			holder = "account"
 		}
 		return nil, &retryAfterError{
-			err:   Explain(ErrRateLimited, "This %s already has %d requests in progress, the most one account may have at once; send this one again when one of them has finished. Nothing was charged.", holder, a.perAccount),
+			err:   Explain(ErrRateLimited, msgShareHeld, holder, a.perAccount),
 			after: max(a.imageTimeLocked(time.Now()), time.Second),
 		}
 	}
@@ -185,7 +185,7 @@ func (a *admission) perUnitLocked(now time.Time) float64 {
 func (a *admission) overloaded(ahead int) error {
 	wait := time.Duration(math.Ceil(float64(ahead)/float64(a.concurrency))) * a.imageTime()
 	return &retryAfterError{
-		err:   Explain(ErrOverloaded, "The service is working at capacity and did not start your request; nothing was charged. Try again in a few seconds."),
+		err:   Explain(ErrOverloaded, msgOverloaded),
 		after: max(min(wait, a.timeout), time.Second),
 	}
 }

@@ -76,7 +76,7 @@ func (b *breaker) record(err error) error {
 
 func unavailable(after time.Duration) error {
 	return &retryAfterError{
-		err:   Explain(ErrUnavailable, "A service this API depends on cannot be reached at the moment; your request was not started and nothing was charged. Try again in a few seconds."),
+		err:   Explain(ErrUnavailable, msgUnavailable),
 		after: after,
 	}
 }

@@ -50,7 +50,7 @@ func (g *grant) grow(ctx context.Context, n int64, retryAfter func() error) erro
 	held := g.bytes
 	g.mu.Unlock()
 	if held+n > g.b.total {
-		return Explain(ErrImageTooLarge, "Enlarging this image needs about %d MiB, more than this server ever gives one image (%d MiB); send a smaller image or a lower scale.", (held+n)>>20, g.b.total>>20)
+		return Explain(ErrImageTooLarge, msgNeedsMoreMemory, (held+n)>>20, g.b.total>>20)
 	}
 	// Free memory is taken whatever ctx says: a deadline that passes with
 	// memory free is not an overload, and the next step reports it as the

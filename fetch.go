@@ -143,7 +143,7 @@ func (f *fetcher) checkSocket(ctx context.Context, _, address string, _ syscall.
 	}
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return Explain(ErrSourceForbidden, "The image URL leads to an address that cannot be checked.")
+		return Explain(ErrSourceForbidden, msgAddressUncheckable)
 	}
 	return f.policy.check(ap.Addr())
 }
@@ -189,9 +189,9 @@ func checkSourceURL(u *url.URL, redirect bool) error {
 	case problem == "":
 		return nil
 	case redirect:
-		return Explain(ErrSourceForbidden, "The image URL redirects to a URL that %s; only such URLs are fetched.", problem)
+		return Explain(ErrSourceForbidden, msgRedirectRefused, problem)
 	}
-	return Explain(ErrInvalidImageURL, "imageUrl %s.", problem)
+	return Explain(ErrInvalidImageURL, msgImageURLRefused, problem)
 }
 
 // checkURL applies the parts of the policy that need no network: scheme,
@@ -217,12 +217,12 @@ func (f *fetcher) allowedPort(text string) (uint16, bool) {
 }
 
 func (f *fetcher) errPort(port string) error {
-	return Explain(ErrSourceForbidden, "The image URL uses port %s; only ports %v are fetched.", port, f.ports)
+	return Explain(ErrSourceForbidden, msgPortRefused, port, f.ports)
 }
 
 func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) > MaxRedirects {
-		return Explain(ErrSourceUnreachable, "The image URL redirected more than %d times; link to the image itself.", MaxRedirects)
+		return Explain(ErrSourceUnreachable, msgTooManyRedirects, MaxRedirects)
 	}
 	return f.checkURL(req.URL, true)
 }
@@ -234,7 +234,7 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 // (the host's deadline, or the caller gone), and ErrSourceUnreachable for
 // every other failure, its own timeout included.
 func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve func(ctx context.Context, n int64) error) ([]byte, error) {
-	tooLarge := Explain(ErrImageTooLarge, "The image is larger than %d bytes, the most your plan accepts.", maxBytes)
+	tooLarge := Explain(ErrImageTooLarge, msgLargerThanPlan, maxBytes)
 	if data, ok := f.builtin[u.String()]; ok {
 		if int64(len(data)) > maxBytes {
 			return nil, tooLarge
@@ -252,7 +252,7 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, Explain(ErrInvalidImageURL, "imageUrl could not be turned into a request; check its syntax.")
+		return nil, Explain(ErrInvalidImageURL, msgImageURLUnusable)
 	}
 	req.Header.Set("User-Agent", "upscale (+https://github.com/upscalekit/upscale)")
 	req.Header.Set("Accept", "image/jpeg, image/png, image/webp")
@@ -263,14 +263,14 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests:
-		return nil, Explain(ErrSourceUnavailable, "The image URL answered HTTP %d, a failure of its server's that may pass; try again later. Nothing was charged.", resp.StatusCode)
+		return nil, Explain(ErrSourceUnavailable, msgSourceFailing, resp.StatusCode)
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return nil, Explain(ErrSourceUnreachable, "The image URL answered HTTP %d; it must answer 200 with the image.", resp.StatusCode)
+		return nil, Explain(ErrSourceUnreachable, msgSourceStatus, resp.StatusCode)
 	}
 	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		// We ask for no encoding, so one sent anyway is a misbehaving or
 		// hostile server (a gzip bomb, say): its bytes are not an image.
-		return nil, Explain(ErrSourceUnreachable, "The image URL answered with Content-Encoding %q although no compression was asked for; serve the image file as it is.", enc)
+		return nil, Explain(ErrSourceUnreachable, msgSourceEncoded, enc)
 	}
 	if resp.ContentLength > maxBytes {
 		return nil, tooLarge // a declared size may refuse early, never accept
@@ -299,7 +299,7 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	case n > maxBytes:
 		return nil, tooLarge
 	case n > limit:
-		return nil, Explain(ErrSourceUnreachable, "The image URL sent more bytes than its Content-Length of %d.", limit)
+		return nil, Explain(ErrSourceUnreachable, msgSourceOverran, limit)
 	}
 	return buf.Bytes(), nil
 }
@@ -318,16 +318,16 @@ func (f *fetcher) classify(parent context.Context, err error) error {
 		return fmt.Errorf("download the source: %w", context.Cause(parent))
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: %w", Explain(ErrSourceUnreachable, "Downloading the image took longer than %v; host it somewhere faster.", f.timeout), err)
+		return fmt.Errorf("%w: %w", Explain(ErrSourceUnreachable, msgFetchTimeout, f.timeout), err)
 	}
 	if dnsErr, ok := errors.AsType[*net.DNSError](err); ok {
 		if dnsErr.IsNotFound {
-			return Explain(ErrSourceUnreachable, "The image URL's host name could not be resolved; check the URL.")
+			return Explain(ErrSourceUnreachable, msgUnknownHost)
 		}
-		return fmt.Errorf("%w: %v", Explain(ErrSourceUnavailable, "The image URL's host name could not be looked up just now; try again later. Nothing was charged."), err)
+		return fmt.Errorf("%w: %v", Explain(ErrSourceUnavailable, msgDNSFailing), err)
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: %v", Explain(ErrSourceUnavailable, "The image's server refused or broke off the download; try again later. Nothing was charged."), err)
+		return fmt.Errorf("%w: %v", Explain(ErrSourceUnavailable, msgSourceBrokeOff), err)
 	}
-	return fmt.Errorf("%w: %v", Explain(ErrSourceUnreachable, "The image could not be downloaded from its URL; check that it is publicly reachable."), err)
+	return fmt.Errorf("%w: %v", Explain(ErrSourceUnreachable, msgSourceUnreachable), err)
 }

@@ -99,7 +99,7 @@ type addressPolicy struct {
 // the address itself: a caller must not learn what internal names resolve to.
 func (p addressPolicy) check(a netip.Addr) error {
 	if what := p.refusal(a); what != "" {
-		return Explain(ErrSourceForbidden, "The image URL leads to %s; only public addresses are fetched.", what)
+		return Explain(ErrSourceForbidden, msgAddressRefused, what)
 	}
 	return nil
 }

@@ -271,7 +271,7 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (
 		who.burst = &d
 		if !d.Allowed {
 			return Response{}, nil, &retryAfterError{
-				err:   Explain(ErrRateLimited, "This API key may send %d requests at once and one more every %v; wait for the Retry-After. Nothing was charged.", d.Burst, d.Window/time.Duration(max(d.Burst, 1))),
+				err:   Explain(ErrRateLimited, msgKeyRate, d.Burst, d.Window/time.Duration(max(d.Burst, 1))),
 				after: d.RetryAfter,
 			}
 		}

@@ -118,16 +118,16 @@ func idempotencyKey(values []string) (key string, sent bool, err error) {
 		return "", false, nil
 	case 1:
 	default:
-		return "", true, Explain(ErrInvalidRequest, "Send one Idempotency-Key header, not %d.", len(values))
+		return "", true, Explain(ErrInvalidRequest, msgIdempotencyKeyRepeated, len(values))
 	}
 	key = strings.TrimSpace(values[0])
 	if unquoted, ok := strings.CutPrefix(key, `"`); ok {
 		if key, ok = strings.CutSuffix(unquoted, `"`); !ok || strings.ContainsAny(key, `"\`) {
-			return "", true, Explain(ErrInvalidRequest, "The Idempotency-Key header is a quoted string without quotes or backslashes inside, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\".")
+			return "", true, Explain(ErrInvalidRequest, msgIdempotencyKeyQuoted)
 		}
 	}
 	if key == "" || len(key) > MaxIdempotencyKeyBytes || strings.IndexFunc(key, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
-		return "", true, Explain(ErrInvalidRequest, "The Idempotency-Key must be 1 to %d printable ASCII characters, such as a UUID.", MaxIdempotencyKeyBytes)
+		return "", true, Explain(ErrInvalidRequest, msgIdempotencyKeyShape, MaxIdempotencyKeyBytes)
 	}
 	return key, true, nil
 }
@@ -165,7 +165,7 @@ func (h *Handler) runOnce(ctx context.Context, accountID, key string, req reques
 	}
 	switch {
 	case errors.Is(err, ErrIdempotencyKeyReused):
-		return Response{}, nil, Explain(ErrIdempotencyKeyReused, "This Idempotency-Key was used for a different request in the last %v; send a new request with a new key.", h.cfg.IdempotencyTTL)
+		return Response{}, nil, Explain(ErrIdempotencyKeyReused, msgIdempotencyKeyReused, h.cfg.IdempotencyTTL)
 	case err != nil:
 		return Response{}, nil, err
 	case kept != nil && kept.Reservation != "":
@@ -180,7 +180,7 @@ func (h *Handler) runOnce(ctx context.Context, accountID, key string, req reques
 // latest: by then it has answered, or its claim can be taken over.
 func (h *Handler) stillRunning(leaseEnds time.Time) error {
 	return &retryAfterError{
-		err:   Explain(ErrIdempotencyInFlight, "A request with this Idempotency-Key is still running; send it again after the Retry-After to get its answer."),
+		err:   ErrIdempotencyInFlight, // the table's sentence says it all
 		after: max(leaseEnds.Sub(h.cfg.Now()), time.Second),
 	}
 }
@@ -189,7 +189,7 @@ func (h *Handler) stillRunning(leaseEnds time.Time) error {
 // link has expired.
 func (h *Handler) replay(kept IdempotentAnswer) (Response, *IdempotentAnswer, error) {
 	if kept.Status == http.StatusOK && !h.cfg.Now().Before(kept.LinkExpires) {
-		return Response{}, nil, Explain(ErrResultExpired, "This request was carried out and charged already, and its result's link expired at %s; send it with a new Idempotency-Key to enlarge the image again.", kept.LinkExpires.UTC().Format(time.RFC3339))
+		return Response{}, nil, Explain(ErrResultExpired, msgResultExpired, kept.LinkExpires.UTC().Format(time.RFC3339))
 	}
 	return Response{}, &kept, nil
 }

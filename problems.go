@@ -163,3 +163,65 @@ func (w Wording) withDefaults() Wording {
 func (w Wording) replacer() *strings.Replacer {
 	return strings.NewReplacer("{dashboard}", w.Dashboard, "{upgrade}", w.Upgrade, "{paid}", w.Paid)
 }
+
+// The sentences callers read as a problem's detail, beside the table's
+// defaults above: each is a format for Explain with the sentinel named in
+// its group. {dashboard}, {upgrade} and {paid} are filled with the
+// host's Wording.
+const (
+	// ErrInvalidRequest
+	msgIdempotencyKeyRepeated = "Send one Idempotency-Key header, not %d."
+	msgIdempotencyKeyQuoted   = "The Idempotency-Key header is a quoted string without quotes or backslashes inside, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."
+	msgIdempotencyKeyShape    = "The Idempotency-Key must be 1 to %d printable ASCII characters, such as a UUID."
+	msgBodyTooLarge           = "The request body is larger than %d bytes; send a JSON object with imageUrl, scale, imageType and denoise."
+	msgBodyUnreadable         = "The request body could not be read; send it again."
+	msgBodyNotUTF8            = "The request body is not valid UTF-8."
+	msgBodyShape              = "The request body must be one JSON object, such as {\"imageUrl\": \"https://example.com/a.png\", \"scale\": 2}."
+	msgUnknownField           = "Unknown field %q; the fields are imageUrl, scale, imageType and denoise (names are case-sensitive)."
+	msgDuplicateField         = "The field %q appears twice; give each field once."
+	msgTrailingData           = "The request body has data after the JSON object; send exactly one object."
+	msgScaleUnreadable        = "scale %s is not a number this service can read; use %s."
+	// sentinel
+	msgNotOneOf = "%s must be one of %s (case-sensitive)."
+	// ErrInvalidImageURL
+	msgImageURLRefused    = "imageUrl %s."
+	msgImageURLUnusable   = "imageUrl could not be turned into a request; check its syntax."
+	msgImageURLMissing    = "imageUrl is required: give the http or https URL of a JPEG, PNG or WebP image as a string."
+	msgImageURLTooLong    = "imageUrl is %d bytes long; at most %d are accepted."
+	msgImageURLUnparsable = "imageUrl is not a URL; give an absolute http or https URL, such as https://example.com/photo.jpg."
+	// ErrInvalidScale
+	msgScaleNotNumber = "scale must be the number %s (not a string)."
+	// ErrSourceForbidden
+	msgAddressUncheckable = "The image URL leads to an address that cannot be checked."
+	msgRedirectRefused    = "The image URL redirects to a URL that %s; only such URLs are fetched."
+	msgPortRefused        = "The image URL uses port %s; only ports %v are fetched."
+	msgAddressRefused     = "The image URL leads to %s; only public addresses are fetched."
+	// ErrSourceUnreachable
+	msgTooManyRedirects  = "The image URL redirected more than %d times; link to the image itself."
+	msgSourceStatus      = "The image URL answered HTTP %d; it must answer 200 with the image."
+	msgSourceEncoded     = "The image URL answered with Content-Encoding %q although no compression was asked for; serve the image file as it is."
+	msgSourceOverran     = "The image URL sent more bytes than its Content-Length of %d."
+	msgFetchTimeout      = "Downloading the image took longer than %v; host it somewhere faster."
+	msgUnknownHost       = "The image URL's host name could not be resolved; check the URL."
+	msgSourceUnreachable = "The image could not be downloaded from its URL; check that it is publicly reachable."
+	// ErrSourceUnavailable
+	msgSourceFailing  = "The image URL answered HTTP %d, a failure of its server's that may pass; try again later. Nothing was charged."
+	msgDNSFailing     = "The image URL's host name could not be looked up just now; try again later. Nothing was charged."
+	msgSourceBrokeOff = "The image's server refused or broke off the download; try again later. Nothing was charged."
+	// ErrImageTooLarge
+	msgNeedsMoreMemory = "Enlarging this image needs about %d MiB, more than this server ever gives one image (%d MiB); send a smaller image or a lower scale."
+	msgLargerThanPlan  = "The image is larger than %d bytes, the most your plan accepts."
+	// ErrQuotaExhausted
+	msgFreePoolRefills = "This account has no images left this month. The free pool refills with %d images at %s, in %s; {upgrade} to go on before then."
+	// ErrRateLimited
+	msgShareHeld = "This %s already has %d requests in progress, the most one account may have at once; send this one again when one of them has finished. Nothing was charged."
+	msgKeyRate   = "This API key may send %d requests at once and one more every %v; wait for the Retry-After. Nothing was charged."
+	// ErrIdempotencyKeyReused
+	msgIdempotencyKeyReused = "This Idempotency-Key was used for a different request in the last %v; send a new request with a new key."
+	// ErrResultExpired
+	msgResultExpired = "This request was carried out and charged already, and its result's link expired at %s; send it with a new Idempotency-Key to enlarge the image again."
+	// ErrOverloaded
+	msgOverloaded = "The service is working at capacity and did not start your request; nothing was charged. Try again in a few seconds."
+	// ErrUnavailable
+	msgUnavailable = "A service this API depends on cannot be reached at the moment; your request was not started and nothing was charged. Try again in a few seconds."
+)

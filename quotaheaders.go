@@ -111,7 +111,7 @@ func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err erro
 	b, balanceErr := h.balance(ctx, accountID)
 	if balanceErr != nil || b.Plan.MonthlyImages == 0 {
 		return &exhaustedError{
-			error:   errors.Join(Explain(ErrQuotaExhausted, "This account has no images left; {upgrade}."), err),
+			error:   err, // the table's sentence says it all
 			balance: b, known: balanceErr == nil,
 		}
 	}
@@ -119,7 +119,7 @@ func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err erro
 	_, next := monthBounds(now)
 	return &exhaustedError{
 		error: &retryAfterError{
-			err: errors.Join(Explain(ErrQuotaExhausted, "This account has no images left this month. The free pool refills with %d images at %s, in %s; {upgrade} to go on before then.",
+			err: errors.Join(Explain(ErrQuotaExhausted, msgFreePoolRefills,
 				b.Plan.MonthlyImages, next.Format(time.RFC3339), next.Sub(now).Round(time.Minute)), err),
 			after: next.Sub(now),
 		},

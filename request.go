@@ -37,13 +37,13 @@ var (
 func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
-		return request{}, Explain(ErrInvalidRequest, "The request body is larger than %d bytes; send a JSON object with imageUrl, scale, imageType and denoise.", MaxRequestBytes)
+		return request{}, Explain(ErrInvalidRequest, msgBodyTooLarge, MaxRequestBytes)
 	}
 	if err != nil {
-		return request{}, Explain(ErrInvalidRequest, "The request body could not be read; send it again.")
+		return request{}, Explain(ErrInvalidRequest, msgBodyUnreadable)
 	}
 	if !utf8.Valid(body) {
-		return request{}, Explain(ErrInvalidRequest, "The request body is not valid UTF-8.")
+		return request{}, Explain(ErrInvalidRequest, msgBodyNotUTF8)
 	}
 	fields, err := objectFields(body)
 	if err != nil {
@@ -74,7 +74,7 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
 // objectFields splits a JSON object into its known fields, refusing anything
 // else. Fields whose value is null are left out.
 func objectFields(body []byte) (map[string]json.RawMessage, error) {
-	errShape := Explain(ErrInvalidRequest, "The request body must be one JSON object, such as {\"imageUrl\": \"https://example.com/a.png\", \"scale\": 2}.")
+	errShape := Explain(ErrInvalidRequest, msgBodyShape)
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, errShape
@@ -90,10 +90,10 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 		switch name {
 		case "imageUrl", "scale", "imageType", "denoise":
 		default:
-			return nil, Explain(ErrInvalidRequest, "Unknown field %q; the fields are imageUrl, scale, imageType and denoise (names are case-sensitive).", name)
+			return nil, Explain(ErrInvalidRequest, msgUnknownField, name)
 		}
 		if seen[name] {
-			return nil, Explain(ErrInvalidRequest, "The field %q appears twice; give each field once.", name)
+			return nil, Explain(ErrInvalidRequest, msgDuplicateField, name)
 		}
 		seen[name] = true
 		var raw json.RawMessage
@@ -108,7 +108,7 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 		return nil, errShape
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, Explain(ErrInvalidRequest, "The request body has data after the JSON object; send exactly one object.")
+		return nil, Explain(ErrInvalidRequest, msgTrailingData)
 	}
 	return fields, nil
 }
@@ -116,14 +116,14 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 func parseImageURL(raw json.RawMessage) (*url.URL, error) {
 	var s string
 	if raw == nil || json.Unmarshal(raw, &s) != nil || s == "" {
-		return nil, Explain(ErrInvalidImageURL, "imageUrl is required: give the http or https URL of a JPEG, PNG or WebP image as a string.")
+		return nil, Explain(ErrInvalidImageURL, msgImageURLMissing)
 	}
 	if len(s) > MaxImageURLBytes {
-		return nil, Explain(ErrInvalidImageURL, "imageUrl is %d bytes long; at most %d are accepted.", len(s), MaxImageURLBytes)
+		return nil, Explain(ErrInvalidImageURL, msgImageURLTooLong, len(s), MaxImageURLBytes)
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, Explain(ErrInvalidImageURL, "imageUrl is not a URL; give an absolute http or https URL, such as https://example.com/photo.jpg.")
+		return nil, Explain(ErrInvalidImageURL, msgImageURLUnparsable)
 	}
 	if err := checkSourceURL(u, false); err != nil {
 		return nil, err
@@ -133,13 +133,13 @@ func parseImageURL(raw json.RawMessage) (*url.URL, error) {
 }
 
 func parseScale(raw json.RawMessage) (int, error) {
-	errScale := Explain(ErrInvalidScale, "scale must be the number %s (not a string).", scaleList(false))
+	errScale := Explain(ErrInvalidScale, msgScaleNotNumber, scaleList(false))
 	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
 		return 0, errScale
 	}
 	f, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil {
-		return 0, Explain(ErrInvalidRequest, "scale %s is not a number this service can read; use %s.", raw, scaleList(false))
+		return 0, Explain(ErrInvalidRequest, msgScaleUnreadable, raw, scaleList(false))
 	}
 	s := int(f)
 	if float64(s) != f || !slices.Contains(scales[:], s) {
@@ -153,7 +153,7 @@ func parseEnum[T ~string](raw json.RawMessage, allowed []T, sentinel error, fiel
 	if json.Unmarshal(raw, &s) == nil && slices.Contains(allowed, T(s)) {
 		return T(s), nil
 	}
-	return "", Explain(sentinel, "%s must be one of %s (case-sensitive).", field, quotedList(allowed))
+	return "", Explain(sentinel, msgNotOneOf, field, quotedList(allowed))
 }
 
 func quotedList[T ~string](values []T) string {
