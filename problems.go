@@ -181,7 +181,7 @@ const (
 	msgDuplicateField         = "The field %q appears twice; give each field once."
 	msgTrailingData           = "The request body has data after the JSON object; send exactly one object."
 	msgScaleUnreadable        = "scale %s is not a number this service can read; use %s."
-	// sentinel
+	// ErrInvalidImageType, ErrInvalidDenoise
 	msgNotOneOf = "%s must be one of %s (case-sensitive)."
 	// ErrInvalidImageURL
 	msgImageURLRefused    = "imageUrl %s."
