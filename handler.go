@@ -301,7 +301,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	// Reserving before fetching means an exhausted account costs us no
 	// download; a file that turns out to need paid capability is re-checked
 	// below.
-	hold, err := h.reserve(ctx, accountID, ScaleNeedsPaidPlan(req.Scale))
+	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, 0))
 	if err != nil {
 		return Response{}, err
 	}
@@ -324,7 +324,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 		return Response{}, err
 	}
 	memory.shrinkTo(int64(cap(src)))
-	if needsPaid := int64(len(src)) > h.cfg.FreeTierMaxFileBytes; !hold.Covers(needsPaid) {
+	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
 		paid, err := h.reserve(ctx, accountID, true)
 		if err != nil {
 			return Response{}, err

@@ -229,6 +229,14 @@ func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Co
 	}
 }
 
+// needsPaid is the one paid rule: a request needs paid capability (a
+// paid plan or credits, see Reservation.Covers) for a scale from 8 up, or
+// for a source file larger than Config.FreeTierMaxFileBytes. sourceBytes
+// is 0 until the source has been fetched.
+func (h *Handler) needsPaid(scale int, sourceBytes int64) bool {
+	return ScaleNeedsPaidPlan(scale) || sourceBytes > h.cfg.FreeTierMaxFileBytes
+}
+
 // ScaleNeedsPaidPlan reports whether enlarging by scale needs a paid plan
 // or credits: 8 and 16 do.
 func ScaleNeedsPaidPlan(scale int) bool { return scale >= paidScale }
