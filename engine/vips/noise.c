@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <vips/vips.h>
 
+#include "cancel.h"
 #include "noise.h"
 
 enum { BLOCK = 8 };
@@ -12,7 +13,7 @@ static int by_value(const void *a, const void *b) {
 	return (x > y) - (x < y);
 }
 
-int block_noise(VipsImage *in, int alpha, double max, double *sigma) {
+int block_noise(VipsImage *in, int alpha, double max, const gint *cancelled, double *sigma) {
 	const int w = in->Xsize, h = in->Ysize, bands = in->Bands;
 	const float to_grey = (float) (255.0 / max), opaque = (float) max;
 	*sigma = 0;
@@ -31,9 +32,11 @@ int block_noise(VipsImage *in, int alpha, double max, double *sigma) {
 		vips_error("upscale", "out of memory for the noise estimate");
 		goto done;
 	}
+	// No sink drives this loop, so no eval signal stops it (pipeline.c's
+	// watch): it looks at the flag itself, once a row of blocks.
 	for (int top = 1; top + BLOCK < h; top += BLOCK) {
 		VipsRect rows = {0, top - 1, w, BLOCK + 2};
-		if (vips_region_prepare(region, &rows))
+		if (is_cancelled(cancelled) || vips_region_prepare(region, &rows))
 			goto done;
 		for (int y = 0; y < BLOCK + 2; y++) {
 			const float *p = (const float *) VIPS_REGION_ADDR(region, 0, top - 1 + y);

@@ -11,7 +11,7 @@
 // texture and edges raise only the blocks they are in. Blocks with any
 // pixel not fully opaque are left out. *sigma is 0 for an image without a
 // whole opaque block. It returns 0, or -1 with the reason in
-// vips_error_buffer().
-int block_noise(VipsImage *in, int alpha, double max, double *sigma);
+// vips_error_buffer(), as it does soon after *cancelled is set (cancel.h).
+int block_noise(VipsImage *in, int alpha, double max, const gint *cancelled, double *sigma);
 
 #endif

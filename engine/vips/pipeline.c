@@ -7,11 +7,13 @@
 #include <string.h>
 #include <vips/vips.h>
 
+#include "cancel.h"
 #include "denoise.h"
 #include "liblog.h"
 #include "noise.h"
 #include "pipeline.h"
 #include "upsample.h"
+#include "webp.h"
 
 void configure_libvips(void) {
 	route_libvips_log();
@@ -43,7 +45,10 @@ int decode_strictly(const void *buf, size_t len) {
 // stop_if_cancelled runs after each strip or tile that a computation
 // reports; once *cancelled is set it kills the image being computed, which
 // libvips checks next, so the work stops within a strip instead of running
-// to the end for a caller who has gone.
+// to the end for a caller who has gone. Work that takes long within one
+// strip or tile, or that no libvips sink drives, checks the flag itself:
+// denoise_tile, block_noise (noise.c), the encoders' output (save) and
+// libwebp's progress (webp.c).
 static void stop_if_cancelled(VipsImage *root, VipsProgress *progress, gint *cancelled) {
 	if (g_atomic_int_get(cancelled))
 		vips_image_set_kill(progress->im, TRUE);
@@ -127,13 +132,18 @@ typedef struct {
 	double sigma[3];
 	int colour;
 	int block_x, block_y; // as in enlarge_params
+	const gint *cancelled;
 } denoise_job;
 
 // denoise_tile makes one tile of the denoised image from the tile and the
-// 8 pixels around it, which the blocks covering its edge pixels reach.
+// 8 pixels around it, which the blocks covering its edge pixels reach. One
+// strip of the result can need a row of such tiles, milliseconds each, so
+// each looks at the cancel flag before it starts.
 static int denoise_tile(VipsRegion *out, void *seq, void *a, void *b, gboolean *stop) {
 	VipsRegion *in = (VipsRegion *) seq;
 	const denoise_job *job = (const denoise_job *) b;
+	if (is_cancelled(job->cancelled))
+		return -1;
 	const VipsRect *r = &out->valid;
 	VipsRect image = {0, 0, in->im->Xsize, in->im->Ysize};
 	VipsRect need = {r->left - 8, r->top - 8, r->width + 16, r->height + 16};
@@ -180,7 +190,8 @@ static int denoise(VipsObject *ctx, VipsImage *in, VipsImage **out, denoise_job 
 // an 8-bit source without alpha, the rounding to 8 bits run in one pass
 // at the result's size (upsample.c), with the bicubic interpolator; other
 // interpolators (the benchmarks' references) go through vips_affine.
-static int enlarge(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const enlarge_params *p, VipsImage **out) {
+static int enlarge(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const enlarge_params *p, const gint *cancelled,
+	VipsImage **out) {
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 8);
 	VipsImage *x = in, *source;
 	int i = 0;
@@ -192,6 +203,7 @@ static int enlarge(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const 
 		job->colour = x->Bands - vips_image_hasalpha(x) >= 3 ? 3 : 1;
 		job->block_x = p->block_x;
 		job->block_y = p->block_y;
+		job->cancelled = cancelled;
 		if (noise_sigmas(ctx, x, job->colour, unit_of(format), job->sigma))
 			return -1;
 		STEP(denoise(ctx, x, &t[i], job));
@@ -248,10 +260,28 @@ static void keep_only_profile(VipsImage *image) {
 	g_strfreev(fields);
 }
 
+// output collects what an encoder writes, in memory, until *cancelled is
+// set; from then on every write fails, which stops the encoder within a
+// few KB of output. libvips looks at its kill flag only between the strips
+// it hands the encoder, and compressing one (128 rows) of a large result
+// takes a tenth of a second or more.
+typedef struct {
+	GString *bytes;
+	const gint *cancelled;
+} output;
+
+static gint64 write_output(VipsTargetCustom *target, const void *data, gint64 length, output *o) {
+	if (is_cancelled(o->cancelled))
+		return -1;
+	g_string_append_len(o->bytes, data, length);
+	return length;
+}
+
 // save turns a working image back into format (undoing the
 // premultiplication, rounding, clipping to the format's range), keeps only
 // its colour profile and encodes it as s says.
-static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const save_params *s, void **out, size_t *outlen) {
+static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const save_params *s, gint *cancelled,
+	void **out, size_t *outlen) {
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 4);
 	VipsImage *x = in;
 	int i = 0;
@@ -261,16 +291,30 @@ static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const sav
 	STEP(vips_cast(x, &t[i], format, NULL)); // clips to the format's range
 	STEP(vips_copy(x, &t[i], NULL));
 	keep_only_profile(x);
+	if (s->saver == SAVE_WEBP)
+		return webp_save(x, s->quality, s->effort, cancelled, out, outlen);
+	output o = {g_string_new(NULL), cancelled};
+	VipsTargetCustom *target = vips_target_custom_new();
+	g_signal_connect(target, "write", G_CALLBACK(write_output), &o);
+	int status = -1;
 	switch (s->saver) {
 	case SAVE_JPEG:
-		return vips_jpegsave_buffer(x, out, outlen, "Q", s->quality, "subsample_mode", s->subsample, NULL);
+		status = vips_jpegsave_target(x, VIPS_TARGET(target), "Q", s->quality, "subsample_mode", s->subsample, NULL);
+		break;
 	case SAVE_PNG:
-		return vips_pngsave_buffer(x, out, outlen, "compression", s->compression, NULL);
-	case SAVE_WEBP:
-		return vips_webpsave_buffer(x, out, outlen, "Q", s->quality, "effort", s->effort, NULL);
+		status = vips_pngsave_target(x, VIPS_TARGET(target), "compression", s->compression, NULL);
+		break;
+	default:
+		vips_error("upscale", "unknown saver %d", s->saver);
 	}
-	vips_error("upscale", "unknown saver %d", s->saver);
-	return -1;
+	g_object_unref(target);
+	if (status) {
+		g_string_free(o.bytes, TRUE);
+		return -1;
+	}
+	*outlen = o.bytes->len;
+	*out = g_string_free(o.bytes, FALSE);
+	return 0;
 }
 
 int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p, const save_params *s,
@@ -294,14 +338,14 @@ int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p
 	x = t[i++];
 	if (p->denoise.step > 0 && p->clean_below > 0) {
 		double sigma;
-		if (block_noise(x, vips_image_hasalpha(x), unit_of(format) * 255, &sigma))
+		if (block_noise(x, vips_image_hasalpha(x), unit_of(format) * 255, cancelled, &sigma))
 			goto done;
 		if (sigma < p->clean_below)
 			params.denoise.step = 0; // nothing to remove: the filter would only cost detail
 	}
-	if (enlarge(ctx, x, format, &params, &x))
+	if (enlarge(ctx, x, format, &params, cancelled, &x))
 		goto done;
-	status = save(ctx, x, format, s, out, outlen);
+	status = save(ctx, x, format, s, cancelled, out, outlen);
 done:
 	g_object_unref(ctx);
 	return status;
@@ -364,7 +408,7 @@ int measure_noise(const pixels *in, double *sigma) {
 	VipsImage *x;
 	int status = -1;
 	if (!wrap_pixels(ctx, in, &x))
-		status = block_noise(x, in->alpha, unit_of(in->format) * 255, sigma);
+		status = block_noise(x, in->alpha, unit_of(in->format) * 255, NULL, sigma);
 	g_object_unref(ctx);
 	return status;
 }
@@ -377,9 +421,9 @@ int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *
 	if (wrap_pixels(ctx, in, &x))
 		goto done;
 	watch(x, cancelled);
-	if (enlarge(ctx, x, in->format, p, &x))
+	if (enlarge(ctx, x, in->format, p, cancelled, &x))
 		goto done;
-	status = save(ctx, x, in->format, s, out, outlen);
+	status = save(ctx, x, in->format, s, cancelled, out, outlen);
 done:
 	g_object_unref(ctx);
 	return status;

@@ -53,9 +53,10 @@ type Options struct {
 }
 
 // Engine enlarges JPEG, PNG and WebP images with libvips. It is safe for
-// concurrent use. When an image's context is done, libvips stops working on
-// it within a strip and Upscale returns ctx.Err(), so a caller who has gone
-// or a deadline that has passed frees the slot at once.
+// concurrent use. When an image's context is done, the work on it stops
+// within milliseconds (libwebp, encoding a WebP result, at its next percent
+// of progress) and Upscale returns ctx.Err(), so a caller who has gone or a
+// deadline that has passed frees the slot at once.
 type Engine struct {
 	opts  Options
 	slots chan struct{}
