@@ -57,11 +57,11 @@ type options struct {
 	linkTTL, engineTimeout      time.Duration
 	allowPrivateSources         bool
 	storage
-	s3Endpoint, s3Bucket, s3Region string
-	engine, onnxRuntimeLib         string
-	queueLength, maxConnections    int
-	memoryBudget                   int64
-	drainDelay, keyCacheTTL        time.Duration
+	s3Endpoint, s3Bucket, s3Region            string
+	engine, onnxRuntimeLib                    string
+	queueLength, accountShare, maxConnections int
+	memoryBudget                              int64
+	drainDelay, keyCacheTTL                   time.Duration
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -104,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "URL of an S3-compatible server, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&o.s3Region, "s3-region", "", "region of the S3 bucket (default: AWS_REGION, or us-east-1 with -s3-endpoint)")
 	fs.StringVar(&o.engine, "engine", "vips", "upscaling engine: vips (libvips, classical, fast) or onnx (waifu2x networks on ONNX Runtime, sharper, slower)")
+	fs.IntVar(&o.accountShare, "account-share", 0, "places one account's requests may hold at once; more get 429 rate_limited (default half of the engine's concurrency plus the queue length)")
 	fs.IntVar(&o.queueLength, "queue-length", 0, "requests admitted beyond those in the engine (fetching or waiting for it); more are refused at once with 503 overloaded (default 4 × the engine's concurrency)")
 	fs.Int64Var(&o.memoryBudget, "memory-budget", 1<<30, "bytes of memory requests may hold at once (sources, and the engine's estimated working memory); more wait or get 503 overloaded")
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
@@ -240,7 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
-		Capacity:             upscale.Capacity{QueueLength: o.queueLength, MemoryBudget: o.memoryBudget},
+		Capacity:             upscale.Capacity{QueueLength: o.queueLength, AccountShare: o.accountShare, MemoryBudget: o.memoryBudget},
 		Fetch:                upscale.FetchPolicy{BuiltinSources: builtin, AllowPrivateNetworks: o.allowPrivateSources},
 		Metrics:              metrics,
 		Logger:               logger,
