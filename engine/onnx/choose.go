@@ -2,7 +2,7 @@ package onnx
 
 import (
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/engine/internal/libvips"
 )
 
 // networks maps each denoise level to the embedded network that enlarges
@@ -30,7 +30,7 @@ var networks = map[upscale.Denoise]string{
 // texture, so art takes a level up to three steps stronger than a photo
 // (a JPEG at quality 85: photo low 34.44 dB, high 33.93; art high 36.87,
 // low 35.73).
-func fitLevel(px *vips.Pixels, imageType upscale.ImageType, requested upscale.Denoise) (upscale.Denoise, error) {
+func fitLevel(px *libvips.Pixels, imageType upscale.ImageType, requested upscale.Denoise) (upscale.Denoise, error) {
 	noise, err := px.Noise()
 	if err != nil {
 		return "", err

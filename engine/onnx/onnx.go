@@ -35,6 +35,7 @@ import (
 	"runtime"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/vips"
 )
 
@@ -80,7 +81,7 @@ type Options struct {
 // Runtime. It is safe for concurrent use.
 type Engine struct {
 	opts   Options
-	codec  *vips.Engine
+	codec  *libvips.Engine
 	slots  chan struct{}
 	models map[upscale.Denoise]*model // by the level it denoises at
 }
@@ -115,7 +116,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	e := &Engine{
 		opts:   opts,
-		codec:  vips.New(opts.Vips),
+		codec:  libvips.New(opts.Vips),
 		slots:  make(chan struct{}, opts.Concurrency),
 		models: map[upscale.Denoise]*model{},
 	}
@@ -180,7 +181,7 @@ func (e *Engine) ReleaseMemory() { e.codec.ReleaseMemory() }
 
 // enlargeAll enlarges px by scale: learned passes, the first denoising at
 // level, then the classical rest, and encodes the result.
-func (e *Engine) enlargeAll(ctx context.Context, px *vips.Pixels, scale int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
+func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
 	passes := e.learnedPasses(px.Width, px.Height, scale)
 	for range passes {
 		var err error
@@ -208,7 +209,7 @@ func (e *Engine) learnedPasses(w, h, scale int) int {
 // an anti-aliased disc, alpha 46.4 dB and the image over grey 41.0 dB,
 // against 33.3 and 38.6 with alpha enlarged classically). An alpha that is
 // opaque everywhere stays so without a pass.
-func (e *Engine) enlarge(ctx context.Context, px *vips.Pixels, m *model) (*vips.Pixels, error) {
+func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*libvips.Pixels, error) {
 	session, err := m.open(e.opts.Threads)
 	if err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func (e *Engine) enlarge(ctx context.Context, px *vips.Pixels, m *model) (*vips.
 }
 
 // opaque reports whether px's alpha is the largest value everywhere.
-func opaque(px *vips.Pixels) bool {
+func opaque(px *libvips.Pixels) bool {
 	for i := px.Bands - 1; i < len(px.Pix); i += px.Bands {
 		if px.Pix[i] != px.Max() {
 			return false

@@ -1,4 +1,4 @@
-package vips
+package libvips
 
 import (
 	"bytes"

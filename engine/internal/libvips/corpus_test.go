@@ -1,4 +1,4 @@
-package vips_test
+package libvips_test
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/h2non/bimg"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/engine/vips"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/internal/enginebench"
 )
 
@@ -30,7 +30,7 @@ import (
 // is accepted on purpose.
 func corruptCorpus(t testing.TB) map[string][]byte {
 	t.Helper()
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	butterfly, err := os.ReadFile("../../../testdata/sr/Set5/butterfly.png")
 	if err != nil {
 		t.Fatal(err)
 	}

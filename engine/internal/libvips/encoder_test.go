@@ -1,4 +1,4 @@
-package vips
+package libvips
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // formats the PSNR of luma and of chroma against the lossless result. Run it once
 // (-benchtime 1x).
 func BenchmarkEncoders(b *testing.B) {
-	baboon, err := os.ReadFile("../../testdata/sr/Set14/baboon.png")
+	baboon, err := os.ReadFile("../../../testdata/sr/Set14/baboon.png")
 	if err != nil {
 		b.Fatal(err)
 	}

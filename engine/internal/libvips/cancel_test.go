@@ -1,4 +1,4 @@
-package vips_test
+package libvips_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/h2non/bimg"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/engine/vips"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 )
 
 // TestCancelLatency: once its context is done, a call returns within tens

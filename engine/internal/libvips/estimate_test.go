@@ -1,4 +1,4 @@
-package vips_test
+package libvips_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/engine/vips"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -47,7 +47,7 @@ func TestEstimateMemory(t *testing.T) {
 		t.Errorf("EstimateMemory of text: %v, want ErrUnsupportedImage", err)
 	}
 
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	butterfly, err := os.ReadFile("../../../testdata/sr/Set5/butterfly.png")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package vips_test
+package libvips_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/engine/vips"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/internal/quality"
 	"github.com/upscalekit/upscale/upscaletest"
 )

@@ -1,4 +1,4 @@
-package vips
+package libvips
 
 /*
 #cgo pkg-config: vips libwebp libwebpmux

@@ -1,4 +1,4 @@
-package vips
+package libvips
 
 import (
 	"context"
@@ -113,7 +113,7 @@ func BenchmarkDenoise(b *testing.B) {
 func BenchmarkAnime(b *testing.B) {
 	sets := map[string][]*quality.Image{"cel": quality.CelSet()}
 	for _, name := range []string{"comic", "ppt3"} {
-		data, err := os.ReadFile("../../testdata/sr/Set14/" + name + ".png")
+		data, err := os.ReadFile("../../../testdata/sr/Set14/" + name + ".png")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package vips_test
+package libvips_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/h2non/bimg"
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/engine/vips"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/internal/enginebench"
 )
 

@@ -1,0 +1,357 @@
+// Package libvips is engine/vips's implementation, on libvips, and the
+// codec engine/onnx shares with it (Decode, Encode, Pixels, Header): it is
+// internal so that the codec is no part of either engine's public API. bimg
+// starts libvips and reads image headers; the enlargement itself is one
+// libvips pipeline driven from cgo (pipeline.c, with the enlargement pass
+// in upsample.c, the denoiser in denoise.c, the noise estimate in noise.c
+// and the WebP encoder in webp.c), because bimg cannot sample centred,
+// stream with sequential access, premultiply alpha, decode strictly or
+// stop an encoder. It needs cgo and libvips (Debian: libvips-dev).
+package libvips
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"runtime"
+	"strings"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	// DefaultMaxSourcePixels admits a 50-megapixel source, such as an
+	// 8660×5773 photo.
+	DefaultMaxSourcePixels = 50_000_000
+	// DefaultMaxOutputPixels admits a 100-megapixel result, such as a
+	// 512×512 source at scale 16 (67 MP) or a 2500×2500 one at scale 4.
+	DefaultMaxOutputPixels = 100_000_000
+	// DefaultMaxSide caps each side of source and result.
+	DefaultMaxSide = 32768
+)
+
+// webpMaxSide is the largest side the WebP format can store.
+const webpMaxSide = 16383
+
+// Options configures an Engine. Every zero field means the default beside it.
+type Options struct {
+	// MaxSourcePixels caps width×height of a source. Zero means
+	// DefaultMaxSourcePixels.
+	MaxSourcePixels int64
+	// MaxOutputPixels caps width×height of a result. Zero means
+	// DefaultMaxOutputPixels.
+	MaxOutputPixels int64
+	// MaxSide caps each side of a source and of a result. Zero means
+	// DefaultMaxSide.
+	MaxSide int
+	// Concurrency is how many images are enlarged at once; further
+	// requests queue, and their wait counts against their deadline. Zero
+	// means the number of CPUs.
+	Concurrency int
+}
+
+// Engine enlarges JPEG, PNG and WebP images with libvips. It is safe for
+// concurrent use. When an image's context is done, the work on it stops
+// within milliseconds (libwebp, encoding a WebP result, at its next percent
+// of progress) and Upscale returns ctx.Err(), so a caller who has gone or a
+// deadline that has passed frees the slot at once.
+type Engine struct {
+	opts  Options
+	slots chan struct{}
+}
+
+var (
+	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
+	_ upscale.MemoryEstimator    = (*Engine)(nil)
+	_ upscale.MemoryReleaser     = (*Engine)(nil)
+)
+
+// Concurrency is how many images the Engine enlarges at once
+// (Options.Concurrency).
+func (e *Engine) Concurrency() int { return e.opts.Concurrency }
+
+// New returns an Engine. The first call restricts libvips, for the whole
+// process, to its JPEG, PNG and WebP loaders, turns its operation cache
+// off and sends what it logs to slog.Default() at debug level instead of
+// stderr; a program that also uses libvips for other formats should not
+// share the process with an Engine.
+func New(opts Options) *Engine {
+	configureLibvips()
+	if opts.MaxSourcePixels == 0 {
+		opts.MaxSourcePixels = DefaultMaxSourcePixels
+	}
+	if opts.MaxOutputPixels == 0 {
+		opts.MaxOutputPixels = DefaultMaxOutputPixels
+	}
+	if opts.MaxSide == 0 {
+		opts.MaxSide = DefaultMaxSide
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = runtime.NumCPU()
+	}
+	return &Engine{opts: opts, slots: make(chan struct{}, opts.Concurrency)}
+}
+
+// format is an image format the engine reads, and how it writes it.
+type format struct {
+	contentType string
+	maxSide     int
+	saver       int
+	// Encoder settings.
+	quality     int // JPEG and WebP
+	subsample   int // JPEG chroma subsampling, a VipsForeignSubsample
+	compression int // PNG zlib level
+	effort      int // WebP
+}
+
+// Encoder settings, chosen by BenchmarkEncoders (BENCHMARKS.md) on a 1024²
+// photo and a 1024² cel image enlarged ×2 (4 MP results).
+var (
+	// JPEG at quality 90 without chroma subsampling (libvips's automatic
+	// choice from quality 90 up). 4:2:0 would be a third smaller with the
+	// same luma, but its chroma scored 6 dB lower on the photo (40.1
+	// against 46.2 dB): an enlarged colour edge is what customers pay for.
+	// It costs 0-100 ms more on the photo (two runs of six).
+	jpegFormat = format{contentType: "image/jpeg", maxSide: 65535, saver: saveJPEG, quality: 90, subsample: subsampleAuto}
+	// PNG is lossless at any level; level 6 made the cel image a quarter
+	// smaller than levels 1-2, as fast there, and from 20 ms faster to
+	// 90 ms slower on the photo, which no level compresses, across runs.
+	pngFormat = format{contentType: "image/png", maxSide: 1 << 31, saver: savePNG, compression: 6}
+	// WebP at quality 90, effort 4 (libvips's default): 1 dB of luma more
+	// than effort 2 on the photo for about a quarter of a second more;
+	// effort 6 bought nothing and took a third longer again.
+	webpFormat = format{contentType: "image/webp", maxSide: webpMaxSide, saver: saveWebP, quality: 90, effort: 4}
+)
+
+// sniff decides the format from the file's signature alone, never from a
+// Content-Type or a URL, so no other libvips loader ever sees the bytes.
+func sniff(src []byte) (format, bool) {
+	switch {
+	case bytes.HasPrefix(src, []byte{0xFF, 0xD8, 0xFF}):
+		return jpegFormat, true
+	case bytes.HasPrefix(src, []byte("\x89PNG\r\n\x1a\n")):
+		return pngFormat, true
+	case len(src) >= 12 && string(src[:4]) == "RIFF" && string(src[8:12]) == "WEBP":
+		return webpFormat, true
+	}
+	return format{}, false
+}
+
+// recipe is how one imageType and denoise level enlarge an image.
+type recipe struct {
+	interpolator string // libvips interpolator nickname
+	denoise      denoising
+	sharpen      float64 // unsharp-mask amount, on the source; 0 is off
+	sharpenSigma float64 // in source pixels
+	clamp        bool    // clamp each result pixel to the range of its 3×3 source pixels (needs bicubic)
+}
+
+// denoising is one denoise level's filter (denoise.c); the zero value is
+// off.
+type denoising struct {
+	noise float64 // drop DCT coefficients below noise × the measured noise sigma
+	quant float64 // and, for a JPEG source, below quant × the step JPEG rounded them to
+	step  int     // shift between block grids, in pixels
+}
+
+// recipeFor chooses the recipe for opts. Every value was chosen by the
+// quality benchmark (BENCHMARKS.md, make bench):
+//
+//   - photo: an unsharp mask on the source (amount 0.5, sigma 1 source
+//     pixel), centred bicubic, and a clamp of each result pixel to the range
+//     of its 3×3 source neighbourhood, so the sharpening cannot overshoot
+//     into halos: +0.9 dB over plain bicubic at ×2, +0.7 at ×4, and above
+//     plain nohalo. Nohalo with the same mask scores 0.3 dB more, but in
+//     libvips 8.14 it takes about 15 times as long (2.4 s against 0.16 s for
+//     a 1024² JPEG at ×2, on one thread), so bicubic it is. Sharpening the
+//     source rather than the result costs 0.1 dB and saves all but 1/s² of
+//     the work.
+//   - anime: a stronger, tighter mask (amount 1.5, sigma 0.75), which pays
+//     on flat colours and outlines, where the clamp keeps edges free of
+//     ringing, and costs on photographic texture.
+//
+// Denoise levels filter the source before it is sharpened and enlarged
+// (denoise.c): in 8×8 DCT blocks on grids 2 pixels apart, every
+// coefficient below k times the noise measured in that plane is dropped,
+// and for a JPEG source also below a fraction of the step JPEG rounded it
+// to; the luma blocks are then moved back to what the JPEG file allows. A
+// source with nothing to remove (cleanNoise) is not filtered at all:
+//
+//	none  no filtering
+//	low   k = 1.5, 1/4 step
+//	mid   k = 2, 1/2 step
+//	high  k = 2.5, 1/2 step
+//	max   k = 3, 3/4 step
+func recipeFor(opts upscale.Params) recipe {
+	r := recipe{interpolator: "bicubic", sharpen: 0.5, sharpenSigma: 1, clamp: true}
+	if opts.ImageType == upscale.Anime {
+		r.sharpen, r.sharpenSigma = 1.5, 0.75
+	}
+	r.denoise = denoiseLevels[opts.Denoise]
+	return r
+}
+
+// A denoise level filters a source only when it has something to remove:
+// its noise (Pixels.Noise) reads at least cleanNoise, or it is a JPEG
+// below cleanJPEGQuality. Otherwise the filter would only cost detail (max
+// cost clean Set5 ×2 0.33 dB) and time (three times the enlargement's),
+// so max, the API's default, costs a clean source what none costs.
+const (
+	cleanNoise       = 2.3
+	cleanJPEGQuality = 90
+)
+
+var denoiseLevels = map[upscale.Denoise]denoising{
+	upscale.DenoiseNone: {},
+	upscale.DenoiseLow:  {noise: 1.5, quant: 0.25, step: 2},
+	upscale.DenoiseMid:  {noise: 2, quant: 0.5, step: 2},
+	upscale.DenoiseHigh: {noise: 2.5, quant: 0.5, step: 2},
+	upscale.DenoiseMax:  {noise: 3, quant: 0.75, step: 2},
+}
+
+func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
+	f, meta, err := e.inspect(src, opts.Scale)
+	if err != nil {
+		return upscale.Image{}, err
+	}
+	select {
+	case e.slots <- struct{}{}:
+	case <-ctx.Done():
+		return upscale.Image{}, ctx.Err()
+	}
+	defer func() { <-e.slots }()
+	if err := ctx.Err(); err != nil { // the wait may have used up the deadline
+		return upscale.Image{}, err
+	}
+	out, err := run(ctx, src, f, opts.Scale, recipeFor(opts), meta)
+	if err != nil {
+		return upscale.Image{}, failure(ctx, src, err)
+	}
+	return result(out, f, uprightSize(meta).Mul(opts.Scale))
+}
+
+// Header is what a source's header says, once its EXIF orientation is
+// applied.
+type Header struct {
+	Width, Height int
+	// Bands counts the samples of a pixel, alpha included.
+	Bands int
+	// SampleBytes is 2 for 16-bit sources, else 1.
+	SampleBytes int
+	// PNG reports whether the result is saved losslessly, and so is about
+	// as large as its raw pixels.
+	PNG bool
+	// Turned reports whether the source must be turned for its EXIF
+	// orientation, and so decoded whole rather than streamed.
+	Turned bool
+}
+
+// Header reads src's header with the checks and errors of Upscale for a
+// result scale times its size; no pixel is decoded.
+func (e *Engine) Header(src []byte, scale int) (Header, error) {
+	f, meta, err := e.inspect(src, scale)
+	if err != nil {
+		return Header{}, err
+	}
+	size := uprightSize(meta)
+	h := Header{Width: size.X, Height: size.Y, Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat, Turned: sequential(meta) == 0}
+	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
+		h.SampleBytes = 2
+	}
+	return h, nil
+}
+
+// EncodedBytes bounds the size of h's pixels enlarged by scale once
+// encoded, and so what libvips' output buffer and its copy in Go memory
+// each hold: the raw size for PNG (photographs compress little
+// losslessly), half of it for JPEG and WebP at quality 90.
+func (h Header) EncodedBytes(scale int) int64 {
+	raw := int64(h.Width*scale) * int64(h.Height*scale) * int64(h.Bands*h.SampleBytes)
+	if !h.PNG {
+		raw /= 2
+	}
+	return raw
+}
+
+// EstimateMemory implements upscale.MemoryEstimator. The pipeline streams
+// from decoder to encoder, so what it holds whole is the encoded result,
+// twice (libvips' buffer and its copy into Go memory), and the decoded
+// source when it is read twice to denoise or turned for its EXIF
+// orientation. Each worker's strips, a few MiB, belong to the process's
+// constant (README, "Memory").
+func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
+	h, err := e.Header(src, opts.Scale)
+	if err != nil {
+		return 0, err
+	}
+	need := 2 * h.EncodedBytes(opts.Scale)
+	if h.Turned || recipeFor(opts).denoise.step > 0 {
+		need += int64(h.Width) * int64(h.Height) * int64(h.Bands*h.SampleBytes)
+	}
+	return need, nil
+}
+
+// inspect decides src's format from its signature and reads its header,
+// and checks e's limits for a result scale times its upright size: no pixel
+// is decoded before the limits are checked.
+func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, error) {
+	f, ok := sniff(src)
+	if !ok {
+		return format{}, bimg.ImageMetadata{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG or WebP image.")
+	}
+	meta, err := bimg.NewImage(src).Metadata()
+	if err != nil {
+		return format{}, bimg.ImageMetadata{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image header could not be read; the file may be truncated or corrupt."), err)
+	}
+	size := uprightSize(meta)
+	if err := e.checkLimits(f, size.X, size.Y, size.X*scale, size.Y*scale); err != nil {
+		return format{}, bimg.ImageMetadata{}, err
+	}
+	return f, meta, nil
+}
+
+// uprightSize is the size of the source once its EXIF orientation is
+// applied: orientations 5-8 turn it a quarter.
+func uprightSize(meta bimg.ImageMetadata) image.Point {
+	if meta.Orientation >= 5 {
+		return image.Pt(meta.Size.Height, meta.Size.Width)
+	}
+	return image.Pt(meta.Size.Width, meta.Size.Height)
+}
+
+// failure tells why libvips failed on src: the caller went, the source is
+// corrupt (the caller's fault), or the engine failed.
+func failure(ctx context.Context, src []byte, err error) error {
+	if err := ctx.Err(); err != nil { // libvips stopped because the caller went
+		return err
+	}
+	if decodeErr := decodeStrictly(src); decodeErr != nil {
+		return fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
+	}
+	return fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
+}
+
+// result checks that an encoded result has the size it must have.
+func result(out []byte, f format, want image.Point) (upscale.Image, error) {
+	size, err := bimg.Size(out)
+	if err != nil || size.Width != want.X || size.Height != want.Y {
+		return upscale.Image{}, fmt.Errorf("%w: libvips made %dx%d, want %v (%v)", upscale.ErrUpstream, size.Width, size.Height, want, err)
+	}
+	return upscale.Image{Data: out, ContentType: f.contentType, Width: want.X, Height: want.Y}, nil
+}
+
+func (e *Engine) checkLimits(f format, w, h, outW, outH int) error {
+	switch {
+	case w <= 0 || h <= 0:
+		return upscale.Explain(upscale.ErrUnsupportedImage, "The image has no pixels.")
+	case max(w, h) > e.opts.MaxSide || int64(w)*int64(h) > e.opts.MaxSourcePixels:
+		return upscale.Explain(upscale.ErrImageTooLarge, "The image is %d×%d pixels; at most %d pixels and %d per side are accepted.", w, h, e.opts.MaxSourcePixels, e.opts.MaxSide)
+	case max(outW, outH) > min(e.opts.MaxSide, f.maxSide) || int64(outW)*int64(outH) > e.opts.MaxOutputPixels:
+		return upscale.Explain(upscale.ErrImageTooLarge, "The result would be %d×%d pixels; at most %d pixels and %d per side are produced. Use a smaller scale or image.", outW, outH, e.opts.MaxOutputPixels, min(e.opts.MaxSide, f.maxSide))
+	}
+	return nil
+}
