@@ -30,7 +30,7 @@
 // config.go (Config, its defaults and their checks), auth*.go (keys),
 // quota*.go (what a request costs, which pool pays, the charging
 // protocol, the quota headers), store*.go (results), idempotency*.go,
-// ratelimit*.go, fetch*.go (the fetch policy: URLs, addresses,
+// ratelimit*.go, fetch*.go (the fetch policy, FetchPolicy, and its URLs, addresses,
 // downloads), admission.go and budget.go (the engine's scheduling and
 // memory), upscaler.go (the Upscaler and its optional interfaces),
 // errors.go (the sentinel errors) and problems.go (every problem code and

@@ -3,6 +3,7 @@ package upscale
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,53 @@ import (
 	"syscall"
 	"time"
 )
+
+// FetchPolicy is where and how a Handler downloads source images: every
+// rule an imageUrl and each redirect are held to (README, "Security
+// notes").
+type FetchPolicy struct {
+	// Timeout bounds the whole download of a source image, redirects
+	// included; past it the caller gets 400 source_unreachable. Zero means
+	// 20 seconds.
+	Timeout time.Duration
+	// AllowedPorts are the ports source URLs may use. Nil means 80 and 443.
+	AllowedPorts []uint16
+	// AllowedNetworks are address ranges sources may come from although the
+	// address policy refuses them, such as an internal image server's
+	// 10.20.0.0/16, or 64:ff9b::/96 on an IPv6-only network with NAT64 (the
+	// IPv4 address inside a NAT64 address is still checked). Nil means none.
+	AllowedNetworks []netip.Prefix
+	// AllowedHosts are host names whose addresses are not checked at all,
+	// such as "images.internal". Compared without case or trailing dot; a
+	// redirect to any other host is checked as usual. Nil means none.
+	AllowedHosts []string
+	// AllowPrivateNetworks lifts the address policy (loopback, private,
+	// link-local and reserved addresses, and the port list) for sources.
+	// It is for local development and tests: never set it on a server that
+	// takes URLs from callers it does not trust.
+	AllowPrivateNetworks bool
+	// BuiltinSources are images the handler holds itself: an imageUrl
+	// equal to a key (an absolute http or https URL, compared once both
+	// are parsed) is read from here, with no connection made, so the
+	// address policy has nothing to decide and the policy for every other
+	// URL stays as it is. The plan's file size limit still applies. The
+	// standalone bundles its demo images this way, under its own address,
+	// so its demo works on a machine without internet access. Nil means
+	// none.
+	BuiltinSources map[string][]byte
+	// TLSClientConfig is used for https sources. Nil means Go's defaults
+	// with the system's root certificates; set RootCAs to trust a private
+	// CA, for instance for AllowedHosts.
+	TLSClientConfig *tls.Config
+	// Resolver looks up source host names. Nil means net.DefaultResolver.
+	// Every address it returns is checked; one forbidden address refuses
+	// the whole name.
+	Resolver Resolver
+	// Dial connects to a source's checked ip:port. Nil means a net.Dialer.
+	// It exists so tests can reach fake origins without a network; the
+	// address policy is applied before Dial is called.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+}
 
 // MaxRedirects is how many redirects a fetch follows before giving up.
 const MaxRedirects = 5
