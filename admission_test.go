@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,14 +18,16 @@ import (
 type overrunningUpscaler struct {
 	upscaletest.PixelUpscaler
 	took     time.Duration
-	overrun  atomic.Bool
+	overrun  chan struct{} // a value here makes the next image overrun
 	returned chan struct{} // receives once an overrunning image has returned
 }
 
 func (u *overrunningUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
-	if u.overrun.Swap(false) {
+	select {
+	case <-u.overrun:
 		time.Sleep(u.took)
 		defer func() { u.returned <- struct{}{} }()
+	default:
 	}
 	return u.PixelUpscaler.Upscale(ctx, src, opts)
 }
@@ -39,14 +40,14 @@ func (u *overrunningUpscaler) Upscale(ctx context.Context, src []byte, opts upsc
 // Readiness says the engine is stuck while the overrunning call holds its
 // only slot, and ready once it returns.
 func TestIdleEngineNeverRefuses(t *testing.T) {
-	u := &overrunningUpscaler{took: 400 * time.Millisecond, returned: make(chan struct{}, 4)}
+	u := &overrunningUpscaler{took: 400 * time.Millisecond, overrun: make(chan struct{}, 1), returned: make(chan struct{}, 4)}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.Capacity.EngineConcurrency = 1
 		c.EngineTimeout = 100 * time.Millisecond
 	})
 	for i := range 3 {
-		u.overrun.Store(true)
+		u.overrun <- struct{}{}
 		checkProblem(t, e.post(keyPro, body(e.url("/small.png"))), http.StatusGatewayTimeout, "upstream_timeout")
 		if i == 0 {
 			if status, health := getHealth(t, e.handler.ReadyHandler()); status != http.StatusServiceUnavailable || health["engine"] != "stuck" {

@@ -11,9 +11,8 @@ import (
 // TestWording: a host that sells through its own site names its own
 // dashboard and offers in the sentences its callers read.
 func TestWording(t *testing.T) {
-	e := newEnv(t, func(c *upscale.Config) {
-		c.Wording = upscale.Wording{Dashboard: "https://pics.example/account", Upgrade: "top up at https://pics.example/buy", Paid: "a Pics Pro subscription"}
-	})
+	words := upscale.Wording{Dashboard: "https://pics.example/account", Upgrade: "top up at https://pics.example/buy", Paid: "a Pics Pro subscription"}
+	e := newEnv(t, func(c *upscale.Config) { c.Wording = words })
 	p := checkProblem(t, e.post("upk_test_unknown_0123456789", body(e.url("/small.png"))), http.StatusUnauthorized, "unauthorized")
 	if !strings.Contains(p.Detail, "https://pics.example/account") {
 		t.Errorf("401 detail %q does not name the host's dashboard", p.Detail)

@@ -2,13 +2,23 @@ package onnx
 
 import "testing"
 
-// newTestEngine is newEngine for the package's own tests.
-func newTestEngine(t *testing.T) *Engine {
+// NewTestEngine returns an Engine for a test, closed when it ends, failing
+// the test when ONNX Runtime is missing: `make deps` installs it, and CI
+// must not skip these tests. It is exported for the package's external
+// tests too.
+func NewTestEngine(t testing.TB, opts Options) *Engine {
 	t.Helper()
-	e, err := New(Options{})
+	e, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close() })
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return e
 }
+
+// newTestEngine is NewTestEngine with the default Options.
+func newTestEngine(t *testing.T) *Engine { return NewTestEngine(t, Options{}) }

@@ -19,17 +19,8 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-// newEngine returns an Engine for the test, failing it when ONNX Runtime
-// is missing: `make deps` installs it, and CI must not skip these tests.
-func newEngine(t testing.TB, opts onnx.Options) *onnx.Engine {
-	t.Helper()
-	e, err := onnx.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
-}
+// newEngine is onnx.NewTestEngine (export_test.go).
+var newEngine = onnx.NewTestEngine
 
 func TestConformance(t *testing.T) {
 	e := newEngine(t, onnx.Options{})
