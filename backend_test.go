@@ -28,6 +28,7 @@ type flakyLedger struct {
 	reserves         atomic.Int64  // calls of Reserve
 	balances         atomic.Int64  // calls of Balance
 	onCommitFailure  func()        // runs as a Commit fails, if set
+	commitsHanging   atomic.Int64  // this many more Commits apply, then hang until their context ends
 	balanceGate      chan struct{} // if set, Balance waits for it
 }
 
@@ -40,6 +41,11 @@ func (l *flakyLedger) Reserve(ctx context.Context, accountID string, needsPaid b
 }
 
 func (l *flakyLedger) Commit(ctx context.Context, id string) error {
+	if l.commitsHanging.Add(-1) >= 0 {
+		l.MemoryLedger.Commit(ctx, id)
+		<-ctx.Done() // the answer never comes: a black-holed connection
+		return ctx.Err()
+	}
 	if n := l.commitFailures.Load(); n != 0 {
 		if n > 0 {
 			l.commitFailures.Add(-1)
@@ -187,6 +193,13 @@ func TestCommitRetried(t *testing.T) {
 	e, _, ledger, blobs := newFlakyEnv(t)
 	ledger.commitFailures.Store(2)
 	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
+	checkPaidOnce(t, e, blobs)
+}
+
+// checkPaidOnce asserts one unit of the free account charged and one
+// result stored.
+func checkPaidOnce(t *testing.T, e *env, blobs *flakyBlobs) {
+	t.Helper()
 	if got := e.balance("free").Free; got != 2 {
 		t.Errorf("free pool %d, want 2: charged once", got)
 	}
@@ -223,6 +236,40 @@ func TestCommitAfterExpiryIsNotPaid(t *testing.T) {
 	if got := e.balance("free").Free; got != 3 {
 		t.Errorf("free pool %d, want 3: nothing charged", got)
 	}
+}
+
+// TestCommitHangsAfterCharging: a commit that is applied but whose answer
+// never comes (the ledger's connection black-holed) is not taken as
+// uncharged: the handler finds out from the ledger and delivers the result
+// it charged for. Before, it deleted the result and answered 504 "nothing
+// was charged" to a charged caller.
+func TestCommitHangsAfterCharging(t *testing.T) {
+	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.SettleTimeout = 200 * time.Millisecond })
+	ledger.commitsHanging.Store(1)
+	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
+	checkPaidOnce(t, e, blobs)
+}
+
+// TestIdempotentCommitHangsAfterCharging: the same hang under an
+// Idempotency-Key leaves the prepared answer for the key: 503 with the
+// lease as Retry-After, then the retry after the lease gets that answer,
+// charged once. Before, the key was forgotten and the retry ran and was
+// charged again.
+func TestIdempotentCommitHangsAfterCharging(t *testing.T) {
+	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.SettleTimeout = 200 * time.Millisecond })
+	ledger.commitsHanging.Store(1)
+	w := e.postOnce(keyFree, "hung", body(e.url("/small.png")))
+	checkProblem(t, w, http.StatusServiceUnavailable, "backend_unavailable")
+	if ra, _ := strconv.Atoi(w.Header().Get("Retry-After")); ra < 60 {
+		t.Errorf("Retry-After %q, want the claim's lease: the charge is settled only once it ends", w.Header().Get("Retry-After"))
+	}
+	e.clock.Advance(10 * time.Minute) // past the lease, within the link's hour
+	w = e.postOnce(keyFree, "hung", body(e.url("/small.png")))
+	checkOK(t, w, upscale.PoolFree)
+	if w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Error("the retry ran again instead of answering with the charged result")
+	}
+	checkPaidOnce(t, e, blobs)
 }
 
 // TestCommitKeepsFailing: a commit that fails for the whole SettleTimeout

@@ -23,7 +23,7 @@ type Config struct {
 	// for one process only: replicas share sqlstore.Store instead.
 	Idempotency IdempotencyStore
 	// IdempotencyTTL is how long a key and its answer are kept. Zero means
-	// 24 hours.
+	// 24 hours, which is also the most (CommitMemory).
 	IdempotencyTTL time.Duration
 	// RateLimiter limits how often each API key may call, on top of its
 	// account's quota; refusals are 429 rate_limited with a Retry-After.
@@ -147,6 +147,9 @@ func (cfg Config) withDefaults() (Config, error) {
 
 	cfg.Path = cmp.Or(cfg.Path, "/api/v1/upscale")
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
+	if cfg.IdempotencyTTL > CommitMemory {
+		return cfg, fmt.Errorf("upscale: Config.IdempotencyTTL is %v, longer than the %v a QuotaLedger is bound to remember a commit (CommitMemory); a takeover after that could not tell a charged request from one never charged", cfg.IdempotencyTTL, CommitMemory)
+	}
 	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
 	if limit, ok := cfg.Blobs.(ExpiryLimiter); ok && cfg.LinkTTL > limit.MaxLinkTTL() {
 		return cfg, fmt.Errorf("upscale: Config.LinkTTL is %v, but the BlobStore's links last at most %v", cfg.LinkTTL, limit.MaxLinkTTL())

@@ -368,6 +368,10 @@ func (f *fetcher) classify(parent context.Context, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %w", Explain(ErrSourceUnreachable, msgFetchTimeout, f.timeout), err)
 	}
+	if netErr, ok := errors.AsType[net.Error](err); ok && netErr.Timeout() && !errors.As(err, new(*net.DNSError)) {
+		// A step's own timeout (the TLS handshake's, say): slow for now.
+		return fmt.Errorf("%w: %v", Explain(ErrSourceUnavailable, msgSourceSlow), err)
+	}
 	if dnsErr, ok := errors.AsType[*net.DNSError](err); ok {
 		if dnsErr.IsNotFound {
 			return Explain(ErrSourceUnreachable, msgUnknownHost)

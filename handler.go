@@ -353,20 +353,43 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	resp := Response{URL: link, Via: hold.Pool, linkExpires: expires}
 	if prepare != nil {
 		if err := prepare(ctx, resp, hold); err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				// Prepared or not, nobody can tell: the result and the
+				// unit stay for the claim's takeover, which commits them
+				// if the answer was prepared and otherwise runs afresh
+				// while the reservation expires.
+				settled = true
+				return Response{}, fmt.Errorf("prepare the answer: %w: %w", errChargeUnsettled, err)
+			}
 			h.deleteResult(ctx, blobKey, expires)
 			return Response{}, err
 		}
 	}
-	if err := h.commit(ctx, hold.ID); err != nil {
-		if prepare != nil && errors.Is(err, ErrUnavailable) {
-			settled = true
-			return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnsettled, err)
-		}
+	err = h.commit(ctx, hold.ID)
+	switch {
+	case err == nil:
+		settled = true
+		return resp, nil
+	case errors.Is(err, ErrNotFound): // the unit went back: never charged
 		h.deleteResult(ctx, blobKey, expires)
 		return Response{}, fmt.Errorf("commit reservation: %w", err)
+	case prepare != nil:
+		settled = true
+		return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnsettled, err)
 	}
+	// No claim can settle it later: find out now whether an attempt
+	// whose answer was lost did charge, and if so deliver what was paid.
 	settled = true
-	return resp, nil
+	paid, checkErr := h.charged(ctx, hold.ID, false)
+	switch {
+	case checkErr != nil:
+		h.cfg.Logger.Error("upscale: a commit's outcome is unknown; the result stays until its link expires", "reservation", hold.ID, "account", accountID, "err", checkErr)
+		return Response{}, fmt.Errorf("commit reservation: %w: %w", Explain(ErrUnavailable, msgChargeUnknown), err)
+	case paid:
+		return resp, nil
+	}
+	h.deleteResult(ctx, blobKey, expires)
+	return Response{}, fmt.Errorf("commit reservation: %w", err)
 }
 
 func extension(contentType string) string {

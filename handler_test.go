@@ -724,7 +724,7 @@ func TestNewValidates(t *testing.T) {
 		"Config.Upscaler":                   func(c *upscale.Config) { c.Upscaler = nil },
 		"Config.Blobs":                      func(c *upscale.Config) { c.Blobs = nil },
 		"Config.EngineTimeout":              func(c *upscale.Config) { c.EngineTimeout = -time.Second },
-		"Config.IdempotencyTTL":             func(c *upscale.Config) { c.IdempotencyTTL = -time.Second },
+		"Config.IdempotencyTTL":             func(c *upscale.Config) { c.IdempotencyTTL = 25 * time.Hour }, // past CommitMemory
 		"Config.Fetch.Timeout":              func(c *upscale.Config) { c.Fetch.Timeout = -time.Second },
 		"Config.Capacity.QueueLength":       func(c *upscale.Config) { c.Capacity.QueueLength = -1 },
 		"Config.Capacity.MemoryBudget":      func(c *upscale.Config) { c.Capacity.MemoryBudget = -1 },

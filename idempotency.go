@@ -246,7 +246,7 @@ func keepable(err error) bool {
 // if it never was, req runs again under this claim. A ledger that cannot
 // tell now gets 503, and the claim stays prepared for the next retry.
 func (h *Handler) takeOver(ctx context.Context, claim IdempotencyClaim, req request, prepared IdempotentAnswer) (Response, *IdempotentAnswer, error) {
-	charged, err := h.charged(ctx, prepared)
+	charged, err := h.charged(ctx, prepared.Reservation, h.cfg.Now().Before(prepared.LinkExpires))
 	if err != nil {
 		return Response{}, nil, err
 	}
@@ -260,25 +260,25 @@ func (h *Handler) takeOver(ctx context.Context, claim IdempotencyClaim, req requ
 	return h.replay(prepared)
 }
 
-// charged finds out whether a prepared answer's reservation was committed,
-// without charging for a result that can no longer be delivered. While the
-// result's link works, committing it now delivers what was made (Commit is
-// idempotent: a charge made already is not made again). After that, a
+// charged finds out whether a reservation whose commit's outcome is
+// unknown was committed. When its result can still be delivered, committing
+// it now settles the question (Commit is idempotent: a charge made already
+// is not made again). Otherwise nothing may be charged that was not: a
 // Release that succeeds gives back a unit never charged, and a Commit of a
 // reservation that is no longer open succeeds only if it was committed.
-func (h *Handler) charged(ctx context.Context, prepared IdempotentAnswer) (bool, error) {
-	if h.cfg.Now().Before(prepared.LinkExpires) {
-		err := h.commit(ctx, prepared.Reservation)
+func (h *Handler) charged(ctx context.Context, reservationID string, deliverable bool) (bool, error) {
+	if deliverable {
+		err := h.commit(ctx, reservationID)
 		if errors.Is(err, ErrNotFound) {
 			return false, nil
 		}
 		return err == nil, err
 	}
-	err := h.settle(ctx, h.ledger, func(ctx context.Context) error { return h.cfg.Ledger.Release(ctx, prepared.Reservation) })
+	err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error { return h.cfg.Ledger.Release(ctx, reservationID) })
 	if !errors.Is(err, ErrNotFound) {
 		return false, err
 	}
-	err = h.commit(ctx, prepared.Reservation)
+	err = h.commit(ctx, reservationID)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}

@@ -205,6 +205,7 @@ const (
 	msgUnknownHost       = "The image URL's host name could not be resolved; check the URL."
 	msgSourceUnreachable = "The image could not be downloaded from its URL; check that it is publicly reachable."
 	// ErrSourceUnavailable
+	msgSourceSlow     = "The image's server did not answer in time; try again later. Nothing was charged."
 	msgSourceFailing  = "The image URL answered HTTP %d, a failure of its server's that may pass; try again later. Nothing was charged."
 	msgDNSFailing     = "The image URL's host name could not be looked up just now; try again later. Nothing was charged."
 	msgSourceBrokeOff = "The image's server refused or broke off the download; try again later. Nothing was charged."
@@ -223,5 +224,6 @@ const (
 	// ErrOverloaded
 	msgOverloaded = "The service is working at capacity and did not start your request; nothing was charged. Try again in a few seconds."
 	// ErrUnavailable
-	msgUnavailable = "A service this API depends on cannot be reached at the moment; your request was not started and nothing was charged. Try again in a few seconds."
+	msgChargeUnknown = "A service this API depends on stopped answering while your request was being charged, and whether it was could not be confirmed; its result is kept. Send it again with an Idempotency-Key to be charged at most once, or see your usage on {dashboard}."
+	msgUnavailable   = "A service this API depends on cannot be reached at the moment; your request was not started and nothing was charged. Try again in a few seconds."
 )

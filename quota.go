@@ -3,6 +3,7 @@ package upscale
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -87,8 +88,8 @@ type QuotaLedger interface {
 	Reserve(ctx context.Context, accountID string, needsPaid bool) (Reservation, error)
 	// Commit makes the charge of a reservation permanent. It is
 	// idempotent: committing a reservation that is committed already
-	// returns nil and charges nothing more, for at least a day after the
-	// first commit, so that a commit whose answer was lost, or that a
+	// returns nil and charges nothing more, for at least CommitMemory after
+	// the first commit, so that a commit whose answer was lost, or that a
 	// crashed request left unknown, can be settled by committing again.
 	// It returns an error wrapping ErrNotFound when the reservation is
 	// unknown, released, or expired (its unit was given back).
@@ -130,6 +131,13 @@ func ChoosePool(b Balance, needsPaid bool) (Pool, error) {
 	}
 	return "", ErrQuotaExhausted
 }
+
+// CommitMemory is the least time a QuotaLedger remembers a committed
+// reservation, answering a repeated Commit with nil (see Commit). An
+// Idempotency-Key is kept no longer than that (Config.IdempotencyTTL), so
+// that a takeover can always tell a charged request from one never
+// charged.
+const CommitMemory = 24 * time.Hour
 
 // ReservationExpirer is a QuotaLedger that says how long its
 // reservations hold their units. New refuses a Config under which a
@@ -190,7 +198,9 @@ func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool)
 // answer was lost charges nothing more; ErrNotFound means the unit was
 // given back (the reservation expired), never that it was charged.
 func (h *Handler) commit(ctx context.Context, reservationID string) error {
-	return h.settle(ctx, h.ledger, func(ctx context.Context) error {
+	// Once the result is made, a caller who leaves does not cut the charge
+	// short: an attempt cut off midway would leave its outcome unknown.
+	return h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
 		return h.cfg.Ledger.Commit(ctx, reservationID)
 	})
 }
@@ -217,6 +227,11 @@ func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Co
 	backoff := 50 * time.Millisecond
 	for {
 		err := store.record(op(ctx))
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+			// The store did not answer in time: what it did is as
+			// unknown as in an outage (a hung connection, say).
+			err = fmt.Errorf("%w: no answer within SettleTimeout: %w", ErrUnavailable, err)
+		}
 		if !errors.Is(err, ErrUnavailable) {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 
 // MemoryLedger is a QuotaLedger held in process memory, for one process and
 // for tests: it forgets every balance on restart. It remembers a committed
-// reservation for a day (committedRetention), so that a repeated Commit
+// reservation for CommitMemory, so that a repeated Commit
 // is answered as the contract says. It is safe for concurrent use.
 type MemoryLedger struct {
 	opts LedgerOptions
@@ -21,10 +21,6 @@ type MemoryLedger struct {
 	committed map[string]time.Time // reservation ID → when it was committed
 	swept     sweepGate
 }
-
-// committedRetention is how long a MemoryLedger remembers a commit: as
-// long as the handler keeps an Idempotency-Key by default.
-const committedRetention = 24 * time.Hour
 
 type memoryAccount struct {
 	Account
@@ -112,7 +108,7 @@ func (l *MemoryLedger) lock() time.Time {
 	l.expireHolds(now)
 	if l.swept.due(now) {
 		for id, at := range l.committed {
-			if now.Sub(at) > committedRetention {
+			if now.Sub(at) > CommitMemory {
 				delete(l.committed, id)
 			}
 		}
