@@ -22,9 +22,9 @@ import (
 //     before can be a reason to refuse it.
 //   - Behind that, the wait is the rounds of the engine's slots the
 //     requests ahead fill, and its own, at the mean time per image. That
-//     mean is the engine's time per unit of work (see workUnits) times the
-//     mean work per image, so one large image does not make every small one
-//     look slow.
+//     mean is the engine's time per unit of work (waitForEngine says what
+//     a unit is) times the mean work per image: the engine's speed and the
+//     mix of image sizes are learned apart.
 //   - A timed image counts for at most the engine's deadline, however
 //     long the engine overran it, and the time per unit halves for every
 //     idleHalfLife the engine spends idle: an estimate from a bad minute
