@@ -185,3 +185,11 @@ func (cfg Config) withDefaults() (Config, error) {
 func (cfg Config) requestBound() time.Duration {
 	return 2 * (cfg.Fetch.Timeout + cfg.EngineTimeout + cfg.SettleTimeout)
 }
+
+// clock is now, or time.Now when now is nil: every Now option's default.
+func clock(now func() time.Time) func() time.Time {
+	if now == nil {
+		return time.Now
+	}
+	return now
+}

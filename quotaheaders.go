@@ -31,9 +31,12 @@ func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, who call
 	}
 	var b Balance
 	var err error
-	if exhausted, ok := errors.AsType[*exhaustedError](reqErr); ok && exhausted.known {
-		b = exhausted.balance
-	} else if b, err = h.balance(ctx, who.accountID); err != nil {
+	if exhausted, ok := errors.AsType[*exhaustedError](reqErr); ok {
+		b, err = exhausted.balance, exhausted.balanceErr
+	} else {
+		b, err = h.balance(ctx, who.accountID)
+	}
+	if err != nil {
 		h.cfg.Logger.Debug("upscale: no quota headers: the ledger did not give the balance", "account", who.accountID, "err", err)
 	}
 	if err == nil && !b.Plan.Unlimited {
@@ -94,12 +97,12 @@ func (h *Handler) balance(ctx context.Context, accountID string) (b Balance, err
 	return b, err
 }
 
-// exhaustedError is a 429 quota_exhausted with the balance it was judged
-// by, when the ledger gave it, so the quota headers need not read it again.
+// exhaustedError is a 429 quota_exhausted with the ledger's answer for
+// the balance it was judged by, so the quota headers do not ask again.
 type exhaustedError struct {
 	error
-	balance Balance
-	known   bool
+	balance    Balance
+	balanceErr error
 }
 
 func (e *exhaustedError) Unwrap() error { return e.error }
@@ -112,7 +115,7 @@ func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err erro
 	if balanceErr != nil || b.Plan.MonthlyImages == 0 {
 		return &exhaustedError{
 			error:   err, // the table's sentence says it all
-			balance: b, known: balanceErr == nil,
+			balance: b, balanceErr: balanceErr,
 		}
 	}
 	now := h.cfg.Now()
@@ -123,6 +126,6 @@ func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err erro
 				b.Plan.MonthlyImages, next.Format(time.RFC3339), next.Sub(now).Round(time.Minute)), err),
 			after: next.Sub(now),
 		},
-		balance: b, known: true,
+		balance: b,
 	}
 }

@@ -16,11 +16,3 @@ func (g *sweepGate) due(now time.Time) bool {
 	g.last = now
 	return true
 }
-
-// clock is now, or time.Now when now is nil: every Now option's default.
-func clock(now func() time.Time) func() time.Time {
-	if now == nil {
-		return time.Now
-	}
-	return now
-}
