@@ -81,13 +81,14 @@ const (
 	subsampleOff  = C.VIPS_FOREIGN_SUBSAMPLE_OFF
 )
 
-func (f format) saveParams() C.save_params {
+// saveParams is f in C, for a result of pixels.
+func (f format) saveParams(pixels int64) C.save_params {
 	return C.save_params{
 		saver:       C.int(f.saver),
 		quality:     C.int(f.quality),
 		subsample:   C.int(f.subsample),
 		compression: C.int(f.compression),
-		effort:      C.int(f.effort),
+		effort:      C.int(f.webpEffort(pixels)),
 	}
 }
 
@@ -150,7 +151,7 @@ func sequential(meta bimg.ImageMetadata) C.int {
 func run(ctx context.Context, src []byte, f format, scale int, r recipe, meta bimg.ImageMetadata) ([]byte, error) {
 	params, free := r.enlargeParams(scale, src, meta)
 	defer free()
-	save := f.saveParams()
+	save := f.saveParams(int64(meta.Size.Width) * int64(meta.Size.Height) * int64(scale*scale))
 	cancelled, stop := cancelOn(ctx)
 	defer stop()
 	var out unsafe.Pointer
@@ -259,7 +260,7 @@ func cBool(b bool) C.int {
 func encodePixels(ctx context.Context, px *Pixels, f format, scale int, r recipe) ([]byte, error) {
 	params, free := r.enlargeParams(scale, nil, bimg.ImageMetadata{})
 	defer free()
-	save := f.saveParams()
+	save := f.saveParams(int64(px.Width) * int64(px.Height) * int64(scale*scale))
 	cancelled, stop := cancelOn(ctx)
 	defer stop()
 	in, unpin := cPixels(px)
