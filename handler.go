@@ -370,9 +370,9 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	case err == nil:
 		settled = true
 		return resp, nil
-	case errors.Is(err, ErrNotFound): // the unit went back: never charged
+	case errors.Is(err, ErrNotFound):
 		h.deleteResult(ctx, blobKey, expires)
-		return Response{}, fmt.Errorf("commit reservation: %w", err)
+		return Response{}, fmt.Errorf("commit reservation: %w: %w", errUnitGone, err)
 	case prepare != nil:
 		settled = true
 		return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnsettled, err)

@@ -226,6 +226,11 @@ func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req re
 	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, claim) }); err != nil {
 		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", claim.AccountID, "err", err)
 	}
+	if errors.Is(err, errUnitGone) {
+		// Stopped past its lease and its reservation: the key is free
+		// again (Forget), or taken over by a retry that answers for it.
+		return Response{}, nil, h.stillRunning(h.cfg.Now())
+	}
 	return resp, nil, err
 }
 

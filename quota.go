@@ -182,6 +182,12 @@ func Month(t time.Time) string { return t.UTC().Format("2006-01") }
 // confirmed either way; it is answered as the ledger's unavailability.
 var errChargeUnsettled = errors.New("charge left to settle")
 
+// errUnitGone marks a request whose reservation was given back before its
+// commit (it expired while the request was stopped, or a takeover of its
+// Idempotency-Key released it): nothing was charged, and its result is
+// deleted.
+var errUnitGone = errors.New("the reserved unit went back before the commit")
+
 func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool) (hold Reservation, err error) {
 	err = h.ledger.call(func() (err error) {
 		hold, err = h.cfg.Ledger.Reserve(ctx, accountID, needsPaid)

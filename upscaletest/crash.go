@@ -182,7 +182,9 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 	t.Run("NeverCharged", func(t *testing.T) {
 		// The dying replica freezes before its commit for longer than its
 		// reservation and its link last: its unit went back, so the retry
-		// runs again, and the woken request's commit finds nothing to charge.
+		// runs again, and the woken request's commit finds nothing to
+		// charge. The woken request is told to retry, which replays the
+		// answer of the request that took its key over.
 		r, frozen, firstDone := freezeBeforeCommit(t)
 		r.clock.Advance(2 * time.Hour)
 		w := post(r.other)
@@ -191,8 +193,12 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		}
 		charged(t, r.stores, 1)
 		close(frozen.wake)
-		if first := <-firstDone; first.Code == http.StatusOK {
-			t.Errorf("the woken request delivered %s although its reservation had expired", first.Body)
+		if first := <-firstDone; first.Code != http.StatusConflict || first.Header().Get("Retry-After") != "1" {
+			t.Errorf("the woken request: %d %s, Retry-After %q; want 409 with Retry-After 1", first.Code, first.Body, first.Header().Get("Retry-After"))
+		}
+		charged(t, r.stores, 1)
+		if again := post(r.dying); again.Code != http.StatusOK || again.Header().Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body.Bytes(), w.Body.Bytes()) {
+			t.Errorf("its retry: %d %s, want the answer of the request that took the key over, replayed: %s", again.Code, again.Body, w.Body)
 		}
 		charged(t, r.stores, 1)
 	})
