@@ -98,12 +98,23 @@ test: test-deps
 # ncnn files; the result is the same bytes as the committed models.
 W2X_MODELS := $(WAIFU2X)/package/waifu2x
 W2X_SOURCE := npm:waifu2x@$(WAIFU2X_VERSION)/package/waifu2x
+# The INT8 networks are calibrated on the low-resolution halves of Set14's
+# images (committed under testdata) and keep INT8_FLOAT's layers in float32:
+# those that read or make the image at full resolution (the first U-Net's
+# top level and the second's first two convolutions), and the sum that
+# makes the output (engine/onnx/models/README.md).
+INT8_FLOAT := Convolution1,Convolution2,Convolution8,Deconvolution1,Deconvolution2,Crop1,Eltwise1,Convolution9,Convolution10,Crop4,Eltwise4
 models: $(WAIFU2X)/package/license.txt
+	@go build -o $(TOOLS)/ncnn2onnx ./cmd/ncnn2onnx
 	@for noise in "" noise0_ noise1_ noise2_ noise3_; do \
 		name=$$(echo "$$noise" | tr _ -)scale2x; \
-		go run ./cmd/ncnn2onnx -o engine/onnx/models/cunet-$$name.onnx \
-			-meta upscale.source=$(W2X_SOURCE)/models-cunet/$${noise}scale2.0x_model \
-			-meta upscale.license=MIT $(W2X_MODELS)/models-cunet/$${noise}scale2.0x_model.param || exit 1; \
+		for precision in fp32 int8; do \
+			case $$precision in fp32) file=cunet-$$name.onnx; int8=;; \
+			int8) file=cunet-$$name-int8.onnx; int8="-int8 testdata/sr/Set14 -float $(INT8_FLOAT)";; esac; \
+			$(TOOLS)/ncnn2onnx -o engine/onnx/models/$$file $$int8 \
+				-meta upscale.source=$(W2X_SOURCE)/models-cunet/$${noise}scale2.0x_model \
+				-meta upscale.license=MIT $(W2X_MODELS)/models-cunet/$${noise}scale2.0x_model.param || exit 1; \
+		done; \
 	done
 
 # Quality scores are deterministic, so one run of each is enough. Encoder

@@ -76,17 +76,25 @@ type converter struct {
 	shapes map[string]ncnn.Shape
 	// alias maps each output of a Split to the blob it passes on.
 	alias map[string]string
+	// quant, when not nil, makes layers INT8; quantized holds the tensors
+	// in QDQ form, by ONNX name, and dequantizedAs the QDQ form made of a
+	// float32 tensor.
+	quant         *quantization
+	quantized     map[string]quantized
+	dequantizedAs map[string]string
 }
 
 // convert returns net as an ONNX model whose input and output are named
 // inputName and outputName, with dynamic batch, height and width. The
-// model's metadata records g and the given key-value pairs.
-func convert(net *ncnn.Net, name string, metadata [][2]string) (*onnxpb.Model, geometry, error) {
+// model's metadata records g and the given key-value pairs. With quant,
+// the convolutions it does not keep in float32 run in INT8.
+func convert(net *ncnn.Net, name string, metadata [][2]string, quant *quantization) (*onnxpb.Model, geometry, error) {
 	g, err := findGeometry(net)
 	if err != nil {
 		return nil, geometry{}, err
 	}
-	c := &converter{net: net, graph: onnxpb.Graph{Name: name}, cropEnds: map[*ncnn.Crop][2]int{}, alias: map[string]string{}}
+	c := &converter{net: net, graph: onnxpb.Graph{Name: name}, cropEnds: map[*ncnn.Crop][2]int{}, alias: map[string]string{},
+		quant: quant, quantized: map[string]quantized{}, dequantizedAs: map[string]string{}}
 	if err := c.measureCrops(g); err != nil {
 		return nil, geometry{}, err
 	}
@@ -194,6 +202,9 @@ func (c *converter) layer(l ncnn.Layer) error {
 		return nil
 	}
 	out := c.name(l.Outputs[0])
+	if done, err := c.int8Layer(l, in, out); done || err != nil {
+		return err
+	}
 	switch op := l.Op.(type) {
 	case *ncnn.Conv:
 		k := int64(op.Kernel)
@@ -224,17 +235,7 @@ func (c *converter) layer(l ncnn.Layer) error {
 	case ncnn.ChannelScale:
 		c.node("Mul", l.Name, in, out)
 	case *ncnn.Crop:
-		ends := c.cropEnds[op]
-		end := func(n int) int64 {
-			if n == 0 {
-				return math.MaxInt64 // to the end
-			}
-			return int64(-n)
-		}
-		starts := c.weightInts(l.Name+"_starts", int64(op.Y), int64(op.X))
-		stops := c.weightInts(l.Name+"_ends", end(ends[0]), end(ends[1]))
-		axes := c.weightInts(l.Name+"_axes", 2, 3)
-		c.node("Slice", l.Name, []string{in[0], starts, stops, axes}, out)
+		c.crop(l.Name, op, in[0], out)
 	case ncnn.Eltwise:
 		kind := map[ncnn.EltwiseOp]string{ncnn.Sum: "Sum", ncnn.Product: "Mul", ncnn.Max: "Max"}[op.Op]
 		if len(in) == 2 && kind == "Sum" {
@@ -248,6 +249,21 @@ func (c *converter) layer(l ncnn.Layer) error {
 		return fmt.Errorf("%T is not implemented", op)
 	}
 	return nil
+}
+
+// crop adds op, from in to out, as a Slice.
+func (c *converter) crop(name string, op *ncnn.Crop, in, out string) {
+	ends := c.cropEnds[op]
+	end := func(n int) int64 {
+		if n == 0 {
+			return math.MaxInt64 // to the end
+		}
+		return int64(-n)
+	}
+	starts := c.weightInts(name+"_starts", int64(op.Y), int64(op.X))
+	stops := c.weightInts(name+"_ends", end(ends[0]), end(ends[1]))
+	axes := c.weightInts(name+"_axes", 2, 3)
+	c.node("Slice", name, []string{in, starts, stops, axes}, out)
 }
 
 // activated adds an operation followed by its activation.

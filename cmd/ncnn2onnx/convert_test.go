@@ -58,7 +58,7 @@ Convolution c 1 1 a small 0=1 1=3 6=9
 Crop crop 2 1 b small cut 0=1 1=1
 Eltwise sum 2 1 cut small out 0=1
 `, append([]float32{0}, make([]float32, 9)...)...)
-	model, g, err := convert(net, "test", nil)
+	model, g, err := convert(net, "test", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,20 @@
 // sums) and refuses any other layer, so a model it converts is converted
 // exactly. The output is the same bytes for the same input.
 //
-//	ncnn2onnx -o model.onnx [-meta key=value ...] model.param
+//	ncnn2onnx -o model.onnx [-meta key=value ...] [-int8 dir [-float layers] [-tile n]] model.param
 //
 // The model's input is "input", NCHW float32 RGB in 0-1, and its output
 // "output"; batch, height and width are dynamic. Its metadata records
 // upscale.scale, upscale.border (input pixels lost on each side),
 // upscale.multiple (input sides must be a multiple of it) and
 // upscale.min_input, and each -meta pair.
+//
+// With -int8, the convolutions, sums, crops and squeeze-and-excitation
+// layers that -float does not name are written in ONNX's QDQ form (int8
+// weights per output channel, uint8 activations per tensor), with the
+// activations' ranges calibrated on tiles of the PNG files in dir by
+// internal/ncnn's float64 interpreter (quantize.go); the output is still
+// the same bytes for the same input.
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/upscalekit/upscale/internal/ncnn"
@@ -42,8 +50,12 @@ func main() {
 	out := flag.String("o", "", "write the ONNX model to this `file`")
 	var meta metaFlags
 	flag.Var(&meta, "meta", "add a `key=value` pair to the model's metadata (repeatable)")
+	var q int8Flags
+	flag.StringVar(&q.calibration, "int8", "", "quantise the convolutions to INT8, calibrated on the PNG files of this `directory`")
+	flag.StringVar(&q.float, "float", "", "with -int8, keep these convolution `layers` (comma-separated ncnn names) in float32")
+	flag.IntVar(&q.tile, "tile", 64, "with -int8, the side of the calibration tiles, in pixels")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: ncnn2onnx -o model.onnx [-meta key=value ...] model.param")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: ncnn2onnx -o model.onnx [-meta key=value ...] [-int8 dir [-float layers] [-tile n]] model.param")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -51,13 +63,46 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(flag.Arg(0), *out, meta); err != nil {
+	if err := run(flag.Arg(0), *out, meta, q); err != nil {
 		fmt.Fprintln(os.Stderr, "ncnn2onnx:", err)
 		os.Exit(1)
 	}
 }
 
-func run(paramPath, outPath string, meta [][2]string) error {
+// int8Flags are the flags of an INT8 conversion.
+type int8Flags struct {
+	calibration, float string
+	tile               int
+}
+
+// quantization calibrates net on the tiles the flags name, or returns
+// nil without -int8.
+func (f int8Flags) quantization(net *ncnn.Net) (*quantization, error) {
+	if f.calibration == "" {
+		return nil, nil
+	}
+	tiles, err := calibrationTiles(f.calibration, f.tile)
+	if err != nil {
+		return nil, err
+	}
+	ranges, err := calibrate(net, tiles)
+	if err != nil {
+		return nil, err
+	}
+	q := &quantization{float: map[string]bool{}, ranges: ranges}
+	for _, layer := range strings.Split(f.float, ",") {
+		if layer == "" {
+			continue
+		}
+		if !slices.ContainsFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == layer }) {
+			return nil, fmt.Errorf("-float: no layer %s", layer)
+		}
+		q.float[layer] = true
+	}
+	return q, nil
+}
+
+func run(paramPath, outPath string, meta [][2]string, q int8Flags) error {
 	param, err := os.ReadFile(paramPath)
 	if err != nil {
 		return err
@@ -72,7 +117,11 @@ func run(paramPath, outPath string, meta [][2]string) error {
 		return fmt.Errorf("%s: %w", paramPath, err)
 	}
 	name := strings.TrimSuffix(filepath.Base(paramPath), ".param")
-	model, g, err := convert(net, name, meta)
+	quant, err := q.quantization(net)
+	if err != nil {
+		return fmt.Errorf("%s: %w", paramPath, err)
+	}
+	model, g, err := convert(net, name, meta, quant)
 	if err != nil {
 		return fmt.Errorf("%s: %w", paramPath, err)
 	}

@@ -24,11 +24,17 @@ func (b *Blob) at(c, y, x int) float64 { return b.Data[(c*b.H+y)*b.W+x] }
 // float64. It is slow (no fusion, no vector code): meant to check another
 // implementation on a small input.
 func (n *Net) Forward(in *Blob) (*Blob, error) {
-	blobs, err := evaluate(n, in, apply)
+	blobs, err := n.Blobs(in)
 	if err != nil {
 		return nil, err
 	}
 	return blobs[n.Output], nil
+}
+
+// Blobs runs the network on in as Forward does and returns the value of
+// every blob, by name: what a quantizer calibrates its ranges on.
+func (n *Net) Blobs(in *Blob) (map[string]*Blob, error) {
+	return evaluate(n, in, apply)
 }
 
 // evaluate runs f on every layer in file order, each with the values of

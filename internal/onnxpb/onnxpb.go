@@ -13,6 +13,9 @@ import (
 // Element types of TensorProto.DataType.
 const (
 	Float   DataType = 1
+	Uint8   DataType = 2
+	Int8    DataType = 3
+	Int32   DataType = 6
 	Int64   DataType = 7
 	Float16 DataType = 10
 )
@@ -79,6 +82,29 @@ func FloatTensor(name string, dims []int64, v []float32) Tensor {
 		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(f))
 	}
 	return Tensor{Name: name, Type: Float, Dims: dims, Raw: raw}
+}
+
+// Int8Tensor returns an int8 tensor.
+func Int8Tensor(name string, dims []int64, v []int8) Tensor {
+	raw := make([]byte, len(v))
+	for i, n := range v {
+		raw[i] = byte(n)
+	}
+	return Tensor{Name: name, Type: Int8, Dims: dims, Raw: raw}
+}
+
+// Uint8Tensor returns a uint8 tensor.
+func Uint8Tensor(name string, dims []int64, v []uint8) Tensor {
+	return Tensor{Name: name, Type: Uint8, Dims: dims, Raw: append([]byte(nil), v...)}
+}
+
+// Int32Tensor returns an int32 tensor.
+func Int32Tensor(name string, dims []int64, v []int32) Tensor {
+	raw := make([]byte, 4*len(v))
+	for i, n := range v {
+		binary.LittleEndian.PutUint32(raw[4*i:], uint32(n))
+	}
+	return Tensor{Name: name, Type: Int32, Dims: dims, Raw: raw}
 }
 
 // Int64Tensor returns an int64 tensor.

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"image"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/upscalekit/upscale/internal/ncnn"
+	"github.com/upscalekit/upscale/internal/onnxpb"
+)
+
+// Calibration: each blob's range runs from the lowest to the highest, over
+// the calibration tiles, of the values below and above which rangeTail of
+// its values lie in that tile. On Set5 and Set14 (×2 and ×4) that scored
+// as well as or up to 0.07 dB better than the tiles' extremes, the mean of
+// their tails, or a tail ten times as large. The ranges come from
+// internal/ncnn's float64 interpreter, so the quantised model is the same
+// bytes on any machine.
+const rangeTail = 0.0001
+
+// quantization says which convolutions run in INT8 and the ranges of the
+// blobs they read and write.
+type quantization struct {
+	// float names the convolution layers kept in float32; every other
+	// (non-transposed) convolution is quantised.
+	float map[string]bool
+	// ranges are the calibrated ranges of the network's blobs, by ncnn
+	// name.
+	ranges map[string][2]float64
+}
+
+// quantized is a tensor's uint8 quantisation: value = scale × (q − zero).
+type quantized struct {
+	scale float32
+	zero  uint8
+}
+
+// quantizedRange covers [lo, hi] and zero (which must be exact: it is the
+// padding) in 255 steps.
+func quantizedRange(lo, hi float64) quantized {
+	lo, hi = min(lo, 0), max(hi, 0)
+	if hi-lo < 1e-6 {
+		hi = lo + 1e-6
+	}
+	scale := float32((hi - lo) / 255)
+	return quantized{scale: scale, zero: uint8(min(max(math.Round(-lo/float64(scale)), 0), 255))}
+}
+
+// calibrationTiles reads the PNG files of dir (in name order), shrinks
+// each ×2 by averaging 2×2 blocks (as a low-resolution source) and cuts a
+// side × side tile from its centre, as RGB in 0-1.
+func calibrationTiles(dir string, side int) ([]*ncnn.Blob, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.png"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	var tiles []*ncnn.Blob
+	for _, file := range files {
+		img, err := decodePNG(file)
+		if err != nil {
+			return nil, err
+		}
+		b := img.Bounds()
+		w, h := b.Dx()/2, b.Dy()/2
+		if w < side || h < side {
+			return nil, fmt.Errorf("%s: %d×%d is too small for a %d-pixel tile at half size", file, b.Dx(), b.Dy(), side)
+		}
+		left, top := (w-side)/2, (h-side)/2
+		tile := ncnn.NewBlob(3, side, side)
+		for y := range side {
+			for x := range side {
+				var sum [3]float64
+				for _, d := range [4][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}} {
+					r, g, bl, _ := img.At(b.Min.X+2*(left+x)+d[0], b.Min.Y+2*(top+y)+d[1]).RGBA()
+					sum[0], sum[1], sum[2] = sum[0]+float64(r), sum[1]+float64(g), sum[2]+float64(bl)
+				}
+				for c := range 3 {
+					tile.Data[(c*side+y)*side+x] = sum[c] / 4 / 0xffff
+				}
+			}
+		}
+		tiles = append(tiles, tile)
+	}
+	if len(tiles) == 0 {
+		return nil, fmt.Errorf("no PNG files in %s", dir)
+	}
+	return tiles, nil
+}
+
+func decodePNG(file string) (image.Image, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return img, nil
+}
+
+// calibrate runs net on every tile and returns each blob's range (see
+// rangeTail). Tiles run in parallel; the result does not depend on their
+// order.
+func calibrate(net *ncnn.Net, tiles []*ncnn.Blob) (map[string][2]float64, error) {
+	perTile := make([]map[string][2]float64, len(tiles))
+	errs := make([]error, len(tiles))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := range next {
+				blobs, err := net.Blobs(tiles[i])
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				perTile[i] = map[string][2]float64{}
+				for name, blob := range blobs {
+					perTile[i][name] = tails(blob.Data)
+				}
+			}
+		})
+	}
+	for i := range tiles {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	ranges := map[string][2]float64{}
+	for name := range perTile[0] {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, r := range perTile {
+			lo, hi = min(lo, r[name][0]), max(hi, r[name][1])
+		}
+		ranges[name] = [2]float64{lo, hi}
+	}
+	return ranges, nil
+}
+
+// tails returns the values below and above which rangeTail of v lie.
+func tails(v []float64) [2]float64 {
+	sorted := slices.Clone(v)
+	slices.Sort(sorted)
+	last := float64(len(sorted) - 1)
+	return [2]float64{sorted[int(math.Floor(rangeTail*last))], sorted[int(math.Ceil((1-rangeTail)*last))]}
+}
+
+// dequantized returns the name of tensor, quantised to uint8 with the
+// range of ncnn blob and back (QuantizeLinear, DequantizeLinear): the
+// input a quantised convolution reads, which ONNX Runtime then fuses into
+// the convolution. A tensor a quantised layer wrote is that already.
+func (c *converter) dequantized(tensor, blob string) (string, quantized, error) {
+	if q, ok := c.quantized[tensor]; ok {
+		return tensor, q, nil
+	}
+	if dq, ok := c.dequantizedAs[tensor]; ok {
+		return dq, c.quantized[dq], nil
+	}
+	r, ok := c.quant.ranges[blob]
+	if !ok {
+		return "", quantized{}, fmt.Errorf("blob %s has no calibrated range", blob)
+	}
+	q := quantizedRange(r[0], r[1])
+	out := tensor + "_dq"
+	c.quantize(tensor, out, q)
+	c.dequantizedAs[tensor] = out
+	return out, q, nil
+}
+
+// quantize adds QuantizeLinear and DequantizeLinear from tensor in to out
+// with q, and records out as quantised.
+func (c *converter) quantize(in, out string, q quantized) {
+	scale := c.weightFloat(out+"_scale", nil, q.scale)
+	c.graph.Initializers = append(c.graph.Initializers, onnxpb.Uint8Tensor(out+"_zero", nil, []uint8{q.zero}))
+	c.node("QuantizeLinear", out+"_quantize", []string{in, scale, out + "_zero"}, out+"_q")
+	c.node("DequantizeLinear", out+"_dequantize", []string{out + "_q", scale, out + "_zero"}, out)
+	c.quantized[out] = q
+}
+
+// convolution is a convolution's shape and weights ([out][in][k][k]).
+type convolution struct {
+	name                string
+	in, out             int
+	kernel, stride, pad int
+	weight, bias        []float32
+	act                 ncnn.Activation
+}
+
+// int8Conv adds a convolution in QDQ form: its input and output as uint8
+// (per tensor: the input's calibrated range, and outRange), its weights
+// as int8 (per output channel, symmetric) and its bias as int32 in the
+// product of the two scales, which is what ONNX Runtime runs as
+// QLinearConv. A LeakyReLU after it gets its own QDQ pair, which ONNX
+// Runtime runs as QLinearLeakyRelu.
+func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange [2]float64) error {
+	x, qx, err := c.dequantized(in, inBlob)
+	if err != nil {
+		return err
+	}
+	k := conv.kernel * conv.kernel
+	weights := make([]int8, len(conv.weight))
+	scales := make([]float32, conv.out)
+	for o := range conv.out {
+		channel := conv.weight[o*conv.in*k : (o+1)*conv.in*k]
+		var peak float32
+		for _, w := range channel {
+			peak = max(peak, float32(math.Abs(float64(w))))
+		}
+		scales[o] = max(peak/127, 1e-12)
+		for i, w := range channel {
+			weights[o*conv.in*k+i] = int8(math.Round(float64(w / scales[o])))
+		}
+	}
+	dims := []int64{int64(conv.out), int64(conv.in), int64(conv.kernel), int64(conv.kernel)}
+	name := conv.name
+	c.graph.Initializers = append(c.graph.Initializers,
+		onnxpb.Int8Tensor(name+"_weight_q", dims, weights),
+		onnxpb.Int8Tensor(name+"_weight_zero", []int64{int64(conv.out)}, make([]int8, conv.out)))
+	c.weightFloat(name+"_weight_scale", []int64{int64(conv.out)}, scales...)
+	c.node("DequantizeLinear", name+"_weight_dequantize", []string{name + "_weight_q", name + "_weight_scale", name + "_weight_zero"}, name+"_weight", onnxpb.Int("axis", 0))
+	inputs := []string{x, name + "_weight"}
+	if conv.bias != nil {
+		biases := make([]int32, conv.out)
+		biasScales := make([]float32, conv.out)
+		for o := range conv.out {
+			biasScales[o] = qx.scale * scales[o]
+			biases[o] = int32(math.Round(float64(conv.bias[o] / biasScales[o])))
+		}
+		c.graph.Initializers = append(c.graph.Initializers,
+			onnxpb.Int32Tensor(name+"_bias_q", []int64{int64(conv.out)}, biases),
+			onnxpb.Int32Tensor(name+"_bias_zero", []int64{int64(conv.out)}, make([]int32, conv.out)))
+		c.weightFloat(name+"_bias_scale", []int64{int64(conv.out)}, biasScales...)
+		c.node("DequantizeLinear", name+"_bias_dequantize", []string{name + "_bias_q", name + "_bias_scale", name + "_bias_zero"}, name+"_bias", onnxpb.Int("axis", 0))
+		inputs = append(inputs, name+"_bias")
+	}
+	s, p := int64(conv.stride), int64(conv.pad)
+	attrs := []onnxpb.Attr{onnxpb.Ints("kernel_shape", int64(conv.kernel), int64(conv.kernel)), onnxpb.Ints("strides", s, s), onnxpb.Ints("pads", p, p, p, p)}
+	switch conv.act.Kind {
+	case ncnn.NoActivation:
+		c.node("Conv", name, inputs, name+"_out", attrs...)
+		c.quantize(name+"_out", out, quantizedRange(outRange[0], outRange[1]))
+	case ncnn.LeakyReLU:
+		// LeakyReLU is monotonic, so the range before it is the range
+		// after it with the negative end divided by the slope.
+		slope := float64(conv.act.Slope)
+		c.node("Conv", name, inputs, name+"_preact", attrs...)
+		c.quantize(name+"_preact", name+"_preact_dq", quantizedRange(min(outRange[0]/slope, outRange[0]), outRange[1]))
+		c.node("LeakyRelu", name+"_leakyrelu", []string{name + "_preact_dq"}, name+"_act", onnxpb.FloatAttr("alpha", conv.act.Slope))
+		c.quantize(name+"_act", out, quantizedRange(outRange[0], outRange[1]))
+	default:
+		return fmt.Errorf("no INT8 form for activation %v", conv.act.Kind)
+	}
+	return nil
+}
+
+// int8Layer adds l in INT8 when it has an INT8 form and quant does not
+// keep it in float32, and reports whether it did.
+func (c *converter) int8Layer(l ncnn.Layer, in []string, out string) (bool, error) {
+	if c.quant == nil || c.quant.float[l.Name] {
+		return false, nil
+	}
+	outRange, ok := c.quant.ranges[l.Outputs[0]]
+	if !ok {
+		return false, fmt.Errorf("blob %s has no calibrated range", l.Outputs[0])
+	}
+	switch op := l.Op.(type) {
+	case *ncnn.Conv:
+		conv := convolution{name: l.Name, in: op.In, out: op.Out, kernel: op.Kernel, stride: op.Stride, pad: op.Pad, weight: op.Weight, bias: op.Bias, act: op.Act}
+		if !op.Transposed {
+			return true, c.int8Conv(conv, in[0], l.Inputs[0], out, outRange)
+		}
+		if op.Kernel != op.Stride || op.Pad != 0 {
+			return false, nil
+		}
+		// Each input pixel alone makes a k × k block of the output: a
+		// 1×1 convolution to k² × Out channels, then DepthToSpace, which
+		// moves uint8 values where ONNX Runtime's ConvTranspose has no
+		// INT8 kernel.
+		k := op.Kernel
+		conv.kernel, conv.stride, conv.out = 1, 1, op.Out*k*k
+		conv.weight, conv.bias = shuffled(op)
+		blocks := l.Name + "_blocks"
+		if err := c.int8Conv(conv, in[0], l.Inputs[0], blocks, outRange); err != nil {
+			return true, err
+		}
+		c.node("DepthToSpace", l.Name+"_shuffle", []string{blocks}, l.Name+"_shuffled", onnxpb.Int("blocksize", int64(k)))
+		c.quantize(l.Name+"_shuffled", out, c.quantized[blocks])
+		return true, nil
+	case *ncnn.Crop:
+		x, q, err := c.dequantized(in[0], l.Inputs[0])
+		if err != nil {
+			return true, err
+		}
+		c.crop(l.Name, op, x, l.Name+"_cut")
+		c.quantize(l.Name+"_cut", out, q)
+		return true, nil
+	case ncnn.Eltwise:
+		if op.Op != ncnn.Sum || len(in) != 2 {
+			return false, nil
+		}
+		return true, c.int8Node("Add", l, in, out, outRange)
+	case ncnn.ChannelScale:
+		return true, c.int8Node("Mul", l, in, out, outRange)
+	case ncnn.GlobalAvgPool:
+		return true, c.int8Node("GlobalAveragePool", l, in, out, outRange)
+	}
+	return false, nil
+}
+
+// int8Node adds l as the ONNX operation kind in QDQ form: its inputs
+// dequantized, its output quantised to outRange.
+func (c *converter) int8Node(kind string, l ncnn.Layer, in []string, out string, outRange [2]float64) error {
+	inputs := make([]string, len(in))
+	for i := range in {
+		var err error
+		if inputs[i], _, err = c.dequantized(in[i], l.Inputs[i]); err != nil {
+			return err
+		}
+	}
+	c.node(kind, l.Name, inputs, l.Name+"_out")
+	c.quantize(l.Name+"_out", out, quantizedRange(outRange[0], outRange[1]))
+	return nil
+}
+
+// shuffled returns the weights and bias of the 1×1 convolution that,
+// followed by DepthToSpace (its default mode, DCR: channel
+// (ky·k + kx)·Out + o goes to (ky, kx) of channel o's blocks), equals the
+// deconvolution op whose kernel is its stride.
+func shuffled(op *ncnn.Conv) (weight, bias []float32) {
+	k := op.Kernel
+	weight = make([]float32, len(op.Weight))
+	for o := range op.Out {
+		for i := range op.In {
+			for j := range k * k {
+				weight[(j*op.Out+o)*op.In+i] = op.Weight[(o*op.In+i)*k*k+j]
+			}
+		}
+	}
+	if op.Bias != nil {
+		bias = make([]float32, op.Out*k*k)
+		for i := range bias {
+			bias[i] = op.Bias[i%op.Out]
+		}
+	}
+	return weight, bias
+}
+
+// weightFloat adds a float32 initializer (a scalar when dims is nil).
+func (c *converter) weightFloat(name string, dims []int64, v ...float32) string {
+	c.graph.Initializers = append(c.graph.Initializers, onnxpb.FloatTensor(name, dims, v))
+	return name
+}
