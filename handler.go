@@ -106,6 +106,7 @@ type Response struct {
 	Via Pool `json:"via"`
 
 	linkExpires time.Time // kept with an Idempotency-Key's answer
+	engine      string    // the Upscale-Engine header (Image.Engine)
 }
 
 // CloseIdleConnections closes the idle connections to sources kept for
@@ -156,6 +157,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, replay.Status, replay.Body)
 	default:
 		pool = resp.Via
+		if resp.engine != "" {
+			// Not kept with an Idempotency-Key's answer: a replay says
+			// what was delivered, not how.
+			w.Header().Set("Upscale-Engine", resp.engine)
+		}
 		writeJSON(w, http.StatusOK, jsonBody(resp))
 	}
 }
@@ -350,7 +356,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	if err != nil {
 		return Response{}, fmt.Errorf("store result: %w", err)
 	}
-	resp := Response{URL: link, Via: hold.Pool, linkExpires: expires}
+	resp := Response{URL: link, Via: hold.Pool, linkExpires: expires, engine: img.Engine}
 	if prepare != nil {
 		if err := prepare(ctx, resp, hold); err != nil {
 			if errors.Is(err, ErrUnavailable) {

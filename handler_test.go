@@ -244,9 +244,13 @@ func TestUpscaleOK(t *testing.T) {
 		{"NullsAreDefaults", []string{`"scale": null`, `"imageType": null`, `"denoise": null`}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			img := checkOK(t, e.post(keyFree, body(e.url("/small.png"), tc.fields...)), upscale.PoolFree)
+			w := e.post(keyFree, body(e.url("/small.png"), tc.fields...))
+			img := checkOK(t, w, upscale.PoolFree)
 			if got, want := img.Bounds().Size(), image.Pt(16*tc.scale, 12*tc.scale); got != want {
 				t.Errorf("result %v, want %v", got, want)
+			}
+			if got, want := w.Header().Get("Upscale-Engine"), fmt.Sprintf("repeat;scale=%d", tc.scale); got != want {
+				t.Errorf("Upscale-Engine %q, want the engine's %q", got, want)
 			}
 		})
 	}

@@ -32,9 +32,15 @@ func TestIdempotentReplay(t *testing.T) {
 	if got := first.Header().Get("Idempotent-Replayed"); got != "" {
 		t.Errorf("first answer marked Idempotent-Replayed: %q", got)
 	}
+	if first.Header().Get("Upscale-Engine") == "" {
+		t.Error("first answer has no Upscale-Engine header")
+	}
 	again := e.postOnce(keyFree, "order-17", `{"scale":2.0, "denoise": "max", "imageUrl": "`+e.url("/small.png")+`"}`)
 	if again.Code != http.StatusOK || !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) || again.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay: %d %s (Idempotent-Replayed %q); want 200, the first body %s, marked replayed", again.Code, again.Body, again.Header().Get("Idempotent-Replayed"), first.Body)
+	}
+	if got := again.Header().Get("Upscale-Engine"); got != "" {
+		t.Errorf("replay has Upscale-Engine %q: an answer's replay says what was delivered, not how", got)
 	}
 	if got := e.balance("free").Free; got != 2 {
 		t.Errorf("free pool %d after a request and its replay, want 2: charged once", got)

@@ -70,6 +70,11 @@ type Image struct {
 	ContentType string // "image/jpeg", "image/png" or "image/webp"
 	Width       int
 	Height      int
+	// Engine says how the image was enlarged, for the Upscale-Engine
+	// response header: comma-separated steps in the order they ran, each
+	// a name and parameters, such as "learned;passes=1;precision=int8,
+	// classical;scale=2". Empty leaves the header out.
+	Engine string
 }
 
 // Upscaler enlarges images. The default implementation is libvips, in the

@@ -106,7 +106,8 @@ func encode(t *testing.T, format string, img image.Image) []byte {
 
 // PixelUpscaler is a pure-Go Upscaler that enlarges PNG and JPEG by
 // repeating pixels. It is for tests of code that needs an Upscaler without
-// libvips; its output is exact in size and crude in looks.
+// libvips; its output is exact in size and crude in looks, and its
+// Image.Engine "repeat;scale=N".
 type PixelUpscaler struct{}
 
 var _ upscale.Upscaler = PixelUpscaler{}
@@ -138,5 +139,6 @@ func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Param
 	if err != nil {
 		return upscale.Image{}, fmt.Errorf("%w: encode: %v", upscale.ErrUpstream, err)
 	}
-	return upscale.Image{Data: buf.Bytes(), ContentType: contentType, Width: out.Bounds().Dx(), Height: out.Bounds().Dy()}, nil
+	return upscale.Image{Data: buf.Bytes(), ContentType: contentType, Width: out.Bounds().Dx(), Height: out.Bounds().Dy(),
+		Engine: fmt.Sprintf("repeat;scale=%d", opts.Scale)}, nil
 }

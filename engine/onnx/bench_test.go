@@ -102,7 +102,7 @@ const childEnv = "UPSCALE_ONNX_CHILD"
 
 // TestMain lets benchmarks run one request in a process of its own, to
 // read that process's peak RSS and its whole time, as the ncnn binary's are
-// read: UPSCALE_ONNX_CHILD=scale:file.
+// read: UPSCALE_ONNX_CHILD=scale:file[:precision:tile].
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
@@ -111,14 +111,19 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(spec string) int {
-	scaleText, file, _ := strings.Cut(spec, ":")
-	scale, _ := strconv.Atoi(scaleText)
-	src, err := os.ReadFile(file)
+	fields := strings.Split(spec, ":")
+	scale, _ := strconv.Atoi(fields[0])
+	src, err := os.ReadFile(fields[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	e, err := onnx.New(onnx.Options{})
+	var opts onnx.Options
+	if len(fields) == 4 {
+		opts.Precision = onnx.Precision(fields[2])
+		opts.Tile, _ = strconv.Atoi(fields[3])
+	}
+	e, err := onnx.New(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -130,11 +135,49 @@ func runChild(spec string) int {
 	return 0
 }
 
-// child runs one ×scale request on file in a fresh process.
+// child runs one ×scale request on file in a fresh process, with the
+// default Options.
 func child(b *testing.B, scale int, file string) (time.Duration, int64) {
+	return childWith(b, scale, file, "")
+}
+
+// childWith is child with Options' Precision and Tile given as
+// "precision:tile".
+func childWith(b *testing.B, scale int, file, options string) (time.Duration, int64) {
+	spec := fmt.Sprintf("%d:%s", scale, file)
+	if options != "" {
+		spec += ":" + options
+	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", childEnv, scale, file))
+	cmd.Env = append(os.Environ(), childEnv+"="+spec)
 	return enginebench.Process(b, cmd)
+}
+
+// BenchmarkPrecisions times ×2 of a 1024² photo and ×4 of a 512² one, each
+// in a process of its own with its peak RSS, in float32 with 128-pixel
+// tiles (the engine before INT8) and in INT8 with tiles of 128, 192 and
+// 256, one after another in each round so that all meet the same load;
+// ratio is each row's time over float32's in the same round.
+func BenchmarkPrecisions(b *testing.B) {
+	configs := []string{"fp32:128", "int8:128", "int8:192", "int8:256"}
+	for _, tc := range []struct{ side, scale int }{{1024, 2}, {512, 4}} {
+		file := photoFile(b, tc.side)
+		b.Run(fmt.Sprintf("%d/x%d", tc.side, tc.scale), func(b *testing.B) {
+			for range b.N {
+				var base time.Duration
+				for _, config := range configs {
+					wall, rss := childWith(b, tc.scale, file, config)
+					if base == 0 {
+						base = wall
+					}
+					name := strings.ReplaceAll(config, ":", "-tile")
+					b.ReportMetric(wall.Seconds(), name+"-s")
+					b.ReportMetric(float64(rss)/(1<<20), name+"-peakRSS-MiB")
+					b.ReportMetric(wall.Seconds()/base.Seconds(), name+"-ratio")
+				}
+			}
+		})
+	}
 }
 
 // photoFile writes a side² PNG of Set14's baboon, the sources of the speed
@@ -231,4 +274,49 @@ func BenchmarkVersusNCNN(b *testing.B) {
 // 512² JPEG at ×2 (see enginebench.Throughput).
 func BenchmarkThroughput(b *testing.B) {
 	enginebench.Throughput(b, newEngine(b, onnx.Options{}), enginebench.PhotoJPEG(b, 512), []int{2}, []int{1, 2})
+}
+
+// BenchmarkFourMegapixels enlarges a 2048² JPEG ×2 (a phone photo's
+// 4 megapixels) with the handler's default 60-second engine deadline,
+// and reports its time and how many of its passes were learned (from
+// Image.Engine, the Upscale-Engine header).
+func BenchmarkFourMegapixels(b *testing.B) {
+	e := newEngine(b, onnx.Options{})
+	src := enginebench.PhotoJPEG(b, 2048)
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		start := time.Now()
+		img, err := e.Upscale(ctx, src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s")
+		learned := 0.0
+		if strings.HasPrefix(img.Engine, "learned;passes=1") {
+			learned = 1
+		}
+		b.ReportMetric(learned, "learned-passes")
+		b.Logf("Upscale-Engine: %s", img.Engine)
+	}
+}
+
+// BenchmarkAnimeOnPhotos scores imageType anime and photo with denoise max,
+// and none, on Set14 shrunk ×2 as JPEGs of quality 95, 85 and 75 and under
+// Gaussian noise of σ 2 and 5: sources labelled anime that are
+// photographs.
+func BenchmarkAnimeOnPhotos(b *testing.B) {
+	e := newEngine(b, onnx.Options{})
+	set := quality.LoadSet(b, "Set14")
+	for _, d := range []quality.Degradation{quality.JPEG(95), quality.JPEG(85), quality.JPEG(75), quality.GaussianNoise(2), quality.GaussianNoise(5)} {
+		for _, opts := range []upscale.Params{
+			{Scale: 2, ImageType: upscale.Anime, Denoise: upscale.DenoiseMax},
+			{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax},
+			{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone},
+		} {
+			b.Run(fmt.Sprintf("%s/%s-%s", d.Name, opts.ImageType, opts.Denoise), func(b *testing.B) {
+				scoreRow(b, set, d, e, opts)
+			})
+		}
+	}
 }

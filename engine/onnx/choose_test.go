@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/internal/quality"
@@ -16,19 +17,25 @@ import (
 func TestDenoiseNeverAboveRequested(t *testing.T) {
 	e := newTestEngine(t)
 	butterfly := quality.Shrink(quality.LoadSet(t, "Set5")[2], 2)
+	cel := quality.CelSet()[0]
 	for _, tc := range []struct {
+		image     *quality.Image
 		source    quality.Degradation
 		imageType upscale.ImageType
 		fits      upscale.Denoise // what max gives
 	}{
-		{quality.Clean, upscale.Photo, upscale.DenoiseNone},
-		{quality.GaussianNoise(15), upscale.Photo, upscale.DenoiseMax},
-		{quality.GaussianNoise(5), upscale.Photo, upscale.DenoiseLow},
-		{quality.JPEG(30), upscale.Photo, upscale.DenoiseHigh},
-		{quality.JPEG(70), upscale.Photo, upscale.DenoiseMid},
-		{quality.JPEG(70), upscale.Anime, upscale.DenoiseHigh},
+		{butterfly, quality.Clean, upscale.Photo, upscale.DenoiseNone},
+		{butterfly, quality.GaussianNoise(15), upscale.Photo, upscale.DenoiseMax},
+		{butterfly, quality.GaussianNoise(5), upscale.Photo, upscale.DenoiseLow},
+		{butterfly, quality.JPEG(30), upscale.Photo, upscale.DenoiseHigh},
+		{butterfly, quality.JPEG(70), upscale.Photo, upscale.DenoiseMid},
+		{cel, quality.JPEG(70), upscale.Anime, upscale.DenoiseHigh},
+		{cel, quality.GaussianNoise(5), upscale.Anime, upscale.DenoiseMax},
+		// A photograph labelled anime is textured: photo's levels.
+		{butterfly, quality.JPEG(70), upscale.Anime, upscale.DenoiseMid},
+		{butterfly, quality.GaussianNoise(5), upscale.Anime, upscale.DenoiseLow},
 	} {
-		src := tc.source.Source(t, butterfly)
+		src := tc.source.Source(t, tc.image)
 		for _, requested := range quality.Levels {
 			px, err := e.codec.Decode(context.Background(), src, 2)
 			if err != nil {
@@ -171,7 +178,7 @@ func TestCancelBetweenTiles(t *testing.T) {
 // TestLearnedPasses: learned ×2 passes while the result stays within the
 // budget, the rest classical.
 func TestLearnedPasses(t *testing.T) {
-	e := &Engine{opts: Options{LearnedPixels: DefaultLearnedPixels}}
+	e := &Engine{opts: Options{LearnedPixels: 2048 * 2048}}
 	for _, tc := range []struct{ w, h, scale, passes int }{
 		{512, 512, 16, 2},  // to 2048², then ×4 classically
 		{512, 512, 2, 1},   //
@@ -180,8 +187,74 @@ func TestLearnedPasses(t *testing.T) {
 		{100, 100, 16, 4},  // learned to the end
 		{3000, 10, 8, 3},
 	} {
-		if got := e.learnedPasses(tc.w, tc.h, tc.scale); got != tc.passes {
+		if got := e.mostLearnedPasses(tc.w, tc.h, tc.scale); got != tc.passes {
 			t.Errorf("%d×%d ×%d: %d learned passes, want %d", tc.w, tc.h, tc.scale, got, tc.passes)
+		}
+	}
+}
+
+// TestLearnedPassesFitTheDeadline: a request makes the learned passes
+// whose estimated time fits in learnedShare of the time left before its
+// deadline, at the pace the engine measured, and the rest classically.
+func TestLearnedPassesFitTheDeadline(t *testing.T) {
+	e := &Engine{opts: Options{LearnedPixels: DefaultLearnedPixels}}
+	e.pace.init(INT8, 2)
+	// 512² ×16 at 1.2 µs per result pixel: ×2 takes 1.26 s, ×4 5.0 s
+	// more, ×8 20.1 s more.
+	for _, tc := range []struct {
+		name   string
+		left   time.Duration
+		passes int
+	}{
+		{"NoTime", 0, 0},
+		{"OnePass", 5 * time.Second, 1},    // 3 s for learning
+		{"TwoPasses", 20 * time.Second, 2}, // 12 s
+		{"ThreePasses", time.Minute, 3},    // 36 s: to 4096², the pixel cap
+		{"NoMoreThanTheCap", time.Hour, 3}, // ×16 would be 8192²
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), tc.left)
+			defer cancel()
+			if got := e.learnedPasses(ctx, 512, 512, 16); got != tc.passes {
+				t.Errorf("%d learned passes, want %d", got, tc.passes)
+			}
+		})
+	}
+	if got := e.learnedPasses(context.Background(), 512, 512, 16); got != 3 {
+		t.Errorf("without a deadline: %d learned passes, want 3, the cap's", got)
+	}
+	// The pace follows what the engine measures: at 10 µs per pixel, a
+	// minute holds only the first pass (10.5 s; the second would end at
+	// 52 s).
+	for range 20 {
+		e.pace.observe(10e-6)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if got := e.learnedPasses(ctx, 512, 512, 16); got != 1 {
+		t.Errorf("at a slower measured pace: %d learned passes, want 1", got)
+	}
+}
+
+// TestFlatnessTellsArtFromPhotos: the cel images read as drawn art, and
+// Set5's photographs as textured, clean, as JPEGs and under noise.
+func TestFlatnessTellsArtFromPhotos(t *testing.T) {
+	e := newTestEngine(t)
+	for _, d := range []quality.Degradation{quality.Clean, quality.JPEG(75), quality.GaussianNoise(5)} {
+		for name, set := range map[string][]*quality.Image{"cel": quality.CelSet(), "photo": quality.LoadSet(t, "Set5")} {
+			for i, img := range set {
+				px, err := e.codec.Decode(context.Background(), d.Source(t, quality.Shrink(img.Crop(img.W/2*2, img.H/2*2), 2)), 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				noise, err := px.Noise()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f := flatness(px, noise); (f >= flatArt) != (name == "cel") {
+					t.Errorf("%s %d, %s: flatness %.2f against %.2f for art", name, i, d.Name, f, flatArt)
+				}
+			}
 		}
 	}
 }

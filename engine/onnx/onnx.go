@@ -32,7 +32,12 @@ package onnx
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/internal/libvips"
@@ -44,10 +49,26 @@ const (
 	// DefaultTile is the side of the tiles a network runs on, in source
 	// pixels.
 	DefaultTile = 128
-	// DefaultLearnedPixels admits learned passes up to a 2048×2048
-	// result: a 512² source is enlarged ×4 by the network (about 20 s on
-	// two cores) and the rest of ×16 classically.
-	DefaultLearnedPixels = 2048 * 2048
+	// DefaultLearnedPixels admits learned passes up to a 4096×4096
+	// result, such as ×2 of a 4-megapixel photo; the time left before a
+	// request's deadline decides how many of them run (learnedPasses).
+	DefaultLearnedPixels = 4096 * 4096
+	// DefaultPrecision is the networks' arithmetic.
+	DefaultPrecision = INT8
+)
+
+// Precision is the arithmetic the networks run in.
+type Precision string
+
+const (
+	// INT8 runs most of each network's convolutions, sums and
+	// squeeze-and-excitation blocks on 8-bit integers (ONNX Runtime's
+	// QLinearConv and kin), calibrated by cmd/ncnn2onnx, and keeps in
+	// float32 the layers that set the image's values directly: the first
+	// U-Net's full-resolution level and the sum that makes the output.
+	INT8 Precision = "int8"
+	// FP32 runs every layer in float32, as the original networks do.
+	FP32 Precision = "fp32"
 )
 
 // Options configures an Engine. Every zero field means the default beside
@@ -75,6 +96,9 @@ type Options struct {
 	// left of the scale is done classically. Zero means
 	// DefaultLearnedPixels.
 	LearnedPixels int64
+	// Precision is the networks' arithmetic. Empty means
+	// DefaultPrecision.
+	Precision Precision
 }
 
 // Engine enlarges JPEG, PNG and WebP images with waifu2x networks on ONNX
@@ -84,6 +108,7 @@ type Engine struct {
 	codec  *libvips.Engine
 	slots  chan struct{}
 	models map[upscale.Denoise]*model // by the level it denoises at
+	pace   pace                       // seconds per learned result pixel
 }
 
 var (
@@ -111,6 +136,13 @@ func New(opts Options) (*Engine, error) {
 	if opts.LearnedPixels == 0 {
 		opts.LearnedPixels = DefaultLearnedPixels
 	}
+	switch opts.Precision {
+	case "":
+		opts.Precision = DefaultPrecision
+	case INT8, FP32:
+	default:
+		return nil, fmt.Errorf("onnx: Options.Precision %q is neither %q nor %q", opts.Precision, INT8, FP32)
+	}
 	if err := loadRuntime(libraryPath(opts.Library)); err != nil {
 		return nil, err
 	}
@@ -120,8 +152,9 @@ func New(opts Options) (*Engine, error) {
 		slots:  make(chan struct{}, opts.Concurrency),
 		models: map[upscale.Denoise]*model{},
 	}
-	for level, file := range networks {
-		e.models[level] = &model{file: file}
+	e.pace.init(opts.Precision, opts.Threads)
+	for level := range networks {
+		e.models[level] = &model{file: networkFile(level, opts.Precision)}
 	}
 	return e, nil
 }
@@ -166,7 +199,7 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	}
 	pixels := int64(h.Width) * int64(h.Height)
 	floats := pixels
-	for range e.learnedPasses(h.Width, h.Height, opts.Scale) {
+	for range e.mostLearnedPasses(h.Width, h.Height, opts.Scale) {
 		floats = pixels + 4*pixels
 		pixels *= 4
 	}
@@ -182,7 +215,7 @@ func (e *Engine) ReleaseMemory() { e.codec.ReleaseMemory() }
 // enlargeAll enlarges px by scale: learned passes, the first denoising at
 // level, then the classical rest, and encodes the result.
 func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
-	passes := e.learnedPasses(px.Width, px.Height, scale)
+	passes := e.learnedPasses(ctx, px.Width, px.Height, scale)
 	for range passes {
 		var err error
 		if px, err = e.enlarge(ctx, px, e.models[level]); err != nil {
@@ -190,12 +223,16 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, 
 		}
 		level = upscale.DenoiseNone
 	}
-	return e.codec.Encode(ctx, px, scale>>passes, imageType)
+	img, err := e.codec.Encode(ctx, px, scale>>passes, imageType)
+	if err == nil && passes > 0 {
+		img.Engine = strings.TrimSuffix(fmt.Sprintf("learned;passes=%d;precision=%s, %s", passes, e.opts.Precision, img.Engine), ", ")
+	}
+	return img, err
 }
 
-// learnedPasses is how many ×2 passes of scale the network makes: as many
-// as keep each result within LearnedPixels.
-func (e *Engine) learnedPasses(w, h, scale int) int {
+// mostLearnedPasses is how many ×2 passes of scale the network may make:
+// as many as keep each result within LearnedPixels.
+func (e *Engine) mostLearnedPasses(w, h, scale int) int {
 	passes := 0
 	for scale > 1 && int64(w)*int64(h)*4 <= e.opts.LearnedPixels {
 		w, h, scale = 2*w, 2*h, scale/2
@@ -203,6 +240,34 @@ func (e *Engine) learnedPasses(w, h, scale int) int {
 	}
 	return passes
 }
+
+// learnedPasses is how many of the mostLearnedPasses the network makes
+// for a request: those whose estimated time (each pass's result pixels at
+// the measured pace) fits within learnedShare of the time left before
+// ctx's deadline, so that the rest is enlarged classically rather than
+// the request timing out. Without a deadline, all of them.
+func (e *Engine) learnedPasses(ctx context.Context, w, h, scale int) int {
+	most := e.mostLearnedPasses(w, h, scale)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return most
+	}
+	budget := time.Until(deadline).Seconds() * learnedShare
+	pace, spent := e.pace.seconds(), 0.0
+	for passes := range most {
+		w, h = 2*w, 2*h
+		if spent += float64(w) * float64(h) * pace; spent > budget {
+			return passes
+		}
+	}
+	return most
+}
+
+// learnedShare is the part of a request's time left that learned passes
+// may take: the rest is for decoding, the classical rest and encoding, and
+// for an estimate that runs slow (a machine busier than when it was
+// measured).
+const learnedShare = 0.6
 
 // enlarge runs m over px: over its colour, and over its alpha as a grey
 // image, so both take the same edges (BenchmarkAlpha: on Set5 cut out by
@@ -229,6 +294,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 			layers = append(layers, colour)
 		}
 	}
+	start := time.Now()
 	for _, first := range layers {
 		grey := first != 0 || colour == 1
 		in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, first: first, grey: grey, max: px.Max()}
@@ -237,6 +303,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 			return nil, err
 		}
 	}
+	e.pace.observe(time.Since(start).Seconds() / (float64(out.Width) * float64(out.Height) * float64(len(layers))))
 	return out, nil
 }
 
@@ -248,4 +315,37 @@ func opaque(px *libvips.Pixels) bool {
 		}
 	}
 	return true
+}
+
+// pace is the time a learned pass takes per result pixel, in seconds: a
+// moving average of the passes the engine has made, starting from a prior
+// measured with two threads on the benchmark machine (BENCHMARKS.md) and
+// scaled by the threads.
+type pace struct{ bits atomic.Uint64 }
+
+// Prior paces at two threads, in seconds per result pixel.
+const (
+	int8PacePrior = 1.2e-6
+	fp32PacePrior = 2.0e-6
+)
+
+func (p *pace) init(precision Precision, threads int) {
+	prior := fp32PacePrior
+	if precision == INT8 {
+		prior = int8PacePrior
+	}
+	p.bits.Store(math.Float64bits(prior * 2 / float64(max(threads, 1))))
+}
+
+func (p *pace) seconds() float64 { return math.Float64frombits(p.bits.Load()) }
+
+// observe moves the pace a third of the way to a pass's measured one.
+func (p *pace) observe(seconds float64) {
+	for {
+		old := p.bits.Load()
+		next := math.Float64bits(math.Float64frombits(old) + (seconds-math.Float64frombits(old))/3)
+		if p.bits.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image"
 	"image/png"
+	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,6 +120,9 @@ func TestExactSizes(t *testing.T) {
 			if got, want := decodePNG(t, img).Bounds().Size(), size.Mul(scale); got != want || img.Width != want.X || img.Height != want.Y {
 				t.Errorf("%v ×%d: %v (reported %dx%d), want %v", size, scale, got, img.Width, img.Height, want)
 			}
+			if want := fmt.Sprintf("learned;passes=%d;precision=int8", bits.TrailingZeros(uint(scale))); img.Engine != want {
+				t.Errorf("%v ×%d: engine %q, want %q", size, scale, img.Engine, want)
+			}
 		}
 	}
 }
@@ -162,5 +167,41 @@ func TestEstimateMemory(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%s: EstimateMemory = %d, %v; want %d", c.name, got, err, c.want)
 		}
+	}
+}
+
+// TestEngineSaysWhatRan: Image.Engine (the Upscale-Engine header) names the
+// learned passes and the classical rest that made the result, and the
+// precision the networks ran in.
+func TestEngineSaysWhatRan(t *testing.T) {
+	src := upscaletest.TestImagePNG(t, 64, 48)
+	e := newEngine(t, onnx.Options{LearnedPixels: 4 * 64 * 48})
+	for _, tc := range []struct {
+		name  string
+		src   []byte
+		scale int
+		want  string
+	}{
+		{"×2Learned", src, 2, "learned;passes=1;precision=int8"},
+		{"×8LearnedThenClassical", src, 8, "learned;passes=1;precision=int8, classical;scale=4"},
+		{"TooLargeForLearned", upscaletest.TestImagePNG(t, 65, 48), 2, "classical;scale=2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img, err := e.Upscale(context.Background(), tc.src, upscale.Params{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img.Engine != tc.want {
+				t.Errorf("engine %q, want %q", img.Engine, tc.want)
+			}
+		})
+	}
+	fp32 := newEngine(t, onnx.Options{Precision: onnx.FP32})
+	img, err := fp32.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "learned;passes=1;precision=fp32"; img.Engine != want {
+		t.Errorf("FP32 engine %q, want %q", img.Engine, want)
 	}
 }

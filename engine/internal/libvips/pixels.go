@@ -120,5 +120,5 @@ func (e *Engine) Encode(ctx context.Context, p *Pixels, scale int, imageType ups
 		}
 		return upscale.Image{}, fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
 	}
-	return result(out, p.format, image.Pt(p.Width*scale, p.Height*scale))
+	return result(out, p.format, image.Pt(p.Width*scale, p.Height*scale), scale)
 }

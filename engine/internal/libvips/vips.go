@@ -252,7 +252,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	if err != nil {
 		return upscale.Image{}, failure(ctx, src, err)
 	}
-	return result(out, f, uprightSize(meta).Mul(opts.Scale))
+	return result(out, f, uprightSize(meta).Mul(opts.Scale), opts.Scale)
 }
 
 // Header is what a source's header says, once its EXIF orientation is
@@ -357,12 +357,16 @@ func failure(ctx context.Context, src []byte, err error) error {
 }
 
 // result checks that an encoded result has the size it must have.
-func result(out []byte, f format, want image.Point) (upscale.Image, error) {
+func result(out []byte, f format, want image.Point, scale int) (upscale.Image, error) {
 	size, err := bimg.Size(out)
 	if err != nil || size.Width != want.X || size.Height != want.Y {
 		return upscale.Image{}, fmt.Errorf("%w: libvips made %dx%d, want %v (%v)", upscale.ErrUpstream, size.Width, size.Height, want, err)
 	}
-	return upscale.Image{Data: out, ContentType: f.contentType, Width: want.X, Height: want.Y}, nil
+	img := upscale.Image{Data: out, ContentType: f.contentType, Width: want.X, Height: want.Y}
+	if scale > 1 {
+		img.Engine = fmt.Sprintf("classical;scale=%d", scale)
+	}
+	return img, nil
 }
 
 func (e *Engine) checkLimits(f format, w, h, outW, outH int) error {

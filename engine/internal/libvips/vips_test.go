@@ -68,6 +68,9 @@ func TestUpscaleBenchmarkImages(t *testing.T) {
 				if gotW != w*scale || gotH != h*scale || img.Width != gotW || img.Height != gotH {
 					t.Errorf("got %dx%d (reported %dx%d), want %dx%d", gotW, gotH, img.Width, img.Height, w*scale, h*scale)
 				}
+				if want := "classical;scale=" + strconv.Itoa(scale); img.Engine != want {
+					t.Errorf("engine %q, want %q", img.Engine, want)
+				}
 			})
 		}
 	}
