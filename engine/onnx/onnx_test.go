@@ -170,6 +170,14 @@ func TestEstimateMemory(t *testing.T) {
 	}
 }
 
+// TestNewRefusesUnknownPrecision: a precision that is neither INT8 nor
+// FP32 is an error that names both.
+func TestNewRefusesUnknownPrecision(t *testing.T) {
+	if _, err := onnx.New(onnx.Options{Precision: "fp16"}); err == nil || !strings.Contains(err.Error(), `"int8"`) || !strings.Contains(err.Error(), `"fp32"`) {
+		t.Errorf("Precision fp16: %v; want an error naming int8 and fp32", err)
+	}
+}
+
 // TestEngineSaysWhatRan: Image.Engine (the Upscale-Engine header) names the
 // learned passes and the classical rest that made the result, and the
 // precision the networks ran in.

@@ -58,7 +58,7 @@ type options struct {
 	allowPrivateSources         bool
 	storage
 	s3Endpoint, s3Bucket, s3Region            string
-	engine, onnxRuntimeLib                    string
+	engine, onnxRuntimeLib, onnxPrecision     string
 	queueLength, accountShare, maxConnections int
 	memoryBudget                              int64
 	drainDelay, keyCacheTTL                   time.Duration
@@ -111,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -engine onnx (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
+	fs.StringVar(&o.onnxPrecision, "onnx-precision", "", "arithmetic of -engine onnx's networks: int8 (default; two thirds of fp32's time) or fp32")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -129,8 +130,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.maxConnections < 1 {
 		return o, errors.New("-max-connections must be at least 1")
 	}
-	if o.onnxRuntimeLib != "" && o.engine != "onnx" {
-		return o, errors.New("-onnxruntime-lib needs -engine onnx")
+	if (o.onnxRuntimeLib != "" || o.onnxPrecision != "") && o.engine != "onnx" {
+		return o, errors.New("-onnxruntime-lib and -onnx-precision need -engine onnx")
+	}
+	if p := onnx.Precision(o.onnxPrecision); p != "" && p != onnx.INT8 && p != onnx.FP32 {
+		return o, fmt.Errorf("-onnx-precision %q: want %s or %s", o.onnxPrecision, onnx.INT8, onnx.FP32)
 	}
 	return o, nil
 }
@@ -138,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 // openEngine returns the engine -engine names.
 func (o options) openEngine() (upscale.Upscaler, error) {
 	if o.engine == "onnx" {
-		return onnx.New(onnx.Options{Library: o.onnxRuntimeLib})
+		return onnx.New(onnx.Options{Library: o.onnxRuntimeLib, Precision: onnx.Precision(o.onnxPrecision)})
 	}
 	return vips.New(vips.Options{}), nil
 }

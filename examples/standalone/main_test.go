@@ -614,6 +614,8 @@ func TestEngineFlags(t *testing.T) {
 	}{
 		{[]string{"-engine", "magic"}, "-engine"},
 		{[]string{"-onnxruntime-lib", "/opt/ort.so"}, "-engine onnx"},
+		{[]string{"-onnx-precision", "fp32"}, "-engine onnx"},
+		{[]string{"-engine", "onnx", "-onnx-precision", "fp16"}, "-onnx-precision"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%q) = %v; want an error naming %s", tc.args, err, tc.want)
@@ -622,6 +624,10 @@ func TestEngineFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-engine", "onnx"}, io.Discard)
 	if err != nil || o.engine != "onnx" {
 		t.Errorf("parseFlags(-engine onnx) = %+v, %v", o, err)
+	}
+	o, err = parseFlags([]string{"-engine", "onnx", "-onnx-precision", "fp32"}, io.Discard)
+	if err != nil || o.onnxPrecision != "fp32" {
+		t.Errorf("parseFlags(-engine onnx -onnx-precision fp32) = %+v, %v", o, err)
 	}
 	if _, err := (options{engine: "onnx", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(); err == nil || !strings.Contains(err.Error(), "make deps") {
 		t.Errorf("-engine onnx without the library: %v; want an error that says to run make deps", err)
