@@ -229,6 +229,7 @@ func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req re
 	if errors.Is(err, errUnitGone) {
 		// Stopped past its lease and its reservation: the key is free
 		// again (Forget), or taken over by a retry that answers for it.
+		h.cfg.Logger.Warn("upscale: a request outlived its reservation; its retry gets the key's answer", "account", claim.AccountID, "err", err)
 		return Response{}, nil, h.stillRunning(h.cfg.Now())
 	}
 	return resp, nil, err

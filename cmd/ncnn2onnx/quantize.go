@@ -237,7 +237,9 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 		biasScales := make([]float32, conv.out)
 		for o := range conv.out {
 			biasScales[o] = qx.scale * scales[o]
-			biases[o] = int32(math.Round(float64(conv.bias[o] / biasScales[o])))
+			// A channel of zero weights has a tiny scale: its bias is
+			// clamped, as the int32 it must fit in.
+			biases[o] = int32(min(max(math.Round(float64(conv.bias[o]/biasScales[o])), math.MinInt32), math.MaxInt32))
 		}
 		c.graph.Initializers = append(c.graph.Initializers,
 			onnxpb.Int32Tensor(name+"_bias_q", []int64{int64(conv.out)}, biases),
@@ -278,6 +280,9 @@ func (c *converter) int8Layer(l ncnn.Layer, in []string, out string) (bool, erro
 	}
 	switch op := l.Op.(type) {
 	case *ncnn.Conv:
+		if act := op.Act; act.Kind != ncnn.NoActivation && (act.Kind != ncnn.LeakyReLU || act.Slope <= 0) {
+			return false, nil // int8Conv's forms: none, or LeakyReLU with a positive slope
+		}
 		conv := convolution{name: l.Name, in: op.In, out: op.Out, kernel: op.Kernel, stride: op.Stride, pad: op.Pad, weight: op.Weight, bias: op.Bias, act: op.Act}
 		if !op.Transposed {
 			return true, c.int8Conv(conv, in[0], l.Inputs[0], out, outRange)

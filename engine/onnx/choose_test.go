@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -215,24 +216,41 @@ func TestLearnedPassesFitTheDeadline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), tc.left)
 			defer cancel()
-			if got := e.learnedPasses(ctx, 512, 512, 16); got != tc.passes {
+			if got := e.learnedPasses(ctx, 512, 512, 1, 16); got != tc.passes {
 				t.Errorf("%d learned passes, want %d", got, tc.passes)
 			}
 		})
 	}
-	if got := e.learnedPasses(context.Background(), 512, 512, 16); got != 3 {
+	if got := e.learnedPasses(context.Background(), 512, 512, 1, 16); got != 3 {
 		t.Errorf("without a deadline: %d learned passes, want 3, the cap's", got)
-	}
-	// The pace follows what the engine measures: at 10 µs per pixel, a
-	// minute holds only the first pass (10.5 s; the second would end at
-	// 52 s).
-	for range 20 {
-		e.pace.observe(10e-6)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if got := e.learnedPasses(ctx, 512, 512, 16); got != 1 {
+	// A translucent alpha runs the network twice a pass: 52.8 s for
+	// three passes does not fit 36 s, two (12.6 s) do.
+	if got := e.learnedPasses(ctx, 512, 512, 2, 16); got != 2 {
+		t.Errorf("with alpha: %d learned passes, want 2", got)
+	}
+	// A pass moves the pace by a third of the way for a megapixel, less
+	// for fewer pixels: a 64² pass at 10 µs a pixel moves it 0.14%...
+	e.pace.observe(10e-6, 64*64)
+	if got, want := e.pace.seconds(), 1.2e-6+8.8e-6*64*64/1e6/3; math.Abs(got-want) > 1e-12 {
+		t.Errorf("pace %.4g after a 64² pass, want %.4g", got, want)
+	}
+	// ...while large passes at 10 µs a pixel bring it there: a minute
+	// holds only the first pass (10.5 s; the second would end at 52 s).
+	for range 20 {
+		e.pace.observe(10e-6, 4<<20)
+	}
+	if got := e.learnedPasses(ctx, 512, 512, 1, 16); got != 1 {
 		t.Errorf("at a slower measured pace: %d learned passes, want 1", got)
+	}
+	// A pass cut short by its deadline raises the pace to at least what
+	// it took a pixel; a faster reading never lowers it.
+	e.pace.atLeast(50e-6)
+	e.pace.atLeast(1e-6)
+	if got := e.pace.seconds(); got != 50e-6 {
+		t.Errorf("pace %.2g after a deadline, want 5e-05", got)
 	}
 }
 

@@ -92,12 +92,13 @@ func TestConversionMatchesNCNN(t *testing.T) {
 
 // TestINT8MatchesFP32 runs each INT8 network and its float32 original on
 // tiles of two photographs and of a drawing, and holds the INT8 result to
-// 38 dB from the original's (measured: 39.9-51.2 dB; the quality
-// benchmarks measure what that costs against the truth). A range clipped
-// too tightly, or a layer that sets the image's values quantised, gave
-// 30 dB on the drawing.
+// 45-70 dB from the original's: close, and quantised (measured: 49.1-57.2
+// dB; the quality benchmarks measure what that costs against the truth).
+// A range clipped too tightly, or a layer that sets the image's values
+// quantised, gave 30 dB on the drawing; the calibration of an earlier
+// recipe, 39.9.
 func TestINT8MatchesFP32(t *testing.T) {
-	fp32, int8 := NewTestEngine(t, Options{Precision: FP32}), NewTestEngine(t, Options{Precision: INT8})
+	float, quantised := NewTestEngine(t, Options{Precision: FP32}), NewTestEngine(t, Options{Precision: INT8})
 	const n = 100 // input side: 64 output pixels a side and the border
 	var tiles [][]float32
 	for _, src := range []struct {
@@ -127,16 +128,19 @@ func TestINT8MatchesFP32(t *testing.T) {
 	for level := range networks {
 		t.Run(string(level), func(t *testing.T) {
 			for i, x := range tiles {
-				want, _ := runNetwork(t, fp32.models[level], x, n)
-				got, _ := runNetwork(t, int8.models[level], x, n)
+				if file := quantised.models[level].file; !strings.HasSuffix(file, "-int8.onnx") {
+					t.Fatalf("the INT8 engine runs %s", file)
+				}
+				want, _ := runNetwork(t, float.models[level], x, n)
+				got, _ := runNetwork(t, quantised.models[level], x, n)
 				var sum float64
 				for j := range want {
 					d := float64(clip(got[j]) - clip(want[j]))
 					sum += d * d
 				}
 				psnr := 10 * math.Log10(float64(len(want))/sum)
-				if psnr < 38 {
-					t.Errorf("tile %d: INT8 %.2f dB from float32, want ≥ 38", i, psnr)
+				if psnr < 45 || psnr > 70 {
+					t.Errorf("tile %d: INT8 %.2f dB from float32, want 45 to 70 (quantised, but close)", i, psnr)
 				}
 				t.Logf("tile %d: %.2f dB", i, psnr)
 			}

@@ -13,10 +13,12 @@
 // # Scales
 //
 // The networks enlarge ×2. Scale 2 is one pass and 4 two. Learned passes
-// run while a pass's result stays within Options.LearnedPixels, and
-// libvips's classical enlargement does the rest: at 8 and 16, or for the
-// whole of a source too large for even one learned pass. Each pass runs tile by tile (Options.Tile), each tile read with
-// the network's receptive field around it, so tiles join without seams.
+// run while a pass's result stays within Options.LearnedPixels and its
+// estimated time fits the request's deadline (learnedPasses), and
+// libvips's classical enlargement does the rest. Image.Engine says which
+// did what. Each pass runs tile by tile (Options.Tile), each tile read
+// with the network's receptive field around it, so tiles join without
+// seams.
 //
 // # Denoising
 //
@@ -39,6 +41,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/vips"
@@ -53,8 +57,6 @@ const (
 	// result, such as ×2 of a 4-megapixel photo; the time left before a
 	// request's deadline decides how many of them run (learnedPasses).
 	DefaultLearnedPixels = 4096 * 4096
-	// DefaultPrecision is the networks' arithmetic.
-	DefaultPrecision = INT8
 )
 
 // Precision is the arithmetic the networks run in.
@@ -70,6 +72,18 @@ const (
 	// FP32 runs every layer in float32, as the original networks do.
 	FP32 Precision = "fp32"
 )
+
+// DefaultPrecision is INT8 on a CPU with VNNI (x86-64's AVX-512 VNNI or
+// AVX-VNNI), where ONNX Runtime multiplies uint8 by int8 exactly, and FP32
+// elsewhere: without VNNI its x86 kernels may saturate their intermediate
+// sums (ONNX Runtime's quantisation documentation), and INT8 was measured
+// only on a VNNI CPU.
+func DefaultPrecision() Precision {
+	if cpu.X86.HasAVX512VNNI || cpu.X86.HasAVXVNNI {
+		return INT8
+	}
+	return FP32
+}
 
 // Options configures an Engine. Every zero field means the default beside
 // it.
@@ -97,7 +111,7 @@ type Options struct {
 	// DefaultLearnedPixels.
 	LearnedPixels int64
 	// Precision is the networks' arithmetic. Empty means
-	// DefaultPrecision.
+	// DefaultPrecision().
 	Precision Precision
 }
 
@@ -138,7 +152,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	switch opts.Precision {
 	case "":
-		opts.Precision = DefaultPrecision
+		opts.Precision = DefaultPrecision()
 	case INT8, FP32:
 	default:
 		return nil, fmt.Errorf("onnx: Options.Precision %q is neither %q nor %q", opts.Precision, INT8, FP32)
@@ -215,13 +229,15 @@ func (e *Engine) ReleaseMemory() { e.codec.ReleaseMemory() }
 // enlargeAll enlarges px by scale: learned passes, the first denoising at
 // level, then the classical rest, and encodes the result.
 func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
-	passes := e.learnedPasses(ctx, px.Width, px.Height, scale)
-	for range passes {
+	// Each pass is decided as it comes, at the pace the last one measured.
+	runs, passes := networkRuns(px), 0
+	for e.learnedPasses(ctx, px.Width, px.Height, runs, scale>>passes) > 0 {
 		var err error
 		if px, err = e.enlarge(ctx, px, e.models[level]); err != nil {
 			return upscale.Image{}, err
 		}
 		level = upscale.DenoiseNone
+		passes++
 	}
 	img, err := e.codec.Encode(ctx, px, scale>>passes, imageType)
 	if err == nil && passes > 0 {
@@ -242,11 +258,12 @@ func (e *Engine) mostLearnedPasses(w, h, scale int) int {
 }
 
 // learnedPasses is how many of the mostLearnedPasses the network makes
-// for a request: those whose estimated time (each pass's result pixels at
-// the measured pace) fits within learnedShare of the time left before
-// ctx's deadline, so that the rest is enlarged classically rather than
-// the request timing out. Without a deadline, all of them.
-func (e *Engine) learnedPasses(ctx context.Context, w, h, scale int) int {
+// for a request: those whose estimated time (each pass's result pixels,
+// times the network's runs a pass, at the measured pace) fits within
+// learnedShare of the time left before ctx's deadline, so that the rest
+// is enlarged classically rather than the request timing out. Without a
+// deadline, all of them.
+func (e *Engine) learnedPasses(ctx context.Context, w, h, runs, scale int) int {
 	most := e.mostLearnedPasses(w, h, scale)
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -256,11 +273,20 @@ func (e *Engine) learnedPasses(ctx context.Context, w, h, scale int) int {
 	pace, spent := e.pace.seconds(), 0.0
 	for passes := range most {
 		w, h = 2*w, 2*h
-		if spent += float64(w) * float64(h) * pace; spent > budget {
+		if spent += float64(w) * float64(h) * float64(runs) * pace; spent > budget {
 			return passes
 		}
 	}
 	return most
+}
+
+// networkRuns is how many times a pass runs the network over px: once for
+// its colour, and once more for an alpha that is not opaque everywhere.
+func networkRuns(px *libvips.Pixels) int {
+	if px.Alpha && !opaque(px) {
+		return 2
+	}
+	return 1
 }
 
 // learnedShare is the part of a request's time left that learned passes
@@ -295,15 +321,21 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 		}
 	}
 	start := time.Now()
+	work := float64(out.Width) * float64(out.Height) * float64(len(layers)) // result pixels the network makes
 	for _, first := range layers {
 		grey := first != 0 || colour == 1
 		in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, first: first, grey: grey, max: px.Max()}
 		o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, first: first, grey: grey, max: px.Max()}
 		if err := m.run(ctx, session, in, o, e.opts.Tile); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				// Cut short by the deadline: the whole pass would have
+				// taken longer than this, so the pace is at least that.
+				e.pace.atLeast(time.Since(start).Seconds() / work)
+			}
 			return nil, err
 		}
 	}
-	e.pace.observe(time.Since(start).Seconds() / (float64(out.Width) * float64(out.Height) * float64(len(layers))))
+	e.pace.observe(time.Since(start).Seconds()/work, work)
 	return out, nil
 }
 
@@ -339,12 +371,24 @@ func (p *pace) init(precision Precision, threads int) {
 
 func (p *pace) seconds() float64 { return math.Float64frombits(p.bits.Load()) }
 
-// observe moves the pace a third of the way to a pass's measured one.
-func (p *pace) observe(seconds float64) {
+// observe moves the pace towards a pass's measured one, by a third for a
+// pass of a megapixel or more and less for smaller ones, whose tile
+// borders cost more per pixel: thumbnails should not make the next large
+// image classical.
+func (p *pace) observe(seconds, pixels float64) {
+	weight := min(pixels/1e6, 1) / 3
+	p.update(func(old float64) float64 { return old + (seconds-old)*weight })
+}
+
+// atLeast raises the pace to seconds if it is lower.
+func (p *pace) atLeast(seconds float64) {
+	p.update(func(old float64) float64 { return max(old, seconds) })
+}
+
+func (p *pace) update(next func(float64) float64) {
 	for {
 		old := p.bits.Load()
-		next := math.Float64bits(math.Float64frombits(old) + (seconds-math.Float64frombits(old))/3)
-		if p.bits.CompareAndSwap(old, next) {
+		if p.bits.CompareAndSwap(old, math.Float64bits(next(math.Float64frombits(old)))) {
 			return
 		}
 	}

@@ -120,7 +120,7 @@ func TestExactSizes(t *testing.T) {
 			if got, want := decodePNG(t, img).Bounds().Size(), size.Mul(scale); got != want || img.Width != want.X || img.Height != want.Y {
 				t.Errorf("%v ×%d: %v (reported %dx%d), want %v", size, scale, got, img.Width, img.Height, want)
 			}
-			if want := fmt.Sprintf("learned;passes=%d;precision=int8", bits.TrailingZeros(uint(scale))); img.Engine != want {
+			if want := fmt.Sprintf("learned;passes=%d;precision=%s", bits.TrailingZeros(uint(scale)), onnx.DefaultPrecision()); img.Engine != want {
 				t.Errorf("%v ×%d: engine %q, want %q", size, scale, img.Engine, want)
 			}
 		}
@@ -183,7 +183,7 @@ func TestNewRefusesUnknownPrecision(t *testing.T) {
 // precision the networks ran in.
 func TestEngineSaysWhatRan(t *testing.T) {
 	src := upscaletest.TestImagePNG(t, 64, 48)
-	e := newEngine(t, onnx.Options{LearnedPixels: 4 * 64 * 48})
+	e := newEngine(t, onnx.Options{LearnedPixels: 4 * 64 * 48, Precision: onnx.INT8})
 	for _, tc := range []struct {
 		name  string
 		src   []byte

@@ -89,7 +89,7 @@ func apply(op Op, ins []*Blob) (*Blob, error) {
 		for o := range op.Out {
 			sum := bias(op.Bias, o)
 			for i, v := range x.Data {
-				sum += float64(op.Weight[o*op.In+i]) * v
+				sum += float64(float64(op.Weight[o*op.In+i]) * v) // rounded: never fused (see convolve)
 			}
 			out.Data[o] = activate(op.Act, sum)
 		}
@@ -153,7 +153,12 @@ func convolve(op *Conv, x, out *Blob) {
 							if ix < 0 || ix >= x.W {
 								continue
 							}
-							sum += float64(op.Weight[((o*op.In+i)*k+ky)*k+kx]) * x.at(i, iy, ix)
+							// The conversion rounds the product, so that
+							// no compiler fuses it into the sum (Go allows
+							// fused multiply-adds, as arm64's do): the
+							// results, and the INT8 models calibrated
+							// from them, are the same on every machine.
+							sum += float64(float64(op.Weight[((o*op.In+i)*k+ky)*k+kx]) * x.at(i, iy, ix))
 						}
 					}
 				}
@@ -181,7 +186,7 @@ func deconvolve(op *Conv, x, out *Blob) {
 					v := x.at(i, y, xx)
 					for ky := range k {
 						for kx := range k {
-							plane[(y*s+ky)*fullW+xx*s+kx] += v * float64(op.Weight[((o*op.In+i)*k+ky)*k+kx])
+							plane[(y*s+ky)*fullW+xx*s+kx] += float64(v * float64(op.Weight[((o*op.In+i)*k+ky)*k+kx])) // rounded: never fused (see convolve)
 						}
 					}
 				}

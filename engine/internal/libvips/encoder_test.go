@@ -95,3 +95,16 @@ func chroma(m *quality.Image) []float64 {
 	}
 	return out
 }
+
+// TestWebPEffortBySize: effort 4 up to effortPixels of result, effort 2
+// above, where libwebp's effort 4 cannot be stopped for long stretches.
+func TestWebPEffortBySize(t *testing.T) {
+	for _, tc := range []struct {
+		pixels int64
+		want   int
+	}{{1, 4}, {effortPixels, 4}, {effortPixels + 1, 2}, {64 << 20, 2}} {
+		if got := webpFormat.webpEffort(tc.pixels); got != tc.want {
+			t.Errorf("%d pixels: effort %d, want %d", tc.pixels, got, tc.want)
+		}
+	}
+}
