@@ -69,6 +69,10 @@ type Response struct {
 	// Replayed is true when the answer is that of an earlier attempt of
 	// the same call, whose answer had been lost.
 	Replayed bool `json:"-"`
+	// Engine is the Upscale-Engine header: how the image was enlarged,
+	// such as "learned;passes=1;precision=int8, classical;scale=2". Empty
+	// on a replay, or when the server's engine does not say.
+	Engine string `json:"-"`
 }
 
 // Error is a problem answer of the API (RFC 9457).
@@ -175,6 +179,7 @@ func (c *Client) send(ctx context.Context, url string, body []byte, idempotencyK
 			return nil, fmt.Errorf("upscale API: a 200 without a link: %q", raw)
 		}
 		resp.Replayed = httpResp.Header.Get("Idempotent-Replayed") == "true"
+		resp.Engine = httpResp.Header.Get("Upscale-Engine")
 		return &resp, nil
 	}
 	apiErr := &Error{Status: httpResp.StatusCode}

@@ -75,8 +75,8 @@ func TestRetriesOnceCharged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Via != "free_pool" || resp.URL == "" {
-		t.Errorf("response %+v", resp)
+	if resp.Via != "free_pool" || resp.URL == "" || resp.Engine != "repeat;scale=2" {
+		t.Errorf("response %+v, want a link paid by free_pool, made by repeat;scale=2", resp)
 	}
 	if len(seen) != 3 || seen[0] == "" || seen[1] != seen[0] || seen[2] != seen[0] {
 		t.Errorf("Idempotency-Keys sent: %q, want three attempts with one key", seen)
