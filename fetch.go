@@ -124,11 +124,13 @@ func newFetcher(cfg FetchPolicy) (*fetcher, error) {
 	}
 	f.client = &http.Client{
 		Transport: &http.Transport{
-			Proxy:                 nil, // a proxy would dial on our behalf, unchecked
-			DialContext:           f.dialChecked,
-			TLSClientConfig:       cfg.TLSClientConfig.Clone(),
-			ForceAttemptHTTP2:     true,
-			TLSHandshakeTimeout:   10 * time.Second,
+			Proxy:             nil, // a proxy would dial on our behalf, unchecked
+			DialContext:       f.dialChecked,
+			TLSClientConfig:   cfg.TLSClientConfig.Clone(),
+			ForceAttemptHTTP2: true,
+			// A handshake that takes half the fetch's time leaves too
+			// little for the body: the source is slow for now (502).
+			TLSHandshakeTimeout:   min(10*time.Second, cfg.Timeout/2),
 			MaxIdleConnsPerHost:   4,
 			IdleConnTimeout:       90 * time.Second,
 			DisableCompression:    true, // so the byte cap counts what we store, not a gzip bomb's inflation

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -435,6 +436,22 @@ func TestSourceErrors(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closedURL := closed.URL + "/a.png"
 	closed.Close()
+	// A TLS source that accepts the connection and never answers the
+	// handshake.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	go func() {
+		for {
+			conn, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
 	strict := newEnv(t, func(c *upscale.Config) { c.Fetch.AllowPrivateNetworks = false })
 	lenient := newEnv(t, func(c *upscale.Config) { c.Fetch.Timeout = 100 * time.Millisecond })
 	lenient.putAccount(upscale.Account{ID: "free", Plan: tinyPlan})
@@ -456,6 +473,7 @@ func TestSourceErrors(t *testing.T) {
 		{"NotFound", lenient, lenient.url("/missing.png"), "source_unreachable"},
 		{"OriginFailing", lenient, lenient.url("/unavailable.png"), "source_unavailable"},
 		{"ConnectionRefused", lenient, closedURL, "source_unavailable"},
+		{"TLSHandshakeHangs", lenient, "https://" + mute.Addr().String() + "/a.png", "source_unavailable"},
 		{"RedirectLoop", lenient, lenient.url("/redirect-loop"), "source_unreachable"},
 		{"Timeout", lenient, lenient.url("/slow.png"), "source_unreachable"},
 		{"NotAnImage", lenient, lenient.url("/text"), "unsupported_image"},
