@@ -123,7 +123,7 @@ models: $(WAIFU2X)/package/license.txt
 # so that both meet the same load; one run's ratio still varies by about
 # 15% on a shared 2-core machine, so the rows run 10 times.
 BENCHSTAT := go run golang.org/x/perf/cmd/benchstat@v0.0.0-20250813145418-2f7363a06fe1
-# The learned engine's rows take about half an hour; BenchmarkVersusNCNN runs
+# The learned engine's rows take more than half an hour; BenchmarkVersusNCNN runs
 # the ncnn binaries of the waifu2x package, which link libvulkan (they run
 # on the CPU with -g -1).
 bench: deps $(WAIFU2X)/package/license.txt

@@ -241,7 +241,11 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, 
 	}
 	img, err := e.codec.Encode(ctx, px, scale>>passes, imageType)
 	if err == nil && passes > 0 {
-		img.Engine = strings.TrimSuffix(fmt.Sprintf("learned;passes=%d;precision=%s, %s", passes, e.opts.Precision, img.Engine), ", ")
+		steps := []string{fmt.Sprintf("learned;passes=%d;precision=%s", passes, e.opts.Precision)}
+		if img.Engine != "" { // the classical rest
+			steps = append(steps, img.Engine)
+		}
+		img.Engine = strings.Join(steps, ", ")
 	}
 	return img, err
 }
@@ -311,13 +315,12 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 		colour--
 	}
 	layers := []int{0}
-	if px.Alpha {
-		if opaque(px) {
-			for i := colour; i < len(out.Pix); i += out.Bands {
-				out.Pix[i] = px.Max()
-			}
-		} else {
-			layers = append(layers, colour)
+	switch {
+	case networkRuns(px) == 2:
+		layers = append(layers, colour)
+	case px.Alpha: // opaque
+		for i := colour; i < len(out.Pix); i += out.Bands {
+			out.Pix[i] = px.Max()
 		}
 	}
 	start := time.Now()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/internal/quality"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -203,6 +204,26 @@ func TestEngineSaysWhatRan(t *testing.T) {
 				t.Errorf("engine %q, want %q", img.Engine, tc.want)
 			}
 		})
+	}
+	// True: what the header calls classical is engine/vips's enlargement,
+	// byte for byte, and what it calls learned is not.
+	classical := vips.New(vips.Options{})
+	for _, tc := range []struct {
+		src     []byte
+		learned bool
+	}{{upscaletest.TestImagePNG(t, 65, 48), false}, {src, true}} {
+		params := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+		ours, err := e.Upscale(context.Background(), tc.src, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := classical.Upscale(context.Background(), tc.src, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same := bytes.Equal(ours.Data, theirs.Data); same == tc.learned {
+			t.Errorf("%q: result the same as engine/vips's: %v", ours.Engine, same)
+		}
 	}
 	fp32 := newEngine(t, onnx.Options{Precision: onnx.FP32})
 	img, err := fp32.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
