@@ -104,14 +104,14 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 		return nil, err
 	}
 	m := e.models[upscale.DenoiseNone]
-	session, err := m.open(e.opts.Threads)
+	network, err := e.open(m)
 	if err != nil {
 		return nil, err
 	}
 	out := px.Like(2*px.Width, 2*px.Height)
 	in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, max: px.Max()}
 	o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, max: px.Max()}
-	if err := m.run(ctx, session, in, o, e.opts.Tile); err != nil {
+	if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
 		return nil, err
 	}
 	classical, err := e.codec.Encode(ctx, px, 2, upscale.Photo)

@@ -9,7 +9,7 @@ import (
 
 // networks maps each denoise level to the embedded network that enlarges
 // with it: cunet's plain ×2 and its ×2 with denoisers 0 (the lightest) to
-// 3, in float32 (networkFile gives the INT8 one). Both imageTypes use
+// 3, in float32 (NetworkFile gives the INT8 one). Both imageTypes use
 // them: the package has no network better on either.
 var networks = map[upscale.Denoise]string{
 	upscale.DenoiseNone: "cunet-scale2x.onnx",
@@ -19,9 +19,10 @@ var networks = map[upscale.Denoise]string{
 	upscale.DenoiseMax:  "cunet-noise3-scale2x.onnx",
 }
 
-// networkFile is the embedded file of the network for level in
-// precision.
-func networkFile(level upscale.Denoise, precision Precision) string {
+// NetworkFile is the embedded network (engine/onnx/models) that enlarges
+// with denoise level in precision: the INT8 twin for INT8, the float32
+// network for the others, which the runtime converts as it loads it.
+func NetworkFile(level upscale.Denoise, precision Precision) string {
 	file := networks[level]
 	if precision == INT8 {
 		file = strings.TrimSuffix(file, ".onnx") + "-int8.onnx"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx/models"
 	"github.com/upscalekit/upscale/internal/quality"
 )
 
@@ -77,7 +78,7 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 // TestTiling: tiles cover the image, are balanced, and give the model an
 // input it takes.
 func TestTiling(t *testing.T) {
-	m := &model{scale: 2, border: 18, multiple: 2, minInput: 38}
+	m := &model{Network: &models.Network{Scale: 2, Border: 18, Multiple: 2, MinInput: 38}}
 	for _, tc := range []struct {
 		w, h, size   int
 		tileW, tileH int
@@ -92,8 +93,8 @@ func TestTiling(t *testing.T) {
 		if got.tileW != tc.tileW || got.tileH != tc.tileH || !slices.Equal(got.xs, tc.xs) || !slices.Equal(got.ys, tc.ys) {
 			t.Errorf("%d×%d in tiles of %d: %+v, want %dx%d at %v, %v", tc.w, tc.h, tc.size, got, tc.tileW, tc.tileH, tc.xs, tc.ys)
 		}
-		if (got.tileW+2*m.border)%m.multiple != 0 || got.tileW+2*m.border < m.minInput {
-			t.Errorf("%d×%d: tile input %d does not fit the model", tc.w, tc.h, got.tileW+2*m.border)
+		if (got.tileW+2*m.Border)%m.Multiple != 0 || got.tileW+2*m.Border < m.MinInput {
+			t.Errorf("%d×%d: tile input %d does not fit the model", tc.w, tc.h, got.tileW+2*m.Border)
 		}
 	}
 }
@@ -151,7 +152,7 @@ func (c *doneAfter) Done() <-chan struct{} { return c.done }
 func TestCancelBetweenTiles(t *testing.T) {
 	e := newTestEngine(t)
 	m := e.models[upscale.DenoiseNone]
-	session, err := m.open(e.opts.Threads)
+	network, err := e.open(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestCancelBetweenTiles(t *testing.T) {
 	}
 	out := planes{pix: make([]float32, 4*w*h*3), width: 2 * w, height: 2 * h, bands: 3, max: 255}
 	ctx := &doneAfter{Context: context.Background(), n: 3, done: make(chan struct{})}
-	if err := m.run(ctx, session, in, out, tile); !errors.Is(err, context.Canceled) {
+	if err := m.run(ctx, network, in, out, tile); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	written := 0
@@ -199,7 +200,7 @@ func TestLearnedPasses(t *testing.T) {
 // deadline, at the pace the engine measured, and the rest classically.
 func TestLearnedPassesFitTheDeadline(t *testing.T) {
 	e := &Engine{opts: Options{LearnedPixels: DefaultLearnedPixels}}
-	e.pace.init(INT8, 2)
+	e.pace.set(1.2e-6)
 	// 512² ×16 at 1.2 µs per result pixel: ×2 takes 1.26 s, ×4 5.0 s
 	// more, ×8 20.1 s more.
 	for _, tc := range []struct {

@@ -1,28 +1,56 @@
 package onnx
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
 )
+
+// failingOnce is a Runtime whose first Load fails.
+type failingOnce struct {
+	Runtime
+	failed bool
+}
+
+func (r *failingOnce) Load(model []byte, precision Precision, threads int) (Network, error) {
+	if !r.failed {
+		r.failed = true
+		return nil, errors.New("out of memory")
+	}
+	return r.Runtime.Load(model, precision, threads)
+}
 
 // TestModelLoadFailureIsNotKept: a model that fails to load is an
 // upstream error (502, retrying is safe), and the next image tries again:
 // a transient failure used to be kept by a sync.Once for the life of the
 // process, and answered 500.
 func TestModelLoadFailureIsNotKept(t *testing.T) {
-	newTestEngine(t) // loads ONNX Runtime
-	m := &model{file: "missing.onnx"}
-	if _, err := m.open(1); !errors.Is(err, upscale.ErrUpstream) {
-		t.Fatalf("open of a model that cannot load: %v, want ErrUpstream", err)
+	ort, err := NewONNXRuntime("")
+	if err != nil {
+		t.Fatal(err)
 	}
-	m.file = networks[upscale.DenoiseNone] // what the next try finds
-	session, err := m.open(1)
-	if err != nil || session == nil {
-		t.Fatalf("open after the failure: %v; want the session: a failure must not be kept", err)
+	e := NewTestEngine(t, Options{Runtime: &failingOnce{Runtime: ort}})
+	src := upscaletest.TestImagePNG(t, 64, 48)
+	params := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+	if _, err := e.Upscale(context.Background(), src, params); !errors.Is(err, upscale.ErrUpstream) {
+		t.Fatalf("an image whose network cannot load: %v, want ErrUpstream", err)
 	}
-	if err := m.close(); err != nil {
-		t.Errorf("close: %v", err)
+	if img, err := e.Upscale(context.Background(), src, params); err != nil || !strings.HasPrefix(img.Engine, "learned") {
+		t.Fatalf("the next image: %q, %v; want it learned: a failure must not be kept", img.Engine, err)
+	}
+}
+
+// TestINT8RunsTheINT8Networks: an INT8 engine loads the networks'
+// quantised twins.
+func TestINT8RunsTheINT8Networks(t *testing.T) {
+	e := NewTestEngine(t, Options{Precision: INT8})
+	for level, m := range e.models {
+		if !strings.HasSuffix(m.Name, "-int8.onnx") {
+			t.Errorf("%s: the INT8 engine runs %s", level, m.Name)
+		}
 	}
 }

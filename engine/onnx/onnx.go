@@ -1,14 +1,15 @@
 // Package onnx is an upscale.Upscaler that enlarges images with learned
 // super-resolution: waifu2x's convolutional networks, converted from ncnn
-// to ONNX by cmd/ncnn2onnx and embedded in this package, run by ONNX
-// Runtime. Decoding and encoding are engine/vips's, so sources are read
+// to ONNX by cmd/ncnn2onnx and embedded in this package, run by a Runtime:
+// ONNX Runtime by default, or oneDNN (engine/onednn). Decoding and encoding are engine/vips's, so sources are read
 // and results written exactly as the default engine does (formats, pixel
 // limits, EXIF orientation, colour profile, alpha, grey and 16-bit).
 //
-// It needs cgo, libvips (Debian: libvips-dev) and ONNX Runtime 1.24.x's
-// libonnxruntime.so.1, which `make deps` installs in
-// ~/.cache/upscale-tools; New loads it with dlopen and fails with an
-// error that says what to do when it is missing or of another version.
+// It needs cgo, libvips (Debian: libvips-dev) and, for the default
+// runtime, ONNX Runtime 1.24.x's libonnxruntime.so.1, which `make deps`
+// installs in ~/.cache/upscale-tools; NewONNXRuntime loads it with dlopen
+// and fails with an error that says what to do when it is missing or of
+// another version.
 //
 // # Scales
 //
@@ -37,27 +38,22 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/cpu"
-
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/internal/libvips"
+	"github.com/upscalekit/upscale/engine/onnx/models"
 	"github.com/upscalekit/upscale/engine/vips"
 )
 
-// Defaults for the zero fields of Options.
-const (
-	// DefaultTile is the side of the tiles a network runs on, in source
-	// pixels.
-	DefaultTile = 128
-	// DefaultLearnedPixels admits learned passes up to a 4096×4096
-	// result, such as ×2 of a 4-megapixel photo; the time left before a
-	// request's deadline decides how many of them run (learnedPasses).
-	DefaultLearnedPixels = 4096 * 4096
-)
+// DefaultLearnedPixels admits learned passes up to a 4096×4096
+// result, such as ×2 of a 4-megapixel photo; the time left before a
+// request's deadline decides how many of them run (learnedPasses).
+const DefaultLearnedPixels = 4096 * 4096
 
 // Precision is the arithmetic the networks run in.
 type Precision string
@@ -69,27 +65,24 @@ const (
 	// float32 the layers that set the image's values directly: the first
 	// U-Net's full-resolution level and the sum that makes the output.
 	INT8 Precision = "int8"
+	// BF16 multiplies bfloat16 values (float32's range, 8 bits of
+	// precision) and adds in float32, and keeps in float32 the values of
+	// the image itself: the networks' results and the sums that make
+	// them (engine/onednn).
+	BF16 Precision = "bf16"
 	// FP32 runs every layer in float32, as the original networks do.
 	FP32 Precision = "fp32"
 )
 
-// DefaultPrecision is INT8 on a CPU with VNNI (x86-64's AVX-512 VNNI or
-// AVX-VNNI), where ONNX Runtime multiplies uint8 by int8 exactly, and FP32
-// elsewhere: without VNNI its x86 kernels may saturate their intermediate
-// sums (ONNX Runtime's quantisation documentation), and INT8 was measured
-// only on a VNNI CPU.
-func DefaultPrecision() Precision {
-	if cpu.X86.HasAVX512VNNI || cpu.X86.HasAVXVNNI {
-		return INT8
-	}
-	return FP32
-}
-
 // Options configures an Engine. Every zero field means the default beside
 // it.
 type Options struct {
-	// Library is the path of libonnxruntime.so.1. Empty means the
-	// UPSCALE_ONNXRUNTIME_LIB environment variable, else DefaultLibrary().
+	// Runtime runs the networks. Nil means ONNX Runtime, loaded from
+	// Library.
+	Runtime Runtime
+	// Library is the path of libonnxruntime.so.1 when Runtime is nil.
+	// Empty means the UPSCALE_ONNXRUNTIME_LIB environment variable, else
+	// DefaultLibrary().
 	Library string
 	// Vips configures the libvips engine that decodes, encodes and makes
 	// the classical passes; its pixel limits apply to this engine's
@@ -100,23 +93,23 @@ type Options struct {
 	// means 1: one image on all of Threads finishes sooner than two that
 	// share them.
 	Concurrency int
-	// Threads is how many threads ONNX Runtime uses for one image. Zero
+	// Threads is how many threads the runtime uses for one image. Zero
 	// means the number of CPUs.
 	Threads int
-	// Tile is the side of the tiles, in source pixels. Zero means
-	// DefaultTile.
+	// Tile is the side of the tiles, in source pixels. Zero means the
+	// runtime's Tile().
 	Tile int
 	// LearnedPixels caps the result of a learned pass, in pixels; what is
 	// left of the scale is done classically. Zero means
 	// DefaultLearnedPixels.
 	LearnedPixels int64
-	// Precision is the networks' arithmetic. Empty means
-	// DefaultPrecision().
+	// Precision is the networks' arithmetic, one of the runtime's
+	// Precisions(). Empty means the first of them.
 	Precision Precision
 }
 
-// Engine enlarges JPEG, PNG and WebP images with waifu2x networks on ONNX
-// Runtime. It is safe for concurrent use.
+// Engine enlarges JPEG, PNG and WebP images with waifu2x networks. It is
+// safe for concurrent use.
 type Engine struct {
 	opts   Options
 	codec  *libvips.Engine
@@ -135,9 +128,16 @@ var (
 // (Options.Concurrency).
 func (e *Engine) Concurrency() int { return e.opts.Concurrency }
 
-// New loads ONNX Runtime (once per process) and returns an Engine. The
-// networks' sessions are created on first use.
+// New returns an Engine, loading ONNX Runtime (once per process) when
+// opts.Runtime is nil. The networks are loaded on first use.
 func New(opts Options) (*Engine, error) {
+	if opts.Runtime == nil {
+		ort, err := NewONNXRuntime(opts.Library)
+		if err != nil {
+			return nil, err
+		}
+		opts.Runtime = ort
+	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
 	}
@@ -145,20 +145,17 @@ func New(opts Options) (*Engine, error) {
 		opts.Threads = runtime.NumCPU()
 	}
 	if opts.Tile == 0 {
-		opts.Tile = DefaultTile
+		opts.Tile = opts.Runtime.Tile()
 	}
 	if opts.LearnedPixels == 0 {
 		opts.LearnedPixels = DefaultLearnedPixels
 	}
-	switch opts.Precision {
-	case "":
-		opts.Precision = DefaultPrecision()
-	case INT8, FP32:
-	default:
-		return nil, fmt.Errorf("onnx: Options.Precision %q is neither %q nor %q", opts.Precision, INT8, FP32)
+	offered := opts.Runtime.Precisions()
+	if opts.Precision == "" {
+		opts.Precision = offered[0]
 	}
-	if err := loadRuntime(libraryPath(opts.Library)); err != nil {
-		return nil, err
+	if !slices.Contains(offered, opts.Precision) {
+		return nil, fmt.Errorf("onnx: Options.Precision %q: %s offers %s", opts.Precision, opts.Runtime.Name(), joinPrecisions(offered))
 	}
 	e := &Engine{
 		opts:   opts,
@@ -166,14 +163,17 @@ func New(opts Options) (*Engine, error) {
 		slots:  make(chan struct{}, opts.Concurrency),
 		models: map[upscale.Denoise]*model{},
 	}
-	e.pace.init(opts.Precision, opts.Threads)
 	for level := range networks {
-		e.models[level] = &model{file: networkFile(level, opts.Precision)}
+		n, err := models.Load(NetworkFile(level, opts.Precision))
+		if err != nil {
+			return nil, err
+		}
+		e.models[level] = &model{Network: n}
 	}
 	return e, nil
 }
 
-// Close releases the networks' sessions. The Engine must not be used
+// Close releases the networks. The Engine must not be used
 // afterwards.
 func (e *Engine) Close() error {
 	var errs []error
@@ -198,13 +198,18 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	if err != nil {
 		return upscale.Image{}, err
 	}
+	if e.mostLearnedPasses(px.Width, px.Height, opts.Scale) > 0 {
+		if err := e.measurePace(ctx, e.models[level]); err != nil {
+			return upscale.Image{}, err
+		}
+	}
 	return e.enlargeAll(ctx, px, opts.Scale, opts.ImageType, level)
 }
 
 // EstimateMemory implements upscale.MemoryEstimator from src's header. At
 // its peak the engine holds the float samples of its last learned pass's
 // input and output (or of the decoded source, without one), and the
-// encoded result twice, as engine/vips does. ONNX Runtime's buffers for one
+// encoded result twice, as engine/vips does. The runtime's buffers for one
 // tile are the same for every image and belong to the process's constant.
 func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
 	h, err := e.codec.Header(src, opts.Scale)
@@ -222,7 +227,7 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 }
 
 // ReleaseMemory implements upscale.MemoryReleaser for the decoding and
-// encoding libvips does (engine/vips); ONNX Runtime's arena is sized by
+// encoding libvips does (engine/vips); the runtime's buffers are sized by
 // one tile and kept.
 func (e *Engine) ReleaseMemory() { e.codec.ReleaseMemory() }
 
@@ -241,7 +246,7 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, 
 	}
 	img, err := e.codec.Encode(ctx, px, scale>>passes, imageType)
 	if err == nil && passes > 0 {
-		steps := []string{fmt.Sprintf("learned;passes=%d;precision=%s", passes, e.opts.Precision)}
+		steps := []string{fmt.Sprintf("learned;passes=%d;runtime=%s;precision=%s", passes, e.opts.Runtime.Name(), e.opts.Precision)}
 		if img.Engine != "" { // the classical rest
 			steps = append(steps, img.Engine)
 		}
@@ -305,11 +310,11 @@ const learnedShare = 0.6
 // against 33.3 and 38.6 with alpha enlarged classically). An alpha that is
 // opaque everywhere stays so without a pass.
 func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*libvips.Pixels, error) {
-	session, err := m.open(e.opts.Threads)
+	network, err := e.open(m)
 	if err != nil {
 		return nil, err
 	}
-	out := px.Like(px.Width*m.scale, px.Height*m.scale)
+	out := px.Like(px.Width*m.Scale, px.Height*m.Scale)
 	colour := px.Bands
 	if px.Alpha {
 		colour--
@@ -329,7 +334,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 		grey := first != 0 || colour == 1
 		in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, first: first, grey: grey, max: px.Max()}
 		o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, first: first, grey: grey, max: px.Max()}
-		if err := m.run(ctx, session, in, o, e.opts.Tile); err != nil {
+		if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				// Cut short by the deadline: the whole pass would have
 				// taken longer than this, so the pace is at least that.
@@ -352,27 +357,58 @@ func opaque(px *libvips.Pixels) bool {
 	return true
 }
 
-// pace is the time a learned pass takes per result pixel, in seconds: a
-// moving average of the passes the engine has made, starting from a prior
-// measured with two threads on the benchmark machine (BENCHMARKS.md) and
-// scaled by the threads.
-type pace struct{ bits atomic.Uint64 }
+// open loads m on the engine's runtime, once.
+func (e *Engine) open(m *model) (Network, error) {
+	return m.open(e.opts.Runtime, e.opts.Precision, e.opts.Threads)
+}
 
-// Prior paces at two threads, in seconds per result pixel.
-const (
-	int8PacePrior = 1.2e-6
-	fp32PacePrior = 2.0e-6
-)
-
-func (p *pace) init(precision Precision, threads int) {
-	prior := fp32PacePrior
-	if precision == INT8 {
-		prior = int8PacePrior
+// measurePace sets the engine's pace, before the first learned pass that
+// has a deadline to fit, from a tile of the engine's size run by m on
+// this machine, so that the first decisions (learnedPasses) are this
+// machine's, not a prior's. The tile's time includes the runtime's
+// one-time work for its size, which errs on the side of classical passes
+// until the first pass corrects it.
+func (e *Engine) measurePace(ctx context.Context, m *model) error {
+	if _, ok := ctx.Deadline(); !ok || e.pace.seconds() > 0 {
+		return nil
 	}
-	p.bits.Store(math.Float64bits(prior * 2 / float64(max(threads, 1))))
+	e.pace.measuring.Lock()
+	defer e.pace.measuring.Unlock()
+	if e.pace.seconds() > 0 {
+		return nil
+	}
+	network, err := e.open(m)
+	if err != nil {
+		return err
+	}
+	t := m.tile(e.opts.Tile, e.opts.Tile, e.opts.Tile)
+	inW, inH := t.tileW+2*m.Border, t.tileH+2*m.Border
+	in, out := make([]float32, 3*inW*inH), make([]float32, 3*m.Scale*m.Scale*t.tileW*t.tileH)
+	for i := range in {
+		in[i] = 0.5
+	}
+	start := time.Now()
+	if err := network.Run(ctx, in, inW, inH, out); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return ctxErr
+		}
+		return fmt.Errorf("%w: %s: %v", upscale.ErrUpstream, m.Name, err)
+	}
+	e.pace.set(time.Since(start).Seconds() / float64(len(out)/3))
+	return nil
+}
+
+// pace is the time a learned pass takes per result pixel, in seconds: a
+// moving average of the passes the engine has made, starting from one
+// tile measured (measurePace); zero before that.
+type pace struct {
+	bits      atomic.Uint64
+	measuring sync.Mutex
 }
 
 func (p *pace) seconds() float64 { return math.Float64frombits(p.bits.Load()) }
+
+func (p *pace) set(seconds float64) { p.bits.Store(math.Float64bits(seconds)) }
 
 // observe moves the pace towards a pass's measured one, by a third for a
 // pass of a megapixel or more and less for smaller ones, whose tile
@@ -395,4 +431,12 @@ func (p *pace) update(next func(float64) float64) {
 			return
 		}
 	}
+}
+
+func joinPrecisions(ps []Precision) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = string(p)
+	}
+	return strings.Join(names, " and ")
 }

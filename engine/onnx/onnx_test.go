@@ -3,22 +3,16 @@ package onnx_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"image"
-	"image/png"
-	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/upscalekit/upscale"
 	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/onnx"
-	"github.com/upscalekit/upscale/internal/quality"
+	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -26,10 +20,11 @@ import (
 var newEngine = onnx.NewTestEngine
 
 func TestConformance(t *testing.T) {
-	e := newEngine(t, onnx.Options{})
-	newUpscaler := func(t *testing.T) upscale.Upscaler { return e }
-	upscaletest.TestUpscaler(t, newUpscaler)
-	upscaletest.TestUpscalerFormats(t, newUpscaler)
+	rt, err := onnx.NewONNXRuntime("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onnxtest.TestRuntime(t, rt)
 }
 
 // TestNewRefusesBadLibrary: a missing library, a directory, a file that
@@ -69,81 +64,6 @@ func TestNewRefusesBadLibrary(t *testing.T) {
 	newEngine(t, onnx.Options{})
 }
 
-// decodePNG decodes a result.
-func decodePNG(t *testing.T, img upscale.Image) image.Image {
-	t.Helper()
-	out, err := png.Decode(bytes.NewReader(img.Data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// TestTiledEqualsWhole: tiles that read the network's receptive field
-// around them give the whole image's result. cunet's squeeze-and-excitation
-// blocks average over the tile they run on, so tiles are not bit-exact, as
-// in waifu2x's own tiling; away from the border they must stay within
-// 50 dB.
-func TestTiledEqualsWhole(t *testing.T) {
-	monarch, err := os.ReadFile(filepath.Join(quality.SetDir(), "Set14", "monarch.png"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
-	whole, err := newEngine(t, onnx.Options{Tile: 1024}).Upscale(context.Background(), monarch, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tiled, err := newEngine(t, onnx.Options{}).Upscale(context.Background(), monarch, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _, _ := quality.Luma(quality.FromImage(decodePNG(t, whole)), 16)
-	b, _, _ := quality.Luma(quality.FromImage(decodePNG(t, tiled)), 16)
-	if p := quality.PSNR(a, b); p < 50 {
-		t.Errorf("tiles of %d: %.2f dB from the whole image's result, want ≥ 50", onnx.DefaultTile, p)
-	} else {
-		t.Logf("tiles of %d: %.2f dB from the whole image's result", onnx.DefaultTile, p)
-	}
-}
-
-// TestExactSizes: sources smaller than a tile, thinner than the
-// network's border, and of odd sides come out exactly scale times larger.
-func TestExactSizes(t *testing.T) {
-	e := newEngine(t, onnx.Options{Tile: 64})
-	for _, size := range []image.Point{{1, 1}, {1, 37}, {65, 3}, {129, 67}} {
-		src := upscaletest.TestImagePNG(t, size.X, size.Y)
-		for _, scale := range upscale.Scales() {
-			img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: scale, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
-			if err != nil {
-				t.Fatalf("%v ×%d: %v", size, scale, err)
-			}
-			if got, want := decodePNG(t, img).Bounds().Size(), size.Mul(scale); got != want || img.Width != want.X || img.Height != want.Y {
-				t.Errorf("%v ×%d: %v (reported %dx%d), want %v", size, scale, got, img.Width, img.Height, want)
-			}
-			if want := fmt.Sprintf("learned;passes=%d;precision=%s", bits.TrailingZeros(uint(scale)), onnx.DefaultPrecision()); img.Engine != want {
-				t.Errorf("%v ×%d: engine %q, want %q", size, scale, img.Engine, want)
-			}
-		}
-	}
-}
-
-// TestCancelStopsWork: cancelling a long enlargement returns
-// context.Canceled, and the engine goes on. (TestCancelBetweenTiles checks
-// where it stops.)
-func TestCancelStopsWork(t *testing.T) {
-	e := newEngine(t, onnx.Options{Tile: 64})
-	src := quality.LoadSet(t, "Set5")[0].PNG(t) // 512×512: 64 tiles, seconds of work
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
-	if _, err := e.Upscale(ctx, src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
-	}
-	if _, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 8, 8), upscale.Params{Scale: 2}); err != nil {
-		t.Errorf("the next image after a cancelled one: %v", err)
-	}
-}
-
 // TestEstimateMemory: the estimate holds the float samples of the last
 // learned pass's input and output and the encoded result twice; with the
 // learned passes limited, the classical rest adds only to the result.
@@ -171,11 +91,13 @@ func TestEstimateMemory(t *testing.T) {
 	}
 }
 
-// TestNewRefusesUnknownPrecision: a precision that is neither INT8 nor
-// FP32 is an error that names both.
+// TestNewRefusesUnknownPrecision: a precision the runtime does not offer
+// is an error that names those it does.
 func TestNewRefusesUnknownPrecision(t *testing.T) {
-	if _, err := onnx.New(onnx.Options{Precision: "fp16"}); err == nil || !strings.Contains(err.Error(), `"int8"`) || !strings.Contains(err.Error(), `"fp32"`) {
-		t.Errorf("Precision fp16: %v; want an error naming int8 and fp32", err)
+	for _, p := range []onnx.Precision{"fp16", onnx.BF16} {
+		if _, err := onnx.New(onnx.Options{Precision: p}); err == nil || !strings.Contains(err.Error(), "int8 and fp32") && !strings.Contains(err.Error(), "fp32 and int8") {
+			t.Errorf("Precision %s: %v; want an error naming int8 and fp32", p, err)
+		}
 	}
 }
 
@@ -191,8 +113,8 @@ func TestEngineSaysWhatRan(t *testing.T) {
 		scale int
 		want  string
 	}{
-		{"×2Learned", src, 2, "learned;passes=1;precision=int8"},
-		{"×8LearnedThenClassical", src, 8, "learned;passes=1;precision=int8, classical;scale=4"},
+		{"×2Learned", src, 2, "learned;passes=1;runtime=onnxruntime;precision=int8"},
+		{"×8LearnedThenClassical", src, 8, "learned;passes=1;runtime=onnxruntime;precision=int8, classical;scale=4"},
 		{"TooLargeForLearned", upscaletest.TestImagePNG(t, 65, 48), 2, "classical;scale=2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,7 +152,7 @@ func TestEngineSaysWhatRan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "learned;passes=1;precision=fp32"; img.Engine != want {
+	if want := "learned;passes=1;runtime=onnxruntime;precision=fp32"; img.Engine != want {
 		t.Errorf("FP32 engine %q, want %q", img.Engine, want)
 	}
 }

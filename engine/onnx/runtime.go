@@ -1,82 +1,34 @@
 package onnx
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"sync"
-
-	ort "github.com/yalue/onnxruntime_go"
+	"context"
 )
 
-// RuntimeVersion is the ONNX Runtime release the engine is built and
-// tested against: onnxruntime_go v1.27.0 speaks its C API (version 24),
-// which every 1.24.x library offers.
-const RuntimeVersion = "1.24.1"
-
-// LibraryEnv names the environment variable that, when Options.Library is
-// empty, gives the path of libonnxruntime.so.1.
-const LibraryEnv = "UPSCALE_ONNXRUNTIME_LIB"
-
-// DefaultLibrary is where `make deps` installs the library:
-// ~/.cache/upscale-tools/onnxruntime-1.24.1/libonnxruntime.so.1.
-func DefaultLibrary() string {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(home, ".cache", "upscale-tools", "onnxruntime-"+RuntimeVersion, "libonnxruntime.so.1")
+// A Runtime runs the engine's networks, one tile at a time. ONNX Runtime
+// (NewONNXRuntime) is the default; engine/onednn runs the same networks
+// on oneDNN's convolutions.
+type Runtime interface {
+	// Name names the runtime in Image.Engine.
+	Name() string
+	// Precisions lists the arithmetic the runtime offers on this machine,
+	// the one it runs fastest at its networks' quality first.
+	Precisions() []Precision
+	// Tile is the side of the tiles, in source pixels, that the runtime
+	// runs fastest within a few hundred MiB.
+	Tile() int
+	// Load prepares a network to run on threads threads: model is one of
+	// the embedded ONNX files, the INT8 twin when precision is INT8.
+	Load(model []byte, precision Precision, threads int) (Network, error)
 }
 
-// libraryPath resolves Options.Library: the option, else the environment
-// variable, else DefaultLibrary.
-func libraryPath(option string) string {
-	if option != "" {
-		return option
-	}
-	if env := os.Getenv(LibraryEnv); env != "" {
-		return env
-	}
-	return DefaultLibrary()
-}
-
-// ONNX Runtime keeps one environment per process, loaded from one library.
-var runtimeState struct {
-	sync.Mutex
-	path string // the library loaded, once it is
-}
-
-// loadRuntime loads the library at path and starts ONNX Runtime, once per
-// process; a later call must name the same library. The checks before
-// dlopen turn the common mistakes (no file, a directory, a file that is
-// not a shared library) into errors that say what to do; onnxruntime_go
-// turns a library of another API version into an error too.
-func loadRuntime(path string) error {
-	runtimeState.Lock()
-	defer runtimeState.Unlock()
-	if runtimeState.path != "" {
-		if runtimeState.path != path {
-			return fmt.Errorf("onnx: ONNX Runtime is already loaded from %s in this process; cannot load %s as well", runtimeState.path, path)
-		}
-		return nil
-	}
-	hint := fmt.Sprintf("install ONNX Runtime %s with `make deps`, or give its libonnxruntime.so.1 in Options.Library or %s", RuntimeVersion, LibraryEnv)
-	info, err := os.Stat(path)
-	switch {
-	case path == "":
-		return fmt.Errorf("onnx: no ONNX Runtime library path: %s", hint)
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("onnx: no ONNX Runtime library at %s: %s", path, hint)
-	case err != nil:
-		return fmt.Errorf("onnx: ONNX Runtime library %s: %w", path, err)
-	case !info.Mode().IsRegular():
-		return fmt.Errorf("onnx: ONNX Runtime library %s is not a file: %s", path, hint)
-	}
-	ort.SetSharedLibraryPath(path)
-	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
-		return fmt.Errorf("onnx: cannot start ONNX Runtime from %s (want version %s): %w; %s", path, RuntimeVersion, err, hint)
-	}
-	runtimeState.path = path
-	return nil
+// A Network is a loaded network. Run may be called from several
+// goroutines at once.
+type Network interface {
+	// Run computes the network's result for one tile: in holds 3 planes
+	// of w × h samples, each plane row after row, and out receives the 3
+	// planes of the result. Once ctx is done, Run stops within about one
+	// layer and returns ctx.Err().
+	Run(ctx context.Context, in []float32, w, h int, out []float32) error
+	// Close releases the network.
+	Close() error
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	ort "github.com/yalue/onnxruntime_go"
-
 	"github.com/upscalekit/upscale"
 )
 
@@ -43,14 +41,14 @@ type tiling struct {
 // image (a 512-pixel side in tiles of at most 160 takes four of 128, not
 // four of 160 that overlap by a quarter). Tiles may overlap by a few
 // pixels, where the model's input size must be a multiple of
-// m.multiple; a tile larger than a small image reads repeated edge
+// m.Multiple; a tile larger than a small image reads repeated edge
 // pixels, and its extra output is dropped.
 func (m *model) tile(w, h, size int) tiling {
 	positions := func(extent int) (int, []int) {
 		count := (extent + size - 1) / size
 		side := (extent + count - 1) / count
-		in := (side + 2*m.border + m.multiple - 1) / m.multiple * m.multiple
-		side = max(in, m.minInput) - 2*m.border
+		in := (side + 2*m.Border + m.Multiple - 1) / m.Multiple * m.Multiple
+		side = max(in, m.MinInput) - 2*m.Border
 		at := make([]int, count)
 		for i := range at {
 			at[i] = min(i*side, max(extent-side, 0))
@@ -63,56 +61,27 @@ func (m *model) tile(w, h, size int) tiling {
 	return t
 }
 
-// run enlarges in by m.scale into out, tile by tile. Between tiles it
-// checks ctx, and a tile under way is stopped once ctx is done, so
-// cancellation takes effect within one tile.
-func (m *model) run(ctx context.Context, session *ort.DynamicAdvancedSession, in, out planes, tileSize int) error {
+// run enlarges in by m.Scale into out with network, tile by tile.
+// Between tiles it checks ctx, and a tile under way is stopped once ctx
+// is done, so cancellation takes effect within one tile.
+func (m *model) run(ctx context.Context, network Network, in, out planes, tileSize int) error {
 	t := m.tile(in.width, in.height, tileSize)
-	inW, inH := t.tileW+2*m.border, t.tileH+2*m.border
-	outW, outH := m.scale*t.tileW, m.scale*t.tileH
-	input, err := ort.NewEmptyTensor[float32](ort.NewShape(1, 3, int64(inH), int64(inW)))
-	if err != nil {
-		return fmt.Errorf("%w: input tensor: %v", upscale.ErrUpstream, err)
-	}
-	defer input.Destroy()
-	output, err := ort.NewEmptyTensor[float32](ort.NewShape(1, 3, int64(outH), int64(outW)))
-	if err != nil {
-		return fmt.Errorf("%w: output tensor: %v", upscale.ErrUpstream, err)
-	}
-	defer output.Destroy()
-	runOpts, err := ort.NewRunOptions()
-	if err != nil {
-		return fmt.Errorf("%w: run options: %v", upscale.ErrUpstream, err)
-	}
-	// Once ctx is done, the run under way is told to stop. The options are
-	// destroyed only after that call has returned: stop reports false when
-	// it has begun.
-	terminated := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(terminated)
-		runOpts.Terminate()
-	})
-	defer func() {
-		if !stop() {
-			<-terminated
-		}
-		runOpts.Destroy()
-	}()
-
-	x, y := input.GetData(), output.GetData()
+	inW, inH := t.tileW+2*m.Border, t.tileH+2*m.Border
+	outW, outH := m.Scale*t.tileW, m.Scale*t.tileH
+	x, y := make([]float32, 3*inW*inH), make([]float32, 3*outW*outH)
 	for _, ty := range t.ys {
 		for _, tx := range t.xs {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			m.gather(in, x, tx-m.border, ty-m.border, inW, inH)
-			if err := session.RunWithOptions([]ort.Value{input}, []ort.Value{output}, runOpts); err != nil {
+			m.gather(in, x, tx-m.Border, ty-m.Border, inW, inH)
+			if err := network.Run(ctx, x, inW, inH, y); err != nil {
 				if ctxErr := ctx.Err(); ctxErr != nil {
 					return ctxErr
 				}
-				return fmt.Errorf("%w: ONNX Runtime: %v", upscale.ErrUpstream, err)
+				return fmt.Errorf("%w: %s: %v", upscale.ErrUpstream, m.Name, err)
 			}
-			scatter(y, outW, outH, out, m.scale*tx, m.scale*ty)
+			scatter(y, outW, outH, out, m.Scale*tx, m.Scale*ty)
 		}
 	}
 	return nil

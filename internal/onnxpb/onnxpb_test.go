@@ -3,6 +3,7 @@ package onnxpb
 import (
 	"encoding/binary"
 	"math"
+	"reflect"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -72,5 +73,48 @@ func TestMarshal(t *testing.T) {
 	}
 	if len(fields) != len(want) {
 		t.Errorf("fields %v, want %v", fields, want)
+	}
+}
+
+// TestUnmarshalRoundTrip decodes what Marshal encodes, field for field.
+func TestUnmarshalRoundTrip(t *testing.T) {
+	half, _ := Float16Tensor("h", []int64{3}, []float32{1, -0.5, float32(math.Ldexp(3, -24))})
+	m := Model{Producer: "test", Opset: 17, Metadata: [][2]string{{"k", "v"}, {"scale", "2"}}, Graph: Graph{
+		Name:         "g",
+		Nodes:        []Node{{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []Attr{Int("i", -1), FloatAttr("f", 0.1), Ints("is", 1, -2, math.MaxInt64)}}},
+		Initializers: []Tensor{FloatTensor("w", []int64{1, 2}, []float32{1, -3.5}), Int64Tensor("n", []int64{1}, []int64{math.MaxInt64}), half},
+		Inputs:       []Value{{Name: "x", Type: Float, Dims: []Dim{{Param: "n"}, {Size: 3}}}},
+		Outputs:      []Value{{Name: "y", Type: Float, Dims: []Dim{{Param: "n"}, {Size: 3}}}},
+	}}
+	got, err := Unmarshal(m.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*got, m) {
+		t.Errorf("Unmarshal(Marshal(m)) =\n%+v\nwant\n%+v", *got, m)
+	}
+	if v, ok := got.MetadataValue("scale"); !ok || v != "2" {
+		t.Errorf(`MetadataValue("scale") = %q, %v`, v, ok)
+	}
+	if f, err := got.Graph.Initializers[2].Floats(); err != nil || !reflect.DeepEqual(f, []float32{1, -0.5, float32(math.Ldexp(3, -24))}) {
+		t.Errorf("float16 Floats() = %v, %v", f, err)
+	}
+	if n, err := got.Graph.Initializers[1].Ints(); err != nil || n[0] != math.MaxInt64 {
+		t.Errorf("Ints() = %v, %v", n, err)
+	}
+	if _, err := Unmarshal([]byte{0x3a, 0x05, 0x01}); err == nil {
+		t.Error("Unmarshal of a truncated graph: no error")
+	}
+}
+
+// TestHalfToFloat widens every half that exactHalf narrows, back to itself.
+func TestHalfToFloat(t *testing.T) {
+	for h := range uint16(0x7c00) {
+		for _, sign := range []uint16{0, 0x8000} {
+			f := halfToFloat(h | sign)
+			if back, ok := exactHalf(f); !ok || back != h|sign {
+				t.Fatalf("halfToFloat(%#04x) = %g, which narrows to %#04x, %v", h|sign, f, back, ok)
+			}
+		}
 	}
 }

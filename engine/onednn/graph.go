@@ -1,0 +1,506 @@
+package onednn
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/upscalekit/upscale/internal/onnxpb"
+)
+
+// A graph is an ONNX network compiled into the layers this package runs,
+// in order. Values are numbered; value 0 is the network's input, a
+// planar image of 3 channels.
+type graph struct {
+	layers []layer
+	values []valueInfo
+	output value // the last layer's, written to the caller's planes
+}
+
+type value int
+
+// valueInfo is what a value is, whatever the tile's size.
+type valueInfo struct {
+	name     string
+	channels int
+	// planar values are images of 3 channels (the input, and the first
+	// U-Net's result), kept in float32 and read by convolutions in the
+	// first-layer layout oneDNN runs them fast in; the others are
+	// blocked.
+	planar bool
+}
+
+type layerKind int
+
+const (
+	// convolution: a Conv with its bias and activation fused.
+	convolution layerKind = iota
+	// transposed: a ConvTranspose, run as a convolution of its phases
+	// (phase) then a depth-to-space into out, with an Add of a crop of skip
+	// fused when it follows.
+	transposed
+	// squeezeExcite: a squeeze-and-excitation block, in place on in.
+	squeezeExcite
+	// addPlanar: the output, a blocked value plus a crop of a planar one.
+	addPlanar
+)
+
+type layer struct {
+	kind    layerKind
+	name    string
+	in, out value
+	// convolution and transposed: a square kernel k, stride, padding pad
+	// (a transposed layer's are its phase convolution's: stride 1, no
+	// padding), weights [out][in][k][k], bias, and a leaky ReLU of slope
+	// when act.
+	k, stride, pad int
+	weights, bias  []float32
+	act            bool
+	slope          float32
+	// transposed: the stride spread (s) and where the first phase lands
+	// (offset), and the phase convolution's output.
+	s, offset int
+	phase     value
+	// transposed and addPlanar: a crop of skip is added, from top, left
+	// to ends (ONNX Slice's: from the far side when negative).
+	skip      value
+	hasSkip   bool
+	top, left int
+	ends      [2]int
+	// squeezeExcite: the two dense layers, in→hidden→in.
+	hidden         int
+	w1, b1, w2, b2 []float32
+}
+
+// compile reads an ONNX network of the operators cunet uses: Conv and
+// ConvTranspose with LeakyRelu or Relu after them, squeeze-and-excitation
+// blocks (GlobalAveragePool, two 1×1 Convs, Relu, Sigmoid, Mul), and Adds
+// of a cropping Slice. Anything else is an error that names it.
+func compile(file *onnxpb.Model) (*graph, error) {
+	c := compiler{
+		file:      file,
+		inits:     map[string]*onnxpb.Tensor{},
+		casts:     map[string]string{},
+		producer:  map[string]*onnxpb.Node{},
+		consumers: map[string][]*onnxpb.Node{},
+		values:    map[string]value{},
+		done:      map[*onnxpb.Node]bool{},
+	}
+	for i := range file.Graph.Initializers {
+		t := &file.Graph.Initializers[i]
+		c.inits[t.Name] = t
+	}
+	for i := range file.Graph.Nodes {
+		n := &file.Graph.Nodes[i]
+		for _, out := range n.Outputs {
+			c.producer[out] = n
+		}
+		for _, in := range n.Inputs {
+			c.consumers[in] = append(c.consumers[in], n)
+		}
+		if n.Op == "Cast" && len(n.Inputs) == 1 && c.inits[n.Inputs[0]] != nil {
+			c.casts[n.Outputs[0]] = n.Inputs[0] // weights stored in float16
+			c.done[n] = true
+		}
+	}
+	if len(file.Graph.Inputs) != 1 || len(file.Graph.Outputs) != 1 {
+		return nil, fmt.Errorf("want one input and one output, have %d and %d", len(file.Graph.Inputs), len(file.Graph.Outputs))
+	}
+	c.g.values = []valueInfo{{name: file.Graph.Inputs[0].Name, channels: 3, planar: true}}
+	c.values[file.Graph.Inputs[0].Name] = 0
+	for i := range file.Graph.Nodes {
+		n := &file.Graph.Nodes[i]
+		if c.done[n] {
+			continue
+		}
+		if err := c.node(n); err != nil {
+			return nil, fmt.Errorf("node %s (%s): %w", n.Name, n.Op, err)
+		}
+	}
+	out, ok := c.values[file.Graph.Outputs[0].Name]
+	if !ok || len(c.g.layers) == 0 || c.g.layers[len(c.g.layers)-1].out != out || c.g.layers[len(c.g.layers)-1].kind != addPlanar {
+		return nil, fmt.Errorf("the output %s is not the sum of a residual and a crop of a planar image", file.Graph.Outputs[0].Name)
+	}
+	c.g.output = out
+	return &c.g, nil
+}
+
+type compiler struct {
+	file      *onnxpb.Model
+	inits     map[string]*onnxpb.Tensor
+	casts     map[string]string // a Cast's output → the initializer it casts
+	producer  map[string]*onnxpb.Node
+	consumers map[string][]*onnxpb.Node
+	values    map[string]value
+	done      map[*onnxpb.Node]bool
+	g         graph
+}
+
+func (c *compiler) node(n *onnxpb.Node) error {
+	switch n.Op {
+	case "Conv":
+		return c.conv(n)
+	case "ConvTranspose":
+		return c.convTranspose(n)
+	case "GlobalAveragePool":
+		return c.squeezeExcite(n)
+	case "Add":
+		return c.add(n)
+	case "Slice":
+		// A crop is compiled with the Add it feeds.
+		if !slices.ContainsFunc(c.consumers[n.Outputs[0]], func(m *onnxpb.Node) bool { return m.Op != "Add" }) {
+			return nil
+		}
+	}
+	return fmt.Errorf("operator %s is not supported", n.Op)
+}
+
+// input returns the value an input names.
+func (c *compiler) input(name string) (value, error) {
+	v, ok := c.values[name]
+	if !ok {
+		return 0, fmt.Errorf("input %s is not a value computed before it", name)
+	}
+	return v, nil
+}
+
+func (c *compiler) newValue(name string, channels int, planar bool) value {
+	c.g.values = append(c.g.values, valueInfo{name: name, channels: channels, planar: planar})
+	v := value(len(c.g.values) - 1)
+	c.values[name] = v
+	return v
+}
+
+// floats returns the float32 elements of an initializer, or of a Cast of
+// one.
+func (c *compiler) floats(name string) ([]float32, []int64, error) {
+	if from, ok := c.casts[name]; ok {
+		name = from
+	}
+	t, ok := c.inits[name]
+	if !ok {
+		return nil, nil, fmt.Errorf("%s is not a constant", name)
+	}
+	v, err := t.Floats()
+	return v, t.Dims, err
+}
+
+// ints returns an initializer of int64 elements.
+func (c *compiler) ints(name string) ([]int64, error) {
+	t, ok := c.inits[name]
+	if !ok {
+		return nil, fmt.Errorf("%s is not a constant", name)
+	}
+	return t.Ints()
+}
+
+// only returns the one node that consumes name, or nil.
+func (c *compiler) only(name string) *onnxpb.Node {
+	if cs := c.consumers[name]; len(cs) == 1 {
+		return cs[0]
+	}
+	return nil
+}
+
+func attrInts(n *onnxpb.Node, name string) []int64 {
+	for _, a := range n.Attrs {
+		if a.Name == name {
+			return a.Ints
+		}
+	}
+	return nil
+}
+
+func attrInt(n *onnxpb.Node, name string, otherwise int64) int64 {
+	for _, a := range n.Attrs {
+		if a.Name == name && a.Int != nil {
+			return *a.Int
+		}
+	}
+	return otherwise
+}
+
+func attrFloat(n *onnxpb.Node, name string, otherwise float32) float32 {
+	for _, a := range n.Attrs {
+		if a.Name == name && a.Float != nil {
+			return *a.Float
+		}
+	}
+	return otherwise
+}
+
+// geometry reads a convolution's square kernel, stride and padding, the
+// same on every side.
+func geometry(n *onnxpb.Node, k int) (stride, pad int, err error) {
+	stride, okStride := uniform(attrInts(n, "strides"), 1)
+	pad, okPad := uniform(attrInts(n, "pads"), 0)
+	if ks := attrInts(n, "kernel_shape"); len(ks) != 0 && (len(ks) != 2 || ks[0] != int64(k) || ks[1] != int64(k)) {
+		return 0, 0, fmt.Errorf("kernel_shape %v does not match the weights", ks)
+	}
+	if d := attrInts(n, "dilations"); slices.ContainsFunc(d, func(x int64) bool { return x != 1 }) {
+		return 0, 0, fmt.Errorf("dilations %v are not supported", d)
+	}
+	if g := attrInt(n, "group", 1); g != 1 {
+		return 0, 0, fmt.Errorf("groups are not supported")
+	}
+	if !okStride || !okPad {
+		return 0, 0, fmt.Errorf("strides and pads must be the same on every side")
+	}
+	return stride, pad, nil
+}
+
+// uniform returns the one value of v, or otherwise when v is empty; false
+// when v holds different values.
+func uniform(v []int64, otherwise int) (int, bool) {
+	for _, x := range v {
+		if x != v[0] {
+			return 0, false
+		}
+	}
+	if len(v) == 0 {
+		return otherwise, true
+	}
+	return int(v[0]), true
+}
+
+// activation fuses the LeakyRelu or Relu that is the only consumer of a
+// layer's output, and returns the name of the activated output.
+func (c *compiler) activation(l *layer, out string) string {
+	next := c.only(out)
+	if next == nil {
+		return out
+	}
+	switch next.Op {
+	case "LeakyRelu":
+		l.act, l.slope = true, attrFloat(next, "alpha", 0.01)
+	case "Relu":
+		l.act, l.slope = true, 0
+	default:
+		return out
+	}
+	c.done[next] = true
+	return next.Outputs[0]
+}
+
+func (c *compiler) weightsAndBias(n *onnxpb.Node) (w []float32, dims []int64, b []float32, err error) {
+	if len(n.Inputs) < 2 {
+		return nil, nil, nil, fmt.Errorf("no weights")
+	}
+	if w, dims, err = c.floats(n.Inputs[1]); err != nil {
+		return nil, nil, nil, err
+	}
+	if len(dims) != 4 || dims[2] != dims[3] {
+		return nil, nil, nil, fmt.Errorf("weights of shape %v: want a square kernel", dims)
+	}
+	if len(n.Inputs) > 2 {
+		if b, _, err = c.floats(n.Inputs[2]); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return w, dims, b, nil
+}
+
+func (c *compiler) conv(n *onnxpb.Node) error {
+	in, err := c.input(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	w, dims, b, err := c.weightsAndBias(n)
+	if err != nil {
+		return err
+	}
+	outC, inC, k := int(dims[0]), int(dims[1]), int(dims[2])
+	if inC != c.g.values[in].channels {
+		return fmt.Errorf("weights for %d input channels, the input has %d", inC, c.g.values[in].channels)
+	}
+	stride, pad, err := geometry(n, k)
+	if err != nil {
+		return err
+	}
+	l := layer{kind: convolution, name: n.Name, in: in, k: k, stride: stride, pad: pad, weights: w, bias: b}
+	out := c.activation(&l, n.Outputs[0])
+	l.out = c.newValue(out, outC, false)
+	c.g.layers = append(c.g.layers, l)
+	return nil
+}
+
+// convTranspose compiles a ConvTranspose of kernel k and stride s into a
+// convolution of its s² phases, stride 1 and no padding, then a
+// depth-to-space: oneDNN 2.6 runs the first at the speed of its
+// convolutions, where its own transposed convolutions fall to slow paths
+// with a fused bias or few output channels (BENCHMARKS.md).
+//
+// Output pixel o of the transposed convolution gathers input pixels i
+// with o = s·i + t − pad for a tap t of the kernel. Write o + pad =
+// s·m + q with the phase q in [0, s): the taps are t = q + s·j, from
+// inputs i = m − j, j in [0, k/s). A convolution whose window of k/s
+// inputs starts at r = m − k/s + 1 gives phase q of output
+// o = s·(r + k/s − 1) + q − pad, from tap (q + s·(k/s − 1 − d)) at its
+// window's d-th input. That covers every output pixel when k is a
+// multiple of s and pad ≥ k − s, as in cunet (2×2 stride 2 unpadded, and
+// 4×4 stride 2 padded by 3).
+func (c *compiler) convTranspose(n *onnxpb.Node) error {
+	in, err := c.input(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	w, dims, b, err := c.weightsAndBias(n)
+	if err != nil {
+		return err
+	}
+	inC, outC, k := int(dims[0]), int(dims[1]), int(dims[2])
+	if inC != c.g.values[in].channels {
+		return fmt.Errorf("weights for %d input channels, the input has %d", inC, c.g.values[in].channels)
+	}
+	s, pad, err := geometry(n, k)
+	if err != nil {
+		return err
+	}
+	if op := attrInts(n, "output_padding"); slices.ContainsFunc(op, func(x int64) bool { return x != 0 }) {
+		return fmt.Errorf("output_padding %v is not supported", op)
+	}
+	taps := k / s
+	if k%s != 0 || pad < k-s {
+		return fmt.Errorf("a %d×%d kernel of stride %d padded by %d: want a multiple of the stride and padding of at least %d", k, k, s, pad, k-s)
+	}
+	phaseC := s * s * outC
+	weights := make([]float32, phaseC*inC*taps*taps)
+	bias := make([]float32, phaseC)
+	for qy := range s {
+		for qx := range s {
+			for o := range outC {
+				p := (qy*s+qx)*outC + o
+				if b != nil {
+					bias[p] = b[o]
+				}
+				for i := range inC {
+					for dy := range taps {
+						for dx := range taps {
+							ty, tx := qy+s*(taps-1-dy), qx+s*(taps-1-dx)
+							weights[((p*inC+i)*taps+dy)*taps+dx] = w[((i*outC+o)*k+ty)*k+tx]
+						}
+					}
+				}
+			}
+		}
+	}
+	l := layer{kind: transposed, name: n.Name, in: in, k: taps, stride: 1, weights: weights, bias: bias, s: s, offset: s*(taps-1) - pad}
+	out := c.activation(&l, n.Outputs[0])
+	l.phase = c.newValue(n.Name+"/phases", phaseC, false)
+	// An Add of a crop to the result is the depth-to-space's.
+	if add := c.only(out); add != nil && add.Op == "Add" {
+		if ok, err := c.cropOperand(&l, add, out); err != nil {
+			return err
+		} else if ok {
+			c.done[add] = true
+			out = add.Outputs[0]
+		}
+	}
+	planar := outC == 3 && !l.hasSkip
+	if !planar && outC%16 != 0 {
+		return fmt.Errorf("%d output channels: want 3 (an image) or a multiple of 16", outC)
+	}
+	l.out = c.newValue(out, outC, planar)
+	c.g.layers = append(c.g.layers, l)
+	return nil
+}
+
+// cropOperand reads the Add add of the value other and of a Slice that
+// crops a value computed before: that value, and where the crop starts.
+func (c *compiler) cropOperand(l *layer, add *onnxpb.Node, other string) (ok bool, err error) {
+	if len(add.Inputs) != 2 {
+		return false, fmt.Errorf("%s: want two inputs", add.Name)
+	}
+	sliced := add.Inputs[0]
+	if sliced == other {
+		sliced = add.Inputs[1]
+	}
+	slice := c.producer[sliced]
+	if slice == nil || slice.Op != "Slice" || len(slice.Inputs) < 4 {
+		return false, nil
+	}
+	starts, err1 := c.ints(slice.Inputs[1])
+	ends, err2 := c.ints(slice.Inputs[2])
+	axes, err3 := c.ints(slice.Inputs[3])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return false, fmt.Errorf("%s: %w", slice.Name, err)
+	}
+	if len(slice.Inputs) > 4 {
+		return false, fmt.Errorf("%s: steps are not supported", slice.Name)
+	}
+	if !slices.Equal(axes, []int64{2, 3}) || len(starts) != 2 || len(ends) != 2 || starts[0] < 0 || starts[1] < 0 {
+		return false, fmt.Errorf("%s: want a crop of height and width from non-negative starts", slice.Name)
+	}
+	skip, err := c.input(slice.Inputs[0])
+	if err != nil {
+		return false, err
+	}
+	// The crop's size must be the other operand's: checked for each tile
+	// size (plan), where the sizes are known.
+	c.done[slice] = true
+	l.skip, l.hasSkip = skip, true
+	l.top, l.left, l.ends = int(starts[0]), int(starts[1]), [2]int{int(ends[0]), int(ends[1])}
+	return true, nil
+}
+
+// squeezeExcite compiles GlobalAveragePool → Conv 1×1 → Relu → Conv 1×1 →
+// Sigmoid → Mul with the pool's input, into one layer in place.
+func (c *compiler) squeezeExcite(pool *onnxpb.Node) error {
+	in, err := c.input(pool.Inputs[0])
+	if err != nil {
+		return err
+	}
+	chain := []*onnxpb.Node{pool}
+	for _, op := range []string{"Conv", "Relu", "Conv", "Sigmoid", "Mul"} {
+		next := c.only(chain[len(chain)-1].Outputs[0])
+		if next == nil || next.Op != op {
+			return fmt.Errorf("a GlobalAveragePool that does not start a squeeze-and-excitation block")
+		}
+		chain = append(chain, next)
+	}
+	mul := chain[5]
+	if !slices.Contains(mul.Inputs, pool.Inputs[0]) || len(c.consumers[pool.Inputs[0]]) != 2 {
+		return fmt.Errorf("the block's Mul does not scale the block's input, or the input has other consumers")
+	}
+	w1, d1, b1, err := c.weightsAndBias(chain[1])
+	if err != nil {
+		return err
+	}
+	w2, d2, b2, err := c.weightsAndBias(chain[3])
+	if err != nil {
+		return err
+	}
+	channels, hidden := c.g.values[in].channels, int(d1[0])
+	if d1[1] != int64(channels) || d1[2] != 1 || d2[0] != int64(channels) || d2[1] != int64(hidden) || d2[2] != 1 || b1 == nil || b2 == nil {
+		return fmt.Errorf("dense layers of shapes %v and %v for %d channels", d1, d2, channels)
+	}
+	for _, n := range chain {
+		c.done[n] = true
+	}
+	c.g.layers = append(c.g.layers, layer{kind: squeezeExcite, name: pool.Name, in: in, out: in, hidden: hidden, w1: w1, b1: b1, w2: w2, b2: b2})
+	c.values[mul.Outputs[0]] = in // in place
+	return nil
+}
+
+// add compiles the network's output: a residual of 3 channels plus a crop
+// of a planar image.
+func (c *compiler) add(n *onnxpb.Node) error {
+	for _, residual := range n.Inputs {
+		a, ok := c.values[residual]
+		if !ok || c.g.values[a].planar || c.g.values[a].channels != 3 {
+			continue
+		}
+		l := layer{kind: addPlanar, name: n.Name, in: a}
+		ok, err := c.cropOperand(&l, n, residual)
+		if err != nil {
+			return err
+		}
+		if !ok || !c.g.values[l.skip].planar {
+			continue
+		}
+		l.out = c.newValue(n.Outputs[0], 3, true)
+		c.g.layers = append(c.g.layers, l)
+		return nil
+	}
+	return fmt.Errorf("only the sum of a residual of 3 channels and a crop of a planar image (the output), or of a ConvTranspose's result and a crop, is supported")
+}
