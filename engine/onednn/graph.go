@@ -9,8 +9,7 @@ import (
 )
 
 // A graph is an ONNX network compiled into the layers this package runs,
-// in order. Values are numbered; value 0 is the network's input, a
-// planar image of 3 channels.
+// in order. Values are numbered; value 0 is the network's input.
 type graph struct {
 	layers []layer
 	values []valueInfo
@@ -23,11 +22,20 @@ type value int
 type valueInfo struct {
 	name     string
 	channels int
-	// planar values are images of 3 channels (the input, and the first
-	// U-Net's result), kept in float32 and read by convolutions in the
-	// first-layer layout oneDNN runs them fast in; the others are
-	// blocked.
-	planar bool
+	// image values are the network's input and output and what makes
+	// them (the first U-Net's result, the last residual, the phases of
+	// a transposed convolution that makes an image): kept in float32
+	// whatever the precision.
+	image bool
+	// quant is how the network's QDQ form quantises the value, if it
+	// does.
+	quant *quantization
+}
+
+// quantization maps a real value v to uint8 round(v / scale) + zp.
+type quantization struct {
+	scale float32
+	zp    int
 }
 
 type layerKind int
@@ -35,14 +43,16 @@ type layerKind int
 const (
 	// convolution: a Conv with its bias and activation fused.
 	convolution layerKind = iota
-	// transposed: a ConvTranspose, run as a convolution of its phases
-	// (phase) then a depth-to-space into out, with an Add of a crop of skip
-	// fused when it follows.
+	// transposed: a ConvTranspose, or a Conv followed by a DepthToSpace,
+	// run as a convolution of its phases (into phase), then a
+	// depth-to-space into out, with an Add of a crop of skip fused when
+	// it follows.
 	transposed
-	// squeezeExcite: a squeeze-and-excitation block, in place on in.
+	// squeezeExcite: a squeeze-and-excitation block.
 	squeezeExcite
-	// addPlanar: the output, a blocked value plus a crop of a planar one.
-	addPlanar
+	// addExport: the output, a residual of 3 channels plus a crop of an
+	// image.
+	addExport
 )
 
 type layer struct {
@@ -52,16 +62,19 @@ type layer struct {
 	// convolution and transposed: a square kernel k, stride, padding pad
 	// (a transposed layer's are its phase convolution's: stride 1, no
 	// padding), weights [out][in][k][k], bias, and a leaky ReLU of slope
-	// when act.
+	// when act. weights8 and wscale are the int8 weights of the QDQ
+	// form, which weights dequantises.
 	k, stride, pad int
 	weights, bias  []float32
+	weights8       []int8
+	wscale         []float32
 	act            bool
 	slope          float32
 	// transposed: the stride spread (s) and where the first phase lands
 	// (offset), and the phase convolution's output.
 	s, offset int
 	phase     value
-	// transposed and addPlanar: a crop of skip is added, from top, left
+	// transposed and addExport: a crop of skip is added, from top, left
 	// to ends (ONNX Slice's: from the far side when negative).
 	skip      value
 	hasSkip   bool
@@ -72,15 +85,23 @@ type layer struct {
 	w1, b1, w2, b2 []float32
 }
 
+// maxChannels bounds a value's channels: the loops stage a pixel's
+// values on their stack.
+const maxChannels = 4096
+
 // compile reads an ONNX network of the operators cunet uses: Conv and
 // ConvTranspose with LeakyRelu or Relu after them, squeeze-and-excitation
 // blocks (GlobalAveragePool, two 1×1 Convs, Relu, Sigmoid, Mul), and Adds
-// of a cropping Slice. Anything else is an error that names it.
+// of a cropping Slice; in its QDQ form, also the pairs of QuantizeLinear
+// and DequantizeLinear that quantise a tensor, dequantised int8 weights,
+// and the DepthToSpace of a Conv. Anything else is an error that names
+// it.
 func compile(file *onnxpb.Model) (*graph, error) {
 	c := compiler{
-		file:      file,
 		inits:     map[string]*onnxpb.Tensor{},
-		casts:     map[string]string{},
+		alias:     map[string]string{},
+		constants: map[string]dequantized{},
+		quant:     map[string]*quantization{},
 		producer:  map[string]*onnxpb.Node{},
 		consumers: map[string][]*onnxpb.Node{},
 		values:    map[string]value{},
@@ -90,26 +111,32 @@ func compile(file *onnxpb.Model) (*graph, error) {
 		t := &file.Graph.Initializers[i]
 		c.inits[t.Name] = t
 	}
+	nodes := make([]*onnxpb.Node, len(file.Graph.Nodes))
 	for i := range file.Graph.Nodes {
-		n := &file.Graph.Nodes[i]
+		nodes[i] = &file.Graph.Nodes[i]
+	}
+	if err := c.lookThrough(nodes); err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if c.done[n] {
+			continue
+		}
+		for i, in := range n.Inputs {
+			n.Inputs[i] = c.resolve(in)
+		}
 		for _, out := range n.Outputs {
 			c.producer[out] = n
 		}
 		for _, in := range n.Inputs {
 			c.consumers[in] = append(c.consumers[in], n)
 		}
-		if n.Op == "Cast" && len(n.Inputs) == 1 && c.inits[n.Inputs[0]] != nil {
-			c.casts[n.Outputs[0]] = n.Inputs[0] // weights stored in float16
-			c.done[n] = true
-		}
 	}
 	if len(file.Graph.Inputs) != 1 || len(file.Graph.Outputs) != 1 {
 		return nil, fmt.Errorf("want one input and one output, have %d and %d", len(file.Graph.Inputs), len(file.Graph.Outputs))
 	}
-	c.g.values = []valueInfo{{name: file.Graph.Inputs[0].Name, channels: 3, planar: true}}
-	c.values[file.Graph.Inputs[0].Name] = 0
-	for i := range file.Graph.Nodes {
-		n := &file.Graph.Nodes[i]
+	c.newValue(file.Graph.Inputs[0].Name, 3, true)
+	for _, n := range nodes {
 		if c.done[n] {
 			continue
 		}
@@ -117,23 +144,105 @@ func compile(file *onnxpb.Model) (*graph, error) {
 			return nil, fmt.Errorf("node %s (%s): %w", n.Name, n.Op, err)
 		}
 	}
-	out, ok := c.values[file.Graph.Outputs[0].Name]
-	if !ok || len(c.g.layers) == 0 || c.g.layers[len(c.g.layers)-1].out != out || c.g.layers[len(c.g.layers)-1].kind != addPlanar {
-		return nil, fmt.Errorf("the output %s is not the sum of a residual and a crop of a planar image", file.Graph.Outputs[0].Name)
+	out, ok := c.values[c.resolve(file.Graph.Outputs[0].Name)]
+	if !ok || len(c.g.layers) == 0 || c.g.layers[len(c.g.layers)-1].out != out || c.g.layers[len(c.g.layers)-1].kind != addExport {
+		return nil, fmt.Errorf("the output %s is not the sum of a residual and a crop of an image", file.Graph.Outputs[0].Name)
 	}
 	c.g.output = out
 	return &c.g, nil
 }
 
 type compiler struct {
-	file      *onnxpb.Model
 	inits     map[string]*onnxpb.Tensor
-	casts     map[string]string // a Cast's output → the initializer it casts
+	alias     map[string]string        // a tensor → the one it stands for
+	constants map[string]dequantized   // DequantizeLinear of an initializer
+	quant     map[string]*quantization // how a tensor is quantised
 	producer  map[string]*onnxpb.Node
 	consumers map[string][]*onnxpb.Node
 	values    map[string]value
 	done      map[*onnxpb.Node]bool
 	g         graph
+}
+
+// dequantized is an initializer of int8 or int32 values q standing for
+// scale × (q − zero), with a scale for each index along axis 0 or one for
+// all.
+type dequantized struct {
+	q           *onnxpb.Tensor
+	scale, zero *onnxpb.Tensor
+}
+
+// resolve follows aliases to the tensor a name stands for.
+func (c *compiler) resolve(name string) string {
+	for {
+		to, ok := c.alias[name]
+		if !ok {
+			return name
+		}
+		name = to
+	}
+}
+
+// lookThrough marks as done the nodes that only restate a tensor: a Cast
+// of an initializer (weights stored in float16), a DequantizeLinear of an
+// initializer (int8 weights and int32 biases), and a QuantizeLinear whose
+// every consumer is a DequantizeLinear of the same scale and zero point,
+// which records how the tensor is quantised.
+func (c *compiler) lookThrough(nodes []*onnxpb.Node) error {
+	consumers := map[string][]*onnxpb.Node{}
+	for _, n := range nodes {
+		for _, in := range n.Inputs {
+			consumers[in] = append(consumers[in], n)
+		}
+	}
+	for _, n := range nodes {
+		switch {
+		case n.Op == "Cast" && len(n.Inputs) == 1 && c.inits[n.Inputs[0]] != nil:
+			c.alias[n.Outputs[0]] = n.Inputs[0]
+			c.done[n] = true
+		case n.Op == "DequantizeLinear" && len(n.Inputs) == 3 && c.inits[n.Inputs[0]] != nil:
+			d := dequantized{q: c.inits[n.Inputs[0]], scale: c.inits[n.Inputs[1]], zero: c.inits[n.Inputs[2]]}
+			if d.scale == nil || d.zero == nil {
+				return fmt.Errorf("node %s: a DequantizeLinear of a constant by variables", n.Name)
+			}
+			c.constants[n.Outputs[0]] = d
+			c.done[n] = true
+		case n.Op == "QuantizeLinear" && len(n.Inputs) == 3:
+			pairs := consumers[n.Outputs[0]]
+			if len(pairs) == 0 || slices.ContainsFunc(pairs, func(dq *onnxpb.Node) bool {
+				return dq.Op != "DequantizeLinear" || len(dq.Inputs) != 3 || dq.Inputs[1] != n.Inputs[1] || dq.Inputs[2] != n.Inputs[2]
+			}) {
+				return fmt.Errorf("node %s: a QuantizeLinear not undone by a DequantizeLinear of its scale and zero point", n.Name)
+			}
+			q, err := c.quantization(n.Inputs[1], n.Inputs[2])
+			if err != nil {
+				return fmt.Errorf("node %s: %w", n.Name, err)
+			}
+			x := c.resolve(n.Inputs[0])
+			if c.quant[x] == nil {
+				c.quant[x] = q
+			}
+			c.done[n] = true
+			for _, dq := range pairs {
+				c.alias[dq.Outputs[0]] = x
+				c.done[dq] = true
+			}
+		}
+	}
+	return nil
+}
+
+// quantization reads a per-tensor uint8 scale and zero point.
+func (c *compiler) quantization(scaleName, zeroName string) (*quantization, error) {
+	scale, zero := c.inits[scaleName], c.inits[zeroName]
+	if scale == nil || zero == nil || zero.Type != onnxpb.Uint8 || len(zero.Raw) != 1 {
+		return nil, fmt.Errorf("want a constant scale and a uint8 zero point")
+	}
+	s, err := scale.Floats()
+	if err != nil || len(s) != 1 || !(s[0] > 0) {
+		return nil, fmt.Errorf("scale %s: want one positive float", scaleName)
+	}
+	return &quantization{scale: s[0], zp: int(zero.Raw[0])}, nil
 }
 
 func (c *compiler) node(n *onnxpb.Node) error {
@@ -152,7 +261,7 @@ func (c *compiler) node(n *onnxpb.Node) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("operator %s is not supported", n.Op)
+	return fmt.Errorf("operator %s is not supported here", n.Op)
 }
 
 // input returns the value an input names.
@@ -164,18 +273,22 @@ func (c *compiler) input(name string) (value, error) {
 	return v, nil
 }
 
-func (c *compiler) newValue(name string, channels int, planar bool) value {
-	c.g.values = append(c.g.values, valueInfo{name: name, channels: channels, planar: planar})
+func (c *compiler) newValue(name string, channels int, image bool) (value, error) {
+	if channels > maxChannels {
+		return 0, fmt.Errorf("%s has %d channels, more than %d", name, channels, maxChannels)
+	}
+	c.g.values = append(c.g.values, valueInfo{name: name, channels: channels, image: image, quant: c.quant[name]})
 	v := value(len(c.g.values) - 1)
 	c.values[name] = v
-	return v
+	return v, nil
 }
 
-// floats returns the float32 elements of an initializer, or of a Cast of
-// one.
+// floats returns the elements of an initializer, or of a Cast or
+// DequantizeLinear of one, as float32.
 func (c *compiler) floats(name string) ([]float32, []int64, error) {
-	if from, ok := c.casts[name]; ok {
-		name = from
+	name = c.resolve(name)
+	if d, ok := c.constants[name]; ok {
+		return d.floats()
 	}
 	t, ok := c.inits[name]
 	if !ok {
@@ -183,6 +296,26 @@ func (c *compiler) floats(name string) ([]float32, []int64, error) {
 	}
 	v, err := t.Floats()
 	return v, t.Dims, err
+}
+
+// floats dequantises d, with a scale for each index along axis 0 or one
+// for all.
+func (d dequantized) floats() ([]float32, []int64, error) {
+	scale, err1 := d.scale.Floats()
+	zeros, err2 := d.zero.Ints32()
+	q, err3 := d.q.Ints32()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, nil, err
+	}
+	if len(scale) != len(zeros) || len(q) == 0 || len(d.q.Dims) == 0 || (len(scale) != 1 && int64(len(scale)) != d.q.Dims[0]) {
+		return nil, nil, fmt.Errorf("%s: %d scales and %d zero points for dimensions %v", d.q.Name, len(scale), len(zeros), d.q.Dims)
+	}
+	out := make([]float32, len(q))
+	per := len(q) / len(scale)
+	for i, v := range q {
+		out[i] = scale[i/per] * float32(v-zeros[i/per])
+	}
+	return out, d.q.Dims, nil
 }
 
 // ints returns an initializer of int64 elements.
@@ -227,6 +360,13 @@ func attrFloat(n *onnxpb.Node, name string, otherwise float32) float32 {
 		}
 	}
 	return otherwise
+}
+
+// hasAttr reports whether n has the attribute name (onnxpb keeps only
+// numeric attributes' values: a string one is known only by being
+// there).
+func hasAttr(n *onnxpb.Node, name string) bool {
+	return slices.ContainsFunc(n.Attrs, func(a onnxpb.Attr) bool { return a.Name == name })
 }
 
 // geometry reads a convolution's square kernel, stride and padding, the
@@ -300,6 +440,25 @@ func (c *compiler) weightsAndBias(n *onnxpb.Node) (w []float32, dims []int64, b 
 	return w, dims, b, nil
 }
 
+// int8Weights returns a Conv's weights as the QDQ form stores them: int8,
+// symmetric, with a scale for each output channel.
+func (c *compiler) int8Weights(n *onnxpb.Node, outC int) ([]int8, []float32, bool) {
+	d, ok := c.constants[n.Inputs[1]]
+	if !ok || d.q.Type != onnxpb.Int8 {
+		return nil, nil, false
+	}
+	scale, err := d.scale.Floats()
+	zeros, err2 := d.zero.Ints32()
+	if err != nil || err2 != nil || len(scale) != outC || slices.ContainsFunc(zeros, func(z int32) bool { return z != 0 }) {
+		return nil, nil, false
+	}
+	q := make([]int8, len(d.q.Raw))
+	for i, b := range d.q.Raw {
+		q[i] = int8(b)
+	}
+	return q, scale, true
+}
+
 func (c *compiler) conv(n *onnxpb.Node) error {
 	in, err := c.input(n.Inputs[0])
 	if err != nil {
@@ -318,8 +477,22 @@ func (c *compiler) conv(n *onnxpb.Node) error {
 		return err
 	}
 	l := layer{kind: convolution, name: n.Name, in: in, k: k, stride: stride, pad: pad, weights: w, bias: b}
+	l.weights8, l.wscale, _ = c.int8Weights(n, outC)
 	out := c.activation(&l, n.Outputs[0])
-	l.out = c.newValue(out, outC, false)
+	// A Conv whose result a DepthToSpace spreads is a transposed
+	// convolution's phases (ncnn2onnx's form of a 2×2 one).
+	if d2s := c.only(out); d2s != nil && d2s.Op == "DepthToSpace" && stride == 1 && pad == 0 {
+		s := int(attrInt(d2s, "blocksize", 0))
+		if hasAttr(d2s, "mode") || s < 1 || outC%(s*s) != 0 {
+			return fmt.Errorf("%s: want a DepthToSpace of the default mode (DCR) and a block size that divides the channels", d2s.Name)
+		}
+		c.done[d2s] = true
+		l.kind, l.s = transposed, s
+		return c.spread(&l, out, d2s.Outputs[0], outC/(s*s))
+	}
+	if l.out, err = c.newValue(out, outC, outC == 3); err != nil {
+		return err
+	}
 	c.g.layers = append(c.g.layers, l)
 	return nil
 }
@@ -385,28 +558,37 @@ func (c *compiler) convTranspose(n *onnxpb.Node) error {
 		}
 	}
 	l := layer{kind: transposed, name: n.Name, in: in, k: taps, stride: 1, weights: weights, bias: bias, s: s, offset: s*(taps-1) - pad}
-	out := c.activation(&l, n.Outputs[0])
-	l.phase = c.newValue(n.Name+"/phases", phaseC, false)
-	// An Add of a crop to the result is the depth-to-space's.
+	phases := c.activation(&l, n.Outputs[0])
+	// The phases are the ConvTranspose's own result, spread: named apart.
+	return c.spread(&l, n.Name+"/phases", phases, outC)
+}
+
+// spread finishes a transposed layer l whose phase convolution makes
+// phases and whose depth-to-space makes out, of outC channels: with an
+// Add of a crop to out fused into the depth-to-space.
+func (c *compiler) spread(l *layer, phases, out string, outC int) error {
+	var err error
+	image := outC == 3
+	if l.phase, err = c.newValue(phases, outC*l.s*l.s, image); err != nil {
+		return err
+	}
 	if add := c.only(out); add != nil && add.Op == "Add" {
-		if ok, err := c.cropOperand(&l, add, out); err != nil {
+		if ok, err := c.cropOperand(l, add, out); err != nil {
 			return err
 		} else if ok {
 			c.done[add] = true
 			out = add.Outputs[0]
 		}
 	}
-	planar := outC == 3 && !l.hasSkip
-	if !planar && outC%16 != 0 {
-		return fmt.Errorf("%d output channels: want 3 (an image) or a multiple of 16", outC)
+	if l.out, err = c.newValue(out, outC, image); err != nil {
+		return err
 	}
-	l.out = c.newValue(out, outC, planar)
-	c.g.layers = append(c.g.layers, l)
+	c.g.layers = append(c.g.layers, *l)
 	return nil
 }
 
 // cropOperand reads the Add add of the value other and of a Slice that
-// crops a value computed before: that value, and where the crop starts.
+// crops a value computed before, into l's skip.
 func (c *compiler) cropOperand(l *layer, add *onnxpb.Node, other string) (ok bool, err error) {
 	if len(add.Inputs) != 2 {
 		return false, fmt.Errorf("%s: want two inputs", add.Name)
@@ -444,7 +626,7 @@ func (c *compiler) cropOperand(l *layer, add *onnxpb.Node, other string) (ok boo
 }
 
 // squeezeExcite compiles GlobalAveragePool → Conv 1×1 → Relu → Conv 1×1 →
-// Sigmoid → Mul with the pool's input, into one layer in place.
+// Sigmoid → Mul with the pool's input into one layer.
 func (c *compiler) squeezeExcite(pool *onnxpb.Node) error {
 	in, err := c.input(pool.Inputs[0])
 	if err != nil {
@@ -459,8 +641,8 @@ func (c *compiler) squeezeExcite(pool *onnxpb.Node) error {
 		chain = append(chain, next)
 	}
 	mul := chain[5]
-	if !slices.Contains(mul.Inputs, pool.Inputs[0]) || len(c.consumers[pool.Inputs[0]]) != 2 {
-		return fmt.Errorf("the block's Mul does not scale the block's input, or the input has other consumers")
+	if !slices.Contains(mul.Inputs, pool.Inputs[0]) {
+		return fmt.Errorf("the block's Mul does not scale the block's input")
 	}
 	w1, d1, b1, err := c.weightsAndBias(chain[1])
 	if err != nil {
@@ -477,30 +659,35 @@ func (c *compiler) squeezeExcite(pool *onnxpb.Node) error {
 	for _, n := range chain {
 		c.done[n] = true
 	}
-	c.g.layers = append(c.g.layers, layer{kind: squeezeExcite, name: pool.Name, in: in, out: in, hidden: hidden, w1: w1, b1: b1, w2: w2, b2: b2})
-	c.values[mul.Outputs[0]] = in // in place
+	out, err := c.newValue(mul.Outputs[0], channels, false)
+	if err != nil {
+		return err
+	}
+	c.g.layers = append(c.g.layers, layer{kind: squeezeExcite, name: pool.Name, in: in, out: out, hidden: hidden, w1: w1, b1: b1, w2: w2, b2: b2})
 	return nil
 }
 
 // add compiles the network's output: a residual of 3 channels plus a crop
-// of a planar image.
+// of an image.
 func (c *compiler) add(n *onnxpb.Node) error {
 	for _, residual := range n.Inputs {
 		a, ok := c.values[residual]
-		if !ok || c.g.values[a].planar || c.g.values[a].channels != 3 {
+		if !ok || c.g.values[a].channels != 3 {
 			continue
 		}
-		l := layer{kind: addPlanar, name: n.Name, in: a}
+		l := layer{kind: addExport, name: n.Name, in: a}
 		ok, err := c.cropOperand(&l, n, residual)
 		if err != nil {
 			return err
 		}
-		if !ok || !c.g.values[l.skip].planar {
+		if !ok || !c.g.values[l.skip].image {
 			continue
 		}
-		l.out = c.newValue(n.Outputs[0], 3, true)
+		if l.out, err = c.newValue(n.Outputs[0], 3, true); err != nil {
+			return err
+		}
 		c.g.layers = append(c.g.layers, l)
 		return nil
 	}
-	return fmt.Errorf("only the sum of a residual of 3 channels and a crop of a planar image (the output), or of a ConvTranspose's result and a crop, is supported")
+	return fmt.Errorf("only the sum of a residual of 3 channels and a crop of an image (the output), or of a transposed convolution's result and a crop, is supported")
 }

@@ -4,10 +4,13 @@
 #include <dnnl_debug.h>
 #include <math.h>
 #include <omp.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// The conversions of the loops below vectorise only without trapping
+// maths and errno (GCC; cgo does not take these as flags).
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
 
 static dnnl_engine_t engine;
 
@@ -20,12 +23,9 @@ static dnnl_engine_t engine;
     }                                                              \
   } while (0)
 
-static size_t padded(int c) { return (size_t)(c + 15) / 16 * 16; }
+static size_t size_of(int dt) { return dt == OD_F32 ? 4 : dt == OD_BF16 ? 2 : 1; }
 
-size_t od_bytes(const od_desc *d) {
-  size_t channels = d->planar ? (size_t)d->c : padded(d->c);
-  return channels * d->h * d->w * (d->dt == OD_BF16 ? 2 : 4);
-}
+size_t od_bytes(const od_desc *d) { return (size_t)d->c * d->h * d->w * size_of(d->dt); }
 
 int od_init(char *err, size_t errlen) {
   if (engine) return 0;
@@ -39,10 +39,13 @@ void *od_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 
 void od_free(void *p) { free(p); }
 
+static dnnl_data_type_t data_type(int dt) {
+  return dt == OD_F32 ? dnnl_f32 : dt == OD_BF16 ? dnnl_bf16 : dnnl_u8;
+}
+
 static dnnl_status_t describe(dnnl_memory_desc_t *md, const od_desc *d) {
   dnnl_dims_t dims = {1, d->c, d->h, d->w};
-  return dnnl_memory_desc_init_by_tag(md, 4, dims, d->dt == OD_BF16 ? dnnl_bf16 : dnnl_f32,
-                                      d->planar ? dnnl_nchw : dnnl_nChw16c);
+  return dnnl_memory_desc_init_by_tag(md, 4, dims, data_type(d->dt), dnnl_nhwc);
 }
 
 struct od_conv {
@@ -63,32 +66,56 @@ void od_conv_free(od_conv *c) {
 }
 
 od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, int pad,
-                     const float *weights, const float *bias, int act, float slope, int threads,
-                     char *impl, size_t impllen, char *err, size_t errlen) {
+                     const float *weights, const int8_t *weights8, const float *wscale,
+                     const float *bias, int act, float slope, int threads, char *impl,
+                     size_t impllen, char *err, size_t errlen) {
   od_conv *c = calloc(1, sizeof *c);
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
   dnnl_primitive_desc_t pd = NULL, reorder_pd = NULL;
   dnnl_primitive_t reorder = NULL;
   dnnl_memory_t user_weights = NULL;
+  float *scales = NULL;
   if (!c) {
     snprintf(err, errlen, "out of memory");
     return NULL;
   }
   omp_set_num_threads(threads);  // oneDNN plans its blocking for them
+  int oc = dst->c, quantized = src->dt == OD_U8;
   dnnl_memory_desc_t src_md, dst_md, weights_md, user_weights_md, bias_md;
-  dnnl_dims_t weights_dims = {dst->c, src->c, k, k}, bias_dims = {dst->c};
+  dnnl_dims_t weights_dims = {oc, src->c, k, k}, bias_dims = {oc};
   dnnl_dims_t strides = {stride, stride}, pads = {pad, pad};
+  dnnl_data_type_t weights_type = quantized ? dnnl_s8 : src->dt == OD_BF16 ? dnnl_bf16 : dnnl_f32;
   TRY(describe(&src_md, src));
   TRY(describe(&dst_md, dst));
-  TRY(dnnl_memory_desc_init_by_tag(&weights_md, 4, weights_dims,
-                                   src->dt == OD_BF16 ? dnnl_bf16 : dnnl_f32, dnnl_format_tag_any));
-  TRY(dnnl_memory_desc_init_by_tag(&user_weights_md, 4, weights_dims, dnnl_f32, dnnl_oihw));
+  TRY(dnnl_memory_desc_init_by_tag(&weights_md, 4, weights_dims, weights_type, dnnl_format_tag_any));
+  TRY(dnnl_memory_desc_init_by_tag(&user_weights_md, 4, weights_dims,
+                                   quantized ? dnnl_s8 : dnnl_f32, dnnl_oihw));
   TRY(dnnl_memory_desc_init_by_tag(&bias_md, 1, bias_dims, dnnl_f32, dnnl_a));
 
   TRY(dnnl_primitive_attr_create(&attr));
+  if (quantized) {
+    // The accumulated products of q − zp and the int8 weights, with the
+    // bias divided by the same factor, times each channel's scale, are
+    // the result (or, for a uint8 dst, the result over dst's scale, to
+    // which dst's zero point is added).
+    scales = malloc(sizeof(float) * oc);
+    if (!scales) {
+      snprintf(err, errlen, "out of memory");
+      goto fail;
+    }
+    float out = dst->dt == OD_U8 ? dst->scale : 1;
+    for (int o = 0; o < oc; o++) scales[o] = src->scale * wscale[o] / out;
+    TRY(dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, scales));
+    int32_t zp = src->zp;
+    if (zp) TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &zp));
+    zp = dst->zp;
+    if (dst->dt == OD_U8 && zp) TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zp));
+  }
   if (act) {
-    // oneDNN's relu with a negative slope is a leaky ReLU.
+    // oneDNN's relu with a negative slope is a leaky ReLU; with a uint8
+    // dst it applies to the result over dst's scale, which is the same
+    // (a leaky ReLU commutes with positive scales).
     TRY(dnnl_post_ops_create(&ops));
     TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, slope, 0.0f));
     TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
@@ -108,7 +135,8 @@ od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, 
   // primitive chose; the bias, copied.
   const dnnl_memory_desc_t *chosen = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   TRY(dnnl_memory_create(&c->weights, chosen, engine, DNNL_MEMORY_ALLOCATE));
-  TRY(dnnl_memory_create(&user_weights, &user_weights_md, engine, (void *)weights));
+  TRY(dnnl_memory_create(&user_weights, &user_weights_md, engine,
+                         quantized ? (void *)weights8 : (void *)weights));
   TRY(dnnl_reorder_primitive_desc_create(&reorder_pd, &user_weights_md, engine, chosen, engine,
                                          NULL));
   TRY(dnnl_primitive_create(&reorder, reorder_pd));
@@ -116,10 +144,10 @@ od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, 
   TRY(dnnl_primitive_execute(reorder, c->stream, 2, reorder_args));
   TRY(dnnl_stream_wait(c->stream));
   if (bias) {
-    void *handle = NULL;
+    float *b = NULL;
     TRY(dnnl_memory_create(&c->bias, &bias_md, engine, DNNL_MEMORY_ALLOCATE));
-    TRY(dnnl_memory_get_data_handle(c->bias, &handle));
-    memcpy(handle, bias, sizeof(float) * dst->c);
+    TRY(dnnl_memory_get_data_handle(c->bias, (void **)&b));
+    for (int o = 0; o < oc; o++) b[o] = quantized ? bias[o] / (src->scale * wscale[o]) : bias[o];
   }
   // src and dst get their data at each run.
   TRY(dnnl_memory_create(&c->src, &src_md, engine, DNNL_MEMORY_NONE));
@@ -129,6 +157,7 @@ fail:
   od_conv_free(c);
   c = NULL;
 done:
+  free(scales);
   if (reorder) dnnl_primitive_destroy(reorder);
   if (reorder_pd) dnnl_primitive_desc_destroy(reorder_pd);
   if (user_weights) dnnl_memory_destroy(user_weights);
@@ -153,173 +182,174 @@ fail:
   return -1;
 }
 
-// bfloat16: the top half of a float32, rounded to nearest even (the
-// values here are finite).
-static inline float bf16_load(uint16_t v) {
-  uint32_t bits = (uint32_t)v << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
+// The loops read and write runs of n values of a tensor, starting at
+// element at, through float32. bfloat16 is the top half of a float32,
+// rounded to nearest even (the values here are finite); uint8 saturates
+// and rounds to nearest even.
+
+static inline size_t at(const od_desc *d, int y, int x) { return ((size_t)y * d->w + x) * d->c; }
+
+static inline void load(const od_desc *d, const void *p, size_t i, int n, float *out) {
+  switch (d->dt) {
+    case OD_F32:
+      memcpy(out, (const float *)p + i, sizeof(float) * n);
+      break;
+    case OD_BF16: {
+      const uint16_t *v = (const uint16_t *)p + i;
+      for (int j = 0; j < n; j++) {
+        uint32_t bits = (uint32_t)v[j] << 16;
+        memcpy(&out[j], &bits, 4);
+      }
+      break;
+    }
+    default: {
+      const uint8_t *v = (const uint8_t *)p + i;
+      float scale = d->scale;
+      int zp = d->zp;
+      for (int j = 0; j < n; j++) out[j] = scale * (float)(v[j] - zp);
+    }
+  }
 }
 
-static inline uint16_t bf16_store(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return (uint16_t)(bits >> 16);
+static inline void store(const od_desc *d, void *p, size_t i, int n, const float *in) {
+  switch (d->dt) {
+    case OD_F32:
+      memcpy((float *)p + i, in, sizeof(float) * n);
+      break;
+    case OD_BF16: {
+      uint16_t *v = (uint16_t *)p + i;
+      for (int j = 0; j < n; j++) {
+        uint32_t bits;
+        memcpy(&bits, &in[j], 4);
+        v[j] = (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+      }
+      break;
+    }
+    default: {
+      // Adding and taking away 1.5 × 2²³ rounds a float in [0, 2²²)
+      // to the nearest integer, ties to even, in the default rounding
+      // mode, with no call.
+      uint8_t *v = (uint8_t *)p + i;
+      float inv = 1 / d->scale, zp = (float)d->zp;
+      for (int j = 0; j < n; j++) {
+        float q = in[j] * inv + zp;
+        q = q < 0 ? 0 : q > 255 ? 255 : q;
+        v[j] = (uint8_t)((q + 12582912.0f) - 12582912.0f);
+      }
+    }
+  }
 }
 
-static inline float f32_load(float v) { return v; }
-static inline float f32_store(float f) { return f; }
+// CHUNK is how many values a loop stages at once, on its thread's stack.
+enum { CHUNK = 4096 };
 
-// The offset of channel c's value at (y, x) in a tensor of d's shape.
-static inline size_t blocked_at(const od_desc *d, int c, int y, int x) {
-  return (((size_t)(c / 16) * d->h + y) * d->w + x) * 16 + c % 16;
-}
+// The loops are built twice, for AVX-512 and for any x86-64, and the
+// first call picks the one the CPU runs.
+#define LOOP __attribute__((target_clones("arch=x86-64-v4", "default")))
 
-static inline size_t planar_at(const od_desc *d, int c, int y, int x) {
-  return ((size_t)c * d->h + y) * d->w + x;
-}
-
-void od_import(int threads, const float *x, int h, int w, float *f32, void *bf16) {
-  size_t n = (size_t)3 * h * w;
-  if (f32) memcpy(f32, x, n * sizeof(float));
-  if (bf16) {
-    uint16_t *y = bf16;
+LOOP void od_import(int threads, const float *x, const od_desc *dst, void *y) {
+  size_t plane = (size_t)dst->h * dst->w;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++) y[i] = bf16_store(x[i]);
+  for (int r = 0; r < dst->h; r++)
+    for (int q = 0; q < dst->w; q++) {
+      size_t i = (size_t)r * dst->w + q;
+      float px[3] = {x[i], x[plane + i], x[2 * plane + i]};
+      store(dst, y, at(dst, r, q), 3, px);
+    }
+}
+
+LOOP void od_convert(int threads, const od_desc *src, const void *x, const od_desc *dst, void *y) {
+  size_t n = od_bytes(src) / size_of(src->dt);
+  size_t chunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t k = 0; k < chunks; k++) {
+    float v[CHUNK];
+    int len = (int)(k + 1 < chunks ? CHUNK : n - k * CHUNK);
+    load(src, x, k * CHUNK, len, v);
+    store(dst, y, k * CHUNK, len, v);
   }
 }
 
-// Each loop below is written once for each data type T of its blocked
-// tensors; LOAD and STORE convert between T and float. The depth-to-space
-// loops walk src: its pixel (r, q) holds, for each phase (qy, qx), the
-// values of dst's pixel (s × r + qy + offset, s × q + qx + offset).
-#define LOOPS(SUFFIX, T, LOAD, STORE)                                                           \
-  static void d2s_blocked_##SUFFIX(int threads, const od_desc *src, const T *x, int s,        \
-                                   int offset, const od_desc *dst, T *y, const od_desc *skip,  \
-                                   const T *z, int top, int left) {                            \
-    int blocks = dst->c / 16;                                                                  \
-    _Pragma("omp parallel for collapse(2) num_threads(threads) schedule(static)")              \
-    for (int b = 0; b < blocks; b++)                                                           \
-      for (int r = 0; r < src->h; r++)                                                         \
-        for (int qy = 0; qy < s; qy++) {                                                       \
-          int oy = s * r + qy + offset;                                                        \
-          if (oy < 0 || oy >= dst->h) continue;                                                \
-          for (int q = 0; q < src->w; q++)                                                     \
-            for (int qx = 0; qx < s; qx++) {                                                   \
-              int ox = s * q + qx + offset;                                                    \
-              if (ox < 0 || ox >= dst->w) continue;                                            \
-              const T *from = x + blocked_at(src, (qy * s + qx) * dst->c + b * 16, r, q);      \
-              T *to = y + blocked_at(dst, b * 16, oy, ox);                                     \
-              if (z) {                                                                         \
-                const T *add = z + blocked_at(skip, b * 16, oy + top, ox + left);              \
-                for (int i = 0; i < 16; i++) to[i] = STORE(LOAD(from[i]) + LOAD(add[i]));      \
-              } else {                                                                         \
-                for (int i = 0; i < 16; i++) to[i] = from[i];                                  \
-              }                                                                                \
-            }                                                                                  \
-        }                                                                                      \
-  }                                                                                            \
-  static void d2s_planar_##SUFFIX(int threads, const od_desc *src, const T *x, int s,         \
-                                  int offset, const od_desc *dst, float *y, uint16_t *bf16) {  \
-    _Pragma("omp parallel for collapse(2) num_threads(threads) schedule(static)")              \
-    for (int o = 0; o < dst->c; o++)                                                           \
-      for (int r = 0; r < src->h; r++)                                                         \
-        for (int qy = 0; qy < s; qy++) {                                                       \
-          int oy = s * r + qy + offset;                                                        \
-          if (oy < 0 || oy >= dst->h) continue;                                                \
-          for (int q = 0; q < src->w; q++)                                                     \
-            for (int qx = 0; qx < s; qx++) {                                                   \
-              int ox = s * q + qx + offset;                                                    \
-              if (ox < 0 || ox >= dst->w) continue;                                            \
-              float v = LOAD(x[blocked_at(src, (qy * s + qx) * dst->c + o, r, q)]);            \
-              size_t at = planar_at(dst, o, oy, ox);                                           \
-              y[at] = v;                                                                       \
-              if (bf16) bf16[at] = bf16_store(v);                                              \
-            }                                                                                  \
-        }                                                                                      \
-  }                                                                                            \
-  static void channel_sums_##SUFFIX(int threads, const od_desc *d, const T *x, double *sums) { \
-    int blocks = (int)(padded(d->c) / 16);                                                     \
-    _Pragma("omp parallel for num_threads(threads) schedule(static)")                          \
-    for (int b = 0; b < blocks; b++) {                                                         \
-      double acc[16] = {0};                                                                    \
-      for (int y = 0; y < d->h; y++) {                                                         \
-        float row[16] = {0};                                                                   \
-        const T *p = x + blocked_at(d, b * 16, y, 0);                                          \
-        for (int i = 0; i < d->w; i++)                                                         \
-          for (int c = 0; c < 16; c++) row[c] += LOAD(p[i * 16 + c]);                          \
-        for (int c = 0; c < 16; c++) acc[c] += row[c];                                         \
-      }                                                                                        \
-      for (int c = 0; c < 16; c++) sums[b * 16 + c] = acc[c];                                  \
-    }                                                                                          \
-  }                                                                                            \
-  static void scale_channels_##SUFFIX(int threads, const od_desc *d, T *x,                    \
-                                      const float *scale) {                                    \
-    int blocks = (int)(padded(d->c) / 16);                                                     \
-    _Pragma("omp parallel for collapse(2) num_threads(threads) schedule(static)")              \
-    for (int b = 0; b < blocks; b++)                                                           \
-      for (int y = 0; y < d->h; y++) {                                                         \
-        T *row = x + blocked_at(d, b * 16, y, 0);                                              \
-        const float *k = scale + b * 16;                                                       \
-        for (int i = 0; i < d->w; i++)                                                         \
-          for (int c = 0; c < 16; c++) row[i * 16 + c] = STORE(LOAD(row[i * 16 + c]) * k[c]);  \
-      }                                                                                        \
-  }
-
-LOOPS(f32, float, f32_load, f32_store)
-LOOPS(bf16, uint16_t, bf16_load, bf16_store)
-
-void od_depth_to_space(int threads, const od_desc *src, const void *x, int s, int offset,
-                       const od_desc *dst, void *y, void *bf16, const od_desc *skip,
-                       const void *skipdata, int top, int left) {
-  if (dst->planar) {
-    if (src->dt == OD_BF16) d2s_planar_bf16(threads, src, x, s, offset, dst, y, bf16);
-    else d2s_planar_f32(threads, src, x, s, offset, dst, y, bf16);
-  } else if (src->dt == OD_BF16) {
-    d2s_blocked_bf16(threads, src, x, s, offset, dst, y, skip, skipdata, top, left);
-  } else {
-    d2s_blocked_f32(threads, src, x, s, offset, dst, y, skip, skipdata, top, left);
-  }
+LOOP void od_depth_to_space(int threads, const od_desc *src, const void *x, int s, int offset,
+                       const od_desc *dst, void *y, const od_desc *skip, const void *z, int top,
+                       int left) {
+  int c = dst->c;
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
+  for (int r = 0; r < src->h; r++)
+    for (int qy = 0; qy < s; qy++) {
+      int oy = s * r + qy + offset;
+      if (oy < 0 || oy >= dst->h) continue;
+      float v[CHUNK], add[CHUNK];
+      for (int q = 0; q < src->w; q++)
+        for (int qx = 0; qx < s; qx++) {
+          int ox = s * q + qx + offset;
+          if (ox < 0 || ox >= dst->w) continue;
+          load(src, x, at(src, r, q) + (size_t)(qy * s + qx) * c, c, v);
+          if (z) {
+            load(skip, z, at(skip, oy + top, ox + left), c, add);
+            for (int i = 0; i < c; i++) v[i] += add[i];
+          }
+          store(dst, y, at(dst, oy, ox), c, v);
+        }
+    }
 }
 
-void od_squeeze_excite(int threads, const od_desc *x, void *data, const float *w1,
-                       const float *b1, int hidden, const float *w2, const float *b2) {
-  int c = x->c, cp = (int)padded(c);
-  double *sums = malloc(sizeof(double) * cp);
-  float *hid = malloc(sizeof(float) * hidden), *scale = malloc(sizeof(float) * cp);
-  if (x->dt == OD_BF16) channel_sums_bf16(threads, x, data, sums);
-  else channel_sums_f32(threads, x, data, sums);
-  double pixels = (double)x->h * x->w;
+LOOP void od_squeeze_excite(int threads, const od_desc *src, const void *x, const od_desc *dst,
+                       void *y, const float *w1, const float *b1, int hidden, const float *w2,
+                       const float *b2) {
+  int c = src->c;
+  double *sums = calloc(c, sizeof(double));
+  float *hid = malloc(sizeof(float) * hidden), *scale = malloc(sizeof(float) * c);
+#pragma omp parallel num_threads(threads)
+  {
+    double *mine = calloc(c, sizeof(double));
+    float v[CHUNK];
+#pragma omp for schedule(static)
+    for (int r = 0; r < src->h; r++) {
+      for (int q = 0; q < src->w; q++) {
+        load(src, x, at(src, r, q), c, v);
+        for (int i = 0; i < c; i++) mine[i] += v[i];
+      }
+    }
+#pragma omp critical
+    for (int i = 0; i < c; i++) sums[i] += mine[i];
+    free(mine);
+  }
+  double pixels = (double)src->h * src->w;
   for (int j = 0; j < hidden; j++) {
     float v = b1[j];
     for (int i = 0; i < c; i++) v += w1[j * c + i] * (float)(sums[i] / pixels);
     hid[j] = v > 0 ? v : 0;
   }
-  for (int i = 0; i < cp; i++) {
-    float v = 0;
-    if (i < c) {
-      v = b2[i];
-      for (int j = 0; j < hidden; j++) v += w2[i * hidden + j] * hid[j];
-    }
-    scale[i] = i < c ? 1 / (1 + expf(-v)) : 0;
+  for (int i = 0; i < c; i++) {
+    float v = b2[i];
+    for (int j = 0; j < hidden; j++) v += w2[i * hidden + j] * hid[j];
+    scale[i] = 1 / (1 + expf(-v));
   }
-  if (x->dt == OD_BF16) scale_channels_bf16(threads, x, data, scale);
-  else scale_channels_f32(threads, x, data, scale);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int r = 0; r < src->h; r++) {
+    float v[CHUNK];
+    for (int q = 0; q < src->w; q++) {
+      load(src, x, at(src, r, q), c, v);
+      for (int i = 0; i < c; i++) v[i] *= scale[i];
+      store(dst, y, at(dst, r, q), c, v);
+    }
+  }
   free(sums);
   free(hid);
   free(scale);
 }
 
-void od_add_planar(int threads, const od_desc *a, const float *x, const od_desc *b,
-                   const float *skip, int top, int left, float *out) {
-#pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
-  for (int c = 0; c < a->c; c++)
-    for (int y = 0; y < a->h; y++) {
-      const float *from = x + blocked_at(a, c, y, 0);
-      const float *add = skip + planar_at(b, c, y + top, left);
-      float *to = out + planar_at(a, c, y, 0);
-      for (int i = 0; i < a->w; i++) to[i] = from[i * 16] + add[i];
+LOOP void od_add_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
+                   int top, int left, float *out) {
+  size_t plane = (size_t)a->h * a->w;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int r = 0; r < a->h; r++)
+    for (int q = 0; q < a->w; q++) {
+      float u[3], v[3];
+      load(a, x, at(a, r, q), 3, u);
+      load(b, z, at(b, r + top, q + left), 3, v);
+      size_t i = (size_t)r * a->w + q;
+      for (int ch = 0; ch < 3; ch++) out[ch * plane + i] = u[ch] + v[ch];
     }
 }

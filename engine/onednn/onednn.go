@@ -5,11 +5,20 @@
 // It compiles the networks' few operators (convolutions, transposed
 // convolutions, squeeze-and-excitation blocks and cropped sums) into
 // oneDNN's convolutions and a few loops of its own, with every activation
-// in oneDNN's blocked layout from the first layer to the last, and runs
-// them in float32 or, on a CPU with AVX-512 BF16, in bfloat16: products
-// of bfloat16 values summed in float32, at twice float32's rate, with the
-// image's own values (the input, the first U-Net's result, the residual
-// and the output) kept in float32.
+// in NHWC order from the first layer to the last, and runs them in one of
+// three precisions:
+//
+//   - INT8 (on a CPU with VNNI): the layers that ncnn2onnx quantised, in
+//     the INT8 twins' QDQ form, multiply uint8 activations by int8
+//     weights with the twins' scales and zero points, at twice
+//     bfloat16's rate; the layers it kept in float run in bfloat16 where
+//     the CPU has AVX-512 BF16, else float32.
+//   - BF16 (on a CPU with AVX-512 BF16): products of bfloat16 values
+//     summed in float32, at twice float32's rate.
+//   - FP32.
+//
+// In each, the image's own values (the input, the first U-Net's result,
+// the residual and the output) stay float32.
 //
 // It needs cgo and oneDNN 2.6 built with OpenMP (Debian and Ubuntu:
 // libdnnl-dev), which `make deps` installs.
@@ -24,7 +33,9 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -55,25 +66,38 @@ func New() (*Runtime, error) {
 
 func (*Runtime) Name() string { return "onednn" }
 
-// Precisions puts BF16 first on a CPU with AVX-512 BF16, where oneDNN
-// multiplies bfloat16 at twice float32's rate; elsewhere oneDNN emulates
-// it, slower than float32, which comes first.
+// Precisions offers INT8 on a CPU with VNNI (x86-64's AVX-512 VNNI or
+// AVX-VNNI), which multiplies uint8 by int8 exactly, and BF16 on one with
+// AVX-512 BF16, fastest first; FP32 everywhere.
 func (*Runtime) Precisions() []onnx.Precision {
-	if cpu.X86.HasAVX512BF16 {
-		return []onnx.Precision{onnx.BF16, onnx.FP32}
+	var offered []onnx.Precision
+	if cpu.X86.HasAVX512VNNI || cpu.X86.HasAVXVNNI {
+		offered = append(offered, onnx.INT8)
 	}
-	return []onnx.Precision{onnx.FP32, onnx.BF16}
+	if cpu.X86.HasAVX512BF16 {
+		offered = append(offered, onnx.BF16)
+	}
+	return append(offered, onnx.FP32)
 }
 
 // Tile is 256: cunet's unpadded convolutions make a tile of 256 do 1.08
 // times its own share of the work, one of 128 1.23 times.
 func (*Runtime) Tile() int { return 256 }
 
-// Load compiles model for precision BF16 or FP32; primitives for a tile
-// size are made on its first tile.
+// Load compiles model, the INT8 twin for INT8, for precision; primitives
+// for a tile size are made on its first tile.
 func (rt *Runtime) Load(model []byte, precision onnx.Precision, threads int) (onnx.Network, error) {
-	if precision != onnx.BF16 && precision != onnx.FP32 {
-		return nil, fmt.Errorf("onednn: precision %q: want %q or %q", precision, onnx.BF16, onnx.FP32)
+	floatType := C.OD_F32
+	switch precision {
+	case onnx.BF16:
+		floatType = C.OD_BF16
+	case onnx.INT8:
+		if cpu.X86.HasAVX512BF16 {
+			floatType = C.OD_BF16
+		}
+	case onnx.FP32:
+	default:
+		return nil, fmt.Errorf("onednn: precision %q: want %q, %q or %q", precision, onnx.INT8, onnx.BF16, onnx.FP32)
 	}
 	file, err := onnxpb.Unmarshal(model)
 	if err != nil {
@@ -83,7 +107,14 @@ func (rt *Runtime) Load(model []byte, precision onnx.Precision, threads int) (on
 	if err != nil {
 		return nil, fmt.Errorf("onednn: %w", err)
 	}
-	return &network{rt: rt, g: g, threads: max(threads, 1), bf16: precision == onnx.BF16}, nil
+	t, err := typeGraph(g, floatType, precision == onnx.INT8)
+	if err != nil {
+		return nil, err
+	}
+	if precision == onnx.INT8 && !slices.Contains(t.conv, C.OD_U8) {
+		return nil, errors.New("onednn: precision int8 for a network with no int8 layer (want the INT8 twin)")
+	}
+	return &network{rt: rt, g: g, t: t, threads: max(threads, 1)}, nil
 }
 
 // ReleaseMemory frees the arenas not in use.
@@ -140,8 +171,8 @@ func (rt *Runtime) putArena(a *arena) {
 type network struct {
 	rt      *Runtime
 	g       *graph
+	t       typing
 	threads int
-	bf16    bool
 
 	mu   sync.Mutex
 	idle []*plan // not in use, the most recent first
@@ -186,7 +217,7 @@ func (n *network) plan(w, h int) (*plan, error) {
 		}
 	}
 	n.mu.Unlock()
-	return newPlan(n.g, w, h, n.threads, n.bf16)
+	return newPlan(n.g, n.t, w, h, n.threads)
 }
 
 // keep makes p idle, and frees the plans past keptPlans.

@@ -12,16 +12,93 @@ import (
 	"unsafe"
 )
 
+// typing is how a graph runs at one precision: the type each layer's
+// convolution runs in (OD_U8 for int8), and each value's type, with the
+// type of a copy made for the convolutions that read it in another.
+type typing struct {
+	conv     []int // by layer; -1 for a layer without a convolution
+	dt, copy []int // by value; copy -1 for none
+}
+
+// typeGraph types g with its float convolutions in floatType (OD_F32 or
+// OD_BF16) and, when quantized, the convolutions whose weights are int8
+// and whose input is quantised in int8.
+//
+// Image values are float32, and the convolutions that read them run in
+// float32: rounding the image to bfloat16's 8 bits cost 2-3 dB of the
+// INT8 form's distance from float32 on photographs (50.1-54.4 dB against
+// 53.0-56.1), and moved the white of an opaque edge by 6 levels (the
+// upscaletest Alpha case); it costs 3% of a tile's time. A value a float
+// convolution makes is of its type; one a loop or an int8 convolution
+// makes is uint8 where the network quantises it and no float convolution
+// reads it, else of the type of the float convolutions that read it.
+func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
+	t := typing{conv: make([]int, len(g.layers)), dt: make([]int, len(g.values)), copy: make([]int, len(g.values))}
+	readers := make([]map[int]bool, len(g.values))
+	madeBy := make([]int, len(g.values)) // the type of the convolution that makes each value, or -1
+	for v := range g.values {
+		readers[v], madeBy[v] = map[int]bool{}, -1
+	}
+	for i, l := range g.layers {
+		t.conv[i] = -1
+		if l.kind != convolution && l.kind != transposed {
+			continue
+		}
+		switch {
+		case quantized && l.weights8 != nil && g.values[l.in].quant != nil:
+			t.conv[i] = C.OD_U8
+		case g.values[l.in].image:
+			t.conv[i] = C.OD_F32
+		default:
+			t.conv[i] = floatType
+		}
+		made := l.out
+		if l.kind == transposed {
+			made = l.phase
+		}
+		readers[l.in][t.conv[i]] = true
+		madeBy[made] = t.conv[i]
+	}
+	for v, info := range g.values {
+		switch {
+		case info.image:
+			t.dt[v] = C.OD_F32
+		case madeBy[v] == C.OD_F32 || madeBy[v] == C.OD_BF16:
+			t.dt[v] = madeBy[v]
+		case readers[v][C.OD_F32]:
+			t.dt[v] = C.OD_F32
+		case readers[v][C.OD_BF16] || info.quant == nil:
+			t.dt[v] = floatType
+		default:
+			t.dt[v] = C.OD_U8
+		}
+		t.copy[v] = -1
+		for dt := range readers[v] {
+			if dt == t.dt[v] {
+				continue
+			}
+			if t.copy[v] >= 0 {
+				return typing{}, fmt.Errorf("onednn: %s is read in three types", info.name)
+			}
+			t.copy[v] = dt
+		}
+		if t.dt[v] == C.OD_BF16 && t.copy[v] == C.OD_F32 || madeBy[v] == C.OD_F32 && t.dt[v] != C.OD_F32 {
+			return typing{}, fmt.Errorf("onednn: %s: float32 from bfloat16", info.name)
+		}
+	}
+	return t, nil
+}
+
 // A plan runs a graph on tiles of one size: each value's shape and place
 // in an arena, and the primitives made for those shapes.
 type plan struct {
 	w, h    int
 	g       *graph
+	t       typing
 	threads int
-	bf16    bool
-	descs   []C.od_desc // each value's, float32 for a planar one
-	// Where each value lives in the arena: its float32 or blocked data,
-	// and a planar value's bfloat16 copy; -1 for none.
+	// Each value's description and, for a value with a copy, the copy's.
+	descs, copies []C.od_desc
+	// Where each value and its copy live in the arena; -1 for none.
 	at, copyAt []int
 	bytes      int // the arena's size
 	convs      []*C.od_conv
@@ -29,8 +106,8 @@ type plan struct {
 }
 
 // newPlan makes g's plan for tiles of w × h input pixels.
-func newPlan(g *graph, w, h, threads int, bf16 bool) (*plan, error) {
-	p := &plan{w: w, h: h, g: g, threads: threads, bf16: bf16}
+func newPlan(g *graph, t typing, w, h, threads int) (*plan, error) {
+	p := &plan{w: w, h: h, g: g, t: t, threads: threads}
 	if err := p.shape(); err != nil {
 		return nil, err
 	}
@@ -42,90 +119,48 @@ func newPlan(g *graph, w, h, threads int, bf16 bool) (*plan, error) {
 	return p, nil
 }
 
-// makeConvolutions makes the primitives of the graph's convolutions, in
-// order.
-func (p *plan) makeConvolutions() error {
-	g := p.g
-	for i := range g.layers {
-		l := &g.layers[i]
-		if l.kind != convolution && l.kind != transposed {
-			continue
-		}
-		out := l.out
-		if l.kind == transposed {
-			out = l.phase
-		}
-		src := p.convSource(l.in)
-		dst := p.descs[out]
-		if src.dt == C.OD_F32 && dst.dt == C.OD_BF16 {
-			return fmt.Errorf("onednn: %s: a float32 input for a bfloat16 output", l.name)
-		}
-		var bias *C.float
-		if l.bias != nil {
-			bias = (*C.float)(&l.bias[0])
-		}
-		var impl, msg [256]C.char
-		conv := C.od_conv_new(&src, &dst, C.int(l.k), C.int(l.stride), C.int(l.pad),
-			(*C.float)(&l.weights[0]), bias, cBool(l.act), C.float(l.slope), C.int(p.threads),
-			&impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
-		if conv == nil {
-			return fmt.Errorf("onednn: %s: %s", l.name, C.GoString(&msg[0]))
-		}
-		p.convs = append(p.convs, conv)
-		p.impls = append(p.impls, C.GoString(&impl[0]))
-	}
-	return nil
-}
-
-func cBool(b bool) C.int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // shape sets each value's description for the plan's tile size, and checks
 // that the network can run on it.
 func (p *plan) shape() error {
 	g := p.g
-	p.descs = make([]C.od_desc, len(g.values))
-	set := func(v value, c, h, w int) error {
+	p.descs, p.copies = make([]C.od_desc, len(g.values)), make([]C.od_desc, len(g.values))
+	set := func(v value, h, w int) error {
 		if h < 1 || w < 1 {
 			return fmt.Errorf("onednn: a %d×%d tile is too small for the network: %s would be %d×%d", p.w, p.h, g.values[v].name, w, h)
 		}
 		info := g.values[v]
-		dt := C.OD_F32
-		if p.bf16 && !info.planar && c >= 16 {
-			dt = C.OD_BF16
+		describe := func(dt int) C.od_desc {
+			d := C.od_desc{c: C.int(info.channels), h: C.int(h), w: C.int(w), dt: C.int(dt)}
+			if dt == C.OD_U8 {
+				d.scale, d.zp = C.float(info.quant.scale), C.int(info.quant.zp)
+			}
+			return d
 		}
-		p.descs[v] = C.od_desc{c: C.int(c), h: C.int(h), w: C.int(w), dt: C.int(dt), planar: cBool(info.planar)}
+		p.descs[v] = describe(p.t.dt[v])
+		if p.t.copy[v] >= 0 {
+			p.copies[v] = describe(p.t.copy[v])
+		}
 		return nil
 	}
-	if err := set(0, 3, p.h, p.w); err != nil {
+	if err := set(0, p.h, p.w); err != nil {
 		return err
 	}
 	for _, l := range g.layers {
 		in := p.descs[l.in]
 		h, w := int(in.h), int(in.w)
+		var err error
 		switch l.kind {
 		case convolution:
-			if err := set(l.out, len(l.bias), (h+2*l.pad-l.k)/l.stride+1, (w+2*l.pad-l.k)/l.stride+1); err != nil {
-				return err
-			}
+			err = set(l.out, (h+2*l.pad-l.k)/l.stride+1, (w+2*l.pad-l.k)/l.stride+1)
 		case transposed:
-			if err := set(l.phase, len(l.bias), h-l.k+1, w-l.k+1); err != nil {
-				return err
+			if err = set(l.phase, h-l.k+1, w-l.k+1); err == nil {
+				err = set(l.out, l.s*(h+1-l.k)+2*l.offset, l.s*(w+1-l.k)+2*l.offset)
 			}
-			channels := g.values[l.out].channels
-			if err := set(l.out, channels, l.s*(h+1-l.k)+2*l.offset, l.s*(w+1-l.k)+2*l.offset); err != nil {
-				return err
-			}
-		case squeezeExcite:
-			continue
-		case addPlanar:
-			if err := set(l.out, 3, h, w); err != nil {
-				return err
-			}
+		case squeezeExcite, addExport:
+			err = set(l.out, h, w)
+		}
+		if err != nil {
+			return err
 		}
 		if l.hasSkip {
 			out, skip := p.descs[l.out], p.descs[l.skip]
@@ -147,42 +182,29 @@ func sliceEnd(end, n int) int {
 	return min(end, n)
 }
 
-// place gives each value its place in the arena for as long as it is
-// used: the first free stretch that holds it (first fit), taken before
-// the step that writes it, given back after the last that reads it.
+// place gives each value, and its copy, a place in the arena for as long
+// as it is used: the first free stretch that holds it (first fit), taken
+// before the step that makes it, given back after the last that reads it.
+// The output is written to the caller's planes, not the arena.
 func (p *plan) place() {
 	g := p.g
 	n := len(g.values)
 	p.at, p.copyAt = make([]int, n), make([]int, n)
 	last := make([]int, n) // the last layer that reads each value
-	// Planar values read by bfloat16 convolutions have a bfloat16 copy;
-	// the input needs its float32 data only if something else reads it.
-	copies, readAsFloat := make([]bool, n), make([]bool, n)
 	for i := range last {
 		p.at[i], p.copyAt[i], last[i] = -1, -1, -1
 	}
 	for i, l := range g.layers {
 		last[l.in] = i
-		conv := l.kind == convolution || l.kind == transposed
-		if conv && g.values[l.in].planar && p.bf16 {
-			copies[l.in] = true
-		} else {
-			readAsFloat[l.in] = true
-		}
 		if l.hasSkip {
-			last[l.skip], readAsFloat[l.skip] = i, true
+			last[l.skip] = i
 		}
 	}
 	var arena blocks
 	take := func(v value) {
-		d := p.descs[v]
-		if v != 0 || readAsFloat[v] {
-			p.at[v] = arena.take(int(C.od_bytes(&d)))
-		}
-		if copies[v] {
-			half := d
-			half.dt = C.OD_BF16
-			p.copyAt[v] = arena.take(int(C.od_bytes(&half)))
+		p.at[v] = arena.take(int(C.od_bytes(&p.descs[v])))
+		if p.t.copy[v] >= 0 {
+			p.copyAt[v] = arena.take(int(C.od_bytes(&p.copies[v])))
 		}
 	}
 	give := func(v value) {
@@ -197,29 +219,72 @@ func (p *plan) place() {
 		if l.kind == transposed {
 			take(l.phase)
 		}
-		if l.out != l.in && l.out != g.output {
+		if l.out != g.output {
 			take(l.out)
 		}
 		if l.kind == transposed {
 			give(l.phase)
 		}
-		for _, v := range []value{l.in, l.skip} {
-			if last[v] == i && (v == l.in || l.hasSkip) && v != l.out {
-				give(v)
-			}
+		if last[l.in] == i {
+			give(l.in)
+		}
+		if l.hasSkip && last[l.skip] == i && l.skip != l.in {
+			give(l.skip)
 		}
 	}
 	p.bytes = arena.size
 }
 
-// convSource is the description of what a convolution reads of v: a
-// planar value's bfloat16 copy when the plan runs in bfloat16.
-func (p *plan) convSource(v value) C.od_desc {
-	d := p.descs[v]
-	if d.planar != 0 && p.bf16 {
-		d.dt = C.OD_BF16
+// source is where a layer's convolution reads v, and its description:
+// the value itself, or its copy of the type the convolution runs in.
+func (p *plan) source(i int, v value) (C.od_desc, int) {
+	if want := p.t.conv[i]; p.t.dt[v] != want && p.t.copy[v] == want {
+		return p.copies[v], p.copyAt[v]
 	}
-	return d
+	return p.descs[v], p.at[v]
+}
+
+// makeConvolutions makes the primitives of the graph's convolutions, in
+// order.
+func (p *plan) makeConvolutions() error {
+	for i := range p.g.layers {
+		l := &p.g.layers[i]
+		if l.kind != convolution && l.kind != transposed {
+			continue
+		}
+		made := l.out
+		if l.kind == transposed {
+			made = l.phase
+		}
+		src, _ := p.source(i, l.in)
+		dst := p.descs[made]
+		var weights, bias, wscale *C.float
+		var weights8 *C.int8_t
+		if p.t.conv[i] == C.OD_U8 {
+			weights8, wscale = (*C.int8_t)(&l.weights8[0]), (*C.float)(&l.wscale[0])
+		} else {
+			weights = (*C.float)(&l.weights[0])
+		}
+		if l.bias != nil {
+			bias = (*C.float)(&l.bias[0])
+		}
+		var impl, msg [256]C.char
+		conv := C.od_conv_new(&src, &dst, C.int(l.k), C.int(l.stride), C.int(l.pad), weights, weights8, wscale,
+			bias, cBool(l.act), C.float(l.slope), C.int(p.threads), &impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
+		if conv == nil {
+			return fmt.Errorf("onednn: %s: %s", l.name, C.GoString(&msg[0]))
+		}
+		p.convs = append(p.convs, conv)
+		p.impls = append(p.impls, C.GoString(&impl[0]))
+	}
+	return nil
+}
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // run runs the plan on one tile in the arena at base: in and out are the
@@ -236,26 +301,31 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 		}
 		return unsafe.Add(base, off)
 	}
-	C.od_import(threads, (*C.float)(&in[0]), C.int(p.h), C.int(p.w), (*C.float)(ptr(p.at[0])), ptr(p.copyAt[0]))
+	// copy makes v's copy, if it has one.
+	copyOf := func(v value) {
+		if p.t.copy[v] >= 0 {
+			C.od_convert(threads, &p.descs[v], ptr(p.at[v]), &p.copies[v], ptr(p.copyAt[v]))
+		}
+	}
+	C.od_import(threads, (*C.float)(&in[0]), &p.descs[0], ptr(p.at[0]))
+	copyOf(0)
 	conv := 0
 	for i := range g.layers {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		l := &g.layers[i]
-		src := ptr(p.at[l.in])
-		if p.copyAt[l.in] >= 0 {
-			src = ptr(p.copyAt[l.in])
-		}
+		x := ptr(p.at[l.in])
 		switch l.kind {
 		case convolution, transposed:
-			dst := l.out
+			_, src := p.source(i, l.in)
+			made := l.out
 			if l.kind == transposed {
-				dst = l.phase
+				made = l.phase
 			}
 			var msg [256]C.char
-			if C.od_conv_run(p.convs[conv], threads, src, ptr(p.at[dst]), &msg[0], C.size_t(len(msg))) != 0 {
-				return fmt.Errorf("%s: %s", l.name, C.GoString(&msg[0]))
+			if C.od_conv_run(p.convs[conv], threads, ptr(src), ptr(p.at[made]), &msg[0], C.size_t(len(msg))) != 0 {
+				return fmt.Errorf("onednn: %s: %s", l.name, C.GoString(&msg[0]))
 			}
 			conv++
 			if l.kind == transposed {
@@ -264,14 +334,17 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 					skip = ptr(p.at[l.skip])
 				}
 				C.od_depth_to_space(threads, &p.descs[l.phase], ptr(p.at[l.phase]), C.int(l.s), C.int(l.offset),
-					&p.descs[l.out], ptr(p.at[l.out]), ptr(p.copyAt[l.out]), &p.descs[l.skip], skip, C.int(l.top), C.int(l.left))
+					&p.descs[l.out], ptr(p.at[l.out]), &p.descs[l.skip], skip, C.int(l.top), C.int(l.left))
 			}
 		case squeezeExcite:
-			C.od_squeeze_excite(threads, &p.descs[l.in], src, (*C.float)(&l.w1[0]), (*C.float)(&l.b1[0]), C.int(l.hidden),
-				(*C.float)(&l.w2[0]), (*C.float)(&l.b2[0]))
-		case addPlanar:
-			C.od_add_planar(threads, &p.descs[l.in], (*C.float)(src), &p.descs[l.skip], (*C.float)(ptr(p.at[l.skip])),
+			C.od_squeeze_excite(threads, &p.descs[l.in], x, &p.descs[l.out], ptr(p.at[l.out]),
+				(*C.float)(&l.w1[0]), (*C.float)(&l.b1[0]), C.int(l.hidden), (*C.float)(&l.w2[0]), (*C.float)(&l.b2[0]))
+		case addExport:
+			C.od_add_export(threads, &p.descs[l.in], x, &p.descs[l.skip], ptr(p.at[l.skip]),
 				C.int(l.top), C.int(l.left), (*C.float)(&out[0]))
+		}
+		if l.out != g.output {
+			copyOf(l.out)
 		}
 	}
 	return nil

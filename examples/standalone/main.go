@@ -1,6 +1,6 @@
 // Command standalone serves the upscale API on its own: the handler, an
-// engine (libvips, or waifu2x's networks on ONNX Runtime with -engine
-// onnx), keys and quotas in SQLite under -data (or PostgreSQL with
+// engine (libvips, or waifu2x's networks on oneDNN or ONNX Runtime with
+// -engine onnx), keys and quotas in SQLite under -data (or PostgreSQL with
 // -database-url) and results in -data/outputs (or an S3 bucket with
 // -s3-bucket), configured by flags and an optional JSON file of plans,
 // accounts and keys.
@@ -33,6 +33,7 @@ import (
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/api"
 	"github.com/upscalekit/upscale/dirstore"
+	"github.com/upscalekit/upscale/engine/onednn"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/prommetrics"
@@ -58,7 +59,8 @@ type options struct {
 	allowPrivateSources         bool
 	storage
 	s3Endpoint, s3Bucket, s3Region            string
-	engine, onnxRuntimeLib, onnxPrecision     string
+	engine, onnxRuntime, onnxRuntimeLib       string
+	onnxPrecision                             string
 	queueLength, accountShare, maxConnections int
 	memoryBudget                              int64
 	drainDelay, keyCacheTTL                   time.Duration
@@ -103,15 +105,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.s3Bucket, "s3-bucket", "", "keep results in this S3 bucket, behind presigned links (default: files in -data); credentials come from the standard AWS environment variables")
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "URL of an S3-compatible server, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&o.s3Region, "s3-region", "", "region of the S3 bucket (default: AWS_REGION, or us-east-1 with -s3-endpoint)")
-	fs.StringVar(&o.engine, "engine", "vips", "upscaling engine: vips (libvips, classical, fast) or onnx (waifu2x networks on ONNX Runtime, sharper, slower)")
+	fs.StringVar(&o.engine, "engine", "vips", "upscaling engine: vips (libvips, classical, fast) or onnx (waifu2x networks, sharper, slower)")
 	fs.IntVar(&o.accountShare, "account-share", 0, "places one account's requests may hold at once; more get 429 rate_limited (default half of the engine's concurrency plus the queue length)")
 	fs.IntVar(&o.queueLength, "queue-length", 0, "requests admitted beyond those in the engine (fetching or waiting for it); more are refused at once with 503 overloaded (default 4 × the engine's concurrency)")
 	fs.Int64Var(&o.memoryBudget, "memory-budget", 1<<30, "bytes of memory requests may hold at once (sources, and the engine's estimated working memory); more wait or get 503 overloaded")
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
 	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
-	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -engine onnx (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
-	fs.StringVar(&o.onnxPrecision, "onnx-precision", "", "arithmetic of -engine onnx's networks: int8 (two thirds of fp32's time; the default on CPUs with VNNI) or fp32 (the default elsewhere)")
+	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
+	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
+	fs.StringVar(&o.onnxPrecision, "onnx-precision", "", "arithmetic of -engine onnx's networks: on onednn bf16 (the default on CPUs with AVX-512 BF16) or fp32; on onnxruntime int8 (the default on CPUs with VNNI) or fp32")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -130,21 +133,34 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.maxConnections < 1 {
 		return o, errors.New("-max-connections must be at least 1")
 	}
-	if (o.onnxRuntimeLib != "" || o.onnxPrecision != "") && o.engine != "onnx" {
-		return o, errors.New("-onnxruntime-lib and -onnx-precision need -engine onnx")
+	if (o.onnxRuntimeLib != "" || o.onnxPrecision != "" || o.onnxRuntime != "onednn") && o.engine != "onnx" {
+		return o, errors.New("-onnx-runtime, -onnxruntime-lib and -onnx-precision need -engine onnx")
 	}
-	if p := onnx.Precision(o.onnxPrecision); p != "" && p != onnx.INT8 && p != onnx.FP32 {
-		return o, fmt.Errorf("-onnx-precision %q: want %s or %s", o.onnxPrecision, onnx.INT8, onnx.FP32)
+	if o.onnxRuntime != "onednn" && o.onnxRuntime != "onnxruntime" {
+		return o, fmt.Errorf("-onnx-runtime %q: want onednn or onnxruntime", o.onnxRuntime)
 	}
+	if o.onnxRuntimeLib != "" && o.onnxRuntime != "onnxruntime" {
+		return o, errors.New("-onnxruntime-lib needs -onnx-runtime onnxruntime")
+	}
+	// onnx.New refuses a precision the runtime does not offer, naming
+	// those it does.
 	return o, nil
 }
 
 // openEngine returns the engine -engine names.
 func (o options) openEngine() (upscale.Upscaler, error) {
-	if o.engine == "onnx" {
-		return onnx.New(onnx.Options{Library: o.onnxRuntimeLib, Precision: onnx.Precision(o.onnxPrecision)})
+	if o.engine != "onnx" {
+		return vips.New(vips.Options{}), nil
 	}
-	return vips.New(vips.Options{}), nil
+	opts := onnx.Options{Library: o.onnxRuntimeLib, Precision: onnx.Precision(o.onnxPrecision)}
+	if o.onnxRuntime == "onednn" {
+		rt, err := onednn.New()
+		if err != nil {
+			return nil, err
+		}
+		opts.Runtime = rt
+	}
+	return onnx.New(opts)
 }
 
 // resultStore is a BlobStore the server closes on the way out. The

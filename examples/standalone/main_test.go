@@ -615,10 +615,21 @@ func TestEngineFlags(t *testing.T) {
 		{[]string{"-engine", "magic"}, "-engine"},
 		{[]string{"-onnxruntime-lib", "/opt/ort.so"}, "-engine onnx"},
 		{[]string{"-onnx-precision", "fp32"}, "-engine onnx"},
-		{[]string{"-engine", "onnx", "-onnx-precision", "fp16"}, "-onnx-precision"},
+		{[]string{"-onnx-runtime", "onnxruntime"}, "-engine onnx"},
+		{[]string{"-engine", "onnx", "-onnx-runtime", "tensorflow"}, "-onnx-runtime"},
+		{[]string{"-engine", "onnx", "-onnxruntime-lib", "/opt/ort.so"}, "-onnx-runtime onnxruntime"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%q) = %v; want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ runtime, precision, offered string }{{"onednn", "int8", "bf16 and fp32"}, {"onnxruntime", "bf16", "int8 and fp32"}} {
+		o, err := parseFlags([]string{"-engine", "onnx", "-onnx-runtime", tc.runtime, "-onnx-precision", tc.precision}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.openEngine(); err == nil || !strings.Contains(err.Error(), tc.offered) {
+			t.Errorf("-onnx-runtime %s -onnx-precision %s: %v; want an error naming %s", tc.runtime, tc.precision, err, tc.offered)
 		}
 	}
 	o, err := parseFlags([]string{"-engine", "onnx"}, io.Discard)
@@ -629,7 +640,7 @@ func TestEngineFlags(t *testing.T) {
 	if err != nil || o.onnxPrecision != "fp32" {
 		t.Errorf("parseFlags(-engine onnx -onnx-precision fp32) = %+v, %v", o, err)
 	}
-	if _, err := (options{engine: "onnx", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(); err == nil || !strings.Contains(err.Error(), "make deps") {
+	if _, err := (options{engine: "onnx", onnxRuntime: "onnxruntime", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(); err == nil || !strings.Contains(err.Error(), "make deps") {
 		t.Errorf("-engine onnx without the library: %v; want an error that says to run make deps", err)
 	}
 }

@@ -175,6 +175,15 @@ func Interleave(b *testing.B, paths []Path) []time.Duration {
 // NewServer serves the handler with engine, in-memory stores and one
 // unlimited key, for Post.
 func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
+	server, err := StartServer(engine)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return server
+}
+
+// StartServer is NewServer for a program.
+func StartServer(engine upscale.Upscaler) (*httptest.Server, error) {
 	ctx := context.Background()
 	keys := upscale.NewMemoryKeyStore()
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
@@ -182,21 +191,23 @@ func NewServer(b *testing.B, engine upscale.Upscaler) *httptest.Server {
 		ledger.PutAccount(ctx, upscale.Account{ID: "bench", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true, MaxFileBytes: 50 << 20}}),
 		keys.AddKey(ctx, "bench-key-0123456789", "bench"),
 	); err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	server := httptest.NewServer(mux)
 	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: server.URL + "/results", SweepInterval: time.Second})
 	if err != nil {
-		b.Fatal(err)
+		server.Close()
+		return nil, err
 	}
 	handler, err := upscale.New(upscale.Config{Keys: keys, Ledger: ledger, Upscaler: engine, Blobs: blobs, Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, LinkTTL: time.Second})
 	if err != nil {
-		b.Fatal(err)
+		server.Close()
+		return nil, err
 	}
 	mux.Handle("/api/v1/upscale", handler)
 	mux.Handle("/results/", blobs)
-	return server
+	return server, nil
 }
 
 // Post asks the server at base to upscale as body says.
@@ -251,11 +262,12 @@ func StatusKB(pid, field string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /proc/%s/status", field, pid)
 }
 
-// Process runs cmd and returns its wall time and peak RSS in bytes. The
-// peak is the child's VmHWM, read every 10 ms while it runs: the peak the
-// kernel reports at exit (rusage's maxrss) also counts the parent's RSS at
-// the fork, which exec records, and a benchmark process is large.
-func Process(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
+// Process runs cmd and returns its wall time, its peak RSS in bytes and
+// what it wrote. The peak is the child's VmHWM, read every 10 ms while it
+// runs: the peak the kernel reports at exit (rusage's maxrss) also counts
+// the parent's RSS at the fork, which exec records, and a benchmark
+// process is large.
+func Process(b *testing.B, cmd *exec.Cmd) (time.Duration, int64, []byte) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -273,7 +285,7 @@ func Process(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
 			if err != nil {
 				b.Fatalf("%s: %v\n%s", cmd.Path, err, out.Bytes())
 			}
-			return time.Since(start), peak << 10
+			return time.Since(start), peak << 10, out.Bytes()
 		case <-tick.C:
 			if kb, err := StatusKB(strconv.Itoa(cmd.Process.Pid), "VmHWM"); err == nil {
 				peak = max(peak, kb)

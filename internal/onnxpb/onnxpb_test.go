@@ -102,6 +102,21 @@ func TestUnmarshalRoundTrip(t *testing.T) {
 	if n, err := got.Graph.Initializers[1].Ints(); err != nil || n[0] != math.MaxInt64 {
 		t.Errorf("Ints() = %v, %v", n, err)
 	}
+	for _, tc := range []struct {
+		t    Tensor
+		want []int32
+	}{
+		{Int8Tensor("i8", []int64{2}, []int8{-128, 127}), []int32{-128, 127}},
+		{Uint8Tensor("u8", []int64{2}, []uint8{0, 255}), []int32{0, 255}},
+		{Int32Tensor("i32", []int64{2}, []int32{math.MinInt32, 7}), []int32{math.MinInt32, 7}},
+	} {
+		if v, err := tc.t.Ints32(); err != nil || !reflect.DeepEqual(v, tc.want) {
+			t.Errorf("%s: Ints32() = %v, %v; want %v", tc.t.Name, v, err, tc.want)
+		}
+	}
+	if _, err := got.Graph.Initializers[0].Ints32(); err == nil {
+		t.Error("Ints32() of a float tensor: no error")
+	}
 	if _, err := Unmarshal([]byte{0x3a, 0x05, 0x01}); err == nil {
 		t.Error("Unmarshal of a truncated graph: no error")
 	}

@@ -93,6 +93,31 @@ func (t *Tensor) Ints() ([]int64, error) {
 	return v, nil
 }
 
+// Ints32 returns the elements of an Int8, Uint8 or Int32 tensor.
+func (t *Tensor) Ints32() ([]int32, error) {
+	switch t.Type {
+	case Int8, Uint8:
+		v := make([]int32, len(t.Raw))
+		for i, b := range t.Raw {
+			if t.Type == Int8 {
+				v[i] = int32(int8(b))
+			} else {
+				v[i] = int32(b)
+			}
+		}
+		return v, nil
+	case Int32:
+		if len(t.Raw)%4 == 0 {
+			v := make([]int32, len(t.Raw)/4)
+			for i := range v {
+				v[i] = int32(binary.LittleEndian.Uint32(t.Raw[4*i:]))
+			}
+			return v, nil
+		}
+	}
+	return nil, fmt.Errorf("onnxpb: tensor %s is not of 8- or 32-bit integers", t.Name)
+}
+
 // halfToFloat widens an IEEE 754 half, exactly.
 func halfToFloat(h uint16) float32 {
 	sign := uint32(h&0x8000) << 16
