@@ -53,7 +53,7 @@ type Runtime struct {
 	arenas []*arena // not in use
 }
 
-var _ onnx.Runtime = (*Runtime)(nil)
+var _ onnx.MemoryReleasingRuntime = (*Runtime)(nil)
 
 // New starts oneDNN's CPU engine, once per process.
 func New() (*Runtime, error) {
@@ -87,13 +87,13 @@ func (*Runtime) Tile() int { return 256 }
 // Load compiles model, the INT8 twin for INT8, for precision; primitives
 // for a tile size are made on its first tile.
 func (rt *Runtime) Load(model []byte, precision onnx.Precision, threads int) (onnx.Network, error) {
-	floatType := C.OD_F32
+	floatType := f32
 	switch precision {
 	case onnx.BF16:
-		floatType = C.OD_BF16
+		floatType = bf16
 	case onnx.INT8:
 		if cpu.X86.HasAVX512BF16 {
-			floatType = C.OD_BF16
+			floatType = bf16
 		}
 	case onnx.FP32:
 	default:
@@ -111,13 +111,13 @@ func (rt *Runtime) Load(model []byte, precision onnx.Precision, threads int) (on
 	if err != nil {
 		return nil, err
 	}
-	if precision == onnx.INT8 && !slices.Contains(t.conv, C.OD_U8) {
+	if precision == onnx.INT8 && !slices.Contains(t.conv, u8) {
 		return nil, errors.New("onednn: precision int8 for a network with no int8 layer (want the INT8 twin)")
 	}
 	return &network{rt: rt, g: g, t: t, threads: max(threads, 1)}, nil
 }
 
-// ReleaseMemory frees the arenas not in use.
+// ReleaseMemory frees the arenas not in use (onnx.MemoryReleasingRuntime).
 func (rt *Runtime) ReleaseMemory() {
 	rt.mu.Lock()
 	idle := rt.arenas

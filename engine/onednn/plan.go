@@ -12,6 +12,13 @@ import (
 	"unsafe"
 )
 
+// The types of a tensor's values (net.h).
+const (
+	f32  = C.OD_F32
+	bf16 = C.OD_BF16
+	u8   = C.OD_U8
+)
+
 // typing is how a graph runs at one precision: the type each layer's
 // convolution runs in (OD_U8 for int8), and each value's type, with the
 // type of a copy made for the convolutions that read it in another.
@@ -46,9 +53,9 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 		}
 		switch {
 		case quantized && l.weights8 != nil && g.values[l.in].quant != nil:
-			t.conv[i] = C.OD_U8
+			t.conv[i] = u8
 		case g.values[l.in].image:
-			t.conv[i] = C.OD_F32
+			t.conv[i] = f32
 		default:
 			t.conv[i] = floatType
 		}
@@ -62,15 +69,15 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 	for v, info := range g.values {
 		switch {
 		case info.image:
-			t.dt[v] = C.OD_F32
-		case madeBy[v] == C.OD_F32 || madeBy[v] == C.OD_BF16:
+			t.dt[v] = f32
+		case madeBy[v] == f32 || madeBy[v] == bf16:
 			t.dt[v] = madeBy[v]
-		case readers[v][C.OD_F32]:
-			t.dt[v] = C.OD_F32
-		case readers[v][C.OD_BF16] || info.quant == nil:
+		case readers[v][f32]:
+			t.dt[v] = f32
+		case readers[v][bf16] || info.quant == nil:
 			t.dt[v] = floatType
 		default:
-			t.dt[v] = C.OD_U8
+			t.dt[v] = u8
 		}
 		t.copy[v] = -1
 		for dt := range readers[v] {
@@ -82,7 +89,7 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 			}
 			t.copy[v] = dt
 		}
-		if t.dt[v] == C.OD_BF16 && t.copy[v] == C.OD_F32 || madeBy[v] == C.OD_F32 && t.dt[v] != C.OD_F32 {
+		if t.dt[v] == bf16 && t.copy[v] == f32 || madeBy[v] == f32 && t.dt[v] != f32 {
 			return typing{}, fmt.Errorf("onednn: %s: float32 from bfloat16", info.name)
 		}
 	}
@@ -131,7 +138,7 @@ func (p *plan) shape() error {
 		info := g.values[v]
 		describe := func(dt int) C.od_desc {
 			d := C.od_desc{c: C.int(info.channels), h: C.int(h), w: C.int(w), dt: C.int(dt)}
-			if dt == C.OD_U8 {
+			if dt == u8 {
 				d.scale, d.zp = C.float(info.quant.scale), C.int(info.quant.zp)
 			}
 			return d
@@ -202,9 +209,9 @@ func (p *plan) place() {
 	}
 	var arena blocks
 	take := func(v value) {
-		p.at[v] = arena.take(int(C.od_bytes(&p.descs[v])))
+		p.at[v] = arena.take(p.size(v, false))
 		if p.t.copy[v] >= 0 {
-			p.copyAt[v] = arena.take(int(C.od_bytes(&p.copies[v])))
+			p.copyAt[v] = arena.take(p.size(v, true))
 		}
 	}
 	give := func(v value) {
@@ -235,6 +242,14 @@ func (p *plan) place() {
 	p.bytes = arena.size
 }
 
+// size is the bytes of v, or of its copy.
+func (p *plan) size(v value, copy bool) int {
+	if copy {
+		return int(C.od_bytes(&p.copies[v]))
+	}
+	return int(C.od_bytes(&p.descs[v]))
+}
+
 // source is where a layer's convolution reads v, and its description:
 // the value itself, or its copy of the type the convolution runs in.
 func (p *plan) source(i int, v value) (C.od_desc, int) {
@@ -260,7 +275,7 @@ func (p *plan) makeConvolutions() error {
 		dst := p.descs[made]
 		var weights, bias, wscale *C.float
 		var weights8 *C.int8_t
-		if p.t.conv[i] == C.OD_U8 {
+		if p.t.conv[i] == u8 {
 			weights8, wscale = (*C.int8_t)(&l.weights8[0]), (*C.float)(&l.wscale[0])
 		} else {
 			weights = (*C.float)(&l.weights[0])

@@ -227,9 +227,14 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 }
 
 // ReleaseMemory implements upscale.MemoryReleaser for the decoding and
-// encoding libvips does (engine/vips); the runtime's buffers are sized by
-// one tile and kept.
-func (e *Engine) ReleaseMemory() { e.codec.ReleaseMemory() }
+// encoding libvips does (engine/vips), and for the runtime's buffers when
+// it is a MemoryReleasingRuntime.
+func (e *Engine) ReleaseMemory() {
+	e.codec.ReleaseMemory()
+	if r, ok := e.opts.Runtime.(MemoryReleasingRuntime); ok {
+		r.ReleaseMemory()
+	}
+}
 
 // enlargeAll enlarges px by scale: learned passes, the first denoising at
 // level, then the classical rest, and encodes the result.

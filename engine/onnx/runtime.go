@@ -21,6 +21,14 @@ type Runtime interface {
 	Load(model []byte, precision Precision, threads int) (Network, error)
 }
 
+// A MemoryReleasingRuntime keeps memory between tiles that it can give
+// back: the Engine calls ReleaseMemory when the handler finds the server
+// idle (upscale.MemoryReleaser), and the next tile takes it again.
+type MemoryReleasingRuntime interface {
+	Runtime
+	ReleaseMemory()
+}
+
 // A Network is a loaded network. Run may be called from several
 // goroutines at once.
 type Network interface {

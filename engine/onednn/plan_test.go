@@ -1,0 +1,235 @@
+package onednn
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx"
+	"github.com/upscalekit/upscale/engine/onnx/models"
+	"github.com/upscalekit/upscale/internal/onnxpb"
+)
+
+func compiled(t *testing.T, precision onnx.Precision) *graph {
+	t.Helper()
+	m, err := models.Load(onnx.NetworkFile(upscale.DenoiseNone, precision))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := onnxpb.Unmarshal(m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := compile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestPlacementNeverOverlaps: no two buffers in use at the same step share
+// a byte of the arena, and all lie within it, for cunet in each precision
+// at two tile sizes.
+func TestPlacementNeverOverlaps(t *testing.T) {
+	for _, tc := range []struct {
+		precision onnx.Precision
+		floatType int
+	}{{onnx.FP32, f32}, {onnx.BF16, bf16}, {onnx.INT8, bf16}} {
+		g := compiled(t, tc.precision)
+		types, err := typeGraph(g, tc.floatType, tc.precision == onnx.INT8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, side := range []int{42, 164} {
+			p := &plan{w: side, h: side + 2, g: g, t: types}
+			if err := p.shape(); err != nil {
+				t.Fatal(err)
+			}
+			p.place()
+			// Each value is in use from the step that makes it (the input
+			// from the first) to the last step that reads it; a phase
+			// only in its own step.
+			first, last := make([]int, len(g.values)), make([]int, len(g.values))
+			for i, l := range g.layers {
+				first[l.out], last[l.out] = i, i
+				if l.kind == transposed {
+					first[l.phase], last[l.phase] = i, i
+				}
+				last[l.in] = i
+				if l.hasSkip {
+					last[l.skip] = i
+				}
+			}
+			type span struct{ from, to int }
+			for i := range g.layers {
+				var live []span
+				for v := range g.values {
+					if value(v) == g.output || first[v] > i || last[v] < i {
+						continue
+					}
+					if p.at[v] < 0 {
+						t.Fatalf("%s %d: %s is in use at step %d and has no place", tc.precision, side, g.values[v].name, i)
+					}
+					live = append(live, span{p.at[v], p.at[v] + p.size(value(v), false)})
+					if p.t.copy[v] >= 0 {
+						live = append(live, span{p.copyAt[v], p.copyAt[v] + p.size(value(v), true)})
+					}
+				}
+				for a := range live {
+					if live[a].to > p.bytes {
+						t.Errorf("%s %d: a buffer ends at %d, past the arena's %d", tc.precision, side, live[a].to, p.bytes)
+					}
+					for b := range a {
+						if live[a].from < live[b].to && live[b].from < live[a].to {
+							t.Fatalf("%s %d: at step %d (%s) buffers %v and %v overlap", tc.precision, side, i, g.layers[i].name, live[a], live[b])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTypes: in INT8 the layers ncnn2onnx quantised run on int8 and the
+// rest in float; the convolutions that read the image run in float32.
+func TestTypes(t *testing.T) {
+	g := compiled(t, onnx.INT8)
+	types, err := typeGraph(g, bf16, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{
+		"Convolution1": f32, "Convolution2": bf16, "Convolution3": u8,
+		"Deconvolution1": bf16, "Deconvolution2": bf16, "Convolution9": f32,
+		"Convolution10": bf16, "Convolution11": u8, "Deconvolution4": u8, "Convolution26": u8,
+	}
+	for i, l := range g.layers {
+		if dt, ok := want[l.name]; ok && types.conv[i] != dt {
+			t.Errorf("%s runs in type %d, want %d", l.name, types.conv[i], dt)
+		}
+		if l.kind == addExport && types.dt[l.in] != f32 {
+			t.Errorf("the residual %s is of type %d, want float32", g.values[l.in].name, types.dt[l.in])
+		}
+	}
+}
+
+// TestCompileRefuses: a network with an operator or a form the package
+// does not run is an error that names it, not a wrong result.
+func TestCompileRefuses(t *testing.T) {
+	weights := onnxpb.FloatTensor("w", []int64{3, 3, 3, 3}, make([]float32, 81))
+	image := []onnxpb.Value{{Name: "x", Type: onnxpb.Float, Dims: []onnxpb.Dim{{Size: 1}, {Size: 3}, {Param: "h"}, {Param: "w"}}}}
+	output := []onnxpb.Value{{Name: "y", Type: onnxpb.Float}}
+	for name, tc := range map[string]struct {
+		nodes []onnxpb.Node
+		want  string
+	}{
+		"MaxPool": {[]onnxpb.Node{
+			{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"a"}},
+			{Op: "MaxPool", Name: "p", Inputs: []string{"a"}, Outputs: []string{"y"}},
+		}, "MaxPool"},
+		"Dilation": {[]onnxpb.Node{
+			{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []onnxpb.Attr{onnxpb.Ints("dilations", 2, 2)}},
+		}, "dilations"},
+		"UnevenPads": {[]onnxpb.Node{
+			{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []onnxpb.Attr{onnxpb.Ints("pads", 1, 0, 1, 0)}},
+		}, "pads"},
+		"TransposedOfOddKernel": {[]onnxpb.Node{
+			{Op: "ConvTranspose", Name: "t", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []onnxpb.Attr{onnxpb.Ints("strides", 2, 2)}},
+		}, "stride 2"},
+		"NotAnImageSum": {[]onnxpb.Node{
+			{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"y"}},
+		}, "not the sum"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := &onnxpb.Model{Graph: onnxpb.Graph{Nodes: tc.nodes, Initializers: []onnxpb.Tensor{weights}, Inputs: image, Outputs: output}}
+			if _, err := compile(file); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("compile: %v; want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// doneAfter is a context that is done from the n-th time Err is asked.
+type doneAfter struct {
+	context.Context
+	n int
+}
+
+func (c *doneAfter) Err() error {
+	if c.n--; c.n <= 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestCancelWithinATile: a tile checks its context before each layer, and
+// stops at the first check after it is done: the output is never written.
+func TestCancelWithinATile(t *testing.T) {
+	rt, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := models.Load(onnx.NetworkFile(upscale.DenoiseNone, onnx.FP32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := rt.Load(m.Data, onnx.FP32, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	const side = 60
+	x, out := make([]float32, 3*side*side), make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
+	for i := range x {
+		x[i] = 0.5
+	}
+	if err := n.Run(&doneAfter{Context: context.Background(), n: 6}, x, side, side, out); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want context.Canceled", err)
+	}
+	for _, v := range out {
+		if v != 0 {
+			t.Fatal("the output was written: the tile ran to its end")
+		}
+	}
+	// The plan and arena it used serve the next tile.
+	if err := n.Run(context.Background(), x, side, side, out); err != nil || out[0] == 0 {
+		t.Fatalf("the next tile: %v, first sample %g", err, out[0])
+	}
+}
+
+// TestReleaseMemory: the arenas idle after a tile are freed, and the next
+// tile takes a new one.
+func TestReleaseMemory(t *testing.T) {
+	rt, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := models.Load(onnx.NetworkFile(upscale.DenoiseNone, onnx.FP32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := rt.Load(m.Data, onnx.FP32, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	const side = 60
+	x, out := make([]float32, 3*side*side), make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
+	run := func() {
+		t.Helper()
+		if err := n.Run(context.Background(), x, side, side, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run()
+	if len(rt.arenas) != 1 {
+		t.Fatalf("%d idle arenas after a tile, want 1", len(rt.arenas))
+	}
+	rt.ReleaseMemory()
+	if len(rt.arenas) != 0 {
+		t.Fatalf("%d idle arenas after ReleaseMemory, want 0", len(rt.arenas))
+	}
+	run()
+}
