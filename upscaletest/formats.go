@@ -65,8 +65,10 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 
 	// White opaque pixels next to transparent black ones, and a ramp of
 	// alpha below them. Resampling without premultiplying mixes the hidden
-	// black into the edge and greys it; every visible result pixel must
-	// stay white, and the ramp must stay a ramp.
+	// black into the edge and greys it towards mid-grey; every visible
+	// result pixel must stay within 10 levels of white (a learned engine
+	// in float32 leaves the edge at 253, in INT8 after two ×2 passes at
+	// 249-251), and the ramp must stay a ramp.
 	t.Run("Alpha", func(t *testing.T) {
 		src := image.NewNRGBA(image.Rect(0, 0, 16, 32))
 		for y := range 16 {
@@ -87,7 +89,7 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 				if c.A > 0 && c.A < 255 {
 					edge++
 				}
-				if c.A >= 8 && (c.R < 250 || c.G < 250 || c.B < 250) {
+				if c.A >= 8 && (c.R < 245 || c.G < 245 || c.B < 245) {
 					t.Fatalf("pixel (%d, %d) = %v: a visible pixel darkened by the transparent ones", x, y, c)
 				}
 			}

@@ -31,14 +31,15 @@ type typing struct {
 // OD_BF16) and, when quantized, the convolutions whose weights are int8
 // and whose input is quantised in int8.
 //
-// Image values are float32, and the convolutions that read them run in
-// float32: rounding the image to bfloat16's 8 bits cost 2-3 dB of the
-// INT8 form's distance from float32 on photographs (50.1-54.4 dB against
-// 53.0-56.1), and moved the white of an opaque edge by 6 levels (the
-// upscaletest Alpha case); it costs 3% of a tile's time. A value a float
-// convolution makes is of its type; one a loop or an int8 convolution
-// makes is uint8 where the network quantises it and no float convolution
-// reads it, else of the type of the float convolutions that read it.
+// Image values are float32, and the convolutions that read them, and the
+// transposed ones that make them, run in float32: rounding the image to
+// bfloat16's 8 bits cost 2-3 dB of the INT8 form's distance from float32
+// on photographs (50.1-54.4 dB against 53.0-56.1), and moved the white of
+// an opaque edge by 6 levels (the upscaletest Alpha case); it costs 3% of
+// a tile's time. A value made or read by a float32 convolution is
+// float32; else one a bfloat16 convolution makes or reads is bfloat16;
+// one a loop or an int8 convolution makes is uint8 where the network
+// quantises it, else of the float type.
 func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 	t := typing{conv: make([]int, len(g.layers)), dt: make([]int, len(g.values)), copy: make([]int, len(g.values))}
 	readers := make([]map[int]bool, len(g.values))
@@ -52,9 +53,9 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 			continue
 		}
 		switch {
-		case quantized && l.weights8 != nil && g.values[l.in].quant != nil:
+		case quantized && l.weights8 != nil && g.values[l.in].quant != nil && !keptInFloat[l.name]:
 			t.conv[i] = u8
-		case g.values[l.in].image:
+		case g.values[l.in].image || l.kind == transposed && g.values[l.out].image:
 			t.conv[i] = f32
 		default:
 			t.conv[i] = floatType
@@ -68,13 +69,9 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 	}
 	for v, info := range g.values {
 		switch {
-		case info.image:
+		case info.image || madeBy[v] == f32 || readers[v][f32]:
 			t.dt[v] = f32
-		case madeBy[v] == f32 || madeBy[v] == bf16:
-			t.dt[v] = madeBy[v]
-		case readers[v][f32]:
-			t.dt[v] = f32
-		case readers[v][bf16] || info.quant == nil:
+		case madeBy[v] == bf16 || readers[v][bf16] || info.quant == nil:
 			t.dt[v] = floatType
 		default:
 			t.dt[v] = u8
@@ -95,6 +92,17 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 	}
 	return t, nil
 }
+
+// keptInFloat are the int8 layers of the INT8 twins that INT8 runs in
+// float here: the first U-Net's lower level and the second's last
+// transposed convolution. ONNX Runtime runs the twins' float layers in
+// float32, this package in bfloat16, which cost Set14's ppt3 (a flat
+// slide) 0.10 dB (33.85 dB at ×2, against 33.95 with those layers in
+// float32, and ONNX Runtime's 33.99); these layers in bfloat16, with the
+// transposed convolution that makes the first U-Net's image in float32,
+// buy it back (33.95) for 8% of a tile's time, where the float32 layers
+// would cost 25% (BENCHMARKS.md).
+var keptInFloat = map[string]bool{"Convolution3": true, "Convolution4": true, "Convolution5": true, "Deconvolution4": true}
 
 // A plan runs a graph on tiles of one size: each value's shape and place
 // in an arena, and the primitives made for those shapes.

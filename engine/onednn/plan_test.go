@@ -92,8 +92,9 @@ func TestPlacementNeverOverlaps(t *testing.T) {
 	}
 }
 
-// TestTypes: in INT8 the layers ncnn2onnx quantised run on int8 and the
-// rest in float; the convolutions that read the image run in float32.
+// TestTypes: in INT8 the layers ncnn2onnx quantised run on int8 but
+// keptInFloat, and the rest in float; the convolutions that read the
+// image and the transposed one that makes it run in float32.
 func TestTypes(t *testing.T) {
 	g := compiled(t, onnx.INT8)
 	types, err := typeGraph(g, bf16, true)
@@ -101,17 +102,29 @@ func TestTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int{
-		"Convolution1": f32, "Convolution2": bf16, "Convolution3": u8,
-		"Deconvolution1": bf16, "Deconvolution2": bf16, "Convolution9": f32,
-		"Convolution10": bf16, "Convolution11": u8, "Deconvolution4": u8, "Convolution26": u8,
+		"Convolution1": f32, "Convolution2": bf16, "Convolution3": bf16, "Convolution5": bf16,
+		"Deconvolution1": bf16, "Deconvolution2": f32, "Convolution9": f32, "Convolution10": bf16,
+		"Convolution11": u8, "Deconvolution3": u8, "Deconvolution4": bf16, "Convolution26": u8,
 	}
+	for name := range keptInFloat {
+		if _, ok := want[name]; !ok {
+			want[name] = bf16
+		}
+	}
+	seen := 0
 	for i, l := range g.layers {
-		if dt, ok := want[l.name]; ok && types.conv[i] != dt {
-			t.Errorf("%s runs in type %d, want %d", l.name, types.conv[i], dt)
+		if dt, ok := want[l.name]; ok {
+			seen++
+			if types.conv[i] != dt {
+				t.Errorf("%s runs in type %d, want %d", l.name, types.conv[i], dt)
+			}
 		}
 		if l.kind == addExport && types.dt[l.in] != f32 {
 			t.Errorf("the residual %s is of type %d, want float32", g.values[l.in].name, types.dt[l.in])
 		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d of the %d layers named here are in the network: keptInFloat names layers that are not", seen, len(want))
 	}
 }
 
