@@ -459,29 +459,48 @@ func (c *compiler) int8Weights(n *onnxpb.Node, outC int) ([]int8, []float32, boo
 	return q, scale, true
 }
 
-func (c *compiler) conv(n *onnxpb.Node) error {
+// kernel is what a Conv or a ConvTranspose reads: its input, weights
+// and bias, channels, and square kernel, stride and padding.
+type kernel struct {
+	in                        value
+	weights, bias             []float32
+	inC, outC, k, stride, pad int
+}
+
+// kernelOf reads n's kernel; a ConvTranspose's weights are [in][out][k][k],
+// a Conv's [out][in][k][k].
+func (c *compiler) kernelOf(n *onnxpb.Node, transposed bool) (kernel, error) {
 	in, err := c.input(n.Inputs[0])
 	if err != nil {
-		return err
+		return kernel{}, err
 	}
 	w, dims, b, err := c.weightsAndBias(n)
 	if err != nil {
-		return err
+		return kernel{}, err
 	}
-	outC, inC, k := int(dims[0]), int(dims[1]), int(dims[2])
-	if inC != c.g.values[in].channels {
-		return fmt.Errorf("weights for %d input channels, the input has %d", inC, c.g.values[in].channels)
+	kn := kernel{in: in, weights: w, bias: b, outC: int(dims[0]), inC: int(dims[1]), k: int(dims[2])}
+	if transposed {
+		kn.inC, kn.outC = kn.outC, kn.inC
 	}
-	stride, pad, err := geometry(n, k)
+	if kn.inC != c.g.values[in].channels {
+		return kernel{}, fmt.Errorf("weights for %d input channels, the input has %d", kn.inC, c.g.values[in].channels)
+	}
+	kn.stride, kn.pad, err = geometry(n, kn.k)
+	return kn, err
+}
+
+func (c *compiler) conv(n *onnxpb.Node) error {
+	kn, err := c.kernelOf(n, false)
 	if err != nil {
 		return err
 	}
-	l := layer{kind: convolution, name: n.Name, in: in, k: k, stride: stride, pad: pad, weights: w, bias: b}
+	outC := kn.outC
+	l := layer{kind: convolution, name: n.Name, in: kn.in, k: kn.k, stride: kn.stride, pad: kn.pad, weights: kn.weights, bias: kn.bias}
 	l.weights8, l.wscale, _ = c.int8Weights(n, outC)
 	out := c.activation(&l, n.Outputs[0])
 	// A Conv whose result a DepthToSpace spreads is a transposed
 	// convolution's phases (ncnn2onnx's form of a 2×2 one).
-	if d2s := c.only(out); d2s != nil && d2s.Op == "DepthToSpace" && stride == 1 && pad == 0 {
+	if d2s := c.only(out); d2s != nil && d2s.Op == "DepthToSpace" && l.stride == 1 && l.pad == 0 {
 		s := int(attrInt(d2s, "blocksize", 0))
 		if hasAttr(d2s, "mode") || s < 1 || outC%(s*s) != 0 {
 			return fmt.Errorf("%s: want a DepthToSpace of the default mode (DCR) and a block size that divides the channels", d2s.Name)
@@ -513,22 +532,11 @@ func (c *compiler) conv(n *onnxpb.Node) error {
 // multiple of s and pad ≥ k − s, as in cunet (2×2 stride 2 unpadded, and
 // 4×4 stride 2 padded by 3).
 func (c *compiler) convTranspose(n *onnxpb.Node) error {
-	in, err := c.input(n.Inputs[0])
+	kn, err := c.kernelOf(n, true)
 	if err != nil {
 		return err
 	}
-	w, dims, b, err := c.weightsAndBias(n)
-	if err != nil {
-		return err
-	}
-	inC, outC, k := int(dims[0]), int(dims[1]), int(dims[2])
-	if inC != c.g.values[in].channels {
-		return fmt.Errorf("weights for %d input channels, the input has %d", inC, c.g.values[in].channels)
-	}
-	s, pad, err := geometry(n, k)
-	if err != nil {
-		return err
-	}
+	in, w, b, inC, outC, k, s, pad := kn.in, kn.weights, kn.bias, kn.inC, kn.outC, kn.k, kn.stride, kn.pad
 	if op := attrInts(n, "output_padding"); slices.ContainsFunc(op, func(x int64) bool { return x != 0 }) {
 		return fmt.Errorf("output_padding %v is not supported", op)
 	}

@@ -177,9 +177,10 @@ func (c *doneAfter) Err() error {
 	return nil
 }
 
-// TestCancelWithinATile: a tile checks its context before each layer, and
-// stops at the first check after it is done: the output is never written.
-func TestCancelWithinATile(t *testing.T) {
+// testNetwork loads the plain network in float32 on a new Runtime, with a
+// grey side² tile and room for its result.
+func testNetwork(t *testing.T, side int) (rt *Runtime, n onnx.Network, x, out []float32) {
+	t.Helper()
 	rt, err := New()
 	if err != nil {
 		t.Fatal(err)
@@ -188,16 +189,22 @@ func TestCancelWithinATile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := rt.Load(m.Data, onnx.FP32, 2)
-	if err != nil {
+	if n, err = rt.Load(m.Data, onnx.FP32, 2); err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
-	const side = 60
-	x, out := make([]float32, 3*side*side), make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
+	t.Cleanup(func() { n.Close() })
+	x, out = make([]float32, 3*side*side), make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
 	for i := range x {
 		x[i] = 0.5
 	}
+	return rt, n, x, out
+}
+
+// TestCancelWithinATile: a tile checks its context before each layer, and
+// stops at the first check after it is done: the output is never written.
+func TestCancelWithinATile(t *testing.T) {
+	const side = 60
+	_, n, x, out := testNetwork(t, side)
 	if err := n.Run(&doneAfter{Context: context.Background(), n: 6}, x, side, side, out); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v, want context.Canceled", err)
 	}
@@ -215,21 +222,8 @@ func TestCancelWithinATile(t *testing.T) {
 // TestReleaseMemory: the arenas idle after a tile are freed, and the next
 // tile takes a new one.
 func TestReleaseMemory(t *testing.T) {
-	rt, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := models.Load(onnx.NetworkFile(upscale.DenoiseNone, onnx.FP32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := rt.Load(m.Data, onnx.FP32, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 	const side = 60
-	x, out := make([]float32, 3*side*side), make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
+	rt, n, x, out := testNetwork(t, side)
 	run := func() {
 		t.Helper()
 		if err := n.Run(context.Background(), x, side, side, out); err != nil {
