@@ -253,6 +253,13 @@ func TestLearnedPassesFitTheDeadline(t *testing.T) {
 	if got := e.pace.seconds(); got != 50e-6 {
 		t.Errorf("pace %.2g after a deadline, want 5e-05", got)
 	}
+	// A pass with no deadline to fit comes before the pace is measured:
+	// the next request plans with that pass's pace, not a third of it.
+	var unmeasured pace
+	unmeasured.observe(3e-6, 64*64)
+	if got := unmeasured.seconds(); got != 3e-6 {
+		t.Errorf("pace %.2g after a first pass at 3e-06, want 3e-06", got)
+	}
 }
 
 // TestFlatnessTellsArtFromPhotos: the cel images read as drawn art, and

@@ -418,10 +418,16 @@ func (p *pace) set(seconds float64) { p.bits.Store(math.Float64bits(seconds)) }
 // observe moves the pace towards a pass's measured one, by a third for a
 // pass of a megapixel or more and less for smaller ones, whose tile
 // borders cost more per pixel: thumbnails should not make the next large
-// image classical.
+// image classical. A pace not measured yet (a pass without a deadline
+// came first) becomes the pass's.
 func (p *pace) observe(seconds, pixels float64) {
 	weight := min(pixels/1e6, 1) / 3
-	p.update(func(old float64) float64 { return old + (seconds-old)*weight })
+	p.update(func(old float64) float64 {
+		if old == 0 {
+			return seconds
+		}
+		return old + (seconds-old)*weight
+	})
 }
 
 // atLeast raises the pace to seconds if it is lower.
