@@ -444,10 +444,14 @@ func (p *pace) update(next func(float64) float64) {
 	}
 }
 
+// joinPrecisions lists ps as a sentence does: "int8, bf16 and fp32".
 func joinPrecisions(ps []Precision) string {
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = string(p)
 	}
-	return strings.Join(names, " and ")
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
