@@ -149,6 +149,19 @@ type ReservationExpirer interface {
 	ReservationTTL() time.Duration
 }
 
+// ReservationHolder is a QuotaLedger that holds a reservation for as long
+// as its holder says, past the ledger's TTL: the job form holds a job's
+// unit from its submission to its end, however long it waits in the
+// queue.
+type ReservationHolder interface {
+	QuotaLedger
+	// Hold keeps reservationID's unit held until until, later or sooner
+	// than it would have expired; past until the ledger gives it back as
+	// it does an expired one. It returns an error wrapping ErrNotFound
+	// when the reservation is unknown, settled, or expired.
+	Hold(ctx context.Context, reservationID string, until time.Time) error
+}
+
 // DefaultReservationTTL is how long a reservation holds its unit before a
 // ledger gives it back, when LedgerOptions.ReservationTTL is zero. It is far
 // longer than any request, and short enough that a replica killed

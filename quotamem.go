@@ -35,7 +35,7 @@ type memoryHold struct {
 	expires   time.Time
 }
 
-var _ QuotaLedger = (*MemoryLedger)(nil)
+var _ ReservationHolder = (*MemoryLedger)(nil)
 
 // NewMemoryLedger returns an empty MemoryLedger.
 func NewMemoryLedger(opts LedgerOptions) *MemoryLedger {
@@ -176,6 +176,19 @@ func (l *MemoryLedger) finish(reservationID string, giveBack bool) error {
 		return fmt.Errorf("reservation %q: %w", reservationID, ErrNotFound)
 	}
 	l.settle(reservationID, h, giveBack, now)
+	return nil
+}
+
+// Hold implements ReservationHolder.
+func (l *MemoryLedger) Hold(_ context.Context, reservationID string, until time.Time) error {
+	l.lock()
+	defer l.mu.Unlock()
+	h, ok := l.holds[reservationID]
+	if !ok {
+		return fmt.Errorf("reservation %q: %w", reservationID, ErrNotFound)
+	}
+	h.expires = until
+	l.holds[reservationID] = h
 	return nil
 }
 

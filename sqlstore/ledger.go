@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -127,6 +128,8 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, accountID, reservationID
 	return journal(ctx, tx, accountID, pool, delta, reason, reservationID, month, now)
 }
 
+var _ upscale.ReservationHolder = (*Store)(nil)
+
 // Reserve implements upscale.QuotaLedger.
 func (s *Store) Reserve(ctx context.Context, accountID string, needsPaid bool) (upscale.Reservation, error) {
 	now := s.opts.Now()
@@ -214,6 +217,30 @@ func committedAlready(ctx context.Context, tx *sql.Tx, reservationID string) err
 		return notFound("reservation", reservationID)
 	}
 	return nil
+}
+
+// Hold implements upscale.ReservationHolder. A reservation past its TTL
+// is given back first, as the ledger's every other call does.
+func (s *Store) Hold(ctx context.Context, reservationID string, until time.Time) error {
+	now := s.opts.Now()
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var accountID string
+		err := tx.QueryRowContext(ctx, `SELECT account_id FROM reservations WHERE id = $1`, reservationID).Scan(&accountID)
+		if err != nil {
+			return noRows(err, "reservation", reservationID)
+		}
+		if err := s.expire(ctx, tx, accountID, now); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE reservations SET expires_at = $2 WHERE id = $1`, reservationID, until.UnixNano())
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return cmp.Or(err, notFound("reservation", reservationID))
+		}
+		return nil
+	})
 }
 
 // ReservationTTL implements upscale.ReservationExpirer.

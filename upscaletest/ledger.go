@@ -154,6 +154,41 @@ func TestQuotaLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.Led
 		}
 	})
 
+	t.Run("HoldOutlivesTheTTL", func(t *testing.T) {
+		l, clock := setup(t, upscale.Account{ID: "a", Plan: FreePlan, Credits: 2})
+		holder, ok := l.(upscale.ReservationHolder)
+		if !ok {
+			t.Skip("not a ReservationHolder")
+		}
+		r := reserve(t, l, "a", true)
+		if err := holder.Hold(ctx, r.ID, start.Add(2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Hour) // four TTLs: held still
+		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3, Credits: 1})
+		commit(t, l, r)
+		if err := holder.Hold(ctx, r.ID, start.Add(3*time.Hour)); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Hold of a committed reservation: err = %v, want ErrNotFound", err)
+		}
+		// Held to a time, and given back at it.
+		r = reserve(t, l, "a", true)
+		if err := holder.Hold(ctx, r.ID, clock.Now().Add(30*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3})
+		clock.Advance(31 * time.Minute)
+		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3, Credits: 1})
+		if err := holder.Hold(ctx, r.ID, clock.Now().Add(time.Hour)); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Hold of an expired reservation: err = %v, want ErrNotFound", err)
+		}
+		if err := l.Commit(ctx, r.ID); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Commit after its hold ended: err = %v, want ErrNotFound", err)
+		}
+		if err := holder.Hold(ctx, "no-such-reservation", clock.Now()); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Hold of an unknown reservation: err = %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("FreePoolRefillsMonthly", func(t *testing.T) {
 		l, clock := setup(t, upscale.Account{ID: "a", Plan: FreePlan})
 		for range 3 {
