@@ -30,6 +30,18 @@ type BlobStore interface {
 	Delete(ctx context.Context, key string, expires time.Time) error
 }
 
+// BlobReader is a BlobStore that gives back what it keeps: the job form
+// keeps each job's source in it, without handing out its link, for the
+// worker that runs the job, on whatever machine.
+type BlobReader interface {
+	BlobStore
+	// Get returns the data Put stored under key; expires is the value
+	// given to Put, as for Delete. It returns an error wrapping
+	// ErrNotFound when nothing is stored under key, or it has expired or
+	// been deleted.
+	Get(ctx context.Context, key string, expires time.Time) ([]byte, error)
+}
+
 // ExpiryLimiter is a BlobStore whose links cannot work longer than
 // MaxLinkTTL after Put (an S3 presigned URL lasts at most 7 days). New
 // refuses a Config.LinkTTL above it, instead of every request failing.

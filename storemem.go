@@ -47,9 +47,13 @@ type MemoryBlobStore struct {
 type memoryBlob struct {
 	data        []byte
 	contentType string
+	expires     time.Time // by the store's clock; the cache frees it by the wall clock's
 }
 
-var _ LinkServer = (*MemoryBlobStore)(nil)
+var (
+	_ LinkServer = (*MemoryBlobStore)(nil)
+	_ BlobReader = (*MemoryBlobStore)(nil)
+)
 
 // NewMemoryBlobStore returns an empty MemoryBlobStore.
 func NewMemoryBlobStore(opts MemoryBlobStoreOptions) (*MemoryBlobStore, error) {
@@ -88,7 +92,7 @@ func (s *MemoryBlobStore) Put(ctx context.Context, key string, data []byte, cont
 	}
 	// The cache frees the bytes once ttl has passed; the link stops working
 	// at the same moment because its token expires.
-	s.items.Set(key, memoryBlob{data: data, contentType: contentType}, ttl)
+	s.items.Set(key, memoryBlob{data: data, contentType: contentType, expires: expires}, ttl)
 	return url, nil
 }
 
@@ -99,6 +103,18 @@ func (s *MemoryBlobStore) Delete(ctx context.Context, key string, _ time.Time) e
 	}
 	s.items.Delete(key)
 	return nil
+}
+
+// Get implements BlobReader: a copy of the stored bytes.
+func (s *MemoryBlobStore) Get(ctx context.Context, key string, _ time.Time) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	v, ok := s.items.Get(key)
+	if !ok || !s.now().Before(v.(memoryBlob).expires) {
+		return nil, fmt.Errorf("blob %q: %w", key, ErrNotFound)
+	}
+	return bytes.Clone(v.(memoryBlob).data), nil
 }
 
 // LinkPath implements LinkServer: the path of MemoryBlobStoreOptions.BaseURL.

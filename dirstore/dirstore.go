@@ -58,7 +58,10 @@ type Store struct {
 	sweeper *periodic.Job
 }
 
-var _ upscale.LinkServer = (*Store)(nil)
+var (
+	_ upscale.LinkServer = (*Store)(nil)
+	_ upscale.BlobReader = (*Store)(nil)
+)
 
 // meta is what the metadata file beside each result holds.
 type meta struct {
@@ -193,6 +196,22 @@ func (s *Store) Delete(ctx context.Context, key string, _ time.Time) error {
 		}
 	}
 	return nil
+}
+
+// Get implements upscale.BlobReader.
+func (s *Store) Get(ctx context.Context, key string, _ time.Time) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	f, _, err := s.open(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %w", upscale.ErrNotFound, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // writeFileAtomic writes data to a temporary file in path's directory,

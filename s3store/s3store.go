@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"strconv"
@@ -89,7 +90,7 @@ type Store struct {
 }
 
 var (
-	_ upscale.BlobStore     = (*Store)(nil)
+	_ upscale.BlobReader    = (*Store)(nil)
 	_ upscale.ExpiryLimiter = (*Store)(nil)
 )
 
@@ -289,6 +290,28 @@ func (s *Store) Delete(ctx context.Context, key string, expires time.Time) error
 		return classify(ctx, fmt.Errorf("s3store: delete %s: %w", objectKey, err))
 	}
 	return nil
+}
+
+// Get implements upscale.BlobReader: one GetObject. An object past its
+// expiry is not found, whether or not the sweeper has deleted it yet.
+func (s *Store) Get(ctx context.Context, key string, expires time.Time) ([]byte, error) {
+	objectKey := s.objectKey(key, expires)
+	if !s.now().Before(expires) {
+		return nil, fmt.Errorf("s3store: %s expired: %w", objectKey, upscale.ErrNotFound)
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &objectKey})
+	if _, missing := errors.AsType[*types.NoSuchKey](err); missing {
+		return nil, fmt.Errorf("s3store: %s: %w", objectKey, upscale.ErrNotFound)
+	}
+	if err != nil {
+		return nil, classify(ctx, fmt.Errorf("s3store: get %s: %w", objectKey, err))
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, classify(ctx, fmt.Errorf("s3store: read %s: %w", objectKey, err))
+	}
+	return data, nil
 }
 
 // classify marks the failures that waiting may cure with

@@ -85,6 +85,35 @@ func TestBlobStore(t *testing.T, newStore func(t *testing.T, clock *Clock) upsca
 		}
 	})
 
+	t.Run("Get", func(t *testing.T) {
+		clock := NewClock(time.Now())
+		s := newStore(t, clock)
+		reader, ok := s.(upscale.BlobReader)
+		if !ok {
+			t.Skip("not a BlobReader")
+		}
+		expires := clock.Now().Add(2 * time.Second)
+		data := []byte("source bytes, kept for a job")
+		put(t, s, "k9.jpg", data, "image/jpeg", expires)
+		if got, err := reader.Get(ctx, "k9.jpg", expires); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("Get = %q, %v; want the stored bytes", got, err)
+		}
+		if _, err := reader.Get(ctx, "never-stored.jpg", expires); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Get of an absent key: %v, want ErrNotFound", err)
+		}
+		put(t, s, "k10.jpg", data, "image/jpeg", expires)
+		if err := s.Delete(ctx, "k10.jpg", expires); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reader.Get(ctx, "k10.jpg", expires); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Get after Delete: %v, want ErrNotFound", err)
+		}
+		clock.Advance(3 * time.Second)
+		if _, err := reader.Get(ctx, "k9.jpg", expires); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Get after expiry: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("DoneContext", func(t *testing.T) {
 		clock := NewClock(time.Now())
 		s := newStore(t, clock)
