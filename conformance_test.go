@@ -26,6 +26,12 @@ func TestMemoryBlobStore(t *testing.T) {
 	})
 }
 
+func TestMemoryJobQueue(t *testing.T) {
+	upscaletest.TestJobQueue(t, func(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
+		return upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: clock.Now})
+	})
+}
+
 func TestPixelUpscaler(t *testing.T) {
 	upscaletest.TestUpscaler(t, func(t *testing.T) upscale.Upscaler { return upscaletest.PixelUpscaler{} })
 }

@@ -1,0 +1,99 @@
+package upscale
+
+import (
+	"context"
+	"time"
+)
+
+// JobStatus is where a job of the job form is in its life.
+type JobStatus string
+
+// The statuses of a job: queued until a worker takes it, running while
+// one works on it, then one of the three final ones.
+const (
+	JobQueued    JobStatus = "queued"
+	JobRunning   JobStatus = "running"
+	JobSucceeded JobStatus = "succeeded"
+	JobFailed    JobStatus = "failed"
+	JobCanceled  JobStatus = "canceled"
+)
+
+// Done reports whether s is final.
+func (s JobStatus) Done() bool {
+	return s == JobSucceeded || s == JobFailed || s == JobCanceled
+}
+
+// Job is one request of the job form (Prefer: respond-async): what was
+// asked and who pays for it, where its source waits, and how it ended.
+type Job struct {
+	ID        string `json:"id"`
+	AccountID string `json:"-"`
+	Params    Params `json:"-"`
+	// Source is the key under which the source's bytes wait in the
+	// BlobStore (a BlobReader) until Expires.
+	Source string `json:"-"`
+	// Reservation holds the unit that pays for the job, until Expires at
+	// the most (ReservationHolder).
+	Reservation string    `json:"-"`
+	Status      JobStatus `json:"status"`
+	Created     time.Time `json:"createdAt"`
+	// Started is when a worker last took the job; zero while it never has.
+	Started  time.Time `json:"startedAt,omitzero"`
+	Finished time.Time `json:"finishedAt,omitzero"`
+	// Expires is when the job, its source and its unit's hold end: a job
+	// not finished by then never runs, and is forgotten with the rest.
+	Expires time.Time `json:"expiresAt"`
+	// Result is a succeeded job's answer, the synchronous request's body;
+	// Problem a failed job's, the problem the synchronous request would
+	// have answered.
+	Result  *Response `json:"result,omitempty"`
+	Problem *Problem  `json:"problem,omitempty"`
+}
+
+// JobOutcome is how a worker's run of a job ended: its answer, or the
+// problem it failed with. A run that ends because its context was done
+// (the job was canceled, or its worker stopped) has neither.
+type JobOutcome struct {
+	Result  *Response
+	Problem *Problem
+}
+
+// JobRunner runs one job. It is called with a context that is done when
+// the job is canceled or the worker stops; it must then stop soon, and
+// settle what it started (the job's unit and any stored result).
+type JobRunner func(ctx context.Context, job Job) JobOutcome
+
+// JobQueue keeps the jobs of the job form from their submission until
+// they expire, and hands them to workers, each to one worker at a time.
+// MemoryJobQueue is the default, for one process; upscaletest.TestJobQueue
+// holds every implementation to this contract. Every method returns an
+// error wrapping ErrUnavailable when the queue's server cannot be reached.
+type JobQueue interface {
+	// Submit adds job, queued (its Status is ignored), for a worker to
+	// run before job.Expires.
+	Submit(ctx context.Context, job Job) error
+	// Get returns the job id of accountID. It returns an error wrapping
+	// ErrNotFound when there is no such job, it expired, or it is another
+	// account's: a caller cannot tell those apart.
+	Get(ctx context.Context, accountID, id string) (Job, error)
+	// Cancel ends the job id of accountID if it has not ended: a queued
+	// job is canceled at once and never runs (its Started stays zero); a
+	// running one's JobRunner has its context done, and the job ends as
+	// Work says when the run returns. A job that has ended stays as it
+	// ended. It returns the job as it stands once asked. ErrNotFound as
+	// Get.
+	Cancel(ctx context.Context, accountID, id string) (Job, error)
+	// Work starts running the queue's jobs with run, at most concurrency
+	// at once, and returns the function that stops it: that stops taking
+	// jobs, lets the running ones finish until drain is done, then has
+	// the rest's contexts done and gives them back to be run again, by
+	// this process or another, and returns once no run is left.
+	//
+	// A run's outcome ends its job: succeeded with a Result, whatever else
+	// happened (its unit was charged); canceled if Cancel was asked while
+	// it ran; queued again if stop ended it; else failed with its Problem
+	// (internal_error if it returned none). A job whose worker dies
+	// mid-run is run again, so run must be safe to repeat: it charges one
+	// unit for a job however often it runs.
+	Work(ctx context.Context, concurrency int, run JobRunner) (stop func(drain context.Context) error, err error)
+}

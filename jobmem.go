@@ -1,0 +1,239 @@
+package upscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MemoryJobQueueOptions configures a MemoryJobQueue.
+type MemoryJobQueueOptions struct {
+	// Now is the queue's clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// MemoryJobQueue is a JobQueue held in process memory, for one process and
+// for tests: its jobs are lost when the process ends (their units come
+// back when their holds end). It is safe for concurrent use.
+type MemoryJobQueue struct {
+	now func() time.Time
+
+	mu     sync.Mutex
+	jobs   map[string]*memoryJob
+	queued []string      // the IDs of queued jobs, oldest first
+	wake   chan struct{} // has a value while a job may be waiting
+	swept  sweepGate
+}
+
+type memoryJob struct {
+	Job
+	stop     context.CancelFunc // the running run's, while it runs
+	canceled bool               // Cancel was asked while it ran
+}
+
+var _ JobQueue = (*MemoryJobQueue)(nil)
+
+// NewMemoryJobQueue returns an empty MemoryJobQueue.
+func NewMemoryJobQueue(opts MemoryJobQueueOptions) *MemoryJobQueue {
+	return &MemoryJobQueue{now: clock(opts.Now), jobs: map[string]*memoryJob{}, wake: make(chan struct{}, 1)}
+}
+
+// lock takes q.mu and forgets the jobs past their expiry, once a minute.
+// It returns the time it used; the caller unlocks q.mu.
+func (q *MemoryJobQueue) lock() time.Time {
+	now := q.now()
+	q.mu.Lock()
+	if q.swept.due(now) {
+		for id, j := range q.jobs {
+			if j.stop == nil && !now.Before(j.Expires) {
+				delete(q.jobs, id)
+			}
+		}
+		q.queued = slices.DeleteFunc(q.queued, func(id string) bool { return q.jobs[id] == nil })
+	}
+	return now
+}
+
+// find returns accountID's job id, unexpired. The caller holds q.mu.
+func (q *MemoryJobQueue) find(accountID, id string, now time.Time) (*memoryJob, error) {
+	j, ok := q.jobs[id]
+	if !ok || j.AccountID != accountID || (j.stop == nil && !now.Before(j.Expires)) {
+		return nil, fmt.Errorf("job %q: %w", id, ErrNotFound)
+	}
+	return j, nil
+}
+
+// Submit implements JobQueue.
+func (q *MemoryJobQueue) Submit(ctx context.Context, job Job) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	q.lock()
+	defer q.mu.Unlock()
+	if _, ok := q.jobs[job.ID]; ok {
+		return fmt.Errorf("job %q submitted twice", job.ID)
+	}
+	job.Status = JobQueued
+	q.jobs[job.ID] = &memoryJob{Job: job}
+	q.queued = append(q.queued, job.ID)
+	q.signal()
+	return nil
+}
+
+// signal wakes a worker. The caller holds q.mu.
+func (q *MemoryJobQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Get implements JobQueue.
+func (q *MemoryJobQueue) Get(ctx context.Context, accountID, id string) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	now := q.lock()
+	defer q.mu.Unlock()
+	j, err := q.find(accountID, id, now)
+	if err != nil {
+		return Job{}, err
+	}
+	return j.Job, nil
+}
+
+// Cancel implements JobQueue.
+func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	now := q.lock()
+	defer q.mu.Unlock()
+	j, err := q.find(accountID, id, now)
+	if err != nil {
+		return Job{}, err
+	}
+	switch j.Status {
+	case JobQueued:
+		j.Status, j.Finished = JobCanceled, now
+		q.queued = slices.DeleteFunc(q.queued, func(queued string) bool { return queued == id })
+	case JobRunning:
+		j.canceled = true
+		j.stop()
+	}
+	return j.Job, nil
+}
+
+// Work implements JobQueue.
+func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunner) (func(drain context.Context) error, error) {
+	if concurrency < 1 {
+		return nil, fmt.Errorf("work on %d jobs at once: want at least 1", concurrency)
+	}
+	stopping := make(chan struct{})
+	var workers sync.WaitGroup
+	for range concurrency {
+		workers.Go(func() {
+			for {
+				j, runCtx, ok := q.take(stopping)
+				if !ok {
+					return
+				}
+				outcome := run(runCtx, j.Job)
+				q.finish(j, outcome, runCtx)
+			}
+		})
+	}
+	var once sync.Once
+	return func(drain context.Context) error {
+		once.Do(func() { close(stopping) })
+		ended := make(chan struct{})
+		go func() {
+			workers.Wait()
+			close(ended)
+		}()
+		select {
+		case <-ended:
+			return nil
+		case <-drain.Done():
+		}
+		q.mu.Lock()
+		for _, j := range q.jobs {
+			if j.stop != nil && !j.canceled {
+				j.stop()
+			}
+		}
+		q.mu.Unlock()
+		<-ended
+		return nil
+	}, nil
+}
+
+// take waits for the oldest unexpired queued job and marks it running,
+// with the context its run gets; false once stopping is closed.
+func (q *MemoryJobQueue) take(stopping <-chan struct{}) (*memoryJob, context.Context, bool) {
+	for {
+		select {
+		case <-stopping:
+			return nil, nil, false
+		default:
+		}
+		now := q.lock()
+		for len(q.queued) > 0 {
+			j := q.jobs[q.queued[0]]
+			q.queued = q.queued[1:]
+			if j == nil || j.Status != JobQueued || !now.Before(j.Expires) {
+				continue
+			}
+			var runCtx context.Context
+			runCtx, j.stop = context.WithCancel(context.Background())
+			j.Status, j.Started, j.canceled = JobRunning, now, false
+			if len(q.queued) > 0 {
+				q.signal() // another worker may take the next
+			}
+			q.mu.Unlock()
+			return j, runCtx, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-stopping:
+			return nil, nil, false
+		case <-q.wake:
+		}
+	}
+}
+
+// finish ends a run as JobQueue.Work says: a Result always stands (the
+// unit was charged); else a run asked to cancel ends canceled, one the
+// queue stopped goes back to the front of the queue, and the rest fail.
+func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context.Context) {
+	now := q.lock()
+	defer q.mu.Unlock()
+	stopped := runCtx.Err() != nil
+	j.stop()
+	j.stop = nil
+	switch {
+	case outcome.Result != nil:
+		j.Status, j.Result = JobSucceeded, outcome.Result
+	case j.canceled:
+		j.Status = JobCanceled
+	case stopped:
+		j.Status = JobQueued
+		q.queued = slices.Insert(q.queued, 0, j.ID)
+		q.signal()
+		return
+	default:
+		j.Status, j.Problem = JobFailed, outcome.Problem
+		if j.Problem == nil {
+			p := runnerProblem
+			j.Problem = &p
+		}
+	}
+	j.Finished = now
+}
+
+// runnerProblem is a run's Problem when it returned neither a Result nor a
+// Problem while its context was not done: a JobRunner's own failure.
+var runnerProblem = problemFor(errors.New("the job's run returned no outcome"))
