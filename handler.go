@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,20 +222,48 @@ type caller struct {
 // once per Idempotency-Key when the caller sent one, in which case it may
 // return the key's kept answer instead. It fills in who the caller is.
 func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (Response, *IdempotentAnswer, error) {
+	req, leave, err := h.admitRequest(w, r, who)
+	defer leave()
+	if err != nil {
+		return Response{}, nil, err
+	}
+	ctx := r.Context()
+	onceKey, sent, err := idempotencyKey(r.Header.Values("Idempotency-Key"))
+	if err != nil {
+		return Response{}, nil, err
+	}
+	if sent {
+		return h.runOnce(ctx, who.accountID, onceKey, req)
+	}
+	resp, err := h.run(ctx, who.accountID, req, nil)
+	return resp, nil, err
+}
+
+// admitRequest takes a POST through admission, authentication and
+// validation, and fills in who the caller is. leave gives back the
+// places it holds; the caller calls it, on every path, once the request
+// is done.
+func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *caller) (req request, leave func(), err error) {
+	var leaving []func()
+	leave = func() {
+		for _, l := range slices.Backward(leaving) {
+			l()
+		}
+	}
 	ctx := r.Context()
 	if err := h.admission.refusing(); err != nil {
-		return Response{}, nil, err
+		return request{}, leave, err
 	}
 	key, ok := bearerKey(r.Header)
 	if !ok {
-		return Response{}, nil, ErrUnauthorized
+		return request{}, leave, ErrUnauthorized
 	}
 	// The body is read before a place is taken, so that a caller sending
 	// it slowly holds none, and judged after the key, so that a refused
 	// key gets the same answer whatever it sent.
 	req, invalid := decodeRequest(w, r)
 	if err := h.blobs.refusing(); err != nil {
-		return Response{}, nil, err // the result could not be stored anyway
+		return request{}, leave, err // the result could not be stored anyway
 	}
 	// The key's lookup is work for the KeyStore's server, so it comes
 	// after admission: a burst of callers costs it at most as many
@@ -242,58 +271,47 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (
 	// before any reservation or download. A key that holds its share of
 	// the places already is refused before it takes one.
 	digest := DigestKey(key)
-	leaveKeyShare, err := h.admission.takeShare(sharer{key: digest})
-	if err != nil {
-		return Response{}, nil, err
+	for _, take := range []func() (func(), error){
+		func() (func(), error) { return h.admission.takeShare(sharer{key: digest}) },
+		h.admission.admit,
+	} {
+		left, err := take()
+		if err != nil {
+			return request{}, leave, err
+		}
+		leaving = append(leaving, left)
 	}
-	defer leaveKeyShare()
-	leave, err := h.admission.admit()
-	if err != nil {
-		return Response{}, nil, err
-	}
-	defer leave()
 	var accountID string
 	err = h.keys.call(func() (err error) {
 		accountID, err = h.cfg.Keys.Authenticate(ctx, key)
 		return err
 	})
 	if errors.Is(err, ErrUnauthorized) {
-		return Response{}, nil, ErrUnauthorized // one body for every refused key, whatever the store said
+		return request{}, leave, ErrUnauthorized // one body for every refused key, whatever the store said
 	}
 	if err != nil {
-		return Response{}, nil, err
+		return request{}, leave, err
 	}
 	leaveShare, err := h.admission.takeShare(sharer{account: accountID})
 	if err != nil {
-		return Response{}, nil, err
+		return request{}, leave, err
 	}
-	defer leaveShare()
+	leaving = append(leaving, leaveShare)
 	who.accountID = accountID
 	if h.cfg.RateLimiter != nil {
 		d, err := h.cfg.RateLimiter.Allow(ctx, digest)
 		if err != nil {
-			return Response{}, nil, err
+			return request{}, leave, err
 		}
 		who.burst = &d
 		if !d.Allowed {
-			return Response{}, nil, &retryAfterError{
+			return request{}, leave, &retryAfterError{
 				err:   Explain(ErrRateLimited, msgKeyRate, d.Burst, d.Window/time.Duration(max(d.Burst, 1))),
 				after: d.RetryAfter,
 			}
 		}
 	}
-	if invalid != nil {
-		return Response{}, nil, invalid
-	}
-	onceKey, sent, err := idempotencyKey(r.Header.Values("Idempotency-Key"))
-	if err != nil {
-		return Response{}, nil, err
-	}
-	if sent {
-		return h.runOnce(ctx, accountID, onceKey, req)
-	}
-	resp, err := h.run(ctx, accountID, req, nil)
-	return resp, nil, err
+	return req, leave, invalid
 }
 
 // run charges one unit for req: reserve, fetch, enlarge, store, commit.
@@ -304,40 +322,17 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (
 // unavailable for SettleTimeout) leaves result and reservation as they are
 // and returns errChargeUnsettled: whoever prepared them settles them.
 func (h *Handler) run(ctx context.Context, accountID string, req request, prepare func(context.Context, Response, Reservation) error) (Response, error) {
-	// Reserving before fetching means an exhausted account costs us no
-	// download; a file that turns out to need paid capability is re-checked
-	// below.
-	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, 0))
+	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
 	if err != nil {
 		return Response{}, err
 	}
+	defer memory.done()
 	settled := false
 	defer func() {
 		if !settled {
 			h.release(ctx, hold)
 		}
 	}()
-
-	memory := h.budget.newGrant()
-	defer memory.done()
-	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
-	fetchStart := time.Now()
-	src, err := h.fetcher.fetch(ctx, req.source, maxBytes, func(ctx context.Context, n int64) error {
-		return memory.grow(ctx, n, h.admission.busy)
-	})
-	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
-	if err != nil {
-		return Response{}, err
-	}
-	memory.shrinkTo(int64(cap(src)))
-	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
-		paid, err := h.reserve(ctx, accountID, true)
-		if err != nil {
-			return Response{}, err
-		}
-		h.release(ctx, hold)
-		hold = paid
-	}
 
 	img, err := h.enlarge(ctx, src, req.Params, memory)
 	if err != nil {
@@ -396,6 +391,44 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	}
 	h.deleteResult(ctx, blobKey, expires)
 	return Response{}, fmt.Errorf("commit reservation: %w", err)
+}
+
+// fetchSource reserves a unit for req and downloads its source under the
+// fetch policy, with the source's memory granted. Reserving before
+// fetching means an exhausted account costs no download; a file that
+// turns out to need paid capability has its unit exchanged for one that
+// has it. On success the caller settles hold and ends memory's grant; on
+// error nothing is held.
+func (h *Handler) fetchSource(ctx context.Context, accountID string, req request) (Reservation, []byte, *grant, error) {
+	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, 0))
+	if err != nil {
+		return Reservation{}, nil, nil, err
+	}
+	memory := h.budget.newGrant()
+	fail := func(err error) (Reservation, []byte, *grant, error) {
+		memory.done()
+		h.release(ctx, hold)
+		return Reservation{}, nil, nil, err
+	}
+	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
+	fetchStart := time.Now()
+	src, err := h.fetcher.fetch(ctx, req.source, maxBytes, func(ctx context.Context, n int64) error {
+		return memory.grow(ctx, n, h.admission.busy)
+	})
+	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
+	if err != nil {
+		return fail(err)
+	}
+	memory.shrinkTo(int64(cap(src)))
+	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
+		paid, err := h.reserve(ctx, accountID, true)
+		if err != nil {
+			return fail(err)
+		}
+		h.release(ctx, hold)
+		hold = paid
+	}
+	return hold, src, memory, nil
 }
 
 func extension(contentType string) string {
