@@ -25,6 +25,22 @@ type Config struct {
 	// IdempotencyTTL is how long a key and its answer are kept. Zero means
 	// 24 hours, which is also the most (CommitMemory).
 	IdempotencyTTL time.Duration
+	// Jobs keeps the jobs of the job form (a POST with Prefer:
+	// respond-async, README "Jobs") and hands them to workers. Nil means
+	// a MemoryJobQueue, for one process. The job form needs Blobs to be a
+	// BlobReader (a job's source waits there for its worker) and Ledger a
+	// ReservationHolder (a job's unit is held for its life); without
+	// them, every request is answered as it runs, whatever it prefers.
+	Jobs JobQueue
+	// JobTTL is how long a job, its source and its unit's hold last from
+	// its submission: a job not finished by then never runs, and is
+	// forgotten. Zero means 24 hours, which is also the most
+	// (CommitMemory).
+	JobTTL time.Duration
+	// JobWorkers is how many jobs this Handler runs at once, from New
+	// until StopJobs. Zero means Capacity.EngineConcurrency; negative
+	// runs none, for API replicas beside processes that only work.
+	JobWorkers int
 	// RateLimiter limits how often each API key may call, on top of its
 	// account's quota; refusals are 429 rate_limited with a Retry-After.
 	// MemoryRateLimiter limits within one process. Nil means no limit.
@@ -123,7 +139,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		name     string
 		negative bool
 	}{
-		{"IdempotencyTTL", cfg.IdempotencyTTL < 0}, {"LinkTTL", cfg.LinkTTL < 0}, {"EngineTimeout", cfg.EngineTimeout < 0},
+		{"IdempotencyTTL", cfg.IdempotencyTTL < 0}, {"JobTTL", cfg.JobTTL < 0}, {"LinkTTL", cfg.LinkTTL < 0}, {"EngineTimeout", cfg.EngineTimeout < 0},
 		{"SettleTimeout", cfg.SettleTimeout < 0}, {"FreeTierMaxFileBytes", cfg.FreeTierMaxFileBytes < 0},
 		{"Capacity.EngineConcurrency", cfg.Capacity.EngineConcurrency < 0}, {"Capacity.QueueLength", cfg.Capacity.QueueLength < 0},
 		{"Capacity.AccountShare", cfg.Capacity.AccountShare < 0}, {"Capacity.MemoryBudget", cfg.Capacity.MemoryBudget < 0},
@@ -150,9 +166,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.IdempotencyTTL > CommitMemory {
 		return cfg, fmt.Errorf("upscale: Config.IdempotencyTTL is %v, longer than the %v a QuotaLedger is bound to remember a commit (CommitMemory); a takeover after that could not tell a charged request from one never charged", cfg.IdempotencyTTL, CommitMemory)
 	}
+	cfg.JobTTL = cmp.Or(cfg.JobTTL, 24*time.Hour)
+	if cfg.JobTTL > CommitMemory {
+		return cfg, fmt.Errorf("upscale: Config.JobTTL is %v, longer than the %v a QuotaLedger is bound to remember a commit (CommitMemory); a job run again after that could be charged twice", cfg.JobTTL, CommitMemory)
+	}
 	cfg.LinkTTL = cmp.Or(cfg.LinkTTL, time.Hour)
-	if limit, ok := cfg.Blobs.(ExpiryLimiter); ok && cfg.LinkTTL > limit.MaxLinkTTL() {
-		return cfg, fmt.Errorf("upscale: Config.LinkTTL is %v, but the BlobStore's links last at most %v", cfg.LinkTTL, limit.MaxLinkTTL())
+	if limit, ok := cfg.Blobs.(ExpiryLimiter); ok && max(cfg.LinkTTL, cfg.JobTTL) > limit.MaxLinkTTL() {
+		return cfg, fmt.Errorf("upscale: Config.LinkTTL is %v and Config.JobTTL %v, but the BlobStore keeps items at most %v", cfg.LinkTTL, cfg.JobTTL, limit.MaxLinkTTL())
 	}
 	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
 	cfg.Fetch.Timeout = cmp.Or(cfg.Fetch.Timeout, 20*time.Second)
@@ -171,6 +191,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.Now = clock(cfg.Now)
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
+	}
+	if cfg.JobWorkers == 0 {
+		cfg.JobWorkers = c.EngineConcurrency
+	}
+	if cfg.Jobs == nil {
+		cfg.Jobs = NewMemoryJobQueue(MemoryJobQueueOptions{Now: cfg.Now})
 	}
 	if cfg.Idempotency == nil {
 		cfg.Idempotency = NewMemoryIdempotencyStore(MemoryIdempotencyStoreOptions{Now: cfg.Now})

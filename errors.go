@@ -91,6 +91,12 @@ var (
 	// ErrNotFound means a reservation, account or stored item does not
 	// exist (or no longer does). It never reaches an API caller as such.
 	ErrNotFound = errors.New("not found")
+	// ErrJobCanceled is the cause (context.Cause) a JobQueue gives a
+	// run's context when its job is canceled, as against its worker
+	// stopping: the run gives the job's unit back, where a stopped run
+	// keeps it held for the run that takes the job over. It never
+	// reaches an API caller.
+	ErrJobCanceled = errors.New("job canceled")
 )
 
 // retryAfterError is an error that tells the caller when to try again:

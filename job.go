@@ -50,12 +50,17 @@ type Job struct {
 	Problem *Problem  `json:"problem,omitempty"`
 }
 
-// JobOutcome is how a worker's run of a job ended: its answer, or the
-// problem it failed with. A run that ends because its context was done
-// (the job was canceled, or its worker stopped) has neither.
+// JobOutcome is how a worker's run of a job ended: its answer, the
+// problem it failed with, or that it should be run again later. A run
+// that ends because its context was done (the job was canceled, or its
+// worker stopped) has none of them.
 type JobOutcome struct {
 	Result  *Response
 	Problem *Problem
+	// Retry asks for the job to be run again after a while: the run
+	// failed in a way that waiting may cure (a store out of reach), and
+	// settled nothing.
+	Retry bool
 }
 
 // JobRunner runs one job. It is called with a context that is done when
@@ -78,8 +83,8 @@ type JobQueue interface {
 	Get(ctx context.Context, accountID, id string) (Job, error)
 	// Cancel ends the job id of accountID if it has not ended: a queued
 	// job is canceled at once and never runs (its Started stays zero); a
-	// running one's JobRunner has its context done, and the job ends as
-	// Work says when the run returns. A job that has ended stays as it
+	// running one's JobRunner has its context done, with the cause
+	// ErrJobCanceled, and the job ends as Work says when the run returns. A job that has ended stays as it
 	// ended. It returns the job as it stands once asked. ErrNotFound as
 	// Get.
 	Cancel(ctx context.Context, accountID, id string) (Job, error)
@@ -91,8 +96,9 @@ type JobQueue interface {
 	//
 	// A run's outcome ends its job: succeeded with a Result, whatever else
 	// happened (its unit was charged); canceled if Cancel was asked while
-	// it ran; queued again if stop ended it; else failed with its Problem
-	// (internal_error if it returned none). A job whose worker dies
+	// it ran; queued again if stop ended it, or, at least a second later,
+	// if it asked to Retry; else failed with its Problem (internal_error
+	// if it returned none). A job whose worker dies
 	// mid-run is run again, so run must be safe to repeat: it charges one
 	// unit for a job however often it runs.
 	Work(ctx context.Context, concurrency int, run JobRunner) (stop func(drain context.Context) error, err error)

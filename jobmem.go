@@ -30,8 +30,8 @@ type MemoryJobQueue struct {
 
 type memoryJob struct {
 	Job
-	stop     context.CancelFunc // the running run's, while it runs
-	canceled bool               // Cancel was asked while it ran
+	stop     context.CancelCauseFunc // the running run's, while it runs
+	canceled bool                    // Cancel was asked while it ran
 }
 
 var _ JobQueue = (*MemoryJobQueue)(nil)
@@ -122,7 +122,7 @@ func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job,
 		q.queued = slices.DeleteFunc(q.queued, func(queued string) bool { return queued == id })
 	case JobRunning:
 		j.canceled = true
-		j.stop()
+		j.stop(ErrJobCanceled)
 	}
 	return j.Job, nil
 }
@@ -162,7 +162,7 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunne
 		q.mu.Lock()
 		for _, j := range q.jobs {
 			if j.stop != nil && !j.canceled {
-				j.stop()
+				j.stop(errWorkerStopped)
 			}
 		}
 		q.mu.Unlock()
@@ -188,7 +188,7 @@ func (q *MemoryJobQueue) take(stopping <-chan struct{}) (*memoryJob, context.Con
 				continue
 			}
 			var runCtx context.Context
-			runCtx, j.stop = context.WithCancel(context.Background())
+			runCtx, j.stop = context.WithCancelCause(context.Background())
 			j.Status, j.Started, j.canceled = JobRunning, now, false
 			if len(q.queued) > 0 {
 				q.signal() // another worker may take the next
@@ -212,7 +212,7 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 	now := q.lock()
 	defer q.mu.Unlock()
 	stopped := runCtx.Err() != nil
-	j.stop()
+	j.stop(nil)
 	j.stop = nil
 	switch {
 	case outcome.Result != nil:
@@ -224,6 +224,17 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 		q.queued = slices.Insert(q.queued, 0, j.ID)
 		q.signal()
 		return
+	case outcome.Retry:
+		j.Status = JobQueued
+		time.AfterFunc(retryDelay, func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			if j.Status == JobQueued {
+				q.queued = append(q.queued, j.ID)
+				q.signal()
+			}
+		})
+		return
 	default:
 		j.Status, j.Problem = JobFailed, outcome.Problem
 		if j.Problem == nil {
@@ -233,6 +244,12 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 	}
 	j.Finished = now
 }
+
+// retryDelay is how long a run that asked to Retry waits to run again.
+const retryDelay = time.Second
+
+// errWorkerStopped is the cause of a run's context done by Work's stop.
+var errWorkerStopped = errors.New("worker stopped")
 
 // runnerProblem is a run's Problem when it returned neither a Result nor a
 // Problem while its context was not done: a JobRunner's own failure.

@@ -162,11 +162,11 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 	t.Run("CancelRunning", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		submit(t, q, job("job-r", "a"))
-		started, sawDone := make(chan struct{}), make(chan struct{})
+		started, sawDone := make(chan struct{}), make(chan error, 1)
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			close(started)
 			<-ctx.Done()
-			close(sawDone)
+			sawDone <- context.Cause(ctx)
 			p := upscale.Problem{Status: 504, Code: "timeout"} // what a run cut short reports
 			return upscale.JobOutcome{Problem: &p}
 		})
@@ -175,7 +175,10 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			t.Fatal(err)
 		}
 		select {
-		case <-sawDone:
+		case cause := <-sawDone:
+			if !errors.Is(cause, upscale.ErrJobCanceled) {
+				t.Errorf("the run's context ended with cause %v, want ErrJobCanceled", cause)
+			}
 		case <-time.After(30 * time.Second):
 			t.Fatal("the run's context was not done after Cancel")
 		}
@@ -209,12 +212,13 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 	t.Run("StopGivesBack", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		submit(t, q, job("job-s", "a"))
-		started := make(chan struct{})
+		started, cause := make(chan struct{}), make(chan error, 1)
 		var runs atomic.Int32
 		stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			runs.Add(1)
 			close(started)
 			<-ctx.Done()
+			cause <- context.Cause(ctx)
 			return upscale.JobOutcome{}
 		})
 		if err != nil {
@@ -229,6 +233,9 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		if got, _ := q.Get(ctx, "a", "job-s"); got.Status == upscale.JobCanceled || got.Status == upscale.JobFailed {
 			t.Fatalf("a run stop cut short ended the job: %+v", got)
 		}
+		if c := <-cause; errors.Is(c, upscale.ErrJobCanceled) {
+			t.Errorf("a run stop cut short had the cause ErrJobCanceled: it would give its unit back")
+		}
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			runs.Add(1)
 			return upscale.JobOutcome{Result: result(j.ID)}
@@ -238,6 +245,30 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 		if n := runs.Load(); n != 2 {
 			t.Errorf("%d runs, want 2 (one stopped, one finished)", n)
+		}
+	})
+
+	t.Run("Retry", func(t *testing.T) {
+		q := newQueue(t, NewClock(start))
+		submit(t, q, job("job-again", "a"))
+		var mu sync.Mutex
+		var runs []time.Time
+		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			mu.Lock()
+			defer mu.Unlock()
+			if runs = append(runs, time.Now()); len(runs) == 1 {
+				return upscale.JobOutcome{Retry: true}
+			}
+			return upscale.JobOutcome{Result: result(j.ID)}
+		})
+		got := waitDone(t, q, "a", "job-again")
+		mu.Lock()
+		defer mu.Unlock()
+		if got.Status != upscale.JobSucceeded || len(runs) != 2 {
+			t.Fatalf("after a Retry: %+v in %d runs, want succeeded in 2", got, len(runs))
+		}
+		if waited := runs[1].Sub(runs[0]); waited < time.Second {
+			t.Errorf("run again %v after asking to Retry, want a second or more", waited)
 		}
 	})
 
