@@ -36,6 +36,7 @@ type Handler struct {
 	keys, ledger, blobs, idempotency *breaker
 	draining                         atomic.Bool // set by Drain
 	inFlight                         atomic.Int64
+	jobs                             *jobForm // nil when the stores cannot hold jobs
 
 	idleMu    sync.Mutex
 	idleTimer *time.Timer // runs releaseIfIdle; nil until the first request ends
@@ -62,6 +63,9 @@ func New(cfg Config) (*Handler, error) {
 		blobs:       &breaker{now: cfg.Now},
 		idempotency: &breaker{now: cfg.Now},
 	}
+	if err := h.startJobs(); err != nil {
+		return nil, err
+	}
 	cfg.Metrics.Attach(h.Load)
 	return h, nil
 }
@@ -78,7 +82,7 @@ func (h *Handler) Middleware(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == h.cfg.Path:
+		case r.URL.Path == h.cfg.Path || strings.HasPrefix(r.URL.Path, h.cfg.Path+"/jobs/"):
 			h.ServeHTTP(w, r)
 		case servesLinks && strings.HasPrefix(r.URL.Path, linkPath):
 			links.ServeHTTP(w, r)
@@ -137,9 +141,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			code = h.fail(w, r, panicError(v))
 		}
 	}()
+	if id, ok := jobID(r.URL.Path); ok {
+		code = h.serveJob(w, r, id)
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		code = h.fail(w, r, errMethodNotAllowed)
+		return
+	}
+	// A request with an Idempotency-Key is answered as it runs whatever it
+	// prefers: the key's once-only guarantee is the synchronous form's.
+	if prefer := preferences(r.Header); prefer.async && h.jobs != nil && len(r.Header.Values("Idempotency-Key")) == 0 {
+		code, pool = h.serveSubmit(w, r, prefer)
 		return
 	}
 	var caller caller
@@ -281,14 +295,7 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 		}
 		leaving = append(leaving, left)
 	}
-	var accountID string
-	err = h.keys.call(func() (err error) {
-		accountID, err = h.cfg.Keys.Authenticate(ctx, key)
-		return err
-	})
-	if errors.Is(err, ErrUnauthorized) {
-		return request{}, leave, ErrUnauthorized // one body for every refused key, whatever the store said
-	}
+	accountID, err := h.authenticate(ctx, key)
 	if err != nil {
 		return request{}, leave, err
 	}
@@ -298,20 +305,44 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	}
 	leaving = append(leaving, leaveShare)
 	who.accountID = accountID
-	if h.cfg.RateLimiter != nil {
-		d, err := h.cfg.RateLimiter.Allow(ctx, digest)
-		if err != nil {
-			return request{}, leave, err
-		}
-		who.burst = &d
-		if !d.Allowed {
-			return request{}, leave, &retryAfterError{
-				err:   Explain(ErrRateLimited, msgKeyRate, d.Burst, d.Window/time.Duration(max(d.Burst, 1))),
-				after: d.RetryAfter,
-			}
-		}
+	if who.burst, err = h.allowRate(ctx, digest); err != nil {
+		return request{}, leave, err
 	}
 	return req, leave, invalid
+}
+
+// authenticate returns key's account, through the KeyStore's breaker:
+// ErrUnauthorized for every refused key, whatever the store said.
+func (h *Handler) authenticate(ctx context.Context, key string) (string, error) {
+	var accountID string
+	err := h.keys.call(func() (err error) {
+		accountID, err = h.cfg.Keys.Authenticate(ctx, key)
+		return err
+	})
+	if errors.Is(err, ErrUnauthorized) {
+		return "", ErrUnauthorized
+	}
+	return accountID, err
+}
+
+// allowRate asks the RateLimiter, if there is one, whether the key with
+// digest may call now: its decision, and ErrRateLimited with a
+// Retry-After when it may not.
+func (h *Handler) allowRate(ctx context.Context, digest KeyDigest) (*RateDecision, error) {
+	if h.cfg.RateLimiter == nil {
+		return nil, nil
+	}
+	d, err := h.cfg.RateLimiter.Allow(ctx, digest)
+	if err != nil {
+		return nil, err
+	}
+	if !d.Allowed {
+		return &d, &retryAfterError{
+			err:   Explain(ErrRateLimited, msgKeyRate, d.Burst, d.Window/time.Duration(max(d.Burst, 1))),
+			after: d.RetryAfter,
+		}
+	}
+	return &d, nil
 }
 
 // run charges one unit for req: reserve, fetch, enlarge, store, commit.
@@ -334,24 +365,11 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 		}
 	}()
 
-	img, err := h.enlarge(ctx, src, req.Params, memory)
+	resp, blobKey, err := h.makeResult(ctx, src, req.Params, memory, hold.Pool)
 	if err != nil {
 		return Response{}, err
 	}
-	h.cfg.Metrics.ImageDone(len(src), len(img.Data))
-	blobKey := strings.ToLower(rand.Text()) + extension(img.ContentType)
-	expires := h.cfg.Now().Add(h.cfg.LinkTTL)
-	var link string
-	storeStart := time.Now()
-	err = h.blobs.call(func() (err error) {
-		link, err = h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, expires)
-		return err
-	})
-	h.cfg.Metrics.StepDone(StepStore, time.Since(storeStart))
-	if err != nil {
-		return Response{}, fmt.Errorf("store result: %w", err)
-	}
-	resp := Response{URL: link, Via: hold.Pool, linkExpires: expires, engine: img.Engine}
+	expires := resp.linkExpires
 	if prepare != nil {
 		if err := prepare(ctx, resp, hold); err != nil {
 			if errors.Is(err, ErrUnavailable) {
@@ -362,7 +380,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 				settled = true
 				return Response{}, fmt.Errorf("prepare the answer: %w: %w", errChargeUnsettled, err)
 			}
-			h.deleteResult(ctx, blobKey, expires)
+			h.deleteBlob(ctx, "uncharged result", blobKey, expires)
 			return Response{}, err
 		}
 	}
@@ -372,7 +390,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 		settled = true
 		return resp, nil
 	case errors.Is(err, ErrNotFound):
-		h.deleteResult(ctx, blobKey, expires)
+		h.deleteBlob(ctx, "uncharged result", blobKey, expires)
 		return Response{}, fmt.Errorf("commit reservation: %w: %w", errUnitGone, err)
 	case prepare != nil:
 		settled = true
@@ -389,8 +407,32 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	case paid:
 		return resp, nil
 	}
-	h.deleteResult(ctx, blobKey, expires)
+	h.deleteBlob(ctx, "uncharged result", blobKey, expires)
 	return Response{}, fmt.Errorf("commit reservation: %w", err)
+}
+
+// makeResult enlarges src and stores the result behind a link that lasts
+// LinkTTL: the answer that names it, paid from via, and its key in the
+// BlobStore.
+func (h *Handler) makeResult(ctx context.Context, src []byte, params Params, memory *grant, via Pool) (Response, string, error) {
+	img, err := h.enlarge(ctx, src, params, memory)
+	if err != nil {
+		return Response{}, "", err
+	}
+	h.cfg.Metrics.ImageDone(len(src), len(img.Data))
+	blobKey := strings.ToLower(rand.Text()) + extension(img.ContentType)
+	expires := h.cfg.Now().Add(h.cfg.LinkTTL)
+	var link string
+	storeStart := time.Now()
+	err = h.blobs.call(func() (err error) {
+		link, err = h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, expires)
+		return err
+	})
+	h.cfg.Metrics.StepDone(StepStore, time.Since(storeStart))
+	if err != nil {
+		return Response{}, "", fmt.Errorf("store result: %w", err)
+	}
+	return Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine}, blobKey, nil
 }
 
 // fetchSource reserves a unit for req and downloads its source under the

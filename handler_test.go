@@ -87,6 +87,11 @@ func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := h.StopJobs(context.Background()); err != nil {
+			t.Errorf("StopJobs: %v", err)
+		}
+	})
 	e.handler = h
 	return e
 }

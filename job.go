@@ -32,9 +32,10 @@ type Job struct {
 	// Source is the key under which the source's bytes wait in the
 	// BlobStore (a BlobReader) until Expires.
 	Source string `json:"-"`
-	// Reservation holds the unit that pays for the job, until Expires at
-	// the most (ReservationHolder).
+	// Reservation holds the unit that pays for the job, from Pool, until
+	// Expires at the most (ReservationHolder).
 	Reservation string    `json:"-"`
+	Pool        Pool      `json:"-"`
 	Status      JobStatus `json:"status"`
 	Created     time.Time `json:"createdAt"`
 	// Started is when a worker last took the job; zero while it never has.

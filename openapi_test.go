@@ -48,25 +48,34 @@ func checkAnswer(t *testing.T, r *http.Request, w *httptest.ResponseRecorder) {
 	if errors.Is(r.Context().Err(), context.Canceled) {
 		return // the caller went away: there is no answer
 	}
-	doc := contract(t)
-	pathItem := doc.Paths.Find("/api/v1/upscale")
-	op := pathItem.Post
-	if r.Method != http.MethodPost {
-		op = pathItem.Get
-	}
+	route, params := routeOf(contract(t), r)
 	out := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: &openapi3filter.RequestValidationInput{
-			Request: r,
-			Route:   &routers.Route{Spec: doc, Path: "/api/v1/upscale", PathItem: pathItem, Method: r.Method, Operation: op},
-		},
-		Status:  w.Code,
-		Header:  w.Header(),
-		Options: &openapi3filter.Options{IncludeResponseStatus: true},
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: r, Route: route, PathParams: params},
+		Status:                 w.Code,
+		Header:                 w.Header(),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
 	}
 	out.SetBodyBytes(bytes.Clone(w.Body.Bytes()))
 	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
 		t.Errorf("answer %d %s does not match api/openapi.yaml: %v", w.Code, w.Body, err)
 	}
+}
+
+// routeOf is the document's operation for r: the job resource's for a
+// path of a job, the upscale endpoint's otherwise; a method the document
+// has no operation for gets the one that answers 405 (GET's on the
+// endpoint, PUT's on a job).
+func routeOf(doc *openapi3.T, r *http.Request) (*routers.Route, map[string]string) {
+	path, params, wrong := "/api/v1/upscale", map[string]string{}, http.MethodGet
+	if id, ok := strings.CutPrefix(r.URL.Path, "/api/v1/upscale/jobs/"); ok {
+		path, params["id"], wrong = "/api/v1/upscale/jobs/{id}", id, http.MethodPut
+	}
+	item := doc.Paths.Find(path)
+	op := item.GetOperation(r.Method)
+	if op == nil {
+		op = item.GetOperation(wrong)
+	}
+	return &routers.Route{Spec: doc, Path: path, PathItem: item, Method: r.Method, Operation: op}, params
 }
 
 // documentedCodes are the problem codes the document lists.
@@ -86,13 +95,23 @@ type exchange struct {
 }
 
 func send(h http.Handler, method, key, idempotencyKey, body string) exchange {
-	r := httptest.NewRequest(method, "/api/v1/upscale", strings.NewReader(body))
+	return sendTo(h, method, "/api/v1/upscale", key, http.Header{"Idempotency-Key": {idempotencyKey}}, body)
+}
+
+// sendTo sends a request to path with key and the non-empty headers of
+// header.
+func sendTo(h http.Handler, method, path, key string, header http.Header, body string) exchange {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		r.Header.Set("Authorization", "Bearer "+key)
 	}
-	if idempotencyKey != "" {
-		r.Header.Set("Idempotency-Key", idempotencyKey)
+	for name, values := range header {
+		for _, v := range values {
+			if v != "" {
+				r.Header.Add(name, v)
+			}
+		}
 	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
@@ -184,6 +203,20 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	record(<-running, true)
 	record(<-running, true)
 
+	// The job form: a job accepted, its resource, one answered inline,
+	// one canceled, and the refusals of the job's resource.
+	jobs := newEnv(t)
+	async := http.Header{"Prefer": {"respond-async"}}
+	accepted := sendTo(jobs.handler, "POST", "/api/v1/upscale", keyFree, async, body(jobs.url("/small.png")))
+	record(accepted, true)
+	location := accepted.response.Header().Get("Location")
+	record(sendTo(jobs.handler, "GET", location, keyFree, nil, ""), true)
+	record(sendTo(jobs.handler, "POST", "/api/v1/upscale", keyFree, http.Header{"Prefer": {"respond-async, wait=5"}}, body(jobs.url("/small.png"))), true)
+	record(sendTo(jobs.handler, "DELETE", location, keyFree, nil, ""), true)
+	record(sendTo(jobs.handler, "GET", "/api/v1/upscale/jobs/job_unknown", keyFree, nil, ""), true)
+	record(sendTo(jobs.handler, "GET", location, "", nil, ""), true)
+	record(sendTo(jobs.handler, "PUT", location, keyFree, nil, ""), true)
+
 	seen := map[string]bool{}
 	for _, x := range exchanges {
 		checkAgainstContract(t, doc, x, valid[x.request])
@@ -211,19 +244,17 @@ func problemCode(w *httptest.ResponseRecorder) (string, error) {
 // request when it is a valid one.
 func checkAgainstContract(t *testing.T, doc *openapi3.T, x exchange, validRequest bool) {
 	t.Helper()
-	pathItem := doc.Paths.Find("/api/v1/upscale")
-	op := pathItem.GetOperation(x.request.Method)
-	if op == nil {
-		t.Errorf("%s /api/v1/upscale is not in the document", x.request.Method)
+	route, params := routeOf(doc, x.request)
+	if route.Operation == nil {
+		t.Errorf("%s %s is not in the document", x.request.Method, x.request.URL.Path)
 		return
 	}
 	x.request.Body = io.NopCloser(strings.NewReader(x.body))
 	in := &openapi3filter.RequestValidationInput{
-		Request: x.request,
-		Route:   &routers.Route{Spec: doc, Path: "/api/v1/upscale", PathItem: pathItem, Method: x.request.Method, Operation: op},
+		Request: x.request, Route: route, PathParams: params,
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
 	}
-	if validRequest && x.request.Method == http.MethodPost {
+	if validRequest && route.Method != http.MethodPut && (x.request.Method != http.MethodGet || route.Path != "/api/v1/upscale") {
 		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
 			t.Errorf("request %s: %v", x.body, err)
 		}

@@ -30,7 +30,8 @@ var problems = []struct {
 	code   string
 	detail string
 }{
-	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Use POST with a JSON body."},
+	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Use POST with a JSON body, and GET or DELETE for a job."},
+	{errJobNotFound, http.StatusNotFound, "job_not_found", "This account has no job with this ID: it was never submitted with this account's keys, or it expired."},
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Send a valid API key as \"Authorization: Bearer <key>\"; keys are issued on {dashboard}."},
 	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "The request body must be one JSON object with imageUrl and optional scale, imageType and denoise."},
 	{ErrInvalidImageURL, http.StatusBadRequest, "invalid_image_url", "imageUrl must be an absolute http or https URL of an image."},

@@ -60,13 +60,14 @@ type LinkServer interface {
 	LinkPath() string
 }
 
-// deleteResult removes a result that will not be paid for, so that no link
-// to it exists once the request has failed. It is best effort: a result
-// left behind expires with its link.
-func (h *Handler) deleteResult(ctx context.Context, blobKey string, expires time.Time) {
+// deleteBlob removes what the handler stored and no longer needs (what
+// says which: a result that will not be paid for, a job's source), so that
+// no link to it exists once its request or job is over. It is best
+// effort: what is left behind expires with its link.
+func (h *Handler) deleteBlob(ctx context.Context, what, blobKey string, expires time.Time) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := h.blobs.record(h.cfg.Blobs.Delete(ctx, blobKey, expires)); err != nil {
-		h.cfg.Logger.Error("upscale: delete uncharged result; it stays until its link expires", "key", blobKey, "err", err)
+		h.cfg.Logger.Error("upscale: delete "+what+"; it stays until it expires", "key", blobKey, "err", err)
 	}
 }

@@ -325,6 +325,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	// The jobs under way get what is left of the same time; the rest go
+	// back to the queue.
+	if err := handler.StopJobs(shutdownCtx); err != nil {
+		return fmt.Errorf("stop the job workers: %w", err)
+	}
 	handler.CloseIdleConnections()
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -1,0 +1,330 @@
+package upscale_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"image"
+	_ "image/png"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+// sendJob sends a request of the job form: method to path, with key and
+// the Prefer header prefer (none when empty).
+func (e *env) sendJob(method, path, key, prefer, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		r.Header.Set("Authorization", "Bearer "+key)
+	}
+	if prefer != "" {
+		r.Header.Set("Prefer", prefer)
+	}
+	return e.serve(r)
+}
+
+// submit submits body as a job and returns its location, checking the
+// 202 and its headers.
+func (e *env) submit(key, body string) (location string, job map[string]any) {
+	e.t.Helper()
+	w := e.sendJob("POST", "/api/v1/upscale", key, "respond-async", body)
+	if w.Code != http.StatusAccepted {
+		e.t.Fatalf("submit: status %d, want 202; body %s", w.Code, w.Body)
+	}
+	if got := w.Header().Get("Preference-Applied"); got != "respond-async" {
+		e.t.Errorf("Preference-Applied %q, want respond-async", got)
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &job); err != nil {
+		e.t.Fatal(err)
+	}
+	location = w.Header().Get("Location")
+	if location != "/api/v1/upscale/jobs/"+job["id"].(string) || job["status"] != "queued" {
+		e.t.Fatalf("Location %q for job %v, want the job's resource, queued", location, job)
+	}
+	return location, job
+}
+
+// job reads the job at location with key.
+func (e *env) job(location, key string) upscale.Job {
+	e.t.Helper()
+	w := e.sendJob("GET", location, key, "", "")
+	if w.Code != http.StatusOK {
+		e.t.Fatalf("GET %s: status %d; body %s", location, w.Code, w.Body)
+	}
+	var j upscale.Job
+	if err := json.Unmarshal(w.Body.Bytes(), &j); err != nil {
+		e.t.Fatal(err)
+	}
+	return j
+}
+
+// waitJob polls the job at location until it has ended.
+func (e *env) waitJob(location, key string) upscale.Job {
+	e.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if j := e.job(location, key); j.Status.Done() || time.Now().After(deadline) {
+			return j
+		}
+	}
+}
+
+// TestJobRunsAndCharges: a job of the job form is answered 202 with its
+// Location, holds its unit while it waits, runs, stores a result that
+// works, and is charged once; its source is not kept after it ends.
+func TestJobRunsAndCharges(t *testing.T) {
+	e := newEnv(t)
+	location, _ := e.submit(keyFree, body(e.url("/small.png"), `"scale": 4`))
+	j := e.waitJob(location, keyFree)
+	if j.Status != upscale.JobSucceeded || j.Result == nil || j.Result.Via != upscale.PoolFree || j.Problem != nil || j.Started.IsZero() || j.Finished.IsZero() {
+		t.Fatalf("job %+v, want succeeded from the free pool, with its times", j)
+	}
+	resp, err := http.Get(j.Result.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	img, _, err := image.Decode(resp.Body)
+	if err != nil || img.Bounds().Dx() != 64 {
+		t.Fatalf("the result link: %v, %v; want a 64-pixel-wide PNG (16 ×4)", img, err)
+	}
+	if b := e.balance("free"); b.Free != 2 {
+		t.Errorf("free images left %d, want 2: charged once", b.Free)
+	}
+	if n := e.blobs.Len(); n != 1 {
+		t.Errorf("%d items in the store, want 1: the result, not the job's source", n)
+	}
+}
+
+// TestJobWaitAnswersInline: with wait=N, a job that ends in time is
+// answered as the request would have been.
+func TestJobWaitAnswersInline(t *testing.T) {
+	e := newEnv(t)
+	w := e.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async, wait=5", body(e.url("/small.png")))
+	checkOK(t, w, upscale.PoolFree)
+	if got := w.Header().Get("Preference-Applied"); got != "respond-async, wait=5" {
+		t.Errorf("Preference-Applied %q", got)
+	}
+	failing := newEnv(t, func(c *upscale.Config) { c.Upscaler = failingUpscaler{err: upscale.ErrUpstream} })
+	w = failing.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async; wait=1, wait=5", body(failing.url("/small.png")))
+	checkProblem(t, w, http.StatusBadGateway, "upstream_error")
+	if b := failing.balance("free"); b.Free != 3 {
+		t.Errorf("free images left %d after a failed job, want 3: not charged", b.Free)
+	}
+}
+
+// headerReader is an Upscaler that reads headers as the engines do
+// (MemoryEstimator): what image.DecodeConfig cannot read is unsupported.
+type headerReader struct{ upscaletest.PixelUpscaler }
+
+func (headerReader) EstimateMemory(src []byte, params upscale.Params) (int64, error) {
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(src))
+	if err != nil {
+		return 0, upscale.ErrUnsupportedImage
+	}
+	return int64(cfg.Width*cfg.Height) * int64(params.Scale*params.Scale) * 4, nil
+}
+
+// TestJobRefusedAtSubmission: what can be judged at submission is
+// answered then, with the request's status and code, and makes no job:
+// nothing reserved, nothing kept.
+func TestJobRefusedAtSubmission(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = headerReader{} })
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"InvalidScale", body(e.url("/small.png"), `"scale": 3`), 400, "invalid_scale"},
+		{"NotAnImage", body(e.url("/text")), 400, "unsupported_image"},
+		{"Unreachable", body(e.url("/missing.png")), 400, "source_unreachable"},
+		{"PaidScale", body(e.url("/small.png"), `"scale": 8`), 403, "paid_plan_required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkProblem(t, e.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async", tc.body), tc.status, tc.code)
+		})
+	}
+	strict := newEnv(t, func(c *upscale.Config) { c.Fetch.AllowPrivateNetworks = false })
+	checkProblem(t, strict.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async", body(strict.url("/small.png"))), 400, "source_forbidden")
+	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "none left", MaxFileBytes: 1 << 20}})
+	checkProblem(t, e.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async", body(e.url("/small.png"))), 429, "quota_exhausted")
+	e.putAccount(upscale.Account{ID: "free", Plan: freePlan})
+	if b := e.balance("free"); b.Free != 3 || e.blobs.Len() != 0 {
+		t.Errorf("after refusals: %d free images, %d items stored; want 3 and none", b.Free, e.blobs.Len())
+	}
+}
+
+// TestJobCancel: a queued job canceled never runs, its unit goes back and
+// its source is deleted; a running one stops, uncharged, with no result;
+// a finished one stays as it ended.
+func TestJobCancel(t *testing.T) {
+	t.Run("Queued", func(t *testing.T) {
+		e := newEnv(t, func(c *upscale.Config) { c.JobWorkers = -1 })
+		location, _ := e.submit(keyFree, body(e.url("/small.png")))
+		if b := e.balance("free"); b.Free != 2 {
+			t.Fatalf("free images left %d while queued, want 2: its unit held", b.Free)
+		}
+		w := e.sendJob("DELETE", location, keyFree, "", "")
+		var j upscale.Job
+		if err := json.Unmarshal(w.Body.Bytes(), &j); err != nil || w.Code != 200 || j.Status != upscale.JobCanceled || !j.Started.IsZero() {
+			t.Fatalf("DELETE: %d %s; want 200, canceled, never started", w.Code, w.Body)
+		}
+		if b := e.balance("free"); b.Free != 3 || e.blobs.Len() != 0 {
+			t.Errorf("after the cancel: %d free images, %d items stored; want 3 and none", b.Free, e.blobs.Len())
+		}
+		if j := e.sendJob("DELETE", location, keyFree, "", ""); j.Code != 200 || e.balance("free").Free != 3 {
+			t.Errorf("a second DELETE: %d, %d free images; want 200 and 3", j.Code, e.balance("free").Free)
+		}
+	})
+	t.Run("Running", func(t *testing.T) {
+		u := gatedUpscaler{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+		e := newEnv(t, func(c *upscale.Config) { c.Upscaler = u })
+		location, _ := e.submit(keyFree, body(e.url("/small.png")))
+		<-u.entered
+		if j := e.job(location, keyFree); j.Status != upscale.JobRunning {
+			t.Fatalf("job %s in the engine, want running", j.Status)
+		}
+		w := e.sendJob("DELETE", location, keyFree, "", "")
+		var j upscale.Job
+		if err := json.Unmarshal(w.Body.Bytes(), &j); err != nil || j.Status != upscale.JobCanceled || j.Result != nil {
+			t.Fatalf("DELETE of a running job: %d %s; want canceled without a result", w.Code, w.Body)
+		}
+		if b := e.balance("free"); b.Free != 3 || e.blobs.Len() != 0 {
+			t.Errorf("after the cancel: %d free images, %d items stored; want 3 and none", b.Free, e.blobs.Len())
+		}
+	})
+	t.Run("Finished", func(t *testing.T) {
+		e := newEnv(t)
+		location, _ := e.submit(keyFree, body(e.url("/small.png")))
+		e.waitJob(location, keyFree)
+		w := e.sendJob("DELETE", location, keyFree, "", "")
+		var j upscale.Job
+		if err := json.Unmarshal(w.Body.Bytes(), &j); err != nil || j.Status != upscale.JobSucceeded || e.balance("free").Free != 2 {
+			t.Errorf("DELETE of a finished job: %s; want it succeeded, charged", w.Body)
+		}
+	})
+}
+
+// TestJobOfAnotherAccount: another account's job is 404, as an unknown
+// one is, word for word; a job needs a key.
+func TestJobOfAnotherAccount(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.JobWorkers = -1 })
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	theirs := checkProblem(t, e.sendJob("GET", location, keyPro, "", ""), 404, "job_not_found")
+	unknown := checkProblem(t, e.sendJob("GET", "/api/v1/upscale/jobs/job_nosuchjob", keyPro, "", ""), 404, "job_not_found")
+	if theirs != unknown {
+		t.Errorf("another account's job %+v, an unknown one %+v: want the same answer", theirs, unknown)
+	}
+	checkProblem(t, e.sendJob("DELETE", location, keyPro, "", ""), 404, "job_not_found")
+	checkProblem(t, e.sendJob("GET", location, "", "", ""), 401, "unauthorized")
+	checkProblem(t, e.sendJob("PATCH", location, keyFree, "", ""), 405, "method_not_allowed")
+	if j := e.job(location, keyFree); j.Status != upscale.JobQueued {
+		t.Errorf("the owner's job after the others' tries: %s, want queued", j.Status)
+	}
+}
+
+// TestJobFailureNotCharged: a job the engine fails on ends failed with
+// the problem the request would have had, and is not charged.
+func TestJobFailureNotCharged(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = failingUpscaler{err: upscale.ErrUpstream} })
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	j := e.waitJob(location, keyFree)
+	if j.Status != upscale.JobFailed || j.Problem == nil || j.Problem.Code != "upstream_error" || j.Problem.Status != 502 {
+		t.Fatalf("job %+v, want failed with upstream_error", j)
+	}
+	if b := e.balance("free"); b.Free != 3 || e.blobs.Len() != 0 {
+		t.Errorf("after the failure: %d free images, %d items stored; want 3 and none", b.Free, e.blobs.Len())
+	}
+}
+
+// TestStopJobsGivesBack: a job whose worker stops mid-run keeps its unit
+// and source, and another handler on the same stores runs it to the end,
+// charged once.
+func TestStopJobsGivesBack(t *testing.T) {
+	var queue upscale.JobQueue
+	u := gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{})}
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = u
+		queue = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now})
+		c.Jobs = queue
+	})
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	<-u.entered
+	drain, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := e.handler.StopJobs(drain); err != nil {
+		t.Fatal(err)
+	}
+	if j := e.job(location, keyFree); j.Status != upscale.JobQueued || e.balance("free").Free != 2 {
+		t.Fatalf("after its worker stopped: %s, %d free images; want queued, its unit held", j.Status, e.balance("free").Free)
+	}
+	close(u.gate)
+	next, err := upscale.New(upscale.Config{Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs, Jobs: queue,
+		Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, Capacity: upscale.Capacity{IdleRelease: -1}, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { next.StopJobs(context.Background()) })
+	e.handler = next
+	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded || e.balance("free").Free != 2 || e.blobs.Len() != 1 {
+		t.Errorf("run by the next handler: %+v, %d free images, %d items; want succeeded, charged once, the result alone", j, e.balance("free").Free, e.blobs.Len())
+	}
+}
+
+// TestJobFormKeepsIdempotencyKeys: a request that prefers respond-async
+// with an Idempotency-Key is answered as it runs, and its retry replays
+// the answer: one charge.
+func TestJobFormKeepsIdempotencyKeys(t *testing.T) {
+	e := newEnv(t)
+	send := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"))))
+		r.Header.Set("Authorization", "Bearer "+keyFree)
+		r.Header.Set("Prefer", "respond-async")
+		r.Header.Set("Idempotency-Key", `"submit-once"`)
+		return e.serve(r)
+	}
+	first, retry := send(), send()
+	if first.Code != 200 || retry.Code != 200 || retry.Header().Get("Idempotent-Replayed") != "true" || e.balance("free").Free != 2 {
+		t.Errorf("answers %d and %d (replayed %q), %d free images left; want 200 twice, the second replayed, one charge",
+			first.Code, retry.Code, retry.Header().Get("Idempotent-Replayed"), e.balance("free").Free)
+	}
+}
+
+// withoutReads hides a BlobStore's Get: a store the job form cannot keep
+// sources in.
+type withoutReads struct{ upscale.BlobStore }
+
+// TestJobFormNeedsItsStores: with a BlobStore that cannot give back what
+// it keeps, a request that prefers respond-async is answered as it runs,
+// and the job paths know no job.
+func TestJobFormNeedsItsStores(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.Blobs = withoutReads{c.Blobs} })
+	w := e.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async", body(e.url("/small.png")))
+	if w.Code != http.StatusOK || w.Header().Get("Preference-Applied") != "" {
+		t.Errorf("status %d, Preference-Applied %q; want 200 and none", w.Code, w.Header().Get("Preference-Applied"))
+	}
+	checkProblem(t, e.sendJob("GET", "/api/v1/upscale/jobs/job_x", keyFree, "", ""), 404, "job_not_found")
+}
+
+// TestMiddlewareRoutesJobs: Middleware serves the job paths under
+// Config.Path, and leaves the rest to the host.
+func TestMiddlewareRoutesJobs(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.JobWorkers = -1 })
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	host := e.handler.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "the host's", 418) }))
+	for path, want := range map[string]int{location: 200, "/api/v1/upscalejobs/x": 418, "/other/jobs/" + strings.TrimPrefix(location, "/api/v1/upscale/jobs/"): 418} {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("Authorization", "Bearer "+keyFree)
+		w := httptest.NewRecorder()
+		host.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("GET %s through Middleware: %d, want %d", path, w.Code, want)
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package upscale
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+)
+
+// jobForm is the job form's machinery, when the stores allow it: the
+// BlobStore keeps each job's source for its worker, and the ledger holds
+// its unit for its life.
+type jobForm struct {
+	sources BlobReader
+	holds   ReservationHolder
+	stop    func(drain context.Context) error // the workers', nil when none run
+}
+
+// startJobs enables the job form when the stores allow it, and starts the
+// handler's workers.
+func (h *Handler) startJobs() error {
+	sources, ok := h.cfg.Blobs.(BlobReader)
+	holds, ok2 := h.cfg.Ledger.(ReservationHolder)
+	if !ok || !ok2 {
+		return nil
+	}
+	h.jobs = &jobForm{sources: sources, holds: holds}
+	if h.cfg.JobWorkers < 0 {
+		return nil
+	}
+	stop, err := h.cfg.Jobs.Work(context.Background(), h.cfg.JobWorkers, h.runJob)
+	if err != nil {
+		return fmt.Errorf("upscale: start the job workers: %w", err)
+	}
+	h.jobs.stop = stop
+	return nil
+}
+
+// StopJobs stops this Handler's job workers (Config.JobWorkers): they
+// take no new job, the jobs they run have until drain is done to finish,
+// and the rest are given back to the queue, for another process, or this
+// one after a restart, to run. A host calls it on shutdown, after Drain
+// and after its server has stopped taking requests.
+func (h *Handler) StopJobs(drain context.Context) error {
+	if h.jobs == nil || h.jobs.stop == nil {
+		return nil
+	}
+	return h.jobs.stop(drain)
+}
+
+// newJobID returns a job's ID: "job_" and 26 random letters and digits.
+func newJobID() string { return "job_" + strings.ToLower(rand.Text()) }
+
+// submitJob does at submission what can be judged then, as run does for a
+// request: the unit reserved and the source downloaded (fetchSource), the
+// source read as the engine will read it, then the source kept for the
+// worker, the unit held for the job's life, and the job queued. A job is
+// created only for work that can run; on every failure nothing is left
+// held or stored.
+func (h *Handler) submitJob(ctx context.Context, accountID string, req request) (Job, error) {
+	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
+	if err != nil {
+		return Job{}, err
+	}
+	defer memory.done()
+	settled := false
+	defer func() {
+		if !settled {
+			h.release(ctx, hold)
+		}
+	}()
+	if err := h.checkSource(src, req.Params); err != nil {
+		return Job{}, err
+	}
+	now := h.cfg.Now()
+	job := Job{ID: newJobID(), AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Status: JobQueued, Created: now, Expires: now.Add(h.cfg.JobTTL)}
+	job.Source = job.ID + ".source"
+	err = h.blobs.call(func() error {
+		_, err := h.cfg.Blobs.Put(ctx, job.Source, src, "application/octet-stream", job.Expires)
+		return err
+	})
+	if err != nil {
+		return Job{}, fmt.Errorf("keep the job's source: %w", err)
+	}
+	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, hold.ID, job.Expires) })
+	if err == nil {
+		err = h.cfg.Jobs.Submit(ctx, job)
+	}
+	if err != nil {
+		h.deleteBlob(ctx, "job source", job.Source, job.Expires)
+		return Job{}, fmt.Errorf("queue the job: %w", err)
+	}
+	settled = true
+	return job, nil
+}
+
+// checkSource reads src's header as the engine will (a MemoryEstimator),
+// so that a file the engine refuses, or whose working memory would not fit
+// the whole budget, is refused at submission as the request would be.
+func (h *Handler) checkSource(src []byte, params Params) error {
+	estimator, ok := h.cfg.Upscaler.(MemoryEstimator)
+	if !ok {
+		return nil
+	}
+	need, err := estimator.EstimateMemory(src, params)
+	if err != nil {
+		return err
+	}
+	if need+int64(cap(src)) > h.budget.total {
+		return Explain(ErrImageTooLarge, msgNeedsMoreMemory, (need+int64(cap(src)))>>20, h.budget.total>>20)
+	}
+	return nil
+}
+
+// runJob is the handler's JobRunner: the request's engine, store and
+// charge steps (run), on the source kept at submission. It settles what
+// it started: a job that ends gives its unit back unless charged, and its
+// source is deleted; a run its worker's stop cuts short leaves the unit
+// held and the source kept for the run that takes the job over; a store
+// out of reach has the job run again later.
+func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
+	resp, err := h.workJob(ctx, job)
+	stopped := ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrJobCanceled)
+	switch {
+	case err == nil:
+		h.deleteBlob(ctx, "job source", job.Source, job.Expires)
+		return JobOutcome{Result: &resp}
+	case stopped:
+		return JobOutcome{}
+	case errors.Is(err, ErrUnavailable):
+		// Nothing settled: a charge whose outcome is unknown is settled
+		// by the next run's commit, which charges nothing more.
+		h.cfg.Logger.Warn("upscale: job run again later", "job", job.ID, "err", err)
+		return JobOutcome{Retry: true}
+	}
+	h.release(ctx, Reservation{ID: job.Reservation, AccountID: job.AccountID})
+	h.deleteBlob(ctx, "job source", job.Source, job.Expires)
+	if ctx.Err() != nil {
+		return JobOutcome{} // canceled
+	}
+	p := h.problem(err)
+	level := slog.LevelInfo
+	if p.Status >= http.StatusInternalServerError {
+		level = slog.LevelError
+	}
+	h.cfg.Logger.Log(ctx, level, "upscale: job failed", "job", job.ID, "status", p.Status, "code", p.Code, "err", err)
+	return JobOutcome{Problem: &p}
+}
+
+// workJob enlarges a job's source, stores the result and charges its
+// unit. A result stored but not charged is deleted.
+func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
+	var src []byte
+	err := h.blobs.call(func() (err error) {
+		src, err = h.jobs.sources.Get(ctx, job.Source, job.Expires)
+		return err
+	})
+	if err != nil {
+		return Response{}, fmt.Errorf("read the job's source: %w", err)
+	}
+	memory := h.budget.newGrant()
+	defer memory.done()
+	if err := memory.grow(ctx, int64(cap(src)), h.admission.busy); err != nil {
+		return Response{}, err
+	}
+	resp, blobKey, err := h.makeResult(ctx, src, job.Params, memory, job.Pool)
+	if err != nil {
+		return Response{}, err
+	}
+	if ctx.Err() != nil {
+		h.deleteBlob(ctx, "uncharged result", blobKey, resp.linkExpires)
+		return Response{}, context.Cause(ctx)
+	}
+	err = h.commit(ctx, job.Reservation)
+	if err == nil {
+		return resp, nil
+	}
+	// Unpaid, or perhaps paid: in both cases a run again makes the
+	// result anew, and its commit charges nothing more.
+	h.deleteBlob(ctx, "uncharged result", blobKey, resp.linkExpires)
+	if errors.Is(err, ErrNotFound) {
+		return Response{}, fmt.Errorf("commit the job's unit: %w: %w", errUnitGone, err)
+	}
+	return Response{}, fmt.Errorf("commit the job's unit: %w: %w", errChargeUnsettled, err)
+}
