@@ -75,9 +75,11 @@ type JobRunner func(ctx context.Context, job Job) JobOutcome
 // holds every implementation to this contract. Every method returns an
 // error wrapping ErrUnavailable when the queue's server cannot be reached.
 type JobQueue interface {
-	// Submit adds job, queued (its Status is ignored), for a worker to
-	// run before job.Expires.
-	Submit(ctx context.Context, job Job) error
+	// Submit adds job, queued, for a worker to run before job.Expires,
+	// and returns it as kept: with the ID the queue gave it (an ID it was
+	// given is replaced) and its Status queued. An ID is unguessable: it
+	// is all that stands between a job and a caller who only has a key.
+	Submit(ctx context.Context, job Job) (Job, error)
 	// Get returns the job id of accountID. It returns an error wrapping
 	// ErrNotFound when there is no such job, it expired, or it is another
 	// account's: a caller cannot tell those apart.

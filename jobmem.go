@@ -2,9 +2,11 @@ package upscale
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -66,21 +68,19 @@ func (q *MemoryJobQueue) find(accountID, id string, now time.Time) (*memoryJob, 
 	return j, nil
 }
 
-// Submit implements JobQueue.
-func (q *MemoryJobQueue) Submit(ctx context.Context, job Job) error {
+// Submit implements JobQueue. IDs are "job_" and 26 random letters and
+// digits.
+func (q *MemoryJobQueue) Submit(ctx context.Context, job Job) (Job, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return Job{}, err
 	}
 	q.lock()
 	defer q.mu.Unlock()
-	if _, ok := q.jobs[job.ID]; ok {
-		return fmt.Errorf("job %q submitted twice", job.ID)
-	}
-	job.Status = JobQueued
+	job.ID, job.Status = "job_"+strings.ToLower(rand.Text()), JobQueued
 	q.jobs[job.ID] = &memoryJob{Job: job}
 	q.queued = append(q.queued, job.ID)
 	q.signal()
-	return nil
+	return job, nil
 }
 
 // signal wakes a worker. The caller holds q.mu.

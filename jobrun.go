@@ -51,9 +51,6 @@ func (h *Handler) StopJobs(drain context.Context) error {
 	return h.jobs.stop(drain)
 }
 
-// newJobID returns a job's ID: "job_" and 26 random letters and digits.
-func newJobID() string { return "job_" + strings.ToLower(rand.Text()) }
-
 // submitJob does at submission what can be judged then, as run does for a
 // request: the unit reserved and the source downloaded (fetchSource), the
 // source read as the engine will read it, then the source kept for the
@@ -76,8 +73,8 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request) 
 		return Job{}, err
 	}
 	now := h.cfg.Now()
-	job := Job{ID: newJobID(), AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Status: JobQueued, Created: now, Expires: now.Add(h.cfg.JobTTL)}
-	job.Source = job.ID + ".source"
+	job := Job{AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Created: now, Expires: now.Add(h.cfg.JobTTL)}
+	job.Source = strings.ToLower(rand.Text()) + ".source"
 	err = h.blobs.call(func() error {
 		_, err := h.cfg.Blobs.Put(ctx, job.Source, src, "application/octet-stream", job.Expires)
 		return err
@@ -87,7 +84,7 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request) 
 	}
 	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, hold.ID, job.Expires) })
 	if err == nil {
-		err = h.cfg.Jobs.Submit(ctx, job)
+		job, err = h.cfg.Jobs.Submit(ctx, job)
 	}
 	if err != nil {
 		h.deleteBlob(ctx, "job source", job.Source, job.Expires)

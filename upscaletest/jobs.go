@@ -21,19 +21,29 @@ import (
 func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscale.JobQueue) {
 	ctx := context.Background()
 	start := time.Now().UTC().Truncate(time.Second)
-	job := func(id, account string) upscale.Job {
+	// job is a job to submit; name goes in its Source, by which the
+	// suite knows it, since the queue gives it its ID.
+	job := func(name, account string) upscale.Job {
 		return upscale.Job{
-			ID: id, AccountID: account, Params: upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow},
-			Source: "source-" + id, Reservation: "reservation-" + id, Created: start, Expires: start.Add(time.Hour),
+			AccountID: account, Params: upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow},
+			Source: name, Reservation: "reservation-" + name, Pool: upscale.PoolCredit, Created: start, Expires: start.Add(time.Hour),
 		}
 	}
-	submit := func(t *testing.T, q upscale.JobQueue, jobs ...upscale.Job) {
+	// submit submits jobs and returns their IDs by name.
+	submit := func(t *testing.T, q upscale.JobQueue, jobs ...upscale.Job) map[string]string {
 		t.Helper()
+		ids := map[string]string{}
 		for _, j := range jobs {
-			if err := q.Submit(ctx, j); err != nil {
-				t.Fatalf("Submit(%s): %v", j.ID, err)
+			kept, err := q.Submit(ctx, j)
+			if err != nil {
+				t.Fatalf("Submit(%s): %v", j.Source, err)
 			}
+			if kept.ID == "" || kept.Status != upscale.JobQueued {
+				t.Fatalf("Submit(%s) = %+v: want an ID, queued", j.Source, kept)
+			}
+			ids[j.Source] = kept.ID
 		}
+		return ids
 	}
 	work := func(t *testing.T, q upscale.JobQueue, concurrency int, run upscale.JobRunner) func() {
 		t.Helper()
@@ -61,18 +71,22 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 
 	t.Run("SubmitAndGet", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
-		want := job("job-1", "a")
-		submit(t, q, want)
-		got, err := q.Get(ctx, "a", "job-1")
+		want := job("one", "a")
+		id := submit(t, q, want)["one"]
+		got, err := q.Get(ctx, "a", id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want.Status = upscale.JobQueued
-		if !got.Created.Equal(want.Created) || !got.Expires.Equal(want.Expires) || got.ID != want.ID || got.AccountID != want.AccountID ||
-			got.Params != want.Params || got.Source != want.Source || got.Reservation != want.Reservation || got.Status != want.Status {
-			t.Errorf("Get = %+v, want %+v", got, want)
+		if got.ID != id || got.AccountID != want.AccountID || got.Params != want.Params || got.Source != want.Source ||
+			got.Reservation != want.Reservation || got.Pool != want.Pool || !got.Created.Equal(want.Created) ||
+			!got.Expires.Equal(want.Expires) || got.Status != upscale.JobQueued || !got.Started.IsZero() {
+			t.Errorf("Get = %+v, want %+v, queued", got, want)
 		}
-		for _, tc := range []struct{ account, id string }{{"b", "job-1"}, {"a", "no-such-job"}} {
+		other := submit(t, q, job("two", "a"))["two"]
+		if other == id {
+			t.Errorf("two jobs with the ID %q", id)
+		}
+		for _, tc := range []struct{ account, id string }{{"b", id}, {"a", "no-such-job"}, {"a", id + "x"}} {
 			if _, err := q.Get(ctx, tc.account, tc.id); !errors.Is(err, upscale.ErrNotFound) {
 				t.Errorf("Get(%q, %q): %v, want ErrNotFound", tc.account, tc.id, err)
 			}
@@ -80,17 +94,18 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 				t.Errorf("Cancel(%q, %q): %v, want ErrNotFound", tc.account, tc.id, err)
 			}
 		}
-		if got, _ := q.Get(ctx, "a", "job-1"); got.Status != upscale.JobQueued {
+		if got, _ := q.Get(ctx, "a", id); got.Status != upscale.JobQueued {
 			t.Errorf("after another account's Cancel: %s, want queued", got.Status)
 		}
 	})
 
 	t.Run("RunsEachOnceWithinConcurrency", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
-		const jobs = 6
-		for i := range jobs {
-			submit(t, q, job(fmt.Sprintf("job-%d", i), "a"))
+		var jobs []upscale.Job
+		for i := range 6 {
+			jobs = append(jobs, job(fmt.Sprintf("job-%d", i), "a"))
 		}
+		ids := submit(t, q, jobs...)
 		var mu sync.Mutex
 		runs := map[string]int{}
 		var running, most atomic.Int32
@@ -99,38 +114,37 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
 			mu.Lock()
-			runs[j.ID]++
+			runs[j.Source]++
 			mu.Unlock()
 			time.Sleep(20 * time.Millisecond)
 			running.Add(-1)
-			if j.ID == "job-3" {
+			if j.Source == "job-3" {
 				p := upscale.Problem{Status: 504, Code: "upstream_timeout"}
 				return upscale.JobOutcome{Problem: &p}
 			}
-			return upscale.JobOutcome{Result: result(j.ID)}
+			return upscale.JobOutcome{Result: result(j.Source)}
 		})
-		for i := range jobs {
-			id := fmt.Sprintf("job-%d", i)
+		for name, id := range ids {
 			got := waitDone(t, q, "a", id)
 			switch {
-			case id == "job-3" && (got.Status != upscale.JobFailed || got.Problem == nil || got.Problem.Code != "upstream_timeout" || got.Result != nil):
-				t.Errorf("%s: %+v, want failed with its problem", id, got)
-			case id != "job-3" && (got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != result(id).URL || got.Result.Via != upscale.PoolCredit || got.Problem != nil):
-				t.Errorf("%s: %+v, want succeeded with its result", id, got)
+			case name == "job-3" && (got.Status != upscale.JobFailed || got.Problem == nil || got.Problem.Code != "upstream_timeout" || got.Result != nil):
+				t.Errorf("%s: %+v, want failed with its problem", name, got)
+			case name != "job-3" && (got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != result(name).URL || got.Result.Via != upscale.PoolCredit || got.Problem != nil):
+				t.Errorf("%s: %+v, want succeeded with its result", name, got)
 			}
 			if got.Started.IsZero() || got.Finished.IsZero() {
-				t.Errorf("%s: started %v, finished %v; want both set", id, got.Started, got.Finished)
+				t.Errorf("%s: started %v, finished %v; want both set", name, got.Started, got.Finished)
 			}
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		for id, n := range runs {
+		for name, n := range runs {
 			if n != 1 {
-				t.Errorf("%s ran %d times, want once", id, n)
+				t.Errorf("%s ran %d times, want once", name, n)
 			}
 		}
-		if len(runs) != jobs {
-			t.Errorf("%d jobs ran, want %d", len(runs), jobs)
+		if len(runs) != len(jobs) {
+			t.Errorf("%d jobs ran, want %d", len(runs), len(jobs))
 		}
 		if m := most.Load(); m > 2 {
 			t.Errorf("%d runs at once with a concurrency of 2", m)
@@ -139,29 +153,28 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 
 	t.Run("CancelQueued", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
-		submit(t, q, job("job-q", "a"))
-		got, err := q.Cancel(ctx, "a", "job-q")
+		id := submit(t, q, job("canceled", "a"))["canceled"]
+		got, err := q.Cancel(ctx, "a", id)
 		if err != nil || got.Status != upscale.JobCanceled || !got.Started.IsZero() {
 			t.Fatalf("Cancel = %+v, %v; want canceled, never started", got, err)
 		}
 		ran := make(chan string, 2)
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-			ran <- j.ID
-			return upscale.JobOutcome{Result: result(j.ID)}
+			ran <- j.Source
+			return upscale.JobOutcome{Result: result(j.Source)}
 		})
-		submit(t, q, job("job-after", "a"))
-		waitDone(t, q, "a", "job-after")
-		if id := <-ran; id != "job-after" {
+		waitDone(t, q, "a", submit(t, q, job("after", "a"))["after"])
+		if name := <-ran; name != "after" {
 			t.Errorf("the canceled job ran")
 		}
-		if got, _ := q.Get(ctx, "a", "job-q"); got.Status != upscale.JobCanceled || got.Finished.IsZero() {
+		if got, _ := q.Get(ctx, "a", id); got.Status != upscale.JobCanceled || got.Finished.IsZero() {
 			t.Errorf("canceled job now %+v, want canceled with its end time", got)
 		}
 	})
 
 	t.Run("CancelRunning", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
-		submit(t, q, job("job-r", "a"))
+		id := submit(t, q, job("running", "a"))["running"]
 		started, sawDone := make(chan struct{}), make(chan error, 1)
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			close(started)
@@ -171,7 +184,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			return upscale.JobOutcome{Problem: &p}
 		})
 		<-started
-		if _, err := q.Cancel(ctx, "a", "job-r"); err != nil {
+		if _, err := q.Cancel(ctx, "a", id); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -182,36 +195,36 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		case <-time.After(30 * time.Second):
 			t.Fatal("the run's context was not done after Cancel")
 		}
-		if got := waitDone(t, q, "a", "job-r"); got.Status != upscale.JobCanceled || got.Problem != nil || got.Started.IsZero() {
+		if got := waitDone(t, q, "a", id); got.Status != upscale.JobCanceled || got.Problem != nil || got.Started.IsZero() {
 			t.Errorf("after Cancel: %+v, want canceled, started, no problem", got)
 		}
 	})
 
 	t.Run("ResultOutlivesCancel", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
-		submit(t, q, job("job-paid", "a"))
+		id := submit(t, q, job("paid", "a"))["paid"]
 		started, release := make(chan struct{}), make(chan struct{})
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			close(started)
 			<-release // charged already when Cancel comes
-			return upscale.JobOutcome{Result: result(j.ID)}
+			return upscale.JobOutcome{Result: result(j.Source)}
 		})
 		<-started
-		if _, err := q.Cancel(ctx, "a", "job-paid"); err != nil {
+		if _, err := q.Cancel(ctx, "a", id); err != nil {
 			t.Fatal(err)
 		}
 		close(release)
-		if got := waitDone(t, q, "a", "job-paid"); got.Status != upscale.JobSucceeded || got.Result == nil {
+		if got := waitDone(t, q, "a", id); got.Status != upscale.JobSucceeded || got.Result == nil {
 			t.Errorf("a run that returned its result after Cancel: %+v, want succeeded", got)
 		}
-		if got, err := q.Cancel(ctx, "a", "job-paid"); err != nil || got.Status != upscale.JobSucceeded {
+		if got, err := q.Cancel(ctx, "a", id); err != nil || got.Status != upscale.JobSucceeded {
 			t.Errorf("Cancel of a finished job = %+v, %v; want it as it ended", got, err)
 		}
 	})
 
 	t.Run("StopGivesBack", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
-		submit(t, q, job("job-s", "a"))
+		id := submit(t, q, job("stopped", "a"))["stopped"]
 		started, cause := make(chan struct{}), make(chan error, 1)
 		var runs atomic.Int32
 		stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
@@ -230,7 +243,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		if err := stop(drain); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := q.Get(ctx, "a", "job-s"); got.Status == upscale.JobCanceled || got.Status == upscale.JobFailed {
+		if got, _ := q.Get(ctx, "a", id); got.Status == upscale.JobCanceled || got.Status == upscale.JobFailed {
 			t.Fatalf("a run stop cut short ended the job: %+v", got)
 		}
 		if c := <-cause; errors.Is(c, upscale.ErrJobCanceled) {
@@ -238,9 +251,9 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			runs.Add(1)
-			return upscale.JobOutcome{Result: result(j.ID)}
+			return upscale.JobOutcome{Result: result(j.Source)}
 		})
-		if got := waitDone(t, q, "a", "job-s"); got.Status != upscale.JobSucceeded {
+		if got := waitDone(t, q, "a", id); got.Status != upscale.JobSucceeded {
 			t.Errorf("the job given back: %+v, want it run again to success", got)
 		}
 		if n := runs.Load(); n != 2 {
@@ -250,7 +263,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 
 	t.Run("Retry", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
-		submit(t, q, job("job-again", "a"))
+		id := submit(t, q, job("again", "a"))["again"]
 		var mu sync.Mutex
 		var runs []time.Time
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
@@ -259,9 +272,9 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			if runs = append(runs, time.Now()); len(runs) == 1 {
 				return upscale.JobOutcome{Retry: true}
 			}
-			return upscale.JobOutcome{Result: result(j.ID)}
+			return upscale.JobOutcome{Result: result(j.Source)}
 		})
-		got := waitDone(t, q, "a", "job-again")
+		got := waitDone(t, q, "a", id)
 		mu.Lock()
 		defer mu.Unlock()
 		if got.Status != upscale.JobSucceeded || len(runs) != 2 {
@@ -275,23 +288,22 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 	t.Run("Expires", func(t *testing.T) {
 		clock := NewClock(start)
 		q := newQueue(t, clock)
-		old := job("job-old", "a")
+		old := job("old", "a")
 		old.Expires = start.Add(time.Minute)
-		submit(t, q, old)
+		oldID := submit(t, q, old)["old"]
 		clock.Advance(2 * time.Minute)
 		ran := make(chan string, 2)
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-			ran <- j.ID
-			return upscale.JobOutcome{Result: result(j.ID)}
+			ran <- j.Source
+			return upscale.JobOutcome{Result: result(j.Source)}
 		})
-		fresh := job("job-fresh", "a")
+		fresh := job("fresh", "a")
 		fresh.Expires = start.Add(time.Hour)
-		submit(t, q, fresh)
-		waitDone(t, q, "a", "job-fresh")
-		if id := <-ran; id != "job-fresh" {
+		waitDone(t, q, "a", submit(t, q, fresh)["fresh"])
+		if name := <-ran; name != "fresh" {
 			t.Errorf("the expired job ran")
 		}
-		if _, err := q.Get(ctx, "a", "job-old"); !errors.Is(err, upscale.ErrNotFound) {
+		if _, err := q.Get(ctx, "a", oldID); !errors.Is(err, upscale.ErrNotFound) {
 			t.Errorf("Get of an expired job: %v, want ErrNotFound", err)
 		}
 	})
