@@ -2,6 +2,7 @@ package upscale
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -105,4 +106,12 @@ type JobQueue interface {
 	// mid-run is run again, so run must be safe to repeat: it charges one
 	// unit for a job however often it runs.
 	Work(ctx context.Context, concurrency int, run JobRunner) (stop func(drain context.Context) error, err error)
+}
+
+// RunnerProblem is the Problem a JobQueue gives a job whose run returned
+// neither a Result nor a Problem, nor asked to Retry, with its context not
+// done: a JobRunner's own failure, internal_error.
+func RunnerProblem() *Problem {
+	p := problemFor(errors.New("the job's run returned no outcome"))
+	return &p
 }

@@ -1,6 +1,7 @@
 package upscale
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -236,11 +237,7 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 		})
 		return
 	default:
-		j.Status, j.Problem = JobFailed, outcome.Problem
-		if j.Problem == nil {
-			p := runnerProblem
-			j.Problem = &p
-		}
+		j.Status, j.Problem = JobFailed, cmp.Or(outcome.Problem, RunnerProblem())
 	}
 	j.Finished = now
 }
@@ -250,7 +247,3 @@ const retryDelay = time.Second
 
 // errWorkerStopped is the cause of a run's context done by Work's stop.
 var errWorkerStopped = errors.New("worker stopped")
-
-// runnerProblem is a run's Problem when it returned neither a Result nor a
-// Problem while its context was not done: a JobRunner's own failure.
-var runnerProblem = problemFor(errors.New("the job's run returned no outcome"))

@@ -1,0 +1,67 @@
+package riverqueue_test
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "modernc.org/sqlite"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/testservers"
+	"github.com/upscalekit/upscale/riverqueue"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testservers.Stop()
+	os.Exit(code)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// sqliteQueue is a migrated Queue on a new SQLite file.
+func sqliteQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	q, err := riverqueue.NewSQLite(db, riverqueue.Options{Now: clock.Now, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// postgresQueue is a migrated Queue on a new PostgreSQL database.
+func postgresQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
+	pool, err := pgxpool.New(context.Background(), testservers.PostgresDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	q, err := riverqueue.NewPostgres(pool, riverqueue.Options{Now: clock.Now, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) { upscaletest.TestJobQueue(t, sqliteQueue) })
+	t.Run("PostgreSQL", func(t *testing.T) { upscaletest.TestJobQueue(t, postgresQueue) })
+}
