@@ -98,6 +98,16 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// SQLiteDB returns the store's SQLite database, for a queue that keeps
+// its jobs in the same file (riverqueue.NewSQLite), on the store's one
+// connection; nil on PostgreSQL, where a queue opens a pool of its own.
+func (s *Store) SQLiteDB() *sql.DB {
+	if !s.sqlite {
+		return nil
+	}
+	return s.db
+}
+
 // sqliteDSN turns a path into a modernc.org/sqlite DSN: write-ahead logging
 // so readers do not block the writer, foreign keys on, a writer waits up to
 // ten seconds for another process's transaction, and every transaction

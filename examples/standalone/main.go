@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,6 +38,7 @@ import (
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/prommetrics"
+	"github.com/upscalekit/upscale/riverqueue"
 	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/sqlstore"
 )
@@ -64,6 +66,7 @@ type options struct {
 	queueLength, accountShare, maxConnections int
 	memoryBudget                              int64
 	drainDelay, keyCacheTTL                   time.Duration
+	jobWorkers                                int
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -75,6 +78,36 @@ type storage struct {
 func (st *storage) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&st.dataDir, "data", "./data", "directory for the SQLite database and the results")
 	fs.StringVar(&st.databaseURL, "database-url", "", "postgres:// URL of a PostgreSQL database shared by replicas (default: SQLite in -data)")
+}
+
+// openJobs opens the job queue (River) in the store's database, and brings
+// its tables up to date: on SQLite the store's own connection, on
+// PostgreSQL a pool of its own. close closes what it opened.
+func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, engineTimeout time.Duration, logger *slog.Logger) (queue upscale.JobQueue, close func(), err error) {
+	// A run takes the engine's time and the fetch's and settlement's
+	// around it: one that has not ended in twice the engine's time and a
+	// minute is given back (and a dead worker's, a minute after that).
+	opts := riverqueue.Options{Logger: logger, RunTimeout: 2*engineTimeout + time.Minute}
+	if db := store.SQLiteDB(); db != nil {
+		q, err := riverqueue.NewSQLite(db, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q, func() {}, q.Migrate(ctx)
+	}
+	pool, err := pgxpool.New(ctx, st.databaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-database-url: %w", err)
+	}
+	q, err := riverqueue.NewPostgres(pool, opts)
+	if err == nil {
+		err = q.Migrate(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return q, pool.Close, nil
 }
 
 // open opens the key and quota store: PostgreSQL when -database-url is set,
@@ -111,6 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.memoryBudget, "memory-budget", 1<<30, "bytes of memory requests may hold at once (sources, and the engine's estimated working memory); more wait or get 503 overloaded")
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
 	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
+	fs.IntVar(&o.jobWorkers, "job-workers", 0, "jobs of the job form (Prefer: respond-async) this process runs at once, from the queue in the database (default the engine's concurrency; -1 none, for an API replica beside worker processes)")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
@@ -184,10 +218,23 @@ func (o options) openResults(ctx context.Context, publicURL string) (resultStore
 	return s3store.New(ctx, s3store.Options{Client: client, Bucket: o.s3Bucket})
 }
 
+// run runs the server, or, as "standalone worker [flags]", a process that
+// only works the job form's jobs from the queue in the database, beside
+// processes that serve the API (-job-workers -1).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	worker := len(args) > 0 && args[0] == "worker"
+	if worker {
+		args = args[1:]
+	}
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if worker && o.jobWorkers < 0 {
+		return errors.New("worker: -job-workers must not be negative: a worker works jobs")
+	}
+	if worker && o.publicURL == "" && o.s3Bucket == "" {
+		return errors.New("worker: give -public-url, where the API processes serve the results in -data (or keep them in -s3-bucket)")
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	// Caught from the start: a SIGTERM right after the banner must drain
@@ -203,11 +250,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer store.Close()
 	cfg := fileConfig{}
 	demoKey := ""
-	if o.configFile != "" {
+	switch {
+	case worker: // the API processes seed the accounts
+	case o.configFile != "":
 		if cfg, err = loadConfig(o.configFile); err != nil {
 			return err
 		}
-	} else {
+	default:
 		if demoKey, err = loadOrCreateDemoKey(filepath.Join(o.dataDir, "demo-key")); err != nil {
 			return err
 		}
@@ -216,13 +265,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.seed(ctx, store); err != nil {
 		return err
 	}
-
-	tcpListener, err := net.Listen("tcp", o.addr)
+	jobs, closeJobs, err := o.storage.openJobs(ctx, store, o.engineTimeout, logger)
 	if err != nil {
 		return err
 	}
-	ln := newLimitListener(tcpListener, o.maxConnections)
-	defer ln.Close()
+	defer closeJobs()
+
+	var ln net.Listener
+	if !worker {
+		tcpListener, err := net.Listen("tcp", o.addr)
+		if err != nil {
+			return err
+		}
+		ln = newLimitListener(tcpListener, o.maxConnections)
+		defer ln.Close()
+	}
 	publicURL := strings.TrimSuffix(o.publicURL, "/")
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
@@ -258,6 +315,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Idempotency:          store,
 		Upscaler:             engine,
 		Blobs:                blobs,
+		Jobs:                 jobs,
+		JobWorkers:           o.jobWorkers,
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
@@ -268,6 +327,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	if err != nil {
 		return err
+	}
+
+	if worker {
+		return work(ctx, handler, o, signals, stdout, logger)
 	}
 
 	// The middleware form: the API and the result links (when the
@@ -335,6 +398,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// work is the worker's life: its handler's workers run the queue's jobs
+// until a signal, then have the engine's time to finish theirs, after
+// which the rest go back to the queue.
+func work(ctx context.Context, handler *upscale.Handler, o options, signals <-chan os.Signal, stdout io.Writer, logger *slog.Logger) error {
+	fmt.Fprintf(stdout, "upscale standalone worker: jobs from the queue in the database (engine %s)\n", o.engine)
+	select {
+	case <-ctx.Done():
+	case <-signals:
+	}
+	logger.Info("stopping: finishing the jobs under way")
+	drain, cancel := context.WithTimeout(context.Background(), o.engineTimeout+time.Minute)
+	defer cancel()
+	return handler.StopJobs(drain)
 }
 
 // newServer wraps handler in a server whose every timeout is set, so that

@@ -595,6 +595,78 @@ func TestTwoReplicas(t *testing.T) {
 	}
 }
 
+// TestWorkerBesideTheAPI: an API process that runs no jobs
+// (-job-workers -1) takes a job, and a worker process on the same -data
+// runs it from the queue in the SQLite file; the API serves its result.
+func TestWorkerBesideTheAPI(t *testing.T) {
+	bin := buildStandalone(t)
+	data := t.TempDir()
+	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
+	defer origin.Close()
+	api := startStandalone(t, bin, "-data", data, "-job-workers", "-1")
+
+	req, _ := http.NewRequest(http.MethodPost, api.base+"/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin.URL+`/b.png", "scale": 2}`))
+	req.Header.Set("Authorization", "Bearer "+api.key)
+	req.Header.Set("Prefer", "respond-async")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	location := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusAccepted || location == "" {
+		t.Fatalf("submit: %d, Location %q; want 202 and the job's resource\n%s", resp.StatusCode, location, api.stderr.String())
+	}
+	job := func() upscale.Job {
+		req, _ := http.NewRequest(http.MethodGet, api.base+location, nil)
+		req.Header.Set("Authorization", "Bearer "+api.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var j upscale.Job
+		json.NewDecoder(resp.Body).Decode(&j)
+		return j
+	}
+	time.Sleep(500 * time.Millisecond)
+	if j := job(); j.Status != upscale.JobQueued {
+		t.Fatalf("with no worker running: %s, want queued", j.Status)
+	}
+
+	w := exec.Command(bin, "worker", "-data", data, "-public-url", api.base, "-allow-private-sources")
+	var wErr bytes.Buffer
+	w.Stderr = &wErr
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Process.Kill() })
+	var j upscale.Job
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if j = job(); j.Status.Done() {
+			break
+		}
+	}
+	if j.Status != upscale.JobSucceeded || j.Result == nil || !strings.HasPrefix(j.Result.URL, api.base+"/outputs/") {
+		t.Fatalf("job %+v, want succeeded with a result the API serves\nworker:\n%s", j, wErr.String())
+	}
+	if size := resultSize(t, j.Result.URL); size.X != 512 {
+		t.Errorf("result %v, want 512 wide", size)
+	}
+	w.Process.Signal(syscall.SIGTERM)
+	if err := w.Wait(); err != nil {
+		t.Errorf("worker's exit after SIGTERM: %v\n%s", err, wErr.String())
+	}
+	api.stop(t)
+	if err := exec.Command(bin, "worker", "-data", data).Run(); err == nil {
+		t.Error("a worker without -public-url or -s3-bucket started")
+	}
+}
+
 func TestS3FlagsNeedABucket(t *testing.T) {
 	for _, args := range [][]string{{"-s3-endpoint", "http://127.0.0.1:9000"}, {"-s3-region", "eu-west-1"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), "-s3-bucket") {
