@@ -50,6 +50,11 @@ type Job struct {
 	// have answered.
 	Result  *Response `json:"result,omitempty"`
 	Problem *Problem  `json:"problem,omitempty"`
+	// Prepared is the result a run recorded (JobQueue.Prepare) before it
+	// charged the job's unit, while the job has not ended; its link works
+	// until PreparedUntil.
+	Prepared      *Response `json:"-"`
+	PreparedUntil time.Time `json:"-"`
 }
 
 // JobOutcome is how a worker's run of a job ended: its answer, the
@@ -92,6 +97,14 @@ type JobQueue interface {
 	// ended. It returns the job as it stands once asked. ErrNotFound as
 	// Get.
 	Cancel(ctx context.Context, accountID, id string) (Job, error)
+	// Prepare records result, whose link works until linkExpires, as the
+	// answer of the run of job id under way, before the run charges the
+	// job's unit: a later run of the job (its worker died, the charge's
+	// outcome unknown) finds it in Job.Prepared, settles the charge
+	// (committing again charges nothing more) and delivers it, instead of
+	// enlarging the image again and leaving this result behind.
+	// ErrNotFound as Get.
+	Prepare(ctx context.Context, accountID, id string, result Response, linkExpires time.Time) error
 	// Work starts running the queue's jobs with run, at most concurrency
 	// at once, and returns the function that stops it: that stops taking
 	// jobs, lets the running ones finish until drain is done, then has

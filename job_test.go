@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image"
 	_ "image/png"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,5 +328,60 @@ func TestMiddlewareRoutesJobs(t *testing.T) {
 		if w.Code != want {
 			t.Errorf("GET %s through Middleware: %d, want %d", path, w.Code, want)
 		}
+	}
+}
+
+// lostCommits is a ledger whose Commit charges but answers ErrUnavailable
+// while lose is set: a commit whose answer is lost.
+type lostCommits struct {
+	*upscale.MemoryLedger
+	lose atomic.Bool
+}
+
+func (l *lostCommits) Commit(ctx context.Context, id string) error {
+	err := l.MemoryLedger.Commit(ctx, id)
+	if l.lose.Load() {
+		return fmt.Errorf("%w: the answer was lost", upscale.ErrUnavailable)
+	}
+	return err
+}
+
+// countingUpscaler counts its images.
+type countingUpscaler struct {
+	upscaletest.PixelUpscaler
+	n *atomic.Int32
+}
+
+func (u countingUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
+	u.n.Add(1)
+	return u.PixelUpscaler.Upscale(ctx, src, opts)
+}
+
+// TestJobChargeSettledByTheNextRun: a run whose commit's answer is lost
+// leaves its result prepared; the job runs again, the next run settles the
+// charge (charging nothing more) and delivers that result: the engine ran
+// once, one result is stored, one unit is charged.
+func TestJobChargeSettledByTheNextRun(t *testing.T) {
+	var ledger *lostCommits
+	var images atomic.Int32
+	e := newEnv(t, func(c *upscale.Config) {
+		ledger = &lostCommits{MemoryLedger: c.Ledger.(*upscale.MemoryLedger)}
+		ledger.lose.Store(true)
+		c.Ledger = ledger
+		c.SettleTimeout = 100 * time.Millisecond
+		c.Upscaler = countingUpscaler{n: &images}
+	})
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	for deadline := time.Now().Add(10 * time.Second); images.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // past the first run's settlement
+	if j := e.job(location, keyFree); j.Status.Done() {
+		t.Fatalf("with its commit's answer lost: %s, want the job run again", j.Status)
+	}
+	ledger.lose.Store(false)
+	j := e.waitJob(location, keyFree)
+	if j.Status != upscale.JobSucceeded || images.Load() != 1 || e.blobs.Len() != 1 || e.balance("free").Free != 2 {
+		t.Errorf("job %s, %d images made, %d items stored, %d free left; want succeeded, 1, 1 (the result) and 2", j.Status, images.Load(), e.blobs.Len(), e.balance("free").Free)
 	}
 }

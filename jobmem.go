@@ -128,6 +128,21 @@ func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job,
 	return j.Job, nil
 }
 
+// Prepare implements JobQueue.
+func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, result Response, linkExpires time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := q.lock()
+	defer q.mu.Unlock()
+	j, err := q.find(accountID, id, now)
+	if err != nil {
+		return err
+	}
+	j.Prepared, j.PreparedUntil = &result, linkExpires
+	return nil
+}
+
 // Work implements JobQueue.
 func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunner) (func(drain context.Context) error, error) {
 	if concurrency < 1 {

@@ -1,6 +1,7 @@
 package upscale
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -147,9 +148,17 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	return JobOutcome{Problem: &p}
 }
 
-// workJob enlarges a job's source, stores the result and charges its
-// unit. A result stored but not charged is deleted.
+// workJob enlarges a job's source, stores the result, records it with
+// the job (JobQueue.Prepare), and charges the job's unit. A result stored
+// but not recorded is deleted; a recorded one whose charge's outcome is
+// unknown stays for the next run, which charges nothing more and
+// delivers it, as it does the result of a run whose worker died.
 func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
+	if job.Prepared != nil && h.cfg.Now().Before(job.PreparedUntil) {
+		resp := *job.Prepared
+		resp.linkExpires = job.PreparedUntil
+		return resp, h.commitJob(ctx, job)
+	}
 	var src []byte
 	err := h.blobs.call(func() (err error) {
 		src, err = h.jobs.sources.Get(ctx, job.Source, job.Expires)
@@ -167,19 +176,32 @@ func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	if ctx.Err() != nil {
+	if err := ctx.Err(); err == nil {
+		err = h.cfg.Jobs.Prepare(ctx, job.AccountID, job.ID, resp, resp.linkExpires)
+	}
+	if err != nil {
 		h.deleteBlob(ctx, "uncharged result", blobKey, resp.linkExpires)
-		return Response{}, context.Cause(ctx)
+		return Response{}, cmp.Or(context.Cause(ctx), fmt.Errorf("record the job's result: %w", err))
 	}
-	err = h.commit(ctx, job.Reservation)
-	if err == nil {
-		return resp, nil
+	if err := h.commitJob(ctx, job); errors.Is(err, errUnitGone) {
+		h.deleteBlob(ctx, "uncharged result", blobKey, resp.linkExpires)
+		return Response{}, err
+	} else if err != nil {
+		return Response{}, err
 	}
-	// Unpaid, or perhaps paid: in both cases a run again makes the
-	// result anew, and its commit charges nothing more.
-	h.deleteBlob(ctx, "uncharged result", blobKey, resp.linkExpires)
-	if errors.Is(err, ErrNotFound) {
-		return Response{}, fmt.Errorf("commit the job's unit: %w: %w", errUnitGone, err)
+	return resp, nil
+}
+
+// commitJob charges a job's unit: errUnitGone when it went back
+// (ErrNotFound), errChargeUnsettled (ErrUnavailable) when the ledger did
+// not say whether it charged.
+func (h *Handler) commitJob(ctx context.Context, job Job) error {
+	err := h.commit(ctx, job.Reservation)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("commit the job's unit: %w: %w", errUnitGone, err)
 	}
-	return Response{}, fmt.Errorf("commit the job's unit: %w: %w", errChargeUnsettled, err)
+	return fmt.Errorf("commit the job's unit: %w: %w", errChargeUnsettled, err)
 }

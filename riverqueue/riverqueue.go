@@ -177,10 +177,13 @@ type jobArgs struct {
 
 func (jobArgs) Kind() string { return "upscale" }
 
-// output is what a run records: the result, or the problem.
+// output is what a run records: the result, or the problem; or, while
+// it runs, the result it prepared before charging.
 type output struct {
-	Result  *upscale.Response `json:"result,omitempty"`
-	Problem *upscale.Problem  `json:"problem,omitempty"`
+	Result        *upscale.Response `json:"result,omitempty"`
+	Problem       *upscale.Problem  `json:"problem,omitempty"`
+	Prepared      *upscale.Response `json:"prepared,omitempty"`
+	PreparedUntil time.Time         `json:"preparedUntil,omitzero"`
 }
 
 // Submit implements upscale.JobQueue.
@@ -245,6 +248,18 @@ func (q *Queue[TTx]) Cancel(ctx context.Context, accountID, id string) (upscale.
 	return q.job(row)
 }
 
+// Prepare implements upscale.JobQueue: the job's output, written now.
+func (q *Queue[TTx]) Prepare(ctx context.Context, accountID, id string, result upscale.Response, linkExpires time.Time) error {
+	row, _, err := q.row(ctx, accountID, id, q.client.JobGet)
+	if err != nil {
+		return err
+	}
+	if _, err := q.client.JobUpdate(ctx, row.ID, &river.JobUpdateParams{Output: output{Prepared: &result, PreparedUntil: linkExpires}}); err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: prepare job %q: %w", id, err))
+	}
+	return nil
+}
+
 // job is the upscale job a River row holds.
 func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 	var args jobArgs
@@ -261,6 +276,12 @@ func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 	if row.FinalizedAt != nil {
 		job.Finished = *row.FinalizedAt
 	}
+	var out output
+	if raw := row.Output(); raw != nil {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return upscale.Job{}, fmt.Errorf("riverqueue: job %d's output: %w", row.ID, err)
+		}
+	}
 	switch row.State {
 	case rivertype.JobStateRunning:
 		job.Status = upscale.JobRunning
@@ -270,16 +291,13 @@ func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 			job.Started = time.Time{}
 		}
 	case rivertype.JobStateCompleted, rivertype.JobStateDiscarded:
-		var out output
-		if raw := row.Output(); raw != nil {
-			if err := json.Unmarshal(raw, &out); err != nil {
-				return upscale.Job{}, fmt.Errorf("riverqueue: job %d's output: %w", row.ID, err)
-			}
-		}
 		job.Status, job.Result = upscale.JobSucceeded, out.Result
 		if out.Result == nil {
 			job.Status, job.Problem = upscale.JobFailed, cmp.Or(out.Problem, upscale.RunnerProblem())
 		}
+	}
+	if !job.Status.Done() {
+		job.Prepared, job.PreparedUntil = out.Prepared, out.PreparedUntil
 	}
 	return job, nil
 }

@@ -261,6 +261,45 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 	})
 
+	t.Run("PreparedOutlivesItsRun", func(t *testing.T) {
+		q := newQueue(t, NewClock(start))
+		id := submit(t, q, job("prepared", "a"))["prepared"]
+		prepared, until := result("prepared"), start.Add(time.Hour)
+		started := make(chan struct{})
+		stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			if err := q.Prepare(ctx, "a", id, *prepared, until); err != nil {
+				t.Errorf("Prepare: %v", err)
+			}
+			close(started)
+			<-ctx.Done() // its worker dies before it can say
+			return upscale.JobOutcome{}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		drain, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if err := stop(drain); err != nil {
+			t.Fatal(err)
+		}
+		seen := make(chan upscale.Job, 1)
+		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			seen <- j
+			return upscale.JobOutcome{Result: j.Prepared}
+		})
+		j := <-seen
+		if j.Prepared == nil || j.Prepared.URL != prepared.URL || j.Prepared.Via != prepared.Via || !j.PreparedUntil.Equal(until) {
+			t.Errorf("the next run got Prepared %+v until %v, want %+v until %v", j.Prepared, j.PreparedUntil, prepared, until)
+		}
+		if got := waitDone(t, q, "a", id); got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != prepared.URL {
+			t.Errorf("job %+v, want succeeded with the prepared result", got)
+		}
+		if err := q.Prepare(ctx, "b", id, *prepared, until); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Prepare of another account's job: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("Retry", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		id := submit(t, q, job("again", "a"))["again"]
