@@ -225,24 +225,9 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 	t.Run("StopGivesBack", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		id := submit(t, q, job("stopped", "a"))["stopped"]
-		started, cause := make(chan struct{}), make(chan error, 1)
+		cause := make(chan error, 1)
 		var runs atomic.Int32
-		stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-			runs.Add(1)
-			close(started)
-			<-ctx.Done()
-			cause <- context.Cause(ctx)
-			return upscale.JobOutcome{}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-started
-		drain, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer cancel()
-		if err := stop(drain); err != nil {
-			t.Fatal(err)
-		}
+		cutShort(t, q, func(context.Context) { runs.Add(1) }, func(ctx context.Context) { cause <- context.Cause(ctx) })
 		if got, _ := q.Get(ctx, "a", id); got.Status == upscale.JobCanceled || got.Status == upscale.JobFailed {
 			t.Fatalf("a run stop cut short ended the job: %+v", got)
 		}
@@ -265,24 +250,11 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		q := newQueue(t, NewClock(start))
 		id := submit(t, q, job("prepared", "a"))["prepared"]
 		prepared, until := result("prepared"), start.Add(time.Hour)
-		started := make(chan struct{})
-		stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+		cutShort(t, q, func(ctx context.Context) {
 			if err := q.Prepare(ctx, "a", id, *prepared, until); err != nil {
 				t.Errorf("Prepare: %v", err)
 			}
-			close(started)
-			<-ctx.Done() // its worker dies before it can say
-			return upscale.JobOutcome{}
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-started
-		drain, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer cancel()
-		if err := stop(drain); err != nil {
-			t.Fatal(err)
-		}
+		}, func(context.Context) {})
 		seen := make(chan upscale.Job, 1)
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			seen <- j
@@ -346,6 +318,30 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			t.Errorf("Get of an expired job: %v, want ErrNotFound", err)
 		}
 	})
+}
+
+// cutShort works q's one queued job with a run that calls begin, then
+// outlasts the 50 ms its worker's stop gives it to drain, and calls end
+// once its context is done, returning no outcome.
+func cutShort(t *testing.T, q upscale.JobQueue, begin, end func(ctx context.Context)) {
+	t.Helper()
+	started := make(chan struct{})
+	stop, err := q.Work(context.Background(), 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+		begin(ctx)
+		close(started)
+		<-ctx.Done()
+		end(ctx)
+		return upscale.JobOutcome{}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	drain, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := stop(drain); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitDone polls accountID's job id until it has ended, for at most 30 s.
