@@ -150,9 +150,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		code = h.fail(w, r, errMethodNotAllowed)
 		return
 	}
-	// A request with an Idempotency-Key is answered as it runs whatever it
-	// prefers: the key's once-only guarantee is the synchronous form's.
-	if prefer := preferences(r.Header); prefer.async && h.jobs != nil && len(r.Header.Values("Idempotency-Key")) == 0 {
+	if prefer := preferences(r.Header); prefer.async && h.jobs != nil {
 		code, pool = h.serveSubmit(w, r, prefer)
 		return
 	}

@@ -134,9 +134,14 @@ func idempotencyKey(values []string) (key string, sent bool, err error) {
 
 // fingerprint identifies a validated request by what it asks for, so
 // that the same request sent with other spacing, field order or defaults
-// spelt out has the same fingerprint.
-func (r request) fingerprint() [sha256.Size]byte {
-	return sha256.Sum256(fmt.Appendf(nil, "%s\n%d\n%s\n%s", r.source, r.Scale, r.ImageType, r.Denoise))
+// spelt out has the same fingerprint. Its submission as a job (asJob) has
+// another: one key names a request or a job, not both.
+func (r request) fingerprint(asJob bool) [sha256.Size]byte {
+	text := fmt.Appendf(nil, "%s\n%d\n%s\n%s", r.source, r.Scale, r.ImageType, r.Denoise)
+	if asJob {
+		text = append([]byte("job\n"), text...)
+	}
+	return sha256.Sum256(text)
 }
 
 // runOnce runs req under the caller's Idempotency-Key. The first request
@@ -151,21 +156,8 @@ func (r request) fingerprint() [sha256.Size]byte {
 // ended takes the claim over and asks the ledger whether that request was
 // charged (takeOver) instead of running it again.
 func (h *Handler) runOnce(ctx context.Context, accountID, key string, req request) (Response, *IdempotentAnswer, error) {
-	claim := IdempotencyClaim{
-		AccountID: accountID, Key: key, Fingerprint: req.fingerprint(), Token: rand.Text(),
-		TTL: h.cfg.IdempotencyTTL, Lease: h.cfg.requestBound(),
-	}
-	var kept *IdempotentAnswer
-	err := h.idempotency.call(func() (err error) {
-		kept, err = h.cfg.Idempotency.Claim(ctx, claim)
-		return err
-	})
-	if inFlight, ok := errors.AsType[*InFlightError](err); ok {
-		return Response{}, nil, h.stillRunning(inFlight.LeaseEnds)
-	}
+	claim, kept, err := h.claimKey(ctx, accountID, key, req.fingerprint(false))
 	switch {
-	case errors.Is(err, ErrIdempotencyKeyReused):
-		return Response{}, nil, Explain(ErrIdempotencyKeyReused, msgIdempotencyKeyReused, h.cfg.IdempotencyTTL)
 	case err != nil:
 		return Response{}, nil, err
 	case kept != nil && kept.Reservation != "":
@@ -174,6 +166,28 @@ func (h *Handler) runOnce(ctx context.Context, accountID, key string, req reques
 		return h.replay(*kept)
 	}
 	return h.runClaimed(ctx, claim, req)
+}
+
+// claimKey claims accountID's Idempotency-Key key for the request with
+// fingerprint: it returns the claim, and the key's kept answer if it has
+// one (IdempotencyStore.Claim), or the error the caller is answered.
+func (h *Handler) claimKey(ctx context.Context, accountID, key string, fingerprint [sha256.Size]byte) (IdempotencyClaim, *IdempotentAnswer, error) {
+	claim := IdempotencyClaim{
+		AccountID: accountID, Key: key, Fingerprint: fingerprint, Token: rand.Text(),
+		TTL: h.cfg.IdempotencyTTL, Lease: h.cfg.requestBound(),
+	}
+	var kept *IdempotentAnswer
+	err := h.idempotency.call(func() (err error) {
+		kept, err = h.cfg.Idempotency.Claim(ctx, claim)
+		return err
+	})
+	if inFlight, ok := errors.AsType[*InFlightError](err); ok {
+		return claim, nil, h.stillRunning(inFlight.LeaseEnds)
+	}
+	if errors.Is(err, ErrIdempotencyKeyReused) {
+		return claim, nil, Explain(ErrIdempotencyKeyReused, msgIdempotencyKeyReused, h.cfg.IdempotencyTTL)
+	}
+	return claim, kept, err
 }
 
 // stillRunning is the 409 for a key whose request runs until leaseEnds at the
@@ -211,21 +225,7 @@ func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req re
 		// Prepared, and charged or not: a retry after the lease settles it.
 		return Response{}, nil, &retryAfterError{err: err, after: claim.Lease}
 	}
-	answer := IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}
-	if err != nil {
-		p := h.problem(err)
-		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
-	}
-	// A success is kept even when the caller has gone: its retry is what
-	// the key is for.
-	settleCtx := context.WithoutCancel(ctx)
-	if err == nil || (keepable(err) && ctx.Err() == nil) {
-		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, answer) }); err != nil {
-			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry after its lease settles it from the ledger", "account", claim.AccountID, "err", err)
-		}
-	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, claim) }); err != nil {
-		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", claim.AccountID, "err", err)
-	}
+	h.settleClaim(ctx, claim, IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}, err)
 	if errors.Is(err, errUnitGone) {
 		// Stopped past its lease and its reservation: the key is free
 		// again (Forget), or taken over by a retry that answers for it.
@@ -233,6 +233,25 @@ func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req re
 		return Response{}, nil, h.stillRunning(h.cfg.Now())
 	}
 	return resp, nil, err
+}
+
+// settleClaim ends claim: it keeps answer, or the problem err is answered
+// with if it is keepable and the caller is still there, and forgets the
+// claim otherwise, so that a retry runs. A success is kept even when the
+// caller has gone: its retry is what the key is for.
+func (h *Handler) settleClaim(ctx context.Context, claim IdempotencyClaim, answer IdempotentAnswer, err error) {
+	if err != nil {
+		p := h.problem(err)
+		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
+	}
+	settleCtx := context.WithoutCancel(ctx)
+	if err == nil || (keepable(err) && ctx.Err() == nil) {
+		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, answer) }); err != nil {
+			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry after its lease settles it", "account", claim.AccountID, "err", err)
+		}
+	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, claim) }); err != nil {
+		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", claim.AccountID, "err", err)
+	}
 }
 
 // keepable reports whether a failure is kept under its Idempotency-Key:

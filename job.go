@@ -35,10 +35,14 @@ type Job struct {
 	Source string `json:"-"`
 	// Reservation holds the unit that pays for the job, from Pool, until
 	// Expires at the most (ReservationHolder).
-	Reservation string    `json:"-"`
-	Pool        Pool      `json:"-"`
-	Status      JobStatus `json:"status"`
-	Created     time.Time `json:"createdAt"`
+	Reservation string `json:"-"`
+	Pool        Pool   `json:"-"`
+	// Submission, when set, names the request that submitted the job
+	// among its account's: the caller's Idempotency-Key with what the
+	// request asked for. A queue keeps one job per account and Submission.
+	Submission string    `json:"-"`
+	Status     JobStatus `json:"status"`
+	Created    time.Time `json:"createdAt"`
 	// Started is when a worker last took the job; zero while it never has.
 	Started  time.Time `json:"startedAt,omitzero"`
 	Finished time.Time `json:"finishedAt,omitzero"`
@@ -85,6 +89,11 @@ type JobQueue interface {
 	// and returns it as kept: with the ID the queue gave it (an ID it was
 	// given is replaced) and its Status queued. An ID is unguessable: it
 	// is all that stands between a job and a caller who only has a key.
+	//
+	// When the queue keeps a job of job.AccountID with job.Submission set
+	// and the same, Submit adds nothing and returns that job, as it
+	// stands: its Reservation and Source, not job's, are the ones in use.
+	// Of concurrent Submits of one Submission, exactly one adds its job.
 	Submit(ctx context.Context, job Job) (Job, error)
 	// Get returns the job id of accountID. It returns an error wrapping
 	// ErrNotFound when there is no such job, it expired, or it is another

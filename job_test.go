@@ -281,21 +281,60 @@ func TestStopJobsGivesBack(t *testing.T) {
 
 // TestJobFormKeepsIdempotencyKeys: a request that prefers respond-async
 // with an Idempotency-Key is answered as it runs, and its retry replays
-// the answer: one charge.
-func TestJobFormKeepsIdempotencyKeys(t *testing.T) {
+// TestJobSubmittedOnce: a submission sent again with its Idempotency-Key
+// is answered with the same job, as it stands now, and charged once; the
+// key does not also name a request of the synchronous form.
+func TestJobSubmittedOnce(t *testing.T) {
 	e := newEnv(t)
-	send := func() *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"))))
+	sendTo := func(e *env, onceKey, source, prefer string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url(source))))
 		r.Header.Set("Authorization", "Bearer "+keyFree)
-		r.Header.Set("Prefer", "respond-async")
-		r.Header.Set("Idempotency-Key", `"submit-once"`)
+		r.Header.Set("Idempotency-Key", onceKey)
+		if prefer != "" {
+			r.Header.Set("Prefer", prefer)
+		}
 		return e.serve(r)
 	}
-	first, retry := send(), send()
-	if first.Code != 200 || retry.Code != 200 || retry.Header().Get("Idempotent-Replayed") != "true" || e.balance("free").Free != 2 {
-		t.Errorf("answers %d and %d (replayed %q), %d free images left; want 200 twice, the second replayed, one charge",
-			first.Code, retry.Code, retry.Header().Get("Idempotent-Replayed"), e.balance("free").Free)
+	sendAs := func(onceKey, source, prefer string) *httptest.ResponseRecorder {
+		return sendTo(e, onceKey, source, prefer)
 	}
+	send := func(prefer string) *httptest.ResponseRecorder { return sendAs("submit-once", "/small.png", prefer) }
+	first := send("respond-async")
+	location := first.Header().Get("Location")
+	if first.Code != http.StatusAccepted || first.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the first submission: %d %s", first.Code, first.Body)
+	}
+	e.waitJob(location, keyFree)
+	again := send("respond-async")
+	var job upscale.Job
+	if err := json.Unmarshal(again.Body.Bytes(), &job); err != nil {
+		t.Fatal(err)
+	}
+	if again.Code != http.StatusAccepted || again.Header().Get("Location") != location || again.Header().Get("Idempotent-Replayed") != "true" ||
+		job.Status != upscale.JobSucceeded || job.Result == nil {
+		t.Errorf("the submission again: %d at %q (replayed %q), %s; want 202 at %s, replayed, the job succeeded",
+			again.Code, again.Header().Get("Location"), again.Header().Get("Idempotent-Replayed"), again.Body, location)
+	}
+	checkOK(t, send("respond-async, wait=5"), upscale.PoolFree)
+	checkProblem(t, send(""), http.StatusUnprocessableEntity, "idempotency_key_reused")
+	if b := e.balance("free"); b.Free != 2 {
+		t.Errorf("%d free images left, want 2: charged once", b.Free)
+	}
+	// A refused submission's answer is kept as a request's is.
+	hits := e.hits.Load()
+	refused := sendAs("missing", "/missing.png", "respond-async")
+	refusal := bytes.Clone(refused.Body.Bytes())
+	checkProblem(t, refused, sourceStatus("source_unreachable"), "source_unreachable")
+	replayed := sendAs("missing", "/missing.png", "respond-async")
+	if replayed.Header().Get("Idempotent-Replayed") != "true" || !bytes.Equal(replayed.Body.Bytes(), refusal) || e.hits.Load() != hits+1 {
+		t.Errorf("the refused submission again: replayed %q, %s, %d downloads; want the kept refusal %s, one download",
+			replayed.Header().Get("Idempotent-Replayed"), replayed.Body, e.hits.Load()-hits, refusal)
+	}
+	// A job forgotten before its key: result_expired.
+	short := newEnv(t, func(c *upscale.Config) { c.JobTTL = time.Hour })
+	short.waitJob(sendTo(short, "submit-once", "/small.png", "respond-async").Header().Get("Location"), keyFree)
+	short.clock.Advance(2 * time.Hour)
+	checkProblem(t, sendTo(short, "submit-once", "/small.png", "respond-async"), http.StatusGone, "result_expired")
 }
 
 // withoutReads hides a BlobStore's Get: a store the job form cannot keep

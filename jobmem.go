@@ -24,12 +24,16 @@ type MemoryJobQueueOptions struct {
 type MemoryJobQueue struct {
 	now func() time.Time
 
-	mu     sync.Mutex
-	jobs   map[string]*memoryJob
-	queued []string      // the IDs of queued jobs, oldest first
-	wake   chan struct{} // has a value while a job may be waiting
-	swept  sweepGate
+	mu          sync.Mutex
+	jobs        map[string]*memoryJob
+	submissions map[submission]string // the ID of each job with a Submission
+	queued      []string              // the IDs of queued jobs, oldest first
+	wake        chan struct{}         // has a value while a job may be waiting
+	swept       sweepGate
 }
+
+// submission is a job's Job.Submission, with the account it is of.
+type submission struct{ accountID, name string }
 
 type memoryJob struct {
 	Job
@@ -41,7 +45,9 @@ var _ JobQueue = (*MemoryJobQueue)(nil)
 
 // NewMemoryJobQueue returns an empty MemoryJobQueue.
 func NewMemoryJobQueue(opts MemoryJobQueueOptions) *MemoryJobQueue {
-	return &MemoryJobQueue{now: clock(opts.Now), jobs: map[string]*memoryJob{}, wake: make(chan struct{}, 1)}
+	return &MemoryJobQueue{
+		now: clock(opts.Now), jobs: map[string]*memoryJob{}, submissions: map[submission]string{}, wake: make(chan struct{}, 1),
+	}
 }
 
 // lock takes q.mu and forgets the jobs past their expiry, once a minute.
@@ -53,6 +59,9 @@ func (q *MemoryJobQueue) lock() time.Time {
 		for id, j := range q.jobs {
 			if j.stop == nil && !now.Before(j.Expires) {
 				delete(q.jobs, id)
+				if s := (submission{j.AccountID, j.Submission}); q.submissions[s] == id {
+					delete(q.submissions, s)
+				}
 			}
 		}
 		q.queued = slices.DeleteFunc(q.queued, func(id string) bool { return q.jobs[id] == nil })
@@ -75,10 +84,19 @@ func (q *MemoryJobQueue) Submit(ctx context.Context, job Job) (Job, error) {
 	if err := ctx.Err(); err != nil {
 		return Job{}, err
 	}
-	q.lock()
+	now := q.lock()
 	defer q.mu.Unlock()
+	submitted := submission{job.AccountID, job.Submission}
+	if job.Submission != "" {
+		if j, err := q.find(job.AccountID, q.submissions[submitted], now); err == nil {
+			return j.Job, nil
+		}
+	}
 	job.ID, job.Status = "job_"+strings.ToLower(rand.Text()), JobQueued
 	q.jobs[job.ID] = &memoryJob{Job: job}
+	if job.Submission != "" {
+		q.submissions[submitted] = job.ID
+	}
 	q.queued = append(q.queued, job.ID)
 	q.signal()
 	return job, nil

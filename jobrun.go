@@ -57,8 +57,10 @@ func (h *Handler) StopJobs(drain context.Context) error {
 // source read as the engine will read it, then the source kept for the
 // worker, the unit held for the job's life, and the job queued. A job is
 // created only for work that can run; on every failure nothing is left
-// held or stored.
-func (h *Handler) submitJob(ctx context.Context, accountID string, req request) (Job, error) {
+// held or stored. When the queue keeps a job of submission already
+// (Job.Submission), that job is returned, and the unit and source taken
+// here are given back.
+func (h *Handler) submitJob(ctx context.Context, accountID string, req request, submission string) (Job, error) {
 	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
 	if err != nil {
 		return Job{}, err
@@ -74,8 +76,11 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request) 
 		return Job{}, err
 	}
 	now := h.cfg.Now()
-	job := Job{AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Created: now, Expires: now.Add(h.cfg.JobTTL)}
-	job.Source = strings.ToLower(rand.Text()) + ".source"
+	job := Job{
+		AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Submission: submission,
+		Created: now, Expires: now.Add(h.cfg.JobTTL), Source: strings.ToLower(rand.Text()) + ".source",
+	}
+	source := job.Source
 	err = h.blobs.call(func() error {
 		_, err := h.cfg.Blobs.Put(ctx, job.Source, src, "application/octet-stream", job.Expires)
 		return err
@@ -83,15 +88,18 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request) 
 	if err != nil {
 		return Job{}, fmt.Errorf("keep the job's source: %w", err)
 	}
-	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, hold.ID, job.Expires) })
+	expires := job.Expires
+	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, hold.ID, expires) })
 	if err == nil {
 		job, err = h.cfg.Jobs.Submit(ctx, job)
 	}
+	if err != nil || job.Reservation != hold.ID {
+		h.deleteBlob(ctx, "job source", source, expires)
+	}
 	if err != nil {
-		h.deleteBlob(ctx, "job source", job.Source, job.Expires)
 		return Job{}, fmt.Errorf("queue the job: %w", err)
 	}
-	settled = true
+	settled = job.Reservation == hold.ID
 	return job, nil
 }
 

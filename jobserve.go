@@ -2,7 +2,9 @@ package upscale
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -61,7 +63,7 @@ func jobID(path string) (string, bool) {
 // what the request would have answered.
 func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer preference) (code string, pool Pool) {
 	var who caller
-	job, err := h.submit(w, r, &who)
+	job, replay, err := h.submit(w, r, &who)
 	if who.accountID != "" {
 		h.setQuotaHeaders(r.Context(), w.Header(), who, err)
 	}
@@ -69,14 +71,23 @@ func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer pre
 		return h.fail(w, r, err), ""
 	}
 	hdr := w.Header()
-	hdr.Set("Location", strings.TrimSuffix(r.URL.Path, "/")+"/jobs/"+job.ID)
-	applied := "respond-async"
-	if prefer.wait > 0 {
-		applied += ", wait=" + strconv.Itoa(int(prefer.wait/time.Second))
-		job = h.awaitJob(r.Context(), job, prefer.wait)
+	if replay != nil {
+		hdr.Set("Idempotent-Replayed", "true")
+		if job.ID == "" {
+			writeJSON(w, replay.Status, replay.Body)
+			return "replayed", ""
+		}
 	}
-	hdr.Set("Preference-Applied", applied)
-	switch job.Status {
+	hdr.Set("Location", strings.TrimSuffix(r.URL.Path, "/")+"/jobs/"+job.ID)
+	if prefer.wait == 0 {
+		// A replay's job may have ended: it is answered as the job
+		// resource all the same, as the first answer was.
+		hdr.Set("Preference-Applied", "respond-async")
+		writeJSON(w, http.StatusAccepted, jsonBody(job))
+		return "accepted", job.Pool
+	}
+	hdr.Set("Preference-Applied", "respond-async, wait="+strconv.Itoa(int(prefer.wait/time.Second)))
+	switch job = h.awaitJob(r.Context(), job, prefer.wait); job.Status {
 	case JobSucceeded:
 		writeJSON(w, http.StatusOK, jsonBody(job.Result))
 		return "ok", job.Result.Via
@@ -88,14 +99,59 @@ func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer pre
 	return "accepted", job.Pool
 }
 
-// submit admits a request as upscale does and queues it as a job.
-func (h *Handler) submit(w http.ResponseWriter, r *http.Request, who *caller) (Job, error) {
+// submit admits a request as upscale does and queues it as a job: once
+// per Idempotency-Key when the caller sent one, in which case it may
+// return the key's kept answer, with the job it names as that job stands
+// now.
+func (h *Handler) submit(w http.ResponseWriter, r *http.Request, who *caller) (Job, *IdempotentAnswer, error) {
 	req, leave, err := h.admitRequest(w, r, who)
 	defer leave()
 	if err != nil {
-		return Job{}, err
+		return Job{}, nil, err
 	}
-	return h.submitJob(r.Context(), who.accountID, req)
+	ctx := r.Context()
+	onceKey, sent, err := idempotencyKey(r.Header.Values("Idempotency-Key"))
+	if err != nil || !sent {
+		job, err := h.submitJob(ctx, who.accountID, req, "")
+		return job, nil, err
+	}
+	return h.submitOnce(ctx, who.accountID, onceKey, req)
+}
+
+// submitOnce submits req under the caller's Idempotency-Key: the first
+// submission with the key queues its job and keeps its 202 answer; a
+// later one gets that job, as it stands now, or the kept refusal. The
+// queue keeps one job per key (Job.Submission), so a retry after a crash
+// between the job's Submit and the answer's Keep finds the job queued
+// then, and gives back the unit and source it took itself.
+func (h *Handler) submitOnce(ctx context.Context, accountID, key string, req request) (Job, *IdempotentAnswer, error) {
+	claim, kept, err := h.claimKey(ctx, accountID, key, req.fingerprint(true))
+	switch {
+	case err != nil:
+		return Job{}, nil, err
+	case kept != nil && kept.Status == http.StatusAccepted:
+		return h.replayJob(ctx, accountID, *kept)
+	case kept != nil:
+		return Job{}, kept, nil
+	}
+	job, err := h.submitJob(ctx, accountID, req, fmt.Sprintf("%x %s", claim.Fingerprint, key))
+	h.settleClaim(ctx, claim, IdempotentAnswer{Status: http.StatusAccepted, Body: jsonBody(job)}, err)
+	return job, nil, err
+}
+
+// replayJob returns the job a kept 202 answer names, as it stands now:
+// result_expired once it has expired, as a request's replay is once its
+// link has.
+func (h *Handler) replayJob(ctx context.Context, accountID string, kept IdempotentAnswer) (Job, *IdempotentAnswer, error) {
+	var answered Job
+	if err := json.Unmarshal(kept.Body, &answered); err != nil {
+		return Job{}, nil, fmt.Errorf("read a kept job's answer: %w", err)
+	}
+	job, err := h.cfg.Jobs.Get(ctx, accountID, answered.ID)
+	if errors.Is(err, ErrNotFound) {
+		return Job{}, nil, Explain(ErrResultExpired, msgJobExpired, answered.Expires.UTC().Format(time.RFC3339))
+	}
+	return job, &kept, err
 }
 
 // awaitJob polls job until it has ended, for at most wait or until ctx is

@@ -222,6 +222,7 @@ const (
 	msgIdempotencyKeyReused = "This Idempotency-Key was used for a different request in the last %v; send a new request with a new key."
 	// ErrResultExpired
 	msgResultExpired = "This request was carried out and charged already, and its result's link expired at %s; send it with a new Idempotency-Key to enlarge the image again."
+	msgJobExpired    = "This request was submitted as a job already, and the job expired at %s with its result; send it with a new Idempotency-Key to enlarge the image again."
 	// ErrOverloaded
 	msgOverloaded = "The service is working at capacity and did not start your request; nothing was charged. Try again in a few seconds."
 	// ErrUnavailable

@@ -166,7 +166,8 @@ const maxAttempts = 10_000
 // jobArgs is an upscale job as River keeps it.
 type jobArgs struct {
 	Tag         string         `json:"tag"` // the random part of the job's ID
-	AccountID   string         `json:"accountId"`
+	AccountID   string         `json:"accountId" river:"unique"`
+	Submission  string         `json:"submission,omitempty" river:"unique"`
 	Params      upscale.Params `json:"params"`
 	Source      string         `json:"source"`
 	Reservation string         `json:"reservation"`
@@ -189,14 +190,29 @@ type output struct {
 // Submit implements upscale.JobQueue.
 func (q *Queue[TTx]) Submit(ctx context.Context, job upscale.Job) (upscale.Job, error) {
 	args := jobArgs{
-		Tag: strings.ToLower(rand.Text()), AccountID: job.AccountID, Params: job.Params, Source: job.Source,
-		Reservation: job.Reservation, Pool: job.Pool, Created: job.Created, Expires: job.Expires,
+		Tag: strings.ToLower(rand.Text()), AccountID: job.AccountID, Submission: job.Submission, Params: job.Params,
+		Source: job.Source, Reservation: job.Reservation, Pool: job.Pool, Created: job.Created, Expires: job.Expires,
 	}
-	res, err := q.client.Insert(ctx, args, &river.InsertOpts{Queue: queueName, MaxAttempts: maxAttempts})
+	opts := &river.InsertOpts{Queue: queueName, MaxAttempts: maxAttempts}
+	if job.Submission != "" {
+		// River's unique jobs: one job per account and Submission in
+		// every state, until the job is cleaned away after Retention.
+		opts.UniqueOpts = river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()}
+	}
+	res, err := q.client.Insert(ctx, args, opts)
 	if err != nil {
 		return upscale.Job{}, classify(ctx, fmt.Errorf("riverqueue: insert: %w", err))
 	}
-	return q.job(res.Job)
+	kept, err := q.job(res.Job)
+	if err != nil || !res.UniqueSkippedAsDuplicate || q.opts.Now().Before(kept.Expires) || kept.Status == upscale.JobRunning {
+		return kept, err
+	}
+	// The Submission's job expired, and is forgotten as Get forgets it;
+	// River only cleans it away later.
+	if _, err := q.client.JobDelete(ctx, res.Job.ID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+		return upscale.Job{}, classify(ctx, fmt.Errorf("riverqueue: delete the expired job %q: %w", kept.ID, err))
+	}
+	return q.Submit(ctx, job)
 }
 
 // jobID formats a job's ID.

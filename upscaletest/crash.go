@@ -42,6 +42,8 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		dying, other *upscale.Handler
 		blobs        *upscale.MemoryBlobStore
 		lease        time.Duration
+		// worker starts a third replica, which works the replicas' jobs.
+		worker func()
 	}
 	// setup returns a rig whose dying replica's stores are wrapped by wrap.
 	setup := func(t *testing.T, wrap func(ChargeStores) ChargeStores) rig {
@@ -61,9 +63,11 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { blobs.Close() })
-		replica := func(s ChargeStores) *upscale.Handler {
+		jobs := upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: clock.Now})
+		replica := func(s ChargeStores, jobWorkers int) *upscale.Handler {
 			h, err := upscale.New(upscale.Config{
 				Keys: keys, Ledger: s.Ledger, Upscaler: PixelUpscaler{}, Blobs: blobs, Idempotency: s.Idempotency,
+				Jobs: jobs, JobWorkers: jobWorkers,
 				Fetch:         upscale.FetchPolicy{Timeout: time.Second, BuiltinSources: map[string][]byte{source: TestImagePNG(t, 8, 6)}},
 				EngineTimeout: time.Second, SettleTimeout: 200 * time.Millisecond,
 				Capacity: upscale.Capacity{IdleRelease: -1}, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
@@ -71,18 +75,29 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { h.StopJobs(context.Background()) })
 			return h
 		}
 		// The lease is twice Fetch.Timeout, EngineTimeout and SettleTimeout.
-		return rig{clock: clock, stores: stores, dying: replica(wrap(stores)), other: replica(stores), blobs: blobs, lease: 4400 * time.Millisecond}
+		return rig{
+			clock: clock, stores: stores, dying: replica(wrap(stores), -1), other: replica(stores, -1), blobs: blobs, lease: 4400 * time.Millisecond,
+			worker: func() { replica(stores, 1) },
+		}
 	}
-	post := func(h *upscale.Handler) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", strings.NewReader(body))
+	// send sends the request with the key "order-17", preferring prefer.
+	send := func(h *upscale.Handler, method, path, prefer string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
 		r.Header.Set("Authorization", "Bearer upk_crash_0123456789abcdef")
 		r.Header.Set("Idempotency-Key", `"order-17"`)
+		if prefer != "" {
+			r.Header.Set("Prefer", prefer)
+		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w
+	}
+	post := func(h *upscale.Handler) *httptest.ResponseRecorder {
+		return send(h, http.MethodPost, "/api/v1/upscale", "")
 	}
 	charged := func(t *testing.T, s ChargeStores, want int64) {
 		t.Helper()
@@ -202,6 +217,61 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		}
 		charged(t, r.stores, 1)
 	})
+
+	t.Run("JobSubmission", func(t *testing.T) {
+		// The dying replica queues the job, then dies before it keeps its
+		// 202: the retry after the lease gets the same job, and gives back
+		// the unit and the source it took itself.
+		r := setup(t, func(s ChargeStores) ChargeStores {
+			return ChargeStores{Ledger: s.Ledger, Idempotency: crashOnKeep{s.Idempotency}}
+		})
+		submit := func(h *upscale.Handler) *httptest.ResponseRecorder {
+			return send(h, http.MethodPost, "/api/v1/upscale", "respond-async")
+		}
+		first := submit(r.dying)
+		location := first.Header().Get("Location")
+		if first.Code != http.StatusAccepted || location == "" {
+			t.Fatalf("the first submission: %d %s", first.Code, first.Body)
+		}
+		r.clock.Advance(time.Second)
+		mustBeInFlight(t, submit(r.other), r.lease-time.Second)
+		r.clock.Advance(r.lease)
+		for _, replayed := range []string{"", "true"} {
+			w := submit(r.other)
+			if w.Code != http.StatusAccepted || w.Header().Get("Location") != location || w.Header().Get("Idempotent-Replayed") != replayed {
+				t.Fatalf("retry after the lease: %d at %q (replayed %q), want 202 at %s (replayed %q)",
+					w.Code, w.Header().Get("Location"), w.Header().Get("Idempotent-Replayed"), location, replayed)
+			}
+		}
+		charged(t, r.stores, 1) // held for the job
+		if n := r.blobs.Len(); n != 1 {
+			t.Errorf("%d items stored, want 1: the job's source, not the retry's", n)
+		}
+		if w := post(r.other); w.Code != http.StatusUnprocessableEntity {
+			t.Errorf("the key sent without respond-async: %d %s, want 422: it names the job", w.Code, w.Body)
+		}
+		r.worker()
+		var job upscale.Job
+		for deadline := time.Now().Add(10 * time.Second); !job.Status.Done() && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if err := json.Unmarshal(send(r.other, http.MethodGet, location, "").Body.Bytes(), &job); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if job.Status != upscale.JobSucceeded || !linkWorks(t, r.blobs, jsonOf(t, job.Result)) {
+			t.Fatalf("the job: %+v, want it succeeded with a result that works", job)
+		}
+		charged(t, r.stores, 1)
+	})
+}
+
+// jsonOf is v in JSON.
+func jsonOf(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // crashOnKeep is an IdempotencyStore whose process dies when it would keep

@@ -99,6 +99,68 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 	})
 
+	t.Run("SubmitOnce", func(t *testing.T) {
+		q := newQueue(t, NewClock(start))
+		named := func(name, account, submission string) upscale.Job {
+			j := job(name, account)
+			j.Submission = submission
+			return j
+		}
+		// Concurrent Submits of one Submission keep one job, whoever's.
+		kept := make([]upscale.Job, 4)
+		var submits sync.WaitGroup
+		for i := range kept {
+			submits.Go(func() {
+				var err error
+				if kept[i], err = q.Submit(ctx, named(fmt.Sprintf("try-%d", i), "a", "key-1")); err != nil {
+					t.Errorf("Submit: %v", err)
+				}
+			})
+		}
+		submits.Wait()
+		for _, k := range kept[1:] {
+			if k.ID != kept[0].ID || k.Source != kept[0].Source || k.Reservation != kept[0].Reservation {
+				t.Fatalf("Submits of one Submission kept %+v and %+v, want one job", kept[0], k)
+			}
+		}
+		got, err := q.Get(ctx, "a", kept[0].ID)
+		if err != nil || got.Source != kept[0].Source || got.Reservation != "reservation-"+got.Source {
+			t.Fatalf("Get(%s) = %+v, %v, want the kept job", kept[0].ID, got, err)
+		}
+		// Another Submission, another account, or none: a job each.
+		ids := map[string]bool{kept[0].ID: true}
+		for _, j := range []upscale.Job{named("other-key", "a", "key-2"), named("other-account", "b", "key-1"), named("none-1", "a", ""), named("none-2", "a", "")} {
+			id := submit(t, q, j)[j.Source]
+			if ids[id] {
+				t.Errorf("Submit(%s) returned the job %s again", j.Source, id)
+			}
+			ids[id] = true
+		}
+		// A job that has ended is still the Submission's.
+		if _, err := q.Cancel(ctx, "a", kept[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		again, err := q.Submit(ctx, named("after-cancel", "a", "key-1"))
+		if err != nil || again.ID != kept[0].ID || again.Status != upscale.JobCanceled {
+			t.Errorf("Submit after the job was canceled = %+v, %v, want the canceled job %s", again, err, kept[0].ID)
+		}
+	})
+
+	t.Run("SubmitOnceExpires", func(t *testing.T) {
+		clock := NewClock(start)
+		q := newQueue(t, clock)
+		old := job("old", "a")
+		old.Submission, old.Expires = "key", start.Add(time.Minute)
+		oldID := submit(t, q, old)["old"]
+		clock.Advance(2 * time.Minute)
+		fresh := job("fresh", "a")
+		fresh.Submission = "key"
+		got, err := q.Submit(ctx, fresh)
+		if err != nil || got.ID == oldID || got.Source != "fresh" || got.Status != upscale.JobQueued {
+			t.Errorf("Submit after the Submission's job expired = %+v, %v, want a new job", got, err)
+		}
+	})
+
 	t.Run("RunsEachOnceWithinConcurrency", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		var jobs []upscale.Job
