@@ -41,6 +41,15 @@ type Config struct {
 	// until StopJobs. Zero means Capacity.EngineConcurrency; negative
 	// runs none, for API replicas beside processes that only work.
 	JobWorkers int
+	// Webhooks keeps the webhooks of ended jobs (a job's webhookUrl)
+	// until they are delivered, by the processes that run jobs
+	// (JobWorkers), under the Fetch policy. Nil means a
+	// MemoryWebhookQueue, for one process.
+	Webhooks WebhookQueue
+	// WebhookSecrets keeps the secrets that sign each account's webhooks;
+	// an account without one cannot send webhookUrl. Nil means a
+	// MemoryWebhookSecrets, for one process.
+	WebhookSecrets WebhookSecrets
 	// RateLimiter limits how often each API key may call, on top of its
 	// account's quota; refusals are 429 rate_limited with a Retry-After.
 	// MemoryRateLimiter limits within one process. Nil means no limit.
@@ -200,6 +209,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Idempotency == nil {
 		cfg.Idempotency = NewMemoryIdempotencyStore(MemoryIdempotencyStoreOptions{Now: cfg.Now})
+	}
+	if cfg.Webhooks == nil {
+		cfg.Webhooks = NewMemoryWebhookQueue(MemoryWebhookQueueOptions{Now: cfg.Now})
+	}
+	if cfg.WebhookSecrets == nil {
+		cfg.WebhookSecrets = NewMemoryWebhookSecrets(MemoryWebhookSecretsOptions{Now: cfg.Now})
 	}
 	return cfg, nil
 }

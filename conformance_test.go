@@ -32,6 +32,18 @@ func TestMemoryJobQueue(t *testing.T) {
 	})
 }
 
+func TestMemoryWebhookSecrets(t *testing.T) {
+	upscaletest.TestWebhookSecrets(t, func(t *testing.T, clock *upscaletest.Clock) upscale.WebhookSecrets {
+		return upscale.NewMemoryWebhookSecrets(upscale.MemoryWebhookSecretsOptions{Now: clock.Now})
+	})
+}
+
+func TestMemoryWebhookQueue(t *testing.T) {
+	upscaletest.TestWebhookQueue(t, func(t *testing.T, clock *upscaletest.Clock, backoff func(int) time.Duration) upscale.WebhookQueue {
+		return upscale.NewMemoryWebhookQueue(upscale.MemoryWebhookQueueOptions{Now: clock.Now, Backoff: backoff})
+	})
+}
+
 func TestPixelUpscaler(t *testing.T) {
 	upscaletest.TestUpscaler(t, func(t *testing.T) upscale.Upscaler { return upscaletest.PixelUpscaler{} })
 }

@@ -20,6 +20,11 @@ var (
 	// ErrInvalidImageURL means imageUrl is missing or not an absolute
 	// http/https URL the service will fetch.
 	ErrInvalidImageURL = errors.New("invalid image url")
+	// ErrInvalidWebhookURL means webhookUrl is not an absolute http/https
+	// URL the service will call, on an address and port the fetch policy
+	// allows; or it was sent without Prefer: respond-async, or by an
+	// account without a webhook signing secret.
+	ErrInvalidWebhookURL = errors.New("invalid webhook url")
 	// ErrInvalidScale means scale is not one of Scales().
 	ErrInvalidScale = errors.New("invalid scale")
 	// ErrInvalidImageType means imageType is not "photo" or "anime".

@@ -77,7 +77,8 @@ const MaxRedirects = 5
 // request.
 type fetcher struct {
 	client   *http.Client
-	ports    []uint16 // nil: any port
+	webhooks *http.Client // the same transport, following no redirect
+	ports    []uint16     // nil: any port
 	timeout  time.Duration
 	policy   *addressPolicy // nil: AllowPrivateNetworks
 	hosts    []string       // Config.Fetch.AllowedHosts, lower case without a trailing dot
@@ -137,6 +138,10 @@ func newFetcher(cfg FetchPolicy) (*fetcher, error) {
 			ResponseHeaderTimeout: cfg.Timeout,
 		},
 		CheckRedirect: f.checkRedirect,
+	}
+	f.webhooks = &http.Client{
+		Transport:     f.client.Transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return f, nil
 }
@@ -228,20 +233,54 @@ func canonicalHost(host string) string {
 // breaks one is ErrInvalidImageURL; a redirect to one is
 // ErrSourceForbidden, since the caller's URL was fine.
 func checkSourceURL(u *url.URL, redirect bool) error {
-	problem := hostSyntaxProblem(u.Hostname())
-	switch {
-	case (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "":
-		problem = "is not an absolute http or https URL, such as https://example.com/photo.jpg"
-	case u.User != nil:
-		problem = "contains a user name or password"
-	}
-	switch {
+	switch problem := urlProblem(u); {
 	case problem == "":
 		return nil
 	case redirect:
 		return Explain(ErrSourceForbidden, msgRedirectRefused, problem)
+	default:
+		return Explain(ErrInvalidImageURL, msgImageURLRefused, problem)
 	}
-	return Explain(ErrInvalidImageURL, msgImageURLRefused, problem)
+}
+
+// urlProblem says what keeps u from being a URL this service calls, or
+// returns "".
+func urlProblem(u *url.URL) string {
+	switch {
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "":
+		return "is not an absolute http or https URL, such as https://example.com/photo.jpg"
+	case u.User != nil:
+		return "contains a user name or password"
+	}
+	return hostSyntaxProblem(u.Hostname())
+}
+
+// checkWebhookURL holds a job's webhookUrl to the policy before the job is
+// queued: its port, and every address its host resolves to now. Each
+// delivery is held to it again as it dials (dialChecked), so a name that
+// resolves elsewhere later gains nothing.
+func (f *fetcher) checkWebhookURL(ctx context.Context, u *url.URL) error {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if _, ok := f.allowedPort(port); !ok {
+		return Explain(ErrInvalidWebhookURL, msgWebhookPort, port, f.ports)
+	}
+	host := u.Hostname()
+	if f.policy == nil || slices.Contains(f.hosts, canonicalHost(host)) {
+		return nil
+	}
+	addrs, err := f.resolve(ctx, host)
+	if err != nil {
+		return Explain(ErrInvalidWebhookURL, msgWebhookUnresolvable, host)
+	}
+	for _, a := range addrs {
+		if what := f.policy.refusal(a); what != "" {
+			return Explain(ErrInvalidWebhookURL, msgWebhookAddress, what)
+		}
+	}
+	return nil
 }
 
 // checkURL applies the parts of the policy that need no network: scheme,

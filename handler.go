@@ -239,6 +239,12 @@ func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (
 	if err != nil {
 		return Response{}, nil, err
 	}
+	if req.webhook != nil {
+		if preferences(r.Header).async {
+			return Response{}, nil, Explain(ErrInvalidWebhookURL, msgWebhookNoJobs)
+		}
+		return Response{}, nil, Explain(ErrInvalidWebhookURL, msgWebhookNeedsJob)
+	}
 	ctx := r.Context()
 	onceKey, sent, err := idempotencyKey(r.Header.Values("Idempotency-Key"))
 	if err != nil {

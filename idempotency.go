@@ -135,11 +135,16 @@ func idempotencyKey(values []string) (key string, sent bool, err error) {
 // fingerprint identifies a validated request by what it asks for, so
 // that the same request sent with other spacing, field order or defaults
 // spelt out has the same fingerprint. Its submission as a job (asJob) has
-// another: one key names a request or a job, not both.
+// another, with its webhookUrl: one key names a request or a job, not
+// both.
 func (r request) fingerprint(asJob bool) [sha256.Size]byte {
 	text := fmt.Appendf(nil, "%s\n%d\n%s\n%s", r.source, r.Scale, r.ImageType, r.Denoise)
 	if asJob {
-		text = append([]byte("job\n"), text...)
+		webhook := ""
+		if r.webhook != nil {
+			webhook = r.webhook.String()
+		}
+		text = append([]byte("job\n"+webhook+"\n"), text...)
 	}
 	return sha256.Sum256(text)
 }

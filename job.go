@@ -37,6 +37,9 @@ type Job struct {
 	// Expires at the most (ReservationHolder).
 	Reservation string `json:"-"`
 	Pool        Pool   `json:"-"`
+	// Webhook is the job's webhookUrl: where its end is posted, if
+	// anywhere.
+	Webhook string `json:"webhookUrl,omitempty"`
 	// Submission, when set, names the request that submitted the job
 	// among its account's: the caller's Idempotency-Key with what the
 	// request asked for. A queue keeps one job per account and Submission.

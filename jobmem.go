@@ -166,19 +166,37 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunne
 	if concurrency < 1 {
 		return nil, fmt.Errorf("work on %d jobs at once: want at least 1", concurrency)
 	}
+	work := func(stopping <-chan struct{}) {
+		for {
+			j, runCtx, ok := q.take(stopping)
+			if !ok {
+				return
+			}
+			outcome := run(runCtx, j.Job)
+			q.finish(j, outcome, runCtx)
+		}
+	}
+	cutShort := func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for _, j := range q.jobs {
+			if j.stop != nil && !j.canceled {
+				j.stop(errWorkerStopped)
+			}
+		}
+	}
+	return startWorkers(concurrency, work, cutShort), nil
+}
+
+// startWorkers runs concurrency workers until the stop it returns is
+// called: stop closes the channel each worker watches, lets the workers
+// finish until drain is done, then calls cutShort, which has their work's
+// contexts done, and returns once every worker has returned.
+func startWorkers(concurrency int, work func(stopping <-chan struct{}), cutShort func()) func(drain context.Context) error {
 	stopping := make(chan struct{})
 	var workers sync.WaitGroup
 	for range concurrency {
-		workers.Go(func() {
-			for {
-				j, runCtx, ok := q.take(stopping)
-				if !ok {
-					return
-				}
-				outcome := run(runCtx, j.Job)
-				q.finish(j, outcome, runCtx)
-			}
-		})
+		workers.Go(func() { work(stopping) })
 	}
 	var once sync.Once
 	return func(drain context.Context) error {
@@ -193,16 +211,10 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunne
 			return nil
 		case <-drain.Done():
 		}
-		q.mu.Lock()
-		for _, j := range q.jobs {
-			if j.stop != nil && !j.canceled {
-				j.stop(errWorkerStopped)
-			}
-		}
-		q.mu.Unlock()
+		cutShort()
 		<-ended
 		return nil
-	}, nil
+	}
 }
 
 // take waits for the oldest unexpired queued job and marks it running,

@@ -17,7 +17,9 @@ import (
 type jobForm struct {
 	sources BlobReader
 	holds   ReservationHolder
-	stop    func(drain context.Context) error // the workers', nil when none run
+	// The job workers' and the webhook deliverers' stops, nil when none
+	// run.
+	stopWorkers, stopDeliverers func(drain context.Context) error
 }
 
 // startJobs enables the job form when the stores allow it, and starts the
@@ -32,24 +34,30 @@ func (h *Handler) startJobs() error {
 	if h.cfg.JobWorkers < 0 {
 		return nil
 	}
-	stop, err := h.cfg.Jobs.Work(context.Background(), h.cfg.JobWorkers, h.runJob)
+	stopWorkers, err := h.cfg.Jobs.Work(context.Background(), h.cfg.JobWorkers, h.runJob)
 	if err != nil {
 		return fmt.Errorf("upscale: start the job workers: %w", err)
 	}
-	h.jobs.stop = stop
+	stopDeliverers, err := h.cfg.Webhooks.Work(context.Background(), webhookConcurrency, h.deliverWebhook)
+	if err != nil {
+		stopWorkers(context.Background())
+		return fmt.Errorf("upscale: start the webhook deliverers: %w", err)
+	}
+	h.jobs.stopWorkers, h.jobs.stopDeliverers = stopWorkers, stopDeliverers
 	return nil
 }
 
-// StopJobs stops this Handler's job workers (Config.JobWorkers): they
-// take no new job, the jobs they run have until drain is done to finish,
-// and the rest are given back to the queue, for another process, or this
-// one after a restart, to run. A host calls it on shutdown, after Drain
-// and after its server has stopped taking requests.
+// StopJobs stops this Handler's job workers (Config.JobWorkers), then its
+// webhook deliverers: they take no new work, what they run has until
+// drain is done to finish, and the rest is given back to the queues, for
+// another process, or this one after a restart, to run. A host calls it
+// on shutdown, after Drain and after its server has stopped taking
+// requests.
 func (h *Handler) StopJobs(drain context.Context) error {
-	if h.jobs == nil || h.jobs.stop == nil {
+	if h.jobs == nil || h.jobs.stopWorkers == nil {
 		return nil
 	}
-	return h.jobs.stop(drain)
+	return errors.Join(h.jobs.stopWorkers(drain), h.jobs.stopDeliverers(drain))
 }
 
 // submitJob does at submission what can be judged then, as run does for a
@@ -61,6 +69,10 @@ func (h *Handler) StopJobs(drain context.Context) error {
 // (Job.Submission), that job is returned, and the unit and source taken
 // here are given back.
 func (h *Handler) submitJob(ctx context.Context, accountID string, req request, submission string) (Job, error) {
+	webhook, err := h.checkWebhook(ctx, accountID, req.webhook)
+	if err != nil {
+		return Job{}, err
+	}
 	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
 	if err != nil {
 		return Job{}, err
@@ -77,7 +89,7 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 	}
 	now := h.cfg.Now()
 	job := Job{
-		AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Submission: submission,
+		AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Submission: submission, Webhook: webhook,
 		Created: now, Expires: now.Add(h.cfg.JobTTL), Source: strings.ToLower(rand.Text()) + ".source",
 	}
 	source := job.Source
@@ -123,37 +135,58 @@ func (h *Handler) checkSource(src []byte, params Params) error {
 
 // runJob is the handler's JobRunner: the request's engine, store and
 // charge steps (run), on the source kept at submission. It settles what
-// it started: a job that ends gives its unit back unless charged, and its
-// source is deleted; a run its worker's stop cuts short leaves the unit
-// held and the source kept for the run that takes the job over; a store
-// out of reach has the job run again later.
+// it started: a job that ends gives its unit back unless charged, its
+// source is deleted, and its webhook is queued; a run its worker's stop
+// cuts short leaves the unit held and the source kept for the run that
+// takes the job over; a store out of reach has the job run again later.
 func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	resp, err := h.workJob(ctx, job)
-	stopped := ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrJobCanceled)
+	canceled := errors.Is(context.Cause(ctx), ErrJobCanceled)
+	ended := job
+	ended.Finished = h.cfg.Now()
 	switch {
 	case err == nil:
-		h.deleteBlob(ctx, "job source", job.Source, job.Expires)
-		return JobOutcome{Result: &resp}
-	case stopped:
-		return JobOutcome{}
+		ended.Status, ended.Result = JobSucceeded, &resp
+	case ctx.Err() != nil && !canceled:
+		return JobOutcome{} // stopped
+	case canceled:
+		ended.Status = JobCanceled
 	case errors.Is(err, ErrUnavailable):
 		// Nothing settled: a charge whose outcome is unknown is settled
 		// by the next run's commit, which charges nothing more.
 		h.cfg.Logger.Warn("upscale: job run again later", "job", job.ID, "err", err)
 		return JobOutcome{Retry: true}
+	default:
+		p := h.problem(err)
+		ended.Status, ended.Problem = JobFailed, &p
 	}
-	h.release(ctx, Reservation{ID: job.Reservation, AccountID: job.AccountID})
+	// The webhook is queued before anything is settled, so that a run
+	// that cannot queue it asks to run again with nothing to undo; the
+	// queue keeps one webhook per job however often it runs. A canceled
+	// job is not run again for it.
+	if err := h.notify(ctx, ended); err != nil {
+		if !canceled {
+			h.cfg.Logger.Warn("upscale: job run again later, to queue its webhook", "job", job.ID, "err", err)
+			return JobOutcome{Retry: true}
+		}
+		h.cfg.Logger.Error("upscale: queue a canceled job's webhook; it is not sent", "job", job.ID, "err", err)
+	}
+	if ended.Status != JobSucceeded {
+		h.release(ctx, Reservation{ID: job.Reservation, AccountID: job.AccountID})
+	}
 	h.deleteBlob(ctx, "job source", job.Source, job.Expires)
-	if ctx.Err() != nil {
-		return JobOutcome{} // canceled
+	switch ended.Status {
+	case JobSucceeded:
+		return JobOutcome{Result: ended.Result}
+	case JobCanceled:
+		return JobOutcome{}
 	}
-	p := h.problem(err)
 	level := slog.LevelInfo
-	if p.Status >= http.StatusInternalServerError {
+	if ended.Problem.Status >= http.StatusInternalServerError {
 		level = slog.LevelError
 	}
-	h.cfg.Logger.Log(ctx, level, "upscale: job failed", "job", job.ID, "status", p.Status, "code", p.Code, "err", err)
-	return JobOutcome{Problem: &p}
+	h.cfg.Logger.Log(ctx, level, "upscale: job failed", "job", job.ID, "status", ended.Problem.Status, "code", ended.Problem.Code, "err", err)
+	return JobOutcome{Problem: ended.Problem}
 }
 
 // workJob enlarges a job's source, stores the result, records it with

@@ -205,10 +205,15 @@ func TestAnswersMatchTheContract(t *testing.T) {
 
 	// The job form: a job accepted, its resource, one answered inline,
 	// one canceled, and the refusals of the job's resource.
-	jobs := newEnv(t)
+	secrets := upscale.NewMemoryWebhookSecrets(upscale.MemoryWebhookSecretsOptions{})
+	jobs := newEnv(t, func(c *upscale.Config) { c.WebhookSecrets = secrets })
+	if _, err := secrets.RotateWebhookSecret(context.Background(), "free"); err != nil {
+		t.Fatal(err)
+	}
 	async := http.Header{"Prefer": {"respond-async"}}
-	accepted := sendTo(jobs.handler, "POST", "/api/v1/upscale", keyFree, async, body(jobs.url("/small.png")))
+	accepted := sendTo(jobs.handler, "POST", "/api/v1/upscale", keyFree, async, body(jobs.url("/small.png"), `"webhookUrl": "`+jobs.url("/hooks")+`"`))
 	record(accepted, true)
+	record(sendTo(jobs.handler, "POST", "/api/v1/upscale", keyFree, nil, body(jobs.url("/small.png"), `"webhookUrl": "`+jobs.url("/hooks")+`"`)), true)
 	location := accepted.response.Header().Get("Location")
 	record(sendTo(jobs.handler, "GET", location, keyFree, nil, ""), true)
 	record(sendTo(jobs.handler, "POST", "/api/v1/upscale", keyFree, http.Header{"Prefer": {"respond-async, wait=5"}}, body(jobs.url("/small.png"))), true)

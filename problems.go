@@ -35,6 +35,7 @@ var problems = []struct {
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Send a valid API key as \"Authorization: Bearer <key>\"; keys are issued on {dashboard}."},
 	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "The request body must be one JSON object with imageUrl and optional scale, imageType and denoise."},
 	{ErrInvalidImageURL, http.StatusBadRequest, "invalid_image_url", "imageUrl must be an absolute http or https URL of an image."},
+	{ErrInvalidWebhookURL, http.StatusBadRequest, "invalid_webhook_url", "webhookUrl must be an absolute http or https URL on a public address, sent with Prefer: respond-async."},
 	{ErrInvalidScale, http.StatusBadRequest, "invalid_scale", "scale must be " + scaleList(false) + "."},
 	{ErrInvalidImageType, http.StatusBadRequest, "invalid_image_type", "imageType must be \"photo\" or \"anime\"."},
 	{ErrInvalidDenoise, http.StatusBadRequest, "invalid_denoise", "denoise must be \"none\", \"low\", \"mid\", \"high\" or \"max\"."},
@@ -178,7 +179,7 @@ const (
 	msgBodyUnreadable         = "The request body could not be read; send it again."
 	msgBodyNotUTF8            = "The request body is not valid UTF-8."
 	msgBodyShape              = "The request body must be one JSON object, such as {\"imageUrl\": \"https://example.com/a.png\", \"scale\": 2}."
-	msgUnknownField           = "Unknown field %q; the fields are imageUrl, scale, imageType and denoise (names are case-sensitive)."
+	msgUnknownField           = "Unknown field %q; the fields are imageUrl, scale, imageType, denoise and webhookUrl (names are case-sensitive)."
 	msgDuplicateField         = "The field %q appears twice; give each field once."
 	msgTrailingData           = "The request body has data after the JSON object; send exactly one object."
 	msgScaleUnreadable        = "scale %s is not a number this service can read; use %s."
@@ -190,6 +191,16 @@ const (
 	msgImageURLMissing    = "imageUrl is required: give the http or https URL of a JPEG, PNG or WebP image as a string."
 	msgImageURLTooLong    = "imageUrl is %d bytes long; at most %d are accepted."
 	msgImageURLUnparsable = "imageUrl is not a URL; give an absolute http or https URL, such as https://example.com/photo.jpg."
+	// ErrInvalidWebhookURL
+	msgWebhookRefused      = "webhookUrl %s."
+	msgWebhookUnparsable   = "webhookUrl is not a URL; give an absolute http or https URL, such as https://example.com/hooks/upscale."
+	msgWebhookTooLong      = "webhookUrl is %d bytes long; at most %d are accepted."
+	msgWebhookNeedsJob     = "webhookUrl is for jobs: send it with the header \"Prefer: respond-async\", or leave it out and read the result from this answer."
+	msgWebhookNoJobs       = "webhookUrl is for jobs, which this service does not run; leave it out and read the result from this answer."
+	msgWebhookNoSecret     = "This account has no webhook signing secret, so its webhooks could not be verified; create one on {dashboard}, then send webhookUrl again."
+	msgWebhookPort         = "webhookUrl uses port %s; only ports %v are called."
+	msgWebhookAddress      = "webhookUrl leads to %s; only public addresses are called."
+	msgWebhookUnresolvable = "webhookUrl's host %q has no address this service can find; check its spelling."
 	// ErrInvalidScale
 	msgScaleNotNumber = "scale must be the number %s (not a string)."
 	// ErrSourceForbidden

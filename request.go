@@ -23,6 +23,10 @@ const (
 type request struct {
 	source *url.URL
 	Params
+	// webhook is the job's webhookUrl, nil when none was sent: checked
+	// for its syntax here, and against the fetch policy when the job is
+	// submitted (checkWebhookURL).
+	webhook *url.URL
 }
 
 var (
@@ -68,6 +72,11 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
 			return request{}, err
 		}
 	}
+	if raw := fields["webhookUrl"]; raw != nil {
+		if req.webhook, err = parseWebhookURL(raw); err != nil {
+			return request{}, err
+		}
+	}
 	return req, nil
 }
 
@@ -88,7 +97,7 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 		}
 		name := tok.(string) // inside an object, a token before a value is its name
 		switch name {
-		case "imageUrl", "scale", "imageType", "denoise":
+		case "imageUrl", "scale", "imageType", "denoise", "webhookUrl":
 		default:
 			return nil, Explain(ErrInvalidRequest, msgUnknownField, name)
 		}
@@ -129,6 +138,27 @@ func parseImageURL(raw json.RawMessage) (*url.URL, error) {
 		return nil, err
 	}
 	u.Fragment, u.RawFragment = "", "" // never sent to the server anyway
+	return u, nil
+}
+
+// parseWebhookURL reads webhookUrl: an absolute http or https URL held to
+// the rules of an imageUrl that need no network.
+func parseWebhookURL(raw json.RawMessage) (*url.URL, error) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return nil, Explain(ErrInvalidWebhookURL, msgWebhookUnparsable)
+	}
+	if len(s) > MaxImageURLBytes {
+		return nil, Explain(ErrInvalidWebhookURL, msgWebhookTooLong, len(s), MaxImageURLBytes)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, Explain(ErrInvalidWebhookURL, msgWebhookUnparsable)
+	}
+	if problem := urlProblem(u); problem != "" {
+		return nil, Explain(ErrInvalidWebhookURL, msgWebhookRefused, problem)
+	}
+	u.Fragment, u.RawFragment = "", ""
 	return u, nil
 }
 

@@ -1,0 +1,241 @@
+package upscale
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MemoryWebhookSecretsOptions configures a MemoryWebhookSecrets.
+type MemoryWebhookSecretsOptions struct {
+	// Now is the store's clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// MemoryWebhookSecrets is a WebhookSecrets held in process memory, for one
+// process and for tests; it keeps no accounts, so every account ID is one.
+// It is safe for concurrent use.
+type MemoryWebhookSecrets struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	secrets map[string]rotatedSecret
+}
+
+// rotatedSecret is an account's current secret, and the one it replaced
+// at rotated.
+type rotatedSecret struct {
+	current, previous string
+	rotated           time.Time
+}
+
+var _ WebhookSecrets = (*MemoryWebhookSecrets)(nil)
+
+// NewMemoryWebhookSecrets returns an empty MemoryWebhookSecrets.
+func NewMemoryWebhookSecrets(opts MemoryWebhookSecretsOptions) *MemoryWebhookSecrets {
+	return &MemoryWebhookSecrets{now: clock(opts.Now), secrets: map[string]rotatedSecret{}}
+}
+
+// WebhookSecrets implements WebhookSecrets.
+func (s *MemoryWebhookSecrets) WebhookSecrets(ctx context.Context, accountID string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.secrets[accountID].signing(s.now()), nil
+}
+
+// signing is the secrets that sign at now, newest first.
+func (r rotatedSecret) signing(now time.Time) []string {
+	switch {
+	case r.current == "":
+		return nil
+	case r.previous != "" && now.Before(r.rotated.Add(WebhookSecretOverlap)):
+		return []string{r.current, r.previous}
+	}
+	return []string{r.current}
+}
+
+// RotateWebhookSecret implements WebhookSecrets.
+func (s *MemoryWebhookSecrets) RotateWebhookSecret(ctx context.Context, accountID string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	secret := NewWebhookSecret()
+	s.secrets[accountID] = rotatedSecret{current: secret, previous: s.secrets[accountID].current, rotated: s.now()}
+	return secret, nil
+}
+
+// MemoryWebhookQueueOptions configures a MemoryWebhookQueue.
+type MemoryWebhookQueueOptions struct {
+	// Now is the clock webhooks expire by. Nil means time.Now.
+	Now func() time.Time
+	// Backoff is the wait after a failed attempt, by the number of
+	// attempts so far. Nil means WebhookBackoff.
+	Backoff func(attempt int) time.Duration
+}
+
+// MemoryWebhookQueue is a WebhookQueue held in process memory, for one
+// process and for tests: its webhooks are lost when the process ends. It
+// is safe for concurrent use.
+type MemoryWebhookQueue struct {
+	now     func() time.Time
+	backoff func(attempt int) time.Duration
+
+	mu       sync.Mutex
+	webhooks map[string]*memoryWebhook // by ID, until they expire
+	due      []*memoryWebhook          // to attempt now, oldest first
+	wake     chan struct{}             // has a value while one may be due
+	swept    sweepGate
+}
+
+type memoryWebhook struct {
+	Webhook
+	attempts int
+	stop     context.CancelFunc // the attempt's under way, while one is
+}
+
+var _ WebhookQueue = (*MemoryWebhookQueue)(nil)
+
+// NewMemoryWebhookQueue returns an empty MemoryWebhookQueue.
+func NewMemoryWebhookQueue(opts MemoryWebhookQueueOptions) *MemoryWebhookQueue {
+	backoff := opts.Backoff
+	if backoff == nil {
+		backoff = WebhookBackoff
+	}
+	return &MemoryWebhookQueue{now: clock(opts.Now), backoff: backoff, webhooks: map[string]*memoryWebhook{}, wake: make(chan struct{}, 1)}
+}
+
+// lock takes q.mu and forgets the webhooks past their expiry, once a
+// minute. It returns the time it used; the caller unlocks q.mu.
+func (q *MemoryWebhookQueue) lock() time.Time {
+	now := q.now()
+	q.mu.Lock()
+	if q.swept.due(now) {
+		for id, w := range q.webhooks {
+			if w.stop == nil && !now.Before(w.Expires) {
+				delete(q.webhooks, id)
+			}
+		}
+	}
+	return now
+}
+
+// Enqueue implements WebhookQueue.
+func (q *MemoryWebhookQueue) Enqueue(ctx context.Context, webhook Webhook) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	q.lock()
+	defer q.mu.Unlock()
+	if _, ok := q.webhooks[webhook.ID]; ok {
+		return nil
+	}
+	w := &memoryWebhook{Webhook: webhook}
+	q.webhooks[webhook.ID] = w
+	q.push(w)
+	return nil
+}
+
+// push puts w among those due and wakes a deliverer. The caller holds
+// q.mu.
+func (q *MemoryWebhookQueue) push(w *memoryWebhook) {
+	q.due = append(q.due, w)
+	q.signal()
+}
+
+// signal wakes a deliverer. The caller holds q.mu.
+func (q *MemoryWebhookQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Work implements WebhookQueue.
+func (q *MemoryWebhookQueue) Work(ctx context.Context, concurrency int, deliver func(context.Context, Webhook) error) (func(drain context.Context) error, error) {
+	if concurrency < 1 {
+		return nil, fmt.Errorf("deliver %d webhooks at once: want at least 1", concurrency)
+	}
+	work := func(stopping <-chan struct{}) {
+		for {
+			w, attemptCtx, ok := q.take(stopping)
+			if !ok {
+				return
+			}
+			q.finish(w, deliver(attemptCtx, w.Webhook), attemptCtx)
+		}
+	}
+	cutShort := func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for _, w := range q.webhooks {
+			if w.stop != nil {
+				w.stop()
+			}
+		}
+	}
+	return startWorkers(concurrency, work, cutShort), nil
+}
+
+// take waits for the oldest due webhook that has not expired and marks it
+// under way, with the context its attempt gets; false once stopping is
+// closed.
+func (q *MemoryWebhookQueue) take(stopping <-chan struct{}) (*memoryWebhook, context.Context, bool) {
+	for {
+		select {
+		case <-stopping:
+			return nil, nil, false
+		default:
+		}
+		now := q.lock()
+		for len(q.due) > 0 {
+			w := q.due[0]
+			q.due = q.due[1:]
+			if !now.Before(w.Expires) {
+				continue
+			}
+			var attemptCtx context.Context
+			attemptCtx, w.stop = context.WithCancel(context.Background())
+			w.attempts++
+			if len(q.due) > 0 {
+				q.signal() // another deliverer may take the next
+			}
+			q.mu.Unlock()
+			return w, attemptCtx, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-stopping:
+			return nil, nil, false
+		case <-q.wake:
+		}
+	}
+}
+
+// finish ends an attempt: delivered, or due again after the backoff (at
+// once if its deliverer's stop cut it short, which is not its receiver's
+// failure).
+func (q *MemoryWebhookQueue) finish(w *memoryWebhook, err error, attemptCtx context.Context) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	stopped := attemptCtx.Err() != nil
+	w.stop()
+	w.stop = nil
+	switch {
+	case err == nil: // kept until it expires, so that its ID is not enqueued again
+	case stopped:
+		w.attempts--
+		q.push(w)
+	default:
+		time.AfterFunc(q.backoff(w.attempts), func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.push(w)
+		})
+	}
+}
