@@ -219,34 +219,44 @@ func startWorkers(concurrency int, work func(stopping <-chan struct{}), cutShort
 
 // take waits for the oldest unexpired queued job and marks it running,
 // with the context its run gets; false once stopping is closed.
-func (q *MemoryJobQueue) take(stopping <-chan struct{}) (*memoryJob, context.Context, bool) {
-	for {
-		select {
-		case <-stopping:
-			return nil, nil, false
-		default:
-		}
+func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx context.Context, ok bool) {
+	ok = waitToTake(stopping, q.wake, func() bool {
 		now := q.lock()
+		defer q.mu.Unlock()
 		for len(q.queued) > 0 {
-			j := q.jobs[q.queued[0]]
+			j = q.jobs[q.queued[0]]
 			q.queued = q.queued[1:]
 			if j == nil || j.Status != JobQueued || !now.Before(j.Expires) {
 				continue
 			}
-			var runCtx context.Context
 			runCtx, j.stop = context.WithCancelCause(context.Background())
 			j.Status, j.Started, j.canceled = JobRunning, now, false
 			if len(q.queued) > 0 {
 				q.signal() // another worker may take the next
 			}
-			q.mu.Unlock()
-			return j, runCtx, true
+			return true
 		}
-		q.mu.Unlock()
+		return false
+	})
+	return j, runCtx, ok
+}
+
+// waitToTake calls take until it takes something, waiting for wake
+// between calls; false once stopping is closed.
+func waitToTake(stopping, wake <-chan struct{}, take func() bool) bool {
+	for {
 		select {
 		case <-stopping:
-			return nil, nil, false
-		case <-q.wake:
+			return false
+		default:
+		}
+		if take() {
+			return true
+		}
+		select {
+		case <-stopping:
+			return false
+		case <-wake:
 		}
 	}
 }

@@ -38,7 +38,7 @@ func (h *Handler) startJobs() error {
 	if err != nil {
 		return fmt.Errorf("upscale: start the job workers: %w", err)
 	}
-	stopDeliverers, err := h.cfg.Webhooks.Work(context.Background(), webhookConcurrency, h.deliverWebhook)
+	stopDeliverers, err := h.cfg.Webhooks.Deliver(context.Background(), webhookConcurrency, h.deliverWebhook)
 	if err != nil {
 		stopWorkers(context.Background())
 		return fmt.Errorf("upscale: start the webhook deliverers: %w", err)

@@ -73,13 +73,13 @@ type WebhookQueue interface {
 	// with its ID already, delivered or not, it adds nothing: an event is
 	// delivered once however often the run that raised it is repeated.
 	Enqueue(ctx context.Context, webhook Webhook) error
-	// Work starts delivering the queue's webhooks with deliver, at most
-	// concurrency at once, and returns the function that stops it, as
-	// JobQueue.Work does. A webhook whose deliver returns nil is never
+	// Deliver starts delivering the queue's webhooks with deliver, at
+	// most concurrency at once, and returns the function that stops it,
+	// as JobQueue.Work does. A webhook whose deliver returns nil is never
 	// delivered again; one whose deliver fails is tried again after
 	// WebhookBackoff of the attempts so far (or the queue's own backoff,
 	// where it is given one), until Expires.
-	Work(ctx context.Context, concurrency int, deliver func(ctx context.Context, webhook Webhook) error) (stop func(drain context.Context) error, err error)
+	Deliver(ctx context.Context, concurrency int, deliver func(ctx context.Context, webhook Webhook) error) (stop func(drain context.Context) error, err error)
 }
 
 // WebhookBackoff is how long a delivery waits after its attempt-th failed

@@ -156,8 +156,8 @@ func (q *MemoryWebhookQueue) signal() {
 	}
 }
 
-// Work implements WebhookQueue.
-func (q *MemoryWebhookQueue) Work(ctx context.Context, concurrency int, deliver func(context.Context, Webhook) error) (func(drain context.Context) error, error) {
+// Deliver implements WebhookQueue.
+func (q *MemoryWebhookQueue) Deliver(ctx context.Context, concurrency int, deliver func(context.Context, Webhook) error) (func(drain context.Context) error, error) {
 	if concurrency < 1 {
 		return nil, fmt.Errorf("deliver %d webhooks at once: want at least 1", concurrency)
 	}
@@ -185,36 +185,26 @@ func (q *MemoryWebhookQueue) Work(ctx context.Context, concurrency int, deliver 
 // take waits for the oldest due webhook that has not expired and marks it
 // under way, with the context its attempt gets; false once stopping is
 // closed.
-func (q *MemoryWebhookQueue) take(stopping <-chan struct{}) (*memoryWebhook, context.Context, bool) {
-	for {
-		select {
-		case <-stopping:
-			return nil, nil, false
-		default:
-		}
+func (q *MemoryWebhookQueue) take(stopping <-chan struct{}) (w *memoryWebhook, attemptCtx context.Context, ok bool) {
+	ok = waitToTake(stopping, q.wake, func() bool {
 		now := q.lock()
+		defer q.mu.Unlock()
 		for len(q.due) > 0 {
-			w := q.due[0]
+			w = q.due[0]
 			q.due = q.due[1:]
 			if !now.Before(w.Expires) {
 				continue
 			}
-			var attemptCtx context.Context
 			attemptCtx, w.stop = context.WithCancel(context.Background())
 			w.attempts++
 			if len(q.due) > 0 {
 				q.signal() // another deliverer may take the next
 			}
-			q.mu.Unlock()
-			return w, attemptCtx, true
+			return true
 		}
-		q.mu.Unlock()
-		select {
-		case <-stopping:
-			return nil, nil, false
-		case <-q.wake:
-		}
-	}
+		return false
+	})
+	return w, attemptCtx, ok
 }
 
 // finish ends an attempt: delivered, or due again after the backoff (at

@@ -57,8 +57,11 @@ type Options struct {
 	PollInterval time.Duration
 	// Logger receives River's own log. Nil means slog.Default().
 	Logger *slog.Logger
-	// Now is the clock jobs expire by. Nil means time.Now.
+	// Now is the clock jobs and webhooks expire by. Nil means time.Now.
 	Now func() time.Time
+	// WebhookBackoff is the wait after a failed webhook delivery, by the
+	// number of attempts so far. Nil means upscale.WebhookBackoff.
+	WebhookBackoff func(attempt int) time.Duration
 }
 
 // Queue is an upscale.JobQueue on River. TTx is the driver's transaction
@@ -70,8 +73,10 @@ type Queue[TTx any] struct {
 }
 
 var (
-	_ upscale.JobQueue = (*Queue[*sql.Tx])(nil)
-	_ upscale.JobQueue = (*Queue[pgx.Tx])(nil)
+	_ upscale.JobQueue     = (*Queue[*sql.Tx])(nil)
+	_ upscale.JobQueue     = (*Queue[pgx.Tx])(nil)
+	_ upscale.WebhookQueue = (*Queue[*sql.Tx])(nil)
+	_ upscale.WebhookQueue = (*Queue[pgx.Tx])(nil)
 )
 
 // NewSQLite returns a Queue on a SQLite database, which River needs opened
@@ -102,8 +107,11 @@ func newQueue[TTx any](driver riverdriver.Driver[TTx], opts Options) (*Queue[TTx
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.WebhookBackoff == nil {
+		opts.WebhookBackoff = upscale.WebhookBackoff
+	}
 	q := &Queue[TTx]{driver: driver, opts: opts}
-	client, err := river.NewClient(driver, q.config(nil, 0))
+	client, err := river.NewClient(driver, q.config(nil, "", 0))
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
 	}
@@ -123,13 +131,16 @@ func (q *Queue[TTx]) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// queueName is the River queue of upscale jobs.
-const queueName = "upscale"
+// The River queues of upscale jobs and of their webhooks.
+const (
+	queueName        = "upscale"
+	webhookQueueName = "upscale_webhooks"
+)
 
 // config is River's configuration for a client: one that works
-// concurrency jobs with workers, or, without them, one that only inserts,
-// reads and cancels.
-func (q *Queue[TTx]) config(workers *river.Workers, concurrency int) *river.Config {
+// concurrency jobs of queue with workers, or, without them, one that only
+// inserts, reads and cancels.
+func (q *Queue[TTx]) config(workers *river.Workers, queue string, concurrency int) *river.Config {
 	cfg := &river.Config{
 		CancelledJobRetentionPeriod: q.opts.Retention,
 		CompletedJobRetentionPeriod: q.opts.Retention,
@@ -143,7 +154,7 @@ func (q *Queue[TTx]) config(workers *river.Workers, concurrency int) *river.Conf
 	}
 	if workers != nil {
 		cfg.Workers = workers
-		cfg.Queues = map[string]river.QueueConfig{queueName: {MaxWorkers: concurrency}}
+		cfg.Queues = map[string]river.QueueConfig{queue: {MaxWorkers: concurrency}}
 	}
 	return cfg
 }
@@ -172,6 +183,7 @@ type jobArgs struct {
 	Source      string         `json:"source"`
 	Reservation string         `json:"reservation"`
 	Pool        upscale.Pool   `json:"pool"`
+	Webhook     string         `json:"webhook,omitempty"`
 	Created     time.Time      `json:"created"`
 	Expires     time.Time      `json:"expires"`
 }
@@ -191,7 +203,7 @@ type output struct {
 func (q *Queue[TTx]) Submit(ctx context.Context, job upscale.Job) (upscale.Job, error) {
 	args := jobArgs{
 		Tag: strings.ToLower(rand.Text()), AccountID: job.AccountID, Submission: job.Submission, Params: job.Params,
-		Source: job.Source, Reservation: job.Reservation, Pool: job.Pool, Created: job.Created, Expires: job.Expires,
+		Source: job.Source, Reservation: job.Reservation, Pool: job.Pool, Webhook: job.Webhook, Created: job.Created, Expires: job.Expires,
 	}
 	opts := &river.InsertOpts{Queue: queueName, MaxAttempts: maxAttempts}
 	if job.Submission != "" {
@@ -284,7 +296,8 @@ func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 	}
 	job := upscale.Job{
 		ID: jobID(row.ID, args.Tag), AccountID: args.AccountID, Params: args.Params, Source: args.Source,
-		Reservation: args.Reservation, Pool: args.Pool, Created: args.Created, Expires: args.Expires, Status: upscale.JobQueued,
+		Reservation: args.Reservation, Pool: args.Pool, Webhook: args.Webhook, Created: args.Created, Expires: args.Expires,
+		Status: upscale.JobQueued,
 	}
 	if row.AttemptedAt != nil {
 		job.Started = *row.AttemptedAt
@@ -330,14 +343,21 @@ func classify(ctx context.Context, err error) error {
 // Work implements upscale.JobQueue: a River client of its own, with
 // concurrency workers on the queue "upscale".
 func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(drain context.Context) error, error) {
-	if concurrency < 1 {
-		return nil, fmt.Errorf("riverqueue: work on %d jobs at once: want at least 1", concurrency)
-	}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &worker{job: q.job, now: q.opts.Now, run: run}); err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
 	}
-	client, err := river.NewClient(q.driver, q.config(workers, concurrency))
+	return q.work(ctx, workers, queueName, concurrency)
+}
+
+// work starts a River client that works queue with workers, at most
+// concurrency at once, and returns its stop: it waits for the runs until
+// drain is done, then cancels the rest, which River gives back.
+func (q *Queue[TTx]) work(ctx context.Context, workers *river.Workers, queue string, concurrency int) (func(drain context.Context) error, error) {
+	if concurrency < 1 {
+		return nil, fmt.Errorf("riverqueue: work on %d jobs at once: want at least 1", concurrency)
+	}
+	client, err := river.NewClient(q.driver, q.config(workers, queue, concurrency))
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
 	}
@@ -348,8 +368,6 @@ func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobR
 	var stopErr error
 	return func(drain context.Context) error {
 		once.Do(func() {
-			// Stop waits for the runs until drain is done; then the rest
-			// are cancelled, and River gives their jobs back.
 			if err := client.Stop(drain); err != nil && drain.Err() == nil {
 				stopErr = err
 				return
@@ -416,3 +434,62 @@ func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 	}
 	return river.RecordOutput(ctx, output{Problem: cmp.Or(outcome.Problem, upscale.RunnerProblem())})
 }
+
+// webhookArgs is a webhook as River keeps it: a job of kind
+// "upscale_webhook" in the queue "upscale_webhooks", unique by ID.
+type webhookArgs struct {
+	ID        string    `json:"id" river:"unique"`
+	AccountID string    `json:"accountId"`
+	URL       string    `json:"url"`
+	Payload   []byte    `json:"payload"`
+	Expires   time.Time `json:"expires"`
+}
+
+func (webhookArgs) Kind() string { return "upscale_webhook" }
+
+// Enqueue implements upscale.WebhookQueue.
+func (q *Queue[TTx]) Enqueue(ctx context.Context, w upscale.Webhook) error {
+	args := webhookArgs{ID: w.ID, AccountID: w.AccountID, URL: w.URL, Payload: w.Payload, Expires: w.Expires}
+	_, err := q.client.Insert(ctx, args, &river.InsertOpts{
+		Queue: webhookQueueName, MaxAttempts: maxAttempts,
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()},
+	})
+	if err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: insert webhook %s: %w", w.ID, err))
+	}
+	return nil
+}
+
+// Deliver implements upscale.WebhookQueue: a River client of its own,
+// with concurrency workers on the queue "upscale_webhooks".
+func (q *Queue[TTx]) Deliver(ctx context.Context, concurrency int, deliver func(context.Context, upscale.Webhook) error) (func(drain context.Context) error, error) {
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &webhookWorker{now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: deliver}); err != nil {
+		return nil, fmt.Errorf("riverqueue: %w", err)
+	}
+	return q.work(ctx, workers, webhookQueueName, concurrency)
+}
+
+// webhookWorker delivers webhooks for River: an attempt that fails is an
+// error, which River retries after the backoff, until the webhook expires.
+type webhookWorker struct {
+	river.WorkerDefaults[webhookArgs]
+	now     func() time.Time
+	backoff func(attempt int) time.Duration
+	deliver func(context.Context, upscale.Webhook) error
+}
+
+func (w *webhookWorker) Work(ctx context.Context, rj *river.Job[webhookArgs]) error {
+	a := rj.Args
+	if !w.now().Before(a.Expires) {
+		return river.JobCancel(errWebhookExpired)
+	}
+	return w.deliver(ctx, upscale.Webhook{ID: a.ID, AccountID: a.AccountID, URL: a.URL, Payload: a.Payload, Expires: a.Expires})
+}
+
+func (w *webhookWorker) NextRetry(rj *river.Job[webhookArgs]) time.Time {
+	return time.Now().Add(w.backoff(rj.Attempt))
+}
+
+// errWebhookExpired cancels a webhook whose delivery was given up.
+var errWebhookExpired = errors.New("riverqueue: the webhook expired before it was delivered")

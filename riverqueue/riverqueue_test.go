@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite"
 
@@ -28,13 +30,22 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // sqliteQueue is a migrated Queue on a new SQLite file.
 func sqliteQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
+	return sqliteQueueWith(t, riverqueue.Options{Now: clock.Now, Logger: quiet})
+}
+
+// postgresQueue is a migrated Queue on a new PostgreSQL database.
+func postgresQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
+	return postgresQueueWith(t, riverqueue.Options{Now: clock.Now, Logger: quiet})
+}
+
+func sqliteQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[*sql.Tx] {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	db.SetMaxOpenConns(1)
 	t.Cleanup(func() { db.Close() })
-	q, err := riverqueue.NewSQLite(db, riverqueue.Options{Now: clock.Now, Logger: quiet})
+	q, err := riverqueue.NewSQLite(db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +55,13 @@ func sqliteQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
 	return q
 }
 
-// postgresQueue is a migrated Queue on a new PostgreSQL database.
-func postgresQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
+func postgresQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[pgx.Tx] {
 	pool, err := pgxpool.New(context.Background(), testservers.PostgresDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	q, err := riverqueue.NewPostgres(pool, riverqueue.Options{Now: clock.Now, Logger: quiet})
+	q, err := riverqueue.NewPostgres(pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,4 +74,20 @@ func postgresQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
 func TestConformance(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) { upscaletest.TestJobQueue(t, sqliteQueue) })
 	t.Run("PostgreSQL", func(t *testing.T) { upscaletest.TestJobQueue(t, postgresQueue) })
+}
+
+func TestWebhookConformance(t *testing.T) {
+	options := func(clock *upscaletest.Clock, backoff func(int) time.Duration) riverqueue.Options {
+		return riverqueue.Options{Now: clock.Now, Logger: quiet, WebhookBackoff: backoff}
+	}
+	t.Run("SQLite", func(t *testing.T) {
+		upscaletest.TestWebhookQueue(t, func(t *testing.T, clock *upscaletest.Clock, backoff func(int) time.Duration) upscale.WebhookQueue {
+			return sqliteQueueWith(t, options(clock, backoff))
+		})
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		upscaletest.TestWebhookQueue(t, func(t *testing.T, clock *upscaletest.Clock, backoff func(int) time.Duration) upscale.WebhookQueue {
+			return postgresQueueWith(t, options(clock, backoff))
+		})
+	})
 }

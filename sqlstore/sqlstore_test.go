@@ -72,6 +72,21 @@ func TestConformance(t *testing.T) {
 					return upscaletest.ChargeStores{Ledger: s, Idempotency: s}
 				})
 			})
+			t.Run("WebhookSecrets", func(t *testing.T) {
+				upscaletest.TestWebhookSecrets(t, func(t *testing.T, clock *upscaletest.Clock) upscale.WebhookSecrets {
+					s := open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
+					ctx := context.Background()
+					if err := s.PutPlan(ctx, upscaletest.FreePlan); err != nil {
+						t.Fatal(err)
+					}
+					for _, id := range []string{"acme", "globex"} {
+						if _, err := s.CreateAccount(ctx, upscale.Account{ID: id, Plan: upscaletest.FreePlan}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return s
+				})
+			})
 			t.Run("IdempotencyStore", func(t *testing.T) {
 				upscaletest.TestIdempotencyStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.IdempotencyStore {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})

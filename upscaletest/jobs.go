@@ -26,7 +26,8 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 	job := func(name, account string) upscale.Job {
 		return upscale.Job{
 			AccountID: account, Params: upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow},
-			Source: name, Reservation: "reservation-" + name, Pool: upscale.PoolCredit, Created: start, Expires: start.Add(time.Hour),
+			Source: name, Reservation: "reservation-" + name, Pool: upscale.PoolCredit, Webhook: "https://hooks.example/" + name,
+			Created: start, Expires: start.Add(time.Hour),
 		}
 	}
 	// submit submits jobs and returns their IDs by name.
@@ -78,7 +79,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			t.Fatal(err)
 		}
 		if got.ID != id || got.AccountID != want.AccountID || got.Params != want.Params || got.Source != want.Source ||
-			got.Reservation != want.Reservation || got.Pool != want.Pool || !got.Created.Equal(want.Created) ||
+			got.Reservation != want.Reservation || got.Pool != want.Pool || got.Webhook != want.Webhook || !got.Created.Equal(want.Created) ||
 			!got.Expires.Equal(want.Expires) || got.Status != upscale.JobQueued || !got.Started.IsZero() {
 			t.Errorf("Get = %+v, want %+v, queued", got, want)
 		}

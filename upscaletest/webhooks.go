@@ -69,7 +69,7 @@ func TestWebhookSecrets(t *testing.T, newSecrets func(t *testing.T, clock *Clock
 // TestWebhookQueue checks that a WebhookQueue delivers each webhook until
 // an attempt succeeds, once per ID however often it is enqueued, waits
 // its backoff between attempts, gives up at Expires, and gives the
-// attempts its stop cut short to the next Work. newQueue must return an
+// attempts its stop cut short to the next Deliver. newQueue must return an
 // empty queue that reads time from clock and waits backoff after a failed
 // attempt.
 func TestWebhookQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock, backoff func(attempt int) time.Duration) upscale.WebhookQueue) {
@@ -101,9 +101,9 @@ func TestWebhookQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock, ba
 	}
 	work := func(t *testing.T, q upscale.WebhookQueue, deliver func(context.Context, upscale.Webhook) error) {
 		t.Helper()
-		stop, err := q.Work(ctx, 2, deliver)
+		stop, err := q.Deliver(ctx, 2, deliver)
 		if err != nil {
-			t.Fatalf("Work: %v", err)
+			t.Fatalf("Deliver: %v", err)
 		}
 		t.Cleanup(func() {
 			drain, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -212,7 +212,7 @@ func TestWebhookQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock, ba
 	t.Run("StopGivesBack", func(t *testing.T) {
 		q := newQueue(t, NewClock(start), fixed)
 		started := make(chan struct{})
-		stop, err := q.Work(ctx, 1, func(ctx context.Context, w upscale.Webhook) error {
+		stop, err := q.Deliver(ctx, 1, func(ctx context.Context, w upscale.Webhook) error {
 			close(started)
 			<-ctx.Done()
 			return ctx.Err()

@@ -41,6 +41,14 @@ var adminCommands = []adminCommand{
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
 			return s.RevokeKey(ctx, a.key)
 		}},
+	{"webhook-secret rotate", "--account ID: make a new webhook signing secret for the account and print it; the previous one signs beside it for 24 h",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+			secret, err := s.RotateWebhookSecret(ctx, a.account)
+			if err == nil {
+				fmt.Fprintln(stdout, secret)
+			}
+			return err
+		}},
 	{"credits grant", "--account ID --amount N [--ref R]: add N credits (negative takes them away)",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
 			return s.GrantCredits(ctx, a.account, a.amount, a.ref)

@@ -80,10 +80,18 @@ func (st *storage) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&st.databaseURL, "database-url", "", "postgres:// URL of a PostgreSQL database shared by replicas (default: SQLite in -data)")
 }
 
-// openJobs opens the job queue (River) in the store's database, and brings
-// its tables up to date: on SQLite the store's own connection, on
-// PostgreSQL a pool of its own. close closes what it opened.
-func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, engineTimeout time.Duration, logger *slog.Logger) (queue upscale.JobQueue, close func(), err error) {
+// queues are the queues of jobs and of their webhooks, as riverqueue's
+// Queue is both.
+type queues interface {
+	upscale.JobQueue
+	upscale.WebhookQueue
+}
+
+// openJobs opens the job and webhook queue (River) in the store's
+// database, and brings its tables up to date: on SQLite the store's own
+// connection, on PostgreSQL a pool of its own. close closes what it
+// opened.
+func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, engineTimeout time.Duration, logger *slog.Logger) (queue queues, close func(), err error) {
 	// A run takes the engine's time and the fetch's and settlement's
 	// around it: one that has not ended in twice the engine's time and a
 	// minute is given back (and a dead worker's, a minute after that).
@@ -317,6 +325,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Blobs:                blobs,
 		Jobs:                 jobs,
 		JobWorkers:           o.jobWorkers,
+		Webhooks:             jobs,
+		WebhookSecrets:       store,
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,

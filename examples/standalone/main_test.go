@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/client"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/sqlstore"
@@ -608,8 +609,20 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
 	defer origin.Close()
 	api := startStandalone(t, bin, "-data", data, "-job-workers", "-1")
+	secret, err := exec.Command(bin, "webhook-secret", "rotate", "-account", "demo", "-data", data).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := make(chan *http.Request, 4)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		hooks <- r
+	}))
+	defer receiver.Close()
 
-	req, _ := http.NewRequest(http.MethodPost, api.base+"/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin.URL+`/b.png", "scale": 2}`))
+	req, _ := http.NewRequest(http.MethodPost, api.base+"/api/v1/upscale",
+		strings.NewReader(`{"imageUrl": "`+origin.URL+`/b.png", "scale": 2, "webhookUrl": "`+receiver.URL+`/hooks"}`))
 	req.Header.Set("Authorization", "Bearer "+api.key)
 	req.Header.Set("Prefer", "respond-async")
 	resp, err := http.DefaultClient.Do(req)
@@ -656,6 +669,16 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 	}
 	if size := resultSize(t, j.Result.URL); size.X != 512 {
 		t.Errorf("result %v, want 512 wide", size)
+	}
+	select {
+	case hook := <-hooks:
+		body, _ := io.ReadAll(hook.Body)
+		event, err := client.VerifyWebhook(strings.TrimSpace(string(secret)), hook.Header, body, time.Now())
+		if err != nil || event.Type != "upscale.job.succeeded" || event.Data.ID != j.ID || event.Data.Result == nil || event.Data.Result.URL != j.Result.URL {
+			t.Errorf("webhook %s: %+v, %v; want the job's success, signed with the secret", body, event, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no webhook after 30 s\nworker:\n%s", wErr.String())
 	}
 	w.Process.Signal(syscall.SIGTERM)
 	if err := w.Wait(); err != nil {
