@@ -57,6 +57,9 @@ type Request struct {
 	Scale     int    `json:"scale,omitempty"`
 	ImageType string `json:"imageType,omitempty"`
 	Denoise   string `json:"denoise,omitempty"`
+	// WebhookURL is where a job's end is posted (Submit only; see
+	// VerifyWebhook).
+	WebhookURL string `json:"webhookUrl,omitempty"`
 }
 
 // Response is a successful answer.
@@ -116,29 +119,61 @@ func (c *Client) Upscale(ctx context.Context, req Request) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	idempotencyKey := strconv.Quote(crand.Text())
+	header := http.Header{"Idempotency-Key": {strconv.Quote(crand.Text())}}
+	var resp Response
+	err = c.retry(ctx, func() error {
+		answer, err := c.do(ctx, http.MethodPost, c.url(""), header, body)
+		if err != nil {
+			return err
+		}
+		if err := answer.decode(http.StatusOK, &resp); err != nil || resp.URL == "" {
+			return fmt.Errorf("upscale API: a %d without a link: %q", answer.status, answer.body)
+		}
+		resp.Replayed = answer.header.Get("Idempotent-Replayed") == "true"
+		resp.Engine = answer.header.Get("Upscale-Engine")
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// url is the API's address, and the path of a job under it when job is
+// not empty.
+func (c *Client) url(job string) string {
+	u := strings.TrimSuffix(c.BaseURL, "/") + cmp.Or(c.Path, "/api/v1/upscale")
+	if job != "" {
+		u += "/jobs/" + job
+	}
+	return u
+}
+
+// retry calls call until it succeeds, returns an error another attempt
+// cannot cure, or MaxAttempts are made, waiting between attempts as the
+// package comment says.
+func (c *Client) retry(ctx context.Context, call func() error) error {
 	attempts := max(cmp.Or(c.MaxAttempts, 4), 1)
 	maxWait := cmp.Or(c.MaxWait, 30*time.Second)
-	url := strings.TrimSuffix(c.BaseURL, "/") + cmp.Or(c.Path, "/api/v1/upscale")
 	for attempt := 1; ; attempt++ {
-		resp, err := c.send(ctx, url, body, idempotencyKey)
+		err := call()
 		if err == nil {
-			return resp, nil
+			return nil
 		}
 		apiErr, isAPIError := errors.AsType[*Error](err)
 		if ctx.Err() != nil || attempt == attempts || (isAPIError && !apiErr.retryable()) {
-			return nil, err
+			return err
 		}
 		wait := jitter(attempt)
 		if isAPIError && apiErr.RetryAfter > 0 {
 			wait = apiErr.RetryAfter
 		}
 		if deadline, ok := ctx.Deadline(); wait > maxWait || (ok && time.Now().Add(wait).After(deadline)) {
-			return nil, err // waiting that long is not ours to do
+			return err // waiting that long is not ours to do
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(wait):
 		}
 	}
@@ -152,35 +187,50 @@ func jitter(attempt int) time.Duration {
 	return rand.N(backoff) + time.Millisecond
 }
 
-func (c *Client) send(ctx context.Context, url string, body []byte, idempotencyKey string) (*Response, error) {
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+// answer is an answer of the API below 400.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// decode reads the answer's body into v if its status is want.
+func (a answer) decode(want int, v any) error {
+	if a.status != want {
+		return fmt.Errorf("upscale API: status %d, want %d", a.status, want)
+	}
+	return json.Unmarshal(a.body, v)
+}
+
+// do makes one call with the key and header: its answer, an *Error for a
+// problem answer, or the transport's error.
+func (c *Client) do(ctx context.Context, method, url string, header http.Header, body []byte) (answer, error) {
+	httpReq, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return answer{}, err
+	}
+	for name, values := range header {
+		httpReq.Header[name] = values
 	}
 	httpReq.Header.Set("Authorization", "Bearer "+c.Key)
-	httpReq.Header.Set("Content-Type", "application/json")
-	httpReq.Header.Set("Idempotency-Key", idempotencyKey)
+	if body != nil {
+		httpReq.Header.Set("Content-Type", "application/json")
+	}
 	httpClient := c.HTTPClient
 	if httpClient == nil {
 		httpClient = http.DefaultClient
 	}
 	httpResp, err := httpClient.Do(httpReq)
 	if err != nil {
-		return nil, err
+		return answer{}, err
 	}
 	defer httpResp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(httpResp.Body, 1<<20))
 	if err != nil {
-		return nil, err
+		return answer{}, err
 	}
-	if httpResp.StatusCode == http.StatusOK {
-		var resp Response
-		if err := json.Unmarshal(raw, &resp); err != nil || resp.URL == "" {
-			return nil, fmt.Errorf("upscale API: a 200 without a link: %q", raw)
-		}
-		resp.Replayed = httpResp.Header.Get("Idempotent-Replayed") == "true"
-		resp.Engine = httpResp.Header.Get("Upscale-Engine")
-		return &resp, nil
+	if httpResp.StatusCode < 400 {
+		return answer{httpResp.StatusCode, httpResp.Header, raw}, nil
 	}
 	apiErr := &Error{Status: httpResp.StatusCode}
 	if json.Unmarshal(raw, apiErr) != nil || apiErr.Code == "" {
@@ -190,5 +240,5 @@ func (c *Client) send(ctx context.Context, url string, body []byte, idempotencyK
 	if s, err := strconv.Atoi(httpResp.Header.Get("Retry-After")); err == nil && s > 0 {
 		apiErr.RetryAfter = time.Duration(s) * time.Second
 	}
-	return nil, apiErr
+	return answer{}, apiErr
 }
