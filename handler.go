@@ -37,6 +37,7 @@ type Handler struct {
 	draining                         atomic.Bool // set by Drain
 	inFlight                         atomic.Int64
 	jobs                             *jobForm // nil when the stores cannot hold jobs
+	jobDepth                         jobDepth
 
 	idleMu    sync.Mutex
 	idleTimer *time.Timer // runs releaseIfIdle; nil until the first request ends
@@ -95,9 +96,11 @@ func (h *Handler) Middleware(next http.Handler) http.Handler {
 // Load returns what the handler is doing now.
 func (h *Handler) Load() Load {
 	queued, inEngine := h.admission.load()
+	jobsQueued, jobsRunning := h.jobDepth.count(h.cfg.Jobs)
 	return Load{
 		InFlight: int(h.inFlight.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity(),
 		MemoryInUse: h.budget.inUse.Load(), MemoryBudget: h.budget.total,
+		JobsQueued: jobsQueued, JobsRunning: jobsRunning,
 	}
 }
 

@@ -32,7 +32,8 @@ func (h *Handler) LiveHandler() http.Handler {
 }
 
 // ReadyHandler answers 200 when the handler can take requests: every store
-// that is a Pinger (the four, the IdempotencyStore and the RateLimiter)
+// that is a Pinger (the four, the IdempotencyStore, the RateLimiter, and
+// the JobQueue and WebhookQueue where the job form is on)
 // answered within two seconds, the engine is not stuck
 // (every slot held by an Upscaler call that outlived its request), and
 // Drain has not been called. Otherwise it answers 503, with the state of
@@ -52,6 +53,9 @@ func (h *Handler) ReadyHandler() http.Handler {
 		stores := map[string]any{"keys": h.cfg.Keys, "ledger": h.cfg.Ledger, "blobs": h.cfg.Blobs, "idempotency": h.cfg.Idempotency}
 		if h.cfg.RateLimiter != nil {
 			stores["rate_limiter"] = h.cfg.RateLimiter
+		}
+		if h.jobs != nil {
+			stores["jobs"], stores["webhooks"] = h.cfg.Jobs, h.cfg.Webhooks
 		}
 		result := health{Status: "ready", Engine: "ok", Stores: map[string]string{}}
 		for role := range stores {

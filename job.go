@@ -133,6 +133,14 @@ type JobQueue interface {
 	Work(ctx context.Context, concurrency int, run JobRunner) (stop func(drain context.Context) error, err error)
 }
 
+// JobCounter is a JobQueue that can say how many of its jobs wait and
+// run, for the queue-depth gauges (Load.JobsQueued, Load.JobsRunning).
+type JobCounter interface {
+	// CountJobs returns how many jobs wait to run now, and how many run,
+	// in every process that works the queue.
+	CountJobs(ctx context.Context) (queued, running int, err error)
+}
+
 // RunnerProblem is the Problem a JobQueue gives a job whose run returned
 // neither a Result nor a Problem, nor asked to Retry, with its context not
 // done: a JobRunner's own failure, internal_error.

@@ -146,6 +146,24 @@ func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job,
 	return j.Job, nil
 }
 
+// CountJobs implements JobCounter.
+func (q *MemoryJobQueue) CountJobs(ctx context.Context) (queued, running int, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	now := q.lock()
+	defer q.mu.Unlock()
+	for _, j := range q.jobs {
+		switch {
+		case j.Status == JobRunning:
+			running++
+		case j.Status == JobQueued && now.Before(j.Expires):
+			queued++
+		}
+	}
+	return queued, running, nil
+}
+
 // Prepare implements JobQueue.
 func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, result Response, linkExpires time.Time) error {
 	if err := ctx.Err(); err != nil {

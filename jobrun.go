@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 )
 
 // jobForm is the job form's machinery, when the stores allow it: the
@@ -175,6 +177,7 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 		h.release(ctx, Reservation{ID: job.Reservation, AccountID: job.AccountID})
 	}
 	h.deleteBlob(ctx, "job source", job.Source, job.Expires)
+	h.cfg.Metrics.JobDone(ended.Status, job.Started.Sub(job.Created), ended.Finished.Sub(job.Started))
 	switch ended.Status {
 	case JobSucceeded:
 		return JobOutcome{Result: ended.Result}
@@ -245,4 +248,34 @@ func (h *Handler) commitJob(ctx context.Context, job Job) error {
 		return fmt.Errorf("commit the job's unit: %w: %w", errUnitGone, err)
 	}
 	return fmt.Errorf("commit the job's unit: %w: %w", errChargeUnsettled, err)
+}
+
+// jobDepth is the queue's latest count of its jobs, taken at most once a
+// second however often Load is read (a metrics scrape reads it once per
+// gauge).
+type jobDepth struct {
+	mu              sync.Mutex
+	at              time.Time
+	queued, running int
+}
+
+// count returns the queue's counts, -1 and -1 when it cannot count or its
+// count fails.
+func (d *jobDepth) count(queue JobQueue) (queued, running int) {
+	counter, ok := queue.(JobCounter)
+	if !ok {
+		return -1, -1
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if time.Since(d.at) >= time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var err error
+		if d.queued, d.running, err = counter.CountJobs(ctx); err != nil {
+			d.queued, d.running = -1, -1
+		}
+		d.at = time.Now()
+	}
+	return d.queued, d.running
 }

@@ -235,6 +235,7 @@ func (h *Handler) cancelJob(ctx context.Context, job Job) (Job, error) {
 			h.cfg.Logger.Error("upscale: release a canceled job's unit; the ledger gives it back when its hold ends", "job", job.ID, "err", err)
 		}
 		h.deleteBlob(ctx, "job source", job.Source, job.Expires)
+		h.cfg.Metrics.JobDone(JobCanceled, job.Finished.Sub(job.Created), 0)
 		if err := h.notify(ctx, job); err != nil {
 			h.cfg.Logger.Error("upscale: queue a canceled job's webhook; it is not sent", "job", job.ID, "err", err)
 		}

@@ -20,6 +20,10 @@ type Metrics interface {
 	// ImageDone records the sizes of the source and result of one
 	// enlarged image.
 	ImageDone(sourceBytes, outputBytes int)
+	// JobDone records a job that ended (succeeded, failed or canceled):
+	// how long it waited from its submission until a worker last took it,
+	// and how long that run took (zero for one canceled while queued).
+	JobDone(status JobStatus, waited, ran time.Duration)
 }
 
 // Step names a timed part of a request.
@@ -45,12 +49,17 @@ type Load struct {
 	QueueCapacity int
 	// MemoryInUse is how many bytes of Config.Capacity.MemoryBudget requests hold.
 	MemoryInUse, MemoryBudget int64
+	// JobsQueued is how many jobs wait to run now, and JobsRunning how
+	// many run, in every process of the JobQueue (a JobCounter), as
+	// counted at most a second ago; both -1 when the queue cannot say.
+	JobsQueued, JobsRunning int
 }
 
 // noMetrics is the Metrics of a Handler configured without any.
 type noMetrics struct{}
 
-func (noMetrics) Attach(func() Load)                      {}
-func (noMetrics) RequestDone(string, Pool, time.Duration) {}
-func (noMetrics) StepDone(Step, time.Duration)            {}
-func (noMetrics) ImageDone(int, int)                      {}
+func (noMetrics) Attach(func() Load)                              {}
+func (noMetrics) RequestDone(string, Pool, time.Duration)         {}
+func (noMetrics) StepDone(Step, time.Duration)                    {}
+func (noMetrics) ImageDone(int, int)                              {}
+func (noMetrics) JobDone(JobStatus, time.Duration, time.Duration) {}

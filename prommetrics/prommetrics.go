@@ -18,6 +18,9 @@
 //	admission_capacity_requests      gauge: most requests admitted at once (then 503 overloaded)
 //	memory_in_use_bytes              gauge: bytes of the memory budget requests hold
 //	memory_budget_bytes              gauge: Config.Capacity.MemoryBudget
+//	job_duration_seconds{status,phase} histogram of ended jobs: phase wait (submission to run) or run
+//	queued_jobs                      gauge: jobs waiting to run, in every process (-1: the queue cannot count)
+//	running_jobs                     gauge: jobs running, in every process (-1: the queue cannot count)
 //
 // No label names a key or an account, so the number of series is fixed.
 package prommetrics
@@ -37,6 +40,10 @@ import (
 // +Inf and the deadline shows in the distribution.
 var Buckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300}
 
+// JobBuckets are the bounds, in seconds, of the job histogram: 100 ms to
+// a day, a job's longest life (Config.JobTTL).
+var JobBuckets = []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400}
+
 // Metrics is an upscale.Metrics for one Handler.
 type Metrics struct {
 	requests        *prometheus.CounterVec
@@ -44,6 +51,7 @@ type Metrics struct {
 	stepDuration    *prometheus.HistogramVec
 	sourceBytes     prometheus.Counter
 	outputBytes     prometheus.Counter
+	jobDuration     *prometheus.HistogramVec
 	load            atomic.Pointer[func() upscale.Load]
 }
 
@@ -77,6 +85,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "upscale_output_bytes_total",
 			Help: "Bytes of the enlarged images stored.",
 		}),
+		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "upscale_job_duration_seconds",
+			Help:    "Ended jobs of the job form, by how they ended (succeeded, failed, canceled): phase wait is from submission until a worker last took the job, run is that run.",
+			Buckets: JobBuckets,
+		}, []string{"status", "phase"}),
 	}
 	gauge := func(name, help string, read func(upscale.Load) int64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
@@ -87,7 +100,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		})
 	}
 	collectors := []prometheus.Collector{
-		m.requests, m.requestDuration, m.stepDuration, m.sourceBytes, m.outputBytes,
+		m.requests, m.requestDuration, m.stepDuration, m.sourceBytes, m.outputBytes, m.jobDuration,
 		gauge("upscale_in_flight_requests", "Requests being served, in any step.",
 			func(l upscale.Load) int64 { return int64(l.InFlight) }),
 		gauge("upscale_queued_requests", "Admitted requests fetching their source or waiting for the engine.",
@@ -100,6 +113,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			func(l upscale.Load) int64 { return l.MemoryInUse }),
 		gauge("upscale_memory_budget_bytes", "The memory budget (Config.Capacity.MemoryBudget).",
 			func(l upscale.Load) int64 { return l.MemoryBudget }),
+		gauge("upscale_queued_jobs", "Jobs waiting to run now, in every process of the queue; -1 when the queue cannot count them.",
+			func(l upscale.Load) int64 { return int64(l.JobsQueued) }),
+		gauge("upscale_running_jobs", "Jobs running, in every process of the queue; -1 when the queue cannot count them.",
+			func(l upscale.Load) int64 { return int64(l.JobsRunning) }),
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -135,4 +152,12 @@ func (m *Metrics) StepDone(step upscale.Step, took time.Duration) {
 func (m *Metrics) ImageDone(sourceBytes, outputBytes int) {
 	m.sourceBytes.Add(float64(sourceBytes))
 	m.outputBytes.Add(float64(outputBytes))
+}
+
+// JobDone implements upscale.Metrics.
+func (m *Metrics) JobDone(status upscale.JobStatus, waited, ran time.Duration) {
+	m.jobDuration.WithLabelValues(string(status), "wait").Observe(waited.Seconds())
+	if ran > 0 {
+		m.jobDuration.WithLabelValues(string(status), "run").Observe(ran.Seconds())
+	}
 }

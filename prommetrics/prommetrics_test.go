@@ -38,7 +38,7 @@ func TestMetrics(t *testing.T) {
 	keys := upscale.NewMemoryKeyStore()
 	keys.AddKey(ctx, key, "acme")
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 1, MaxFileBytes: 1 << 20}})
+	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 2, MaxFileBytes: 1 << 20}})
 	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs"})
 	if err != nil {
 		t.Fatal(err)
@@ -51,20 +51,25 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(method, key string, wantStatus int) {
+	defer h.StopJobs(ctx)
+	send := func(method, key, prefer string, wantStatus int) {
 		t.Helper()
 		r := httptest.NewRequest(method, "/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin.URL+`/a.png"}`))
 		r.Header.Set("Authorization", "Bearer "+key)
+		if prefer != "" {
+			r.Header.Set("Prefer", prefer)
+		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != wantStatus {
 			t.Fatalf("%s: status %d, want %d: %s", method, w.Code, wantStatus, w.Body)
 		}
 	}
-	send(http.MethodPost, key, http.StatusOK)
-	send(http.MethodPost, key, http.StatusTooManyRequests) // the one free image is spent
-	send(http.MethodPost, "upk_test_unknown_0123456789", http.StatusUnauthorized)
-	send(http.MethodGet, key, http.StatusMethodNotAllowed)
+	send(http.MethodPost, key, "", http.StatusOK)
+	send(http.MethodPost, key, "respond-async, wait=10", http.StatusOK) // a job, answered inline
+	send(http.MethodPost, key, "", http.StatusTooManyRequests)          // the two free images are spent
+	send(http.MethodPost, "upk_test_unknown_0123456789", "", http.StatusUnauthorized)
+	send(http.MethodGet, key, "", http.StatusMethodNotAllowed)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -75,16 +80,20 @@ func TestMetrics(t *testing.T) {
 		labels map[string]string
 		want   float64 // a counter's or gauge's value, a histogram's count
 	}{
-		{"upscale_requests_total", map[string]string{"code": "ok", "pool": "free_pool"}, 1},
+		{"upscale_requests_total", map[string]string{"code": "ok", "pool": "free_pool"}, 2},
 		{"upscale_requests_total", map[string]string{"code": "quota_exhausted", "pool": "none"}, 1},
 		{"upscale_requests_total", map[string]string{"code": "unauthorized", "pool": "none"}, 1},
 		{"upscale_requests_total", map[string]string{"code": "method_not_allowed", "pool": "none"}, 1},
-		{"upscale_request_duration_seconds", nil, 4},
-		{"upscale_step_duration_seconds", map[string]string{"step": "fetch"}, 1},
-		{"upscale_step_duration_seconds", map[string]string{"step": "queue"}, 1},
-		{"upscale_step_duration_seconds", map[string]string{"step": "engine"}, 1},
-		{"upscale_step_duration_seconds", map[string]string{"step": "store"}, 1},
-		{"upscale_source_bytes_total", nil, float64(source.Len())},
+		{"upscale_request_duration_seconds", nil, 5},
+		{"upscale_step_duration_seconds", map[string]string{"step": "fetch"}, 2},
+		{"upscale_step_duration_seconds", map[string]string{"step": "queue"}, 2},
+		{"upscale_step_duration_seconds", map[string]string{"step": "engine"}, 2},
+		{"upscale_step_duration_seconds", map[string]string{"step": "store"}, 2},
+		{"upscale_source_bytes_total", nil, float64(2 * source.Len())},
+		{"upscale_job_duration_seconds", map[string]string{"status": "succeeded", "phase": "wait"}, 1},
+		{"upscale_job_duration_seconds", map[string]string{"status": "succeeded", "phase": "run"}, 1},
+		{"upscale_queued_jobs", nil, 0},
+		{"upscale_running_jobs", nil, 0},
 		{"upscale_in_flight_requests", nil, 0},
 		{"upscale_queued_requests", nil, 0},
 		{"upscale_engine_requests", nil, 0},
@@ -97,8 +106,8 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v (found: %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	if got, _ := value(families, "upscale_output_bytes_total", nil); got <= float64(source.Len()) {
-		t.Errorf("upscale_output_bytes_total = %v, want more than the source's %d bytes", got, source.Len())
+	if got, _ := value(families, "upscale_output_bytes_total", nil); got <= float64(2*source.Len()) {
+		t.Errorf("upscale_output_bytes_total = %v, want more than the sources' %d bytes", got, 2*source.Len())
 	}
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil || len(problems) > 0 {

@@ -77,6 +77,10 @@ var (
 	_ upscale.JobQueue     = (*Queue[pgx.Tx])(nil)
 	_ upscale.WebhookQueue = (*Queue[*sql.Tx])(nil)
 	_ upscale.WebhookQueue = (*Queue[pgx.Tx])(nil)
+	_ upscale.JobCounter   = (*Queue[*sql.Tx])(nil)
+	_ upscale.JobCounter   = (*Queue[pgx.Tx])(nil)
+	_ upscale.Pinger       = (*Queue[*sql.Tx])(nil)
+	_ upscale.Pinger       = (*Queue[pgx.Tx])(nil)
 )
 
 // NewSQLite returns a Queue on a SQLite database, which River needs opened
@@ -274,6 +278,27 @@ func (q *Queue[TTx]) Cancel(ctx context.Context, accountID, id string) (upscale.
 		return upscale.Job{}, classify(ctx, fmt.Errorf("riverqueue: cancel job %q: %w", id, err))
 	}
 	return q.job(row)
+}
+
+// CountJobs implements upscale.JobCounter: the queue's available and
+// running jobs (a job waiting out a retry's backoff is neither).
+func (q *Queue[TTx]) CountJobs(ctx context.Context) (queued, running int, err error) {
+	counts, err := q.driver.GetExecutor().JobCountByQueueAndState(ctx, &riverdriver.JobCountByQueueAndStateParams{QueueNames: []string{queueName}})
+	if err != nil {
+		return 0, 0, classify(ctx, fmt.Errorf("riverqueue: count jobs: %w", err))
+	}
+	for _, c := range counts {
+		queued, running = queued+int(c.CountAvailable), running+int(c.CountRunning)
+	}
+	return queued, running, nil
+}
+
+// Ping implements upscale.Pinger: the queue's database answers.
+func (q *Queue[TTx]) Ping(ctx context.Context) error {
+	if err := q.driver.GetExecutor().Ping(ctx); err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: ping: %w", err))
+	}
+	return nil
 }
 
 // Prepare implements upscale.JobQueue: the job's output, written now.

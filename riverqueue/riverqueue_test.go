@@ -3,6 +3,7 @@ package riverqueue_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -89,5 +90,45 @@ func TestWebhookConformance(t *testing.T) {
 		upscaletest.TestWebhookQueue(t, func(t *testing.T, clock *upscaletest.Clock, backoff func(int) time.Duration) upscale.WebhookQueue {
 			return postgresQueueWith(t, options(clock, backoff))
 		})
+	})
+}
+
+// TestPing checks the readiness probe's answers: nil while the database
+// answers, ErrUnavailable once it does not.
+func TestPing(t *testing.T) {
+	ctx := context.Background()
+	t.Run("SQLite", func(t *testing.T) {
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := riverqueue.NewSQLite(db, riverqueue.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Ping(ctx); err != nil {
+			t.Fatalf("Ping with the database open: %v", err)
+		}
+		db.Close()
+		if err := q.Ping(ctx); !errors.Is(err, upscale.ErrUnavailable) {
+			t.Fatalf("Ping with the database closed: %v, want ErrUnavailable", err)
+		}
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		pool, err := pgxpool.New(ctx, testservers.PostgresDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := riverqueue.NewPostgres(pool, riverqueue.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Ping(ctx); err != nil {
+			t.Fatalf("Ping with the database open: %v", err)
+		}
+		pool.Close()
+		if err := q.Ping(ctx); !errors.Is(err, upscale.ErrUnavailable) {
+			t.Fatalf("Ping with the pool closed: %v, want ErrUnavailable", err)
+		}
 	})
 }

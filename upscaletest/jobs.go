@@ -162,6 +162,39 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 	})
 
+	t.Run("Counts", func(t *testing.T) {
+		q := newQueue(t, NewClock(start))
+		counter, ok := q.(upscale.JobCounter)
+		if !ok {
+			t.Skip("not a JobCounter")
+		}
+		submit(t, q, job("one", "a"), job("two", "a"), job("three", "b"))
+		release := make(chan struct{})
+		started := make(chan struct{}, 3)
+		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			started <- struct{}{}
+			<-release
+			return upscale.JobOutcome{Result: result(j.Source)}
+		})
+		<-started
+		// A count may lag the state by River's own bookkeeping; it
+		// settles within moments.
+		var queued, running int
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			var err error
+			if queued, running, err = counter.CountJobs(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if queued == 2 && running == 1 {
+				break
+			}
+		}
+		close(release)
+		if queued != 2 || running != 1 {
+			t.Errorf("CountJobs = %d queued, %d running; want 2 and 1", queued, running)
+		}
+	})
+
 	t.Run("RunsEachOnceWithinConcurrency", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		var jobs []upscale.Job
