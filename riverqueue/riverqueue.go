@@ -368,20 +368,26 @@ func classify(ctx context.Context, err error) error {
 // Work implements upscale.JobQueue: a River client of its own, with
 // concurrency workers on the queue "upscale".
 func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(drain context.Context) error, error) {
-	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &worker{job: q.job, now: q.opts.Now, run: run}); err != nil {
-		return nil, fmt.Errorf("riverqueue: %w", err)
-	}
-	return q.work(ctx, workers, queueName, concurrency)
+	return q.work(ctx, run, nil, queueName, concurrency)
 }
 
-// work starts a River client that works queue with workers, at most
-// concurrency at once, and returns its stop: it waits for the runs until
-// drain is done, then cancels the rest, which River gives back.
-func (q *Queue[TTx]) work(ctx context.Context, workers *river.Workers, queue string, concurrency int) (func(drain context.Context) error, error) {
+// work starts a River client that works queue, at most concurrency jobs
+// at once, with run for the upscale jobs or deliver for the webhooks, and
+// returns its stop: it waits for the runs until drain is done, then
+// cancels the rest, which River gives back.
+//
+// The client knows both kinds of job whichever queue it works: River
+// elects one client of all those on the database to rescue the jobs of
+// workers that died, and that client discards a job of a kind it does
+// not know. The kind it does not work is never run there, as its queue is
+// not in the client's Queues.
+func (q *Queue[TTx]) work(ctx context.Context, run upscale.JobRunner, deliver func(context.Context, upscale.Webhook) error, queue string, concurrency int) (func(drain context.Context) error, error) {
 	if concurrency < 1 {
 		return nil, fmt.Errorf("riverqueue: work on %d jobs at once: want at least 1", concurrency)
 	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &worker{job: q.job, now: q.opts.Now, run: run})
+	river.AddWorker(workers, &webhookWorker{now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: deliver})
 	client, err := river.NewClient(q.driver, q.config(workers, queue, concurrency))
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
@@ -488,11 +494,7 @@ func (q *Queue[TTx]) Enqueue(ctx context.Context, w upscale.Webhook) error {
 // Deliver implements upscale.WebhookQueue: a River client of its own,
 // with concurrency workers on the queue "upscale_webhooks".
 func (q *Queue[TTx]) Deliver(ctx context.Context, concurrency int, deliver func(context.Context, upscale.Webhook) error) (func(drain context.Context) error, error) {
-	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &webhookWorker{now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: deliver}); err != nil {
-		return nil, fmt.Errorf("riverqueue: %w", err)
-	}
-	return q.work(ctx, workers, webhookQueueName, concurrency)
+	return q.work(ctx, nil, deliver, webhookQueueName, concurrency)
 }
 
 // webhookWorker delivers webhooks for River: an attempt that fails is an

@@ -132,3 +132,75 @@ func TestPing(t *testing.T) {
 		}
 	})
 }
+
+// TestRescueByEitherClient: a job left running by a worker that died is
+// given back by whichever client River elected to rescue it, though that
+// client works the other queue. A client that did not know the job's
+// kind would discard it.
+func TestRescueByEitherClient(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	job := upscale.Job{
+		AccountID: "acme", Params: upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone},
+		Source: "s.source", Reservation: "r", Pool: upscale.PoolFree, Created: now, Expires: now.Add(time.Hour),
+	}
+	hook := upscale.Webhook{ID: "msg_1", AccountID: "acme", URL: "https://hooks.example/", Payload: []byte(`{}`), Expires: now.Add(time.Hour)}
+	for _, tc := range []struct {
+		kind string
+		// leave puts one job of kind in the queue; rescuer starts the
+		// only client, which works the other queue.
+		leave   func(q *riverqueue.Queue[pgx.Tx]) error
+		rescuer func(q *riverqueue.Queue[pgx.Tx]) (func(context.Context) error, error)
+	}{
+		{"upscale",
+			func(q *riverqueue.Queue[pgx.Tx]) error { _, err := q.Submit(ctx, job); return err },
+			func(q *riverqueue.Queue[pgx.Tx]) (func(context.Context) error, error) {
+				return q.Deliver(ctx, 1, func(context.Context, upscale.Webhook) error { return nil })
+			}},
+		{"upscale_webhook",
+			func(q *riverqueue.Queue[pgx.Tx]) error { return q.Enqueue(ctx, hook) },
+			func(q *riverqueue.Queue[pgx.Tx]) (func(context.Context) error, error) {
+				return q.Work(ctx, 1, func(context.Context, upscale.Job) upscale.JobOutcome { return upscale.JobOutcome{} })
+			}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			database := testservers.PostgresDatabase(t)
+			pool, err := pgxpool.New(ctx, database)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			q, err := riverqueue.NewPostgres(pool, riverqueue.Options{Logger: quiet, RunTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.leave(q); err != nil {
+				t.Fatal(err)
+			}
+			// As River leaves the job of a worker that died mid-run.
+			if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '1 hour', attempted_by = '{dead}' WHERE kind = $1`, tc.kind); err != nil {
+				t.Fatal(err)
+			}
+			stop, err := tc.rescuer(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop(ctx)
+			state := ""
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if err := pool.QueryRow(ctx, `SELECT state FROM river_job WHERE kind = $1`, tc.kind).Scan(&state); err != nil {
+					t.Fatal(err)
+				}
+				if state != "running" {
+					break
+				}
+			}
+			if state != "retryable" && state != "available" {
+				t.Errorf("the dead worker's %s job is %s; want it given back (retryable or available)", tc.kind, state)
+			}
+		})
+	}
+}

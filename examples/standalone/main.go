@@ -65,7 +65,7 @@ type options struct {
 	onnxPrecision                             string
 	queueLength, accountShare, maxConnections int
 	memoryBudget                              int64
-	drainDelay, keyCacheTTL                   time.Duration
+	drainDelay, keyCacheTTL, jobRunTimeout    time.Duration
 	jobWorkers                                int
 }
 
@@ -91,11 +91,8 @@ type queues interface {
 // database, and brings its tables up to date: on SQLite the store's own
 // connection, on PostgreSQL a pool of its own. close closes what it
 // opened.
-func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, engineTimeout time.Duration, logger *slog.Logger) (queue queues, close func(), err error) {
-	// A run takes the engine's time and the fetch's and settlement's
-	// around it: one that has not ended in twice the engine's time and a
-	// minute is given back (and a dead worker's, a minute after that).
-	opts := riverqueue.Options{Logger: logger, RunTimeout: 2*engineTimeout + time.Minute}
+func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, runTimeout time.Duration, logger *slog.Logger) (queue queues, close func(), err error) {
+	opts := riverqueue.Options{Logger: logger, RunTimeout: runTimeout}
 	if db := store.SQLiteDB(); db != nil {
 		q, err := riverqueue.NewSQLite(db, opts)
 		if err != nil {
@@ -153,6 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
 	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
 	fs.IntVar(&o.jobWorkers, "job-workers", 0, "jobs of the job form (Prefer: respond-async) this process runs at once, from the queue in the database (default the engine's concurrency; -1 none, for an API replica beside worker processes)")
+	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", 0, "longest one run of a job may take before it is stopped and run again; a job whose worker died is run again a minute after this (default twice -engine-timeout and a minute, for the engine's time and the source's and result's transfers around it)")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
@@ -168,6 +166,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.engine != "vips" && o.engine != "onnx" {
 		return o, fmt.Errorf("-engine %q: want vips or onnx", o.engine)
+	}
+	if o.jobRunTimeout == 0 {
+		o.jobRunTimeout = 2*o.engineTimeout + time.Minute
+	}
+	if o.jobRunTimeout < o.engineTimeout {
+		return o, fmt.Errorf("-job-run-timeout %v is below -engine-timeout %v: a run could not use the engine's time", o.jobRunTimeout, o.engineTimeout)
 	}
 	if o.memoryBudget < 1 {
 		return o, errors.New("-memory-budget must be a positive number of bytes")
@@ -273,7 +277,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.seed(ctx, store); err != nil {
 		return err
 	}
-	jobs, closeJobs, err := o.storage.openJobs(ctx, store, o.engineTimeout, logger)
+	jobs, closeJobs, err := o.storage.openJobs(ctx, store, o.jobRunTimeout, logger)
 	if err != nil {
 		return err
 	}
@@ -289,7 +293,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer ln.Close()
 	}
 	publicURL := strings.TrimSuffix(o.publicURL, "/")
-	if publicURL == "" {
+	if publicURL == "" && ln != nil { // a worker has -public-url or -s3-bucket
 		publicURL = "http://" + ln.Addr().String()
 	}
 	blobs, err := o.openResults(ctx, publicURL)
@@ -307,9 +311,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	builtin, err := builtinSamples(publicURL)
-	if err != nil {
-		return err
+	var builtin map[string][]byte
+	if !worker { // a worker fetches no source: its jobs' are in the BlobStore
+		if builtin, err = builtinSamples(publicURL); err != nil {
+			return err
+		}
 	}
 	var keys upscale.KeyStore = store
 	if o.keyCacheTTL > 0 {

@@ -24,12 +24,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/client"
 	"github.com/upscalekit/upscale/internal/testservers"
-	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
@@ -399,8 +396,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
-	defer origin.Close()
+	origin := newOrigin(t, butterfly)
 	admin := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(bin, append(args, "-data", data)...).CombinedOutput()
@@ -411,7 +407,7 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 
 	first := startStandalone(t, bin, "-data", data)
-	link := upscaleVia(t, first.base, first.key, origin.URL+"/a.png", &first.stderr)
+	link := upscaleVia(t, first.base, first.key, origin+"/a.png", &first.stderr)
 	admin("credits", "grant", "-account", "demo", "-amount", "5", "-ref", "invoice-1") // while the server runs
 	newKey := strings.TrimSpace(admin("keys", "create", "-account", "demo"))
 	first.stop(t)
@@ -429,7 +425,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("link made before the restart: status %d", resp.StatusCode)
 	}
-	if upscaleVia(t, second.base, newKey, origin.URL+"/a.png", &second.stderr) == "" {
+	if upscaleVia(t, second.base, newKey, origin+"/a.png", &second.stderr) == "" {
 		t.Error("the key made by 'keys create' does not work")
 	}
 	usage := admin("usage", "-account", "demo")
@@ -515,31 +511,16 @@ func TestMain(m *testing.M) {
 // clients can follow.
 func TestTwoReplicas(t *testing.T) {
 	bin := buildStandalone(t)
-	ctx := context.Background()
-	database := testservers.PostgresDatabase(t)
-	server := testservers.S3(t)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_ACCESS_KEY_ID", server.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", server.SecretKey)
-	client, err := s3store.NewClient(ctx, server.Endpoint, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket := "replicas-" + strings.ToLower(upscale.NewKey(""))[:12]
-	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	stores := newSharedStores(t)
 	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
-	defer origin.Close()
+	origin := newOrigin(t, butterfly)
 
 	// A queue with room for every request: the test holds the ledger to
 	// its count, not admission.
-	shared := []string{"-database-url", database, "-s3-endpoint", server.Endpoint, "-s3-bucket", bucket, "-queue-length", "200"}
+	shared := append(stores.flags, "-queue-length", "200")
 	var replicas []*standalone
 	for range 2 { // separate -data: nothing on local disk is shared
 		replicas = append(replicas, startStandalone(t, bin, append(shared, "-data", t.TempDir())...))
@@ -551,7 +532,7 @@ func TestTwoReplicas(t *testing.T) {
 	for i := range 200 {
 		r := replicas[i%2]
 		wg.Go(func() {
-			req, _ := http.NewRequest(http.MethodPost, r.base+"/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin.URL+`/b.png", "scale": 2}`))
+			req, _ := http.NewRequest(http.MethodPost, r.base+"/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+origin+`/b.png", "scale": 2}`))
 			req.Header.Set("Authorization", "Bearer "+r.key)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -583,14 +564,11 @@ func TestTwoReplicas(t *testing.T) {
 		}
 		img, err := png.DecodeConfig(resp.Body)
 		resp.Body.Close()
-		if err != nil || img.Width != 512 || !strings.HasPrefix(link, server.Endpoint+"/"+bucket+"/") {
+		if err != nil || img.Width != 512 || stores.objectOf(link) == "" {
 			t.Errorf("link %s: %d×%d, %v; want a 512-pixel-wide PNG from the bucket", link, img.Width, img.Height, err)
 		}
 	}
-	out, err := exec.Command(bin, "usage", "-account", "demo", "-database-url", database, "-data", t.TempDir()).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "free_pool    used 10") {
-		t.Errorf("usage: %v\n%s\nwant 10 free images used", err, out)
-	}
+	checkUsage(t, bin, stores.database, 10, 0)
 	for _, r := range replicas {
 		r.stop(t)
 	}
@@ -606,8 +584,7 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
-	defer origin.Close()
+	origin := newOrigin(t, butterfly)
 	api := startStandalone(t, bin, "-data", data, "-job-workers", "-1")
 	secret, err := exec.Command(bin, "webhook-secret", "rotate", "-account", "demo", "-data", data).Output()
 	if err != nil {
@@ -622,7 +599,7 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 	defer receiver.Close()
 
 	req, _ := http.NewRequest(http.MethodPost, api.base+"/api/v1/upscale",
-		strings.NewReader(`{"imageUrl": "`+origin.URL+`/b.png", "scale": 2, "webhookUrl": "`+receiver.URL+`/hooks"}`))
+		strings.NewReader(`{"imageUrl": "`+origin+`/b.png", "scale": 2, "webhookUrl": "`+receiver.URL+`/hooks"}`))
 	req.Header.Set("Authorization", "Bearer "+api.key)
 	req.Header.Set("Prefer", "respond-async")
 	resp, err := http.DefaultClient.Do(req)
@@ -651,13 +628,7 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 		t.Fatalf("with no worker running: %s, want queued", j.Status)
 	}
 
-	w := exec.Command(bin, "worker", "-data", data, "-public-url", api.base, "-allow-private-sources")
-	var wErr bytes.Buffer
-	w.Stderr = &wErr
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Process.Kill() })
+	w := startWorker(t, bin, "-data", data, "-public-url", api.base, "-allow-private-sources")
 	var j upscale.Job
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if j = job(); j.Status.Done() {
@@ -665,7 +636,7 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 		}
 	}
 	if j.Status != upscale.JobSucceeded || j.Result == nil || !strings.HasPrefix(j.Result.URL, api.base+"/outputs/") {
-		t.Fatalf("job %+v, want succeeded with a result the API serves\nworker:\n%s", j, wErr.String())
+		t.Fatalf("job %+v, want succeeded with a result the API serves\nworker:\n%s", j, w.stderr.String())
 	}
 	if size := resultSize(t, j.Result.URL); size.X != 512 {
 		t.Errorf("result %v, want 512 wide", size)
@@ -678,12 +649,9 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 			t.Errorf("webhook %s: %+v, %v; want the job's success, signed with the secret", body, event, err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("no webhook after 30 s\nworker:\n%s", wErr.String())
+		t.Fatalf("no webhook after 30 s\nworker:\n%s", w.stderr.String())
 	}
-	w.Process.Signal(syscall.SIGTERM)
-	if err := w.Wait(); err != nil {
-		t.Errorf("worker's exit after SIGTERM: %v\n%s", err, wErr.String())
-	}
+	w.stop(t)
 	api.stop(t)
 	if err := exec.Command(bin, "worker", "-data", data).Run(); err == nil {
 		t.Error("a worker without -public-url or -s3-bucket started")
@@ -713,6 +681,7 @@ func TestEngineFlags(t *testing.T) {
 		{[]string{"-onnx-runtime", "onnxruntime"}, "-engine onnx"},
 		{[]string{"-engine", "onnx", "-onnx-runtime", "tensorflow"}, "-onnx-runtime"},
 		{[]string{"-engine", "onnx", "-onnxruntime-lib", "/opt/ort.so"}, "-onnx-runtime onnxruntime"},
+		{[]string{"-engine-timeout", "2m", "-job-run-timeout", "1m"}, "-job-run-timeout"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%q) = %v; want an error naming %s", tc.args, err, tc.want)
@@ -721,6 +690,12 @@ func TestEngineFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-engine", "onnx"}, io.Discard)
 	if err != nil || o.engine != "onnx" {
 		t.Errorf("parseFlags(-engine onnx) = %+v, %v", o, err)
+	}
+	// A run has the engine's time twice, for the fetch of its source and
+	// the store of its result, and a minute.
+	o, err = parseFlags([]string{"-engine-timeout", "30s"}, io.Discard)
+	if err != nil || o.jobRunTimeout != 2*time.Minute {
+		t.Errorf("parseFlags(-engine-timeout 30s): -job-run-timeout %v, %v; want 2m", o.jobRunTimeout, err)
 	}
 	o, err = parseFlags([]string{"-engine", "onnx", "-onnx-precision", "fp32"}, io.Discard)
 	if err != nil || o.onnxPrecision != "fp32" {
@@ -752,10 +727,9 @@ func TestOnnxEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
-	defer origin.Close()
+	origin := newOrigin(t, butterfly)
 	srv := startStandalone(t, bin, "-data", t.TempDir(), "-engine", "onnx")
-	link := upscaleVia(t, srv.base, srv.key, origin.URL+"/butterfly.png", &srv.stderr)
+	link := upscaleVia(t, srv.base, srv.key, origin+"/butterfly.png", &srv.stderr)
 	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
 		t.Errorf("result is %v, want 512x512", size)
 	}
@@ -775,4 +749,23 @@ func resultSize(t *testing.T, link string) image.Point {
 		t.Fatalf("result: %v", err)
 	}
 	return img.Bounds().Size()
+}
+
+// newOrigin serves body at every path, for the servers to fetch, and
+// returns its URL.
+func newOrigin(t *testing.T, body []byte) string {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	t.Cleanup(origin.Close)
+	return origin.URL
+}
+
+// checkUsage runs the usage subcommand on the PostgreSQL database and
+// checks the demo account's free images used and left.
+func checkUsage(t *testing.T, bin, database string, used, left int) {
+	t.Helper()
+	out, err := exec.Command(bin, "usage", "-account", "demo", "-database-url", database, "-data", t.TempDir()).CombinedOutput()
+	want := []string{fmt.Sprintf("free_pool    used %d\n", used), fmt.Sprintf("left: free_pool %d,", left)}
+	if err != nil || !strings.Contains(string(out), want[0]) || !strings.Contains(string(out), want[1]) {
+		t.Errorf("usage: %v\n%s\nwant %d free images used and %d left", err, out, used, left)
+	}
 }

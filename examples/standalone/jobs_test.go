@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/client"
+	"github.com/upscalekit/upscale/internal/testservers"
+	"github.com/upscalekit/upscale/s3store"
+)
+
+// sharedStores is what replicas share: a new PostgreSQL database and a
+// new bucket on an S3 server, as flags, with a client of the bucket. The
+// S3 credentials are set in the environment the processes inherit.
+type sharedStores struct {
+	flags             []string
+	database          string
+	s3                *s3.Client
+	bucketURL, bucket string
+}
+
+func newSharedStores(t *testing.T) sharedStores {
+	t.Helper()
+	ctx := context.Background()
+	database := testservers.PostgresDatabase(t)
+	server := testservers.S3(t)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_ACCESS_KEY_ID", server.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", server.SecretKey)
+	s3Client, err := s3store.NewClient(ctx, server.Endpoint, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := "replicas-" + strings.ToLower(upscale.NewKey(""))[:12]
+	if _, err := s3Client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	return sharedStores{
+		flags:    []string{"-database-url", database, "-s3-endpoint", server.Endpoint, "-s3-bucket", bucket},
+		database: database,
+		s3:       s3Client, bucketURL: server.Endpoint + "/" + bucket + "/", bucket: bucket,
+	}
+}
+
+// objectOf returns the key of the object a link points to in the bucket,
+// or "" for a link elsewhere.
+func (s sharedStores) objectOf(link string) string {
+	key, ok := strings.CutPrefix(strings.SplitN(link, "?", 2)[0], s.bucketURL)
+	if !ok {
+		return ""
+	}
+	return key
+}
+
+// objects returns the keys in the bucket.
+func (s sharedStores) objects(t *testing.T) map[string]bool {
+	t.Helper()
+	out, err := s.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &s.bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	for _, o := range out.Contents {
+		keys[*o.Key] = true
+	}
+	return keys
+}
+
+// worker is a running "standalone worker" process.
+type worker struct {
+	cmd    *exec.Cmd
+	exited chan error
+	stderr bytes.Buffer
+}
+
+func startWorker(t *testing.T, bin string, args ...string) *worker {
+	t.Helper()
+	w := &worker{cmd: exec.Command(bin, append([]string{"worker"}, args...)...), exited: make(chan error, 1)}
+	w.cmd.Stderr = &w.stderr
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.exited <- w.cmd.Wait() }()
+	t.Cleanup(func() { w.cmd.Process.Kill() })
+	return w
+}
+
+// stop sends SIGTERM and checks for a clean exit.
+func (w *worker) stop(t *testing.T) {
+	t.Helper()
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-w.exited; err != nil {
+		t.Errorf("worker's exit after SIGTERM: %v\n%s", err, w.stderr.String())
+	}
+}
+
+// TestWorkerKilledMidJob runs the job form as a host that scales it out
+// would: two API processes that run no jobs and two worker processes, on
+// one PostgreSQL database and one bucket, with the learned engine. A
+// worker is killed (SIGKILL) while it runs a job and started again; River
+// gives the job back after its run timeout, and every job succeeds,
+// charged once, with nothing left in the bucket but the results.
+func TestWorkerKilledMidJob(t *testing.T) {
+	bin := buildStandalone(t)
+	stores := newSharedStores(t)
+	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := newOrigin(t, butterfly)
+	// A run is given back 10 s after it started if its worker is alive,
+	// and River rescues a dead worker's a minute after that.
+	engine := append(stores.flags, "-engine", "onnx", "-engine-timeout", "10s", "-job-run-timeout", "10s")
+	var apis []*client.Client
+	for range 2 {
+		api := startStandalone(t, bin, append(engine, "-data", t.TempDir(), "-job-workers", "-1")...)
+		defer api.stop(t)
+		apis = append(apis, &client.Client{BaseURL: api.base, Key: api.key})
+	}
+	ctx := context.Background()
+	const jobs = 8 // of the demo account's 10 free images
+	ids := make([]string, jobs)
+	for i := range ids {
+		job, err := apis[i%2].Submit(ctx, client.Request{ImageURL: origin + "/b.png", Scale: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = job.ID
+	}
+
+	// The only worker takes jobs; it is killed as soon as one runs.
+	first := startWorker(t, bin, append(engine, "-data", t.TempDir())...)
+	var killed []string
+	for deadline := time.Now().Add(time.Minute); len(killed) == 0; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-first.exited:
+			t.Fatalf("the worker exited: %v\n%s", err, first.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no job running a minute after the worker started\n%s", first.stderr.String())
+		}
+		for _, id := range ids {
+			if job, err := apis[0].Job(ctx, id); err == nil && job.Status == string(upscale.JobRunning) {
+				killed = append(killed, id)
+			}
+		}
+	}
+	first.cmd.Process.Kill()
+	<-first.exited
+	killedAt := time.Now()
+	for range 2 { // the killed one restarted, and a second
+		w := startWorker(t, bin, append(engine, "-data", t.TempDir())...)
+		defer w.stop(t)
+	}
+
+	results := map[string]bool{}
+	for i, id := range ids {
+		waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		job, err := apis[(i+1)%2].Wait(waitCtx, id)
+		cancel()
+		if err != nil || job.Status != string(upscale.JobSucceeded) {
+			t.Fatalf("job %s: %+v, %v; want succeeded", id, job, err)
+		}
+		if slices.Contains(killed, id) && !job.StartedAt.After(killedAt) {
+			t.Errorf("job %s, running when its worker was killed, last started at %v, before the kill at %v", id, job.StartedAt, killedAt)
+		}
+		key := stores.objectOf(job.Result.URL)
+		if key == "" || job.Result.Via != string(upscale.PoolFree) {
+			t.Fatalf("job %s: result %+v; want a link into the bucket, paid by the free pool", id, job.Result)
+		}
+		if size := resultSize(t, job.Result.URL); size.X != 512 {
+			t.Errorf("job %s: result %v, want 512 wide", id, size)
+		}
+		results[key] = true
+	}
+	checkUsage(t, bin, stores.database, jobs, 10-jobs)
+	// Each job's source was deleted when it ended, and no run left a
+	// result no job links to.
+	if objects := stores.objects(t); !maps.Equal(objects, results) {
+		t.Errorf("bucket holds %v; want only the %d results %v", objects, len(results), results)
+	}
+}
