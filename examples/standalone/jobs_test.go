@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -81,20 +83,33 @@ func (s sharedStores) objects(t *testing.T) map[string]bool {
 
 // worker is a running "standalone worker" process.
 type worker struct {
-	cmd    *exec.Cmd
-	exited chan error
-	stderr bytes.Buffer
+	cmd     *exec.Cmd
+	exited  chan error
+	stderr  bytes.Buffer
+	metrics string // the -metrics-addr URL, when given
 }
 
+// startWorker runs "bin worker args" and waits for its banner.
 func startWorker(t *testing.T, bin string, args ...string) *worker {
 	t.Helper()
 	w := &worker{cmd: exec.Command(bin, append([]string{"worker"}, args...)...), exited: make(chan error, 1)}
 	w.cmd.Stderr = &w.stderr
+	stdout, _ := w.cmd.StdoutPipe()
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { w.exited <- w.cmd.Wait() }()
 	t.Cleanup(func() { w.cmd.Process.Kill() })
+	lines := bufio.NewScanner(stdout)
+	banner := lines.Scan() && strings.HasPrefix(lines.Text(), "upscale standalone worker: ")
+	if banner && slices.Contains(args, "-metrics-addr") {
+		lines.Scan()
+		w.metrics, _ = strings.CutPrefix(lines.Text(), "metrics at ")
+	}
+	if !banner {
+		t.Fatalf("the worker did not start:\n%s", w.stderr.String())
+	}
+	go io.Copy(io.Discard, stdout)
 	return w
 }
 

@@ -346,7 +346,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if worker {
-		return work(ctx, handler, o, signals, stdout, logger)
+		fmt.Fprintf(stdout, "upscale standalone worker: jobs from the queue in the database (engine %s)\n", o.engine)
+		if o.metricsAddr != "" {
+			metricsServer, err := serveMetrics(o, registry, stdout, logger)
+			if err != nil {
+				return err
+			}
+			defer metricsServer.Close()
+		}
+		return work(ctx, handler, o, signals, logger)
 	}
 
 	// The middleware form: the API and the result links (when the
@@ -363,16 +371,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
 	if o.metricsAddr != "" {
-		metricsListener, err := net.Listen("tcp", o.metricsAddr)
+		metricsServer, err := serveMetrics(o, registry, stdout, logger)
 		if err != nil {
-			return fmt.Errorf("-metrics-addr: %w", err)
+			return err
 		}
-		metricsMux := http.NewServeMux()
-		metricsMux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
-		metricsServer := newServer(metricsMux, o.engineTimeout, logger)
-		go metricsServer.Serve(metricsListener)
 		defer metricsServer.Close()
-		fmt.Fprintf(stdout, "metrics at http://%s/metrics\n", metricsListener.Addr())
 	}
 	if demoKey != "" {
 		fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", cfg.Plans["free"].MonthlyImages)
@@ -419,8 +422,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // work is the worker's life: its handler's workers run the queue's jobs
 // until a signal, then have the engine's time to finish theirs, after
 // which the rest go back to the queue.
-func work(ctx context.Context, handler *upscale.Handler, o options, signals <-chan os.Signal, stdout io.Writer, logger *slog.Logger) error {
-	fmt.Fprintf(stdout, "upscale standalone worker: jobs from the queue in the database (engine %s)\n", o.engine)
+func work(ctx context.Context, handler *upscale.Handler, o options, signals <-chan os.Signal, logger *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 	case <-signals:
@@ -429,6 +431,21 @@ func work(ctx context.Context, handler *upscale.Handler, o options, signals <-ch
 	drain, cancel := context.WithTimeout(context.Background(), o.engineTimeout+time.Minute)
 	defer cancel()
 	return handler.StopJobs(drain)
+}
+
+// serveMetrics serves registry's metrics at /metrics on -metrics-addr, a
+// listener of its own so that they need not be public, and says where.
+func serveMetrics(o options, registry *prometheus.Registry, stdout io.Writer, logger *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
+	srv := newServer(mux, o.engineTimeout, logger)
+	go srv.Serve(ln)
+	fmt.Fprintf(stdout, "metrics at http://%s/metrics\n", ln.Addr())
+	return srv, nil
 }
 
 // newServer wraps handler in a server whose every timeout is set, so that

@@ -96,17 +96,7 @@ func TestEndToEnd(t *testing.T) {
 	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
 		t.Errorf("result is %v, want 512x512 (butterfly.png is 256x256)", size)
 	}
-	resp, err := http.Get(srv.metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exposition, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{`upscale_requests_total{code="ok",pool="free_pool"} 1`, "process_resident_memory_bytes ", "upscale_step_duration_seconds_count{step=\"engine\"} 1"} {
-		if !strings.Contains(string(exposition), want) {
-			t.Errorf("metrics at %s lack %s", srv.metrics, want)
-		}
-	}
+	checkMetrics(t, srv.metrics, `upscale_requests_total{code="ok",pool="free_pool"} 1`, "process_resident_memory_bytes ", `upscale_step_duration_seconds_count{step="engine"} 1`)
 
 	held := make(chan string, 1)
 	go func() { held <- upscaleVia(t, base, key, origin.URL+"/held.png", stderr) }()
@@ -628,7 +618,7 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 		t.Fatalf("with no worker running: %s, want queued", j.Status)
 	}
 
-	w := startWorker(t, bin, "-data", data, "-public-url", api.base, "-allow-private-sources")
+	w := startWorker(t, bin, "-data", data, "-public-url", api.base, "-allow-private-sources", "-metrics-addr", "127.0.0.1:0")
 	var j upscale.Job
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if j = job(); j.Status.Done() {
@@ -651,6 +641,8 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no webhook after 30 s\nworker:\n%s", w.stderr.String())
 	}
+	// The worker's own metrics say what it ran.
+	checkMetrics(t, w.metrics, `upscale_job_duration_seconds_count{phase="run",status="succeeded"} 1`, `upscale_step_duration_seconds_count{step="engine"} 1`)
 	w.stop(t)
 	api.stop(t)
 	if err := exec.Command(bin, "worker", "-data", data).Run(); err == nil {
@@ -767,5 +759,21 @@ func checkUsage(t *testing.T, bin, database string, used, left int) {
 	want := []string{fmt.Sprintf("free_pool    used %d\n", used), fmt.Sprintf("left: free_pool %d,", left)}
 	if err != nil || !strings.Contains(string(out), want[0]) || !strings.Contains(string(out), want[1]) {
 		t.Errorf("usage: %v\n%s\nwant %d free images used and %d left", err, out, used, left)
+	}
+}
+
+// checkMetrics checks that the metrics at url hold every one of want.
+func checkMetrics(t *testing.T, url string, want ...string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, w := range want {
+		if !strings.Contains(string(exposition), w) {
+			t.Errorf("metrics at %s lack %s", url, w)
+		}
 	}
 }
