@@ -150,11 +150,17 @@ func (q *Queue[TTx]) config(workers *river.Workers, queue string, concurrency in
 		CompletedJobRetentionPeriod: q.opts.Retention,
 		DiscardedJobRetentionPeriod: q.opts.Retention,
 		FetchPollInterval:           q.opts.PollInterval,
-		FetchCooldown:               min(q.opts.PollInterval, 100*time.Millisecond),
-		JobTimeout:                  q.opts.RunTimeout,
-		RescueStuckJobsAfter:        q.opts.RunTimeout + time.Minute,
-		RetryPolicy:                 retryPolicy{},
-		Logger:                      q.opts.Logger,
+		// River fetches at most once per cooldown, and every poll and
+		// every insert's notification starts one, so a slot freed within
+		// a cooldown waits out the rest of it for its next job. With
+		// River's 100 ms, workers of half-second learned jobs were idle
+		// 11% of the time with jobs waiting; with 10 ms, 1% (make
+		// loadtest, jobs).
+		FetchCooldown:        min(q.opts.PollInterval, 10*time.Millisecond),
+		JobTimeout:           q.opts.RunTimeout,
+		RescueStuckJobsAfter: q.opts.RunTimeout + time.Minute,
+		RetryPolicy:          retryPolicy{},
+		Logger:               q.opts.Logger,
 	}
 	if workers != nil {
 		cfg.Workers = workers

@@ -29,6 +29,7 @@ var scenarios = []scenario{
 	{"sigterm", sigterm},
 	{"engine-timeouts", engineTimeouts},
 	{"slow-key", slowKey},
+	{"jobs", jobs},
 }
 
 var (

@@ -126,13 +126,14 @@ func newRig() (*rig, error) {
 	return r, r.startOrigin()
 }
 
-// startOrigin serves the sources: photo-N.jpg, a N×N JPEG of a photograph,
+// startOrigin serves the sources: photo-N.jpg, a N×N JPEG of a photograph
+// (N 128, 256, 512 or 1024),
 // noise.png, a PNG of about 20 MB that does not compress, noise-1000.png,
 // one of 1000², and drip.jpg, which sends 100 bytes a second of a 1 MB
 // body until the client gives up.
 func (r *rig) startOrigin() error {
 	photos := map[string][]byte{}
-	for _, side := range []int{512, 1024} {
+	for _, side := range []int{128, 256, 512, 1024} {
 		jpg, err := enginebench.MakePhotoJPEG(side)
 		if err != nil {
 			return err
@@ -232,6 +233,20 @@ type server struct {
 // start runs the standalone against the rig's database, bucket and
 // origin, with extra flags, and waits for its banner.
 func (r *rig) start(extra ...string) (*server, error) {
+	return r.launch([]string{r.bin}, extra)
+}
+
+// startWorker runs a standalone worker on the rig's database and bucket,
+// with extra flags, and waits for its banner; its base is empty. As if on
+// an engine machine of its own, it is pinned to one CPU and runs at nice
+// 10, so that the API, the database and S3 have the CPU when they need it.
+func (r *rig) startWorker(cpu int, extra ...string) (*server, error) {
+	return r.launch([]string{"taskset", "-c", strconv.Itoa(cpu), "nice", "-n", "10", r.bin, "worker"}, extra)
+}
+
+// launch runs command (the standalone, or the standalone worker) with the
+// rig's flags and extra, and waits for its banner.
+func (r *rig) launch(command, extra []string) (*server, error) {
 	args := append([]string{
 		"-addr", "127.0.0.1:0", "-config", r.config, "-data", filepath.Join(r.dir, "data"),
 		"-database-url", r.dsn, "-s3-bucket", r.bucket, "-s3-endpoint", "http://" + r.s3Proxy.Addr,
@@ -244,7 +259,7 @@ func (r *rig) start(extra ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{cmd: exec.Command(r.bin, args...), exited: make(chan error, 1), log: log}
+	s := &server{cmd: exec.Command(command[0], append(command[1:], args...)...), exited: make(chan error, 1), log: log}
 	s.cmd.Stderr = log
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
@@ -255,16 +270,19 @@ func (r *rig) start(extra ...string) (*server, error) {
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
 	lines := bufio.NewScanner(stdout)
-	for (s.base == "" || s.metrics == "") && lines.Scan() {
+	started := false
+	for (!started || s.metrics == "") && lines.Scan() {
 		if v, ok := strings.CutPrefix(lines.Text(), "upscale standalone listening on "); ok {
 			s.base, _, _ = strings.Cut(v, " ")
+			started = true
 		}
+		started = started || strings.HasPrefix(lines.Text(), "upscale standalone worker: ")
 		if v, ok := strings.CutPrefix(lines.Text(), "metrics at "); ok {
 			s.metrics = v
 		}
 	}
 	go io.Copy(io.Discard, stdout)
-	if s.base == "" || s.metrics == "" {
+	if !started || s.metrics == "" {
 		s.cmd.Process.Kill()
 		out, _ := os.ReadFile(log.Name())
 		return nil, fmt.Errorf("the standalone did not start:\n%s", out)
@@ -379,10 +397,19 @@ var client = &http.Client{
 
 // post asks base, with apiKey, to enlarge the origin's path by scale.
 func (r *rig) post(apiKey, base, path string, scale int) request {
+	return r.postAs(apiKey, base, path, scale, nil, nil)
+}
+
+// postAs is post with the request changed by prepare, when not nil, and
+// the answer's body decoded into answer, when not nil.
+func (r *rig) postAs(apiKey, base, path string, scale int, prepare func(*http.Request), answer any) request {
 	body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d}`, r.originURL+path, scale)
 	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
+	if prepare != nil {
+		prepare(req)
+	}
 	res := request{start: time.Now()}
 	resp, err := client.Do(req)
 	res.took = time.Since(res.start)
@@ -392,11 +419,15 @@ func (r *rig) post(apiKey, base, path string, scale int) request {
 	}
 	defer resp.Body.Close()
 	res.status = resp.StatusCode
+	raw, _ := io.ReadAll(resp.Body)
 	var problem struct {
 		Code string `json:"code"`
 	}
-	json.NewDecoder(resp.Body).Decode(&problem)
+	json.Unmarshal(raw, &problem)
 	res.code = problem.Code
+	if answer != nil {
+		json.Unmarshal(raw, answer)
+	}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
 		res.retryAfter = time.Duration(s) * time.Second
 	}
