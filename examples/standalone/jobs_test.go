@@ -4,8 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +59,11 @@ func newSharedStores(t *testing.T) sharedStores {
 		database: database,
 		s3:       s3Client, bucketURL: server.Endpoint + "/" + bucket + "/", bucket: bucket,
 	}
+}
+
+// admin returns the storage flags of an admin subcommand on the database.
+func (s sharedStores) admin(t *testing.T) []string {
+	return []string{"-database-url", s.database, "-data", t.TempDir()}
 }
 
 // objectOf returns the key of the object a link points to in the bucket,
@@ -202,10 +211,144 @@ func TestWorkerKilledMidJob(t *testing.T) {
 		}
 		results[key] = true
 	}
-	checkUsage(t, bin, stores.database, jobs, 10-jobs)
+	checkUsage(t, bin, stores.admin(t), jobs, 10-jobs)
 	// Each job's source was deleted when it ended, and no run left a
 	// result no job links to.
 	if objects := stores.objects(t); !maps.Equal(objects, results) {
 		t.Errorf("bucket holds %v; want only the %d results %v", objects, len(results), results)
 	}
+}
+
+// TestJobFormOnRealStores runs the job form's flows through the
+// standalone on SQLite with result files, and on PostgreSQL with S3, River
+// in both: refusals at submission create no job, the quota is judged at
+// submission, queued and running jobs are canceled without a charge, and
+// wait=N answers inline; the ledger and the stores hold exactly what the
+// one success left. An API process that runs no jobs takes the
+// submissions, a worker process runs them.
+func TestJobFormOnRealStores(t *testing.T) {
+	bin := buildStandalone(t)
+	for _, tc := range []struct {
+		name string
+		// stores returns the storage flags of the servers and of the
+		// admin subcommands, and the keys of the results and sources the
+		// stores hold.
+		stores func(t *testing.T) (flags, admin []string, kept func() []string)
+	}{
+		{"SQLite", func(t *testing.T) ([]string, []string, func() []string) {
+			data := t.TempDir()
+			return []string{"-data", data}, []string{"-data", data}, func() []string { return dataFiles(t, filepath.Join(data, "outputs")) }
+		}},
+		{"PostgreSQL", func(t *testing.T) ([]string, []string, func() []string) {
+			stores := newSharedStores(t)
+			return append(stores.flags, "-data", t.TempDir()), stores.admin(t), func() []string { return slices.Collect(maps.Keys(stores.objects(t))) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			storage, admin, kept := tc.stores(t)
+			// Sources are the server's own samples, so the address policy
+			// stays on and refuses loopback, for sources and webhooks.
+			api := startStandalone(t, bin, append(storage, "-engine", "onnx", "-job-workers", "-1", "-allow-private-sources=false")...)
+			defer api.stop(t)
+			c := &client.Client{BaseURL: api.base, Key: api.key}
+			photo := client.Request{ImageURL: api.base + "/samples/photo.png"}
+
+			for _, tc := range []struct {
+				req    client.Request
+				status int
+				code   string
+			}{
+				{client.Request{ImageURL: "http://127.0.0.1:9/a.png"}, http.StatusBadRequest, "source_forbidden"},
+				{client.Request{ImageURL: photo.ImageURL, WebhookURL: "http://127.0.0.1:9/hooks"}, http.StatusBadRequest, "invalid_webhook_url"},
+			} {
+				if _, err := c.Submit(ctx, tc.req); !isProblem(err, tc.status, tc.code) {
+					t.Errorf("submit %+v: %v; want %d %s", tc.req, err, tc.status, tc.code)
+				}
+			}
+			// With no worker, jobs wait, each holding one of the ten free
+			// images: the eleventh is refused at submission.
+			var queued []string
+			for range 10 {
+				j, err := c.Submit(ctx, photo)
+				if err != nil {
+					t.Fatal(err)
+				}
+				queued = append(queued, j.ID)
+			}
+			if _, err := c.Submit(ctx, photo); !isProblem(err, http.StatusTooManyRequests, "quota_exhausted") {
+				t.Errorf("an eleventh submission: %v; want 429 quota_exhausted", err)
+			}
+			for _, id := range queued {
+				if j, err := c.Cancel(ctx, id); err != nil || j.Status != string(upscale.JobCanceled) {
+					t.Fatalf("cancel queued job %s: %+v, %v", id, j, err)
+				}
+			}
+			checkUsage(t, bin, admin, 0, 10)
+
+			w := startWorker(t, bin, append(storage, "-engine", "onnx", "-public-url", api.base)...)
+			defer w.stop(t)
+			// A small image within wait=30 is answered as the request
+			// would have been.
+			req, _ := http.NewRequest(http.MethodPost, api.base+"/api/v1/upscale", strings.NewReader(`{"imageUrl": "`+photo.ImageURL+`", "scale": 2}`))
+			req.Header.Set("Authorization", "Bearer "+api.key)
+			req.Header.Set("Prefer", "respond-async, wait=30")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inline client.Response
+			json.NewDecoder(resp.Body).Decode(&inline)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || inline.Via != string(upscale.PoolFree) {
+				t.Fatalf("wait=30: %d %+v; want 200 from the free pool\nworker:\n%s", resp.StatusCode, inline, w.stderr.String())
+			}
+			if size := resultSize(t, inline.URL); size.X != 512 {
+				t.Errorf("inline result %v, want 512 wide", size)
+			}
+
+			// ×4 runs two learned passes: canceled while it runs, it stops.
+			big := photo
+			big.Scale = 4
+			j, err := c.Submit(ctx, big)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Minute); j.Status != string(upscale.JobRunning); time.Sleep(20 * time.Millisecond) {
+				if j, err = c.Job(ctx, j.ID); err != nil || time.Now().After(deadline) || j.Done() {
+					t.Fatalf("job %+v, %v; want it running", j, err)
+				}
+			}
+			if j, err = c.Cancel(ctx, j.ID); err != nil || j.Status != string(upscale.JobCanceled) || j.Result != nil {
+				t.Fatalf("cancel a running job: %+v, %v; want canceled, without a result", j, err)
+			}
+			checkUsage(t, bin, admin, 1, 9)
+			if got := kept(); len(got) != 1 {
+				t.Errorf("the stores hold %q; want only the inline result", got)
+			}
+		})
+	}
+}
+
+// isProblem reports whether err is the API's problem status, code.
+func isProblem(err error, status int, code string) bool {
+	var p *client.Error
+	return errors.As(err, &p) && p.Status == status && p.Code == code
+}
+
+// dataFiles returns the files dirstore keeps under dir, without their
+// metadata or its own hidden files (the link secret).
+func dataFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.HasSuffix(path, ".meta") && !strings.HasPrefix(d.Name(), ".") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }

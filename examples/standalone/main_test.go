@@ -558,7 +558,7 @@ func TestTwoReplicas(t *testing.T) {
 			t.Errorf("link %s: %d×%d, %v; want a 512-pixel-wide PNG from the bucket", link, img.Width, img.Height, err)
 		}
 	}
-	checkUsage(t, bin, stores.database, 10, 0)
+	checkUsage(t, bin, stores.admin(t), 10, 0)
 	for _, r := range replicas {
 		r.stop(t)
 	}
@@ -751,11 +751,11 @@ func newOrigin(t *testing.T, body []byte) string {
 	return origin.URL
 }
 
-// checkUsage runs the usage subcommand on the PostgreSQL database and
-// checks the demo account's free images used and left.
-func checkUsage(t *testing.T, bin, database string, used, left int) {
+// checkUsage runs the usage subcommand on the database the storage flags
+// name and checks the demo account's free images used and left.
+func checkUsage(t *testing.T, bin string, storage []string, used, left int) {
 	t.Helper()
-	out, err := exec.Command(bin, "usage", "-account", "demo", "-database-url", database, "-data", t.TempDir()).CombinedOutput()
+	out, err := exec.Command(bin, append([]string{"usage", "-account", "demo"}, storage...)...).CombinedOutput()
 	want := []string{fmt.Sprintf("free_pool    used %d\n", used), fmt.Sprintf("left: free_pool %d,", left)}
 	if err != nil || !strings.Contains(string(out), want[0]) || !strings.Contains(string(out), want[1]) {
 		t.Errorf("usage: %v\n%s\nwant %d free images used and %d left", err, out, used, left)
