@@ -97,40 +97,42 @@ func TestWebhookConformance(t *testing.T) {
 // answers, ErrUnavailable once it does not.
 func TestPing(t *testing.T) {
 	ctx := context.Background()
-	t.Run("SQLite", func(t *testing.T) {
-		db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, err := riverqueue.NewSQLite(db, riverqueue.Options{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Ping(ctx); err != nil {
-			t.Fatalf("Ping with the database open: %v", err)
-		}
-		db.Close()
-		if err := q.Ping(ctx); !errors.Is(err, upscale.ErrUnavailable) {
-			t.Fatalf("Ping with the database closed: %v, want ErrUnavailable", err)
-		}
-	})
-	t.Run("PostgreSQL", func(t *testing.T) {
-		pool, err := pgxpool.New(ctx, testservers.PostgresDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, err := riverqueue.NewPostgres(pool, riverqueue.Options{Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Ping(ctx); err != nil {
-			t.Fatalf("Ping with the database open: %v", err)
-		}
-		pool.Close()
-		if err := q.Ping(ctx); !errors.Is(err, upscale.ErrUnavailable) {
-			t.Fatalf("Ping with the pool closed: %v, want ErrUnavailable", err)
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		// open returns a Queue on a new database, and closes the database.
+		open func(t *testing.T) (q upscale.Pinger, closeDatabase func(), err error)
+	}{
+		{"SQLite", func(t *testing.T) (upscale.Pinger, func(), error) {
+			db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db"))
+			if err != nil {
+				return nil, nil, err
+			}
+			q, err := riverqueue.NewSQLite(db, riverqueue.Options{Logger: quiet})
+			return q, func() { db.Close() }, err
+		}},
+		{"PostgreSQL", func(t *testing.T) (upscale.Pinger, func(), error) {
+			pool, err := pgxpool.New(ctx, testservers.PostgresDatabase(t))
+			if err != nil {
+				return nil, nil, err
+			}
+			q, err := riverqueue.NewPostgres(pool, riverqueue.Options{Logger: quiet})
+			return q, pool.Close, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, closeDatabase, err := tc.open(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Ping(ctx); err != nil {
+				t.Fatalf("Ping with the database open: %v", err)
+			}
+			closeDatabase()
+			if err := q.Ping(ctx); !errors.Is(err, upscale.ErrUnavailable) {
+				t.Fatalf("Ping with the database closed: %v, want ErrUnavailable", err)
+			}
+		})
+	}
 }
 
 // TestRescueByEitherClient: a job left running by a worker that died is

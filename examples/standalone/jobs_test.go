@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -140,11 +139,7 @@ func (w *worker) stop(t *testing.T) {
 func TestWorkerKilledMidJob(t *testing.T) {
 	bin := buildStandalone(t)
 	stores := newSharedStores(t)
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := newOrigin(t, butterfly)
+	origin := newButterflyOrigin(t)
 	// A run is given back 10 s after it started if its worker is alive,
 	// and River rescues a dead worker's a minute after that.
 	engine := append(stores.flags, "-engine", "onnx", "-engine-timeout", "10s", "-job-run-timeout", "10s")

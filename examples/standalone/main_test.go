@@ -382,11 +382,7 @@ func TestServerTimeouts(t *testing.T) {
 func TestRestartKeepsState(t *testing.T) {
 	bin := buildStandalone(t)
 	data := t.TempDir()
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := newOrigin(t, butterfly)
+	origin := newButterflyOrigin(t)
 	admin := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(bin, append(args, "-data", data)...).CombinedOutput()
@@ -502,11 +498,7 @@ func TestMain(m *testing.M) {
 func TestTwoReplicas(t *testing.T) {
 	bin := buildStandalone(t)
 	stores := newSharedStores(t)
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := newOrigin(t, butterfly)
+	origin := newButterflyOrigin(t)
 
 	// A queue with room for every request: the test holds the ledger to
 	// its count, not admission.
@@ -570,11 +562,7 @@ func TestTwoReplicas(t *testing.T) {
 func TestWorkerBesideTheAPI(t *testing.T) {
 	bin := buildStandalone(t)
 	data := t.TempDir()
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := newOrigin(t, butterfly)
+	origin := newButterflyOrigin(t)
 	api := startStandalone(t, bin, "-data", data, "-job-workers", "-1")
 	secret, err := exec.Command(bin, "webhook-secret", "rotate", "-account", "demo", "-data", data).Output()
 	if err != nil {
@@ -715,11 +703,7 @@ func TestEngineFlags(t *testing.T) {
 // the library where make deps puts it.
 func TestOnnxEngine(t *testing.T) {
 	bin := buildStandalone(t)
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := newOrigin(t, butterfly)
+	origin := newButterflyOrigin(t)
 	srv := startStandalone(t, bin, "-data", t.TempDir(), "-engine", "onnx")
 	link := upscaleVia(t, srv.base, srv.key, origin+"/butterfly.png", &srv.stderr)
 	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
@@ -743,10 +727,15 @@ func resultSize(t *testing.T, link string) image.Point {
 	return img.Bounds().Size()
 }
 
-// newOrigin serves body at every path, for the servers to fetch, and
-// returns its URL.
-func newOrigin(t *testing.T, body []byte) string {
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+// newButterflyOrigin serves Set5's butterfly (256×256 PNG) at every
+// path, for the servers to fetch, and returns its URL.
+func newButterflyOrigin(t *testing.T) string {
+	t.Helper()
+	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
 	t.Cleanup(origin.Close)
 	return origin.URL
 }
