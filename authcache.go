@@ -2,6 +2,7 @@ package upscale
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -50,8 +51,8 @@ type CachedKeyStore struct {
 }
 
 var (
-	_ KeyAdmin = (*CachedKeyStore)(nil)
-	_ Pinger   = (*CachedKeyStore)(nil)
+	_ KeyLister = (*CachedKeyStore)(nil)
+	_ Pinger    = (*CachedKeyStore)(nil)
 )
 
 // cachedAnswer is a kept verdict: the account, or refused.
@@ -128,6 +129,53 @@ func (c *CachedKeyStore) RevokeKey(ctx context.Context, key string) error {
 	return admin.RevokeKey(ctx, key)
 }
 
+// AddNamedKey implements KeyLister when the wrapped KeyStore is a
+// KeyLister, and forgets what was cached of key, so the key works at once.
+func (c *CachedKeyStore) AddNamedKey(ctx context.Context, key, accountID, name string) (KeyInfo, error) {
+	lister, err := c.lister()
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	defer c.forget(key)
+	return lister.AddNamedKey(ctx, key, accountID, name)
+}
+
+// ListKeys implements KeyLister when the wrapped KeyStore is a KeyLister.
+// It is not cached: the page that lists keys sees every change at once.
+func (c *CachedKeyStore) ListKeys(ctx context.Context, accountID string) ([]KeyInfo, error) {
+	lister, err := c.lister()
+	if err != nil {
+		return nil, err
+	}
+	return lister.ListKeys(ctx, accountID)
+}
+
+// RevokeKeyID implements KeyLister when the wrapped KeyStore is a
+// KeyLister, and forgets what was cached of the key, so the revocation
+// takes effect at once in this process.
+func (c *CachedKeyStore) RevokeKeyID(ctx context.Context, accountID, id string) error {
+	lister, err := c.lister()
+	if err != nil {
+		return err
+	}
+	defer c.change(func(answers *cache.Cache) {
+		for digest := range answers.Items() {
+			if hex.EncodeToString([]byte(digest[:8])) == id {
+				answers.Delete(digest)
+			}
+		}
+	})
+	return lister.RevokeKeyID(ctx, accountID, id)
+}
+
+func (c *CachedKeyStore) lister() (KeyLister, error) {
+	lister, ok := c.keys.(KeyLister)
+	if !ok {
+		return nil, fmt.Errorf("upscale: the cached %T keeps no KeyInfo (it is not a KeyLister)", c.keys)
+	}
+	return lister, nil
+}
+
 func (c *CachedKeyStore) admin() (KeyAdmin, error) {
 	admin, ok := c.keys.(KeyAdmin)
 	if !ok {
@@ -136,14 +184,19 @@ func (c *CachedKeyStore) admin() (KeyAdmin, error) {
 	return admin, nil
 }
 
-// forget drops what is cached of key, once the change to it is made, and
-// keeps lookups that began before from caching their older answer.
+// forget drops what is cached of key, once the change to it is made.
 func (c *CachedKeyStore) forget(key string) {
 	digest := DigestKey(key)
+	c.change(func(answers *cache.Cache) { answers.Delete(string(digest[:])) })
+}
+
+// change runs drop on the cached answers, and keeps lookups that began
+// before from caching their older answer.
+func (c *CachedKeyStore) change(drop func(answers *cache.Cache)) {
 	c.changes.Lock()
 	defer c.changes.Unlock()
 	c.generation++
-	c.answers.Delete(string(digest[:]))
+	drop(c.answers)
 }
 
 // Ping implements Pinger by pinging the wrapped KeyStore, if it is a

@@ -11,11 +11,13 @@ import (
 )
 
 func TestCachedKeyStore(t *testing.T) {
-	upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin {
+	cached := func(t *testing.T) *upscale.CachedKeyStore {
 		c := upscale.NewCachedKeyStore(upscale.NewMemoryKeyStore(), upscale.CachedKeyStoreOptions{})
 		t.Cleanup(func() { c.Close() })
 		return c
-	})
+	}
+	upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin { return cached(t) })
+	upscaletest.TestKeyLister(t, func(t *testing.T) upscale.KeyLister { return cached(t) })
 }
 
 const (

@@ -12,6 +12,7 @@ import (
 
 func TestMemoryKeyStore(t *testing.T) {
 	upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin { return upscale.NewMemoryKeyStore() })
+	upscaletest.TestKeyLister(t, func(t *testing.T) upscale.KeyLister { return upscale.NewMemoryKeyStore() })
 }
 
 func TestMemoryLedger(t *testing.T) {

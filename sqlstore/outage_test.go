@@ -37,6 +37,9 @@ func TestPostgresOutage(t *testing.T) {
 		"Commit":       func() error { return s.Commit(ctx, held.ID) },
 		"Release":      func() error { return s.Release(ctx, held.ID) },
 		"Ping":         func() error { return s.Ping(ctx) },
+		"ListKeys":     func() error { _, err := s.ListKeys(ctx, "acme"); return err },
+		"RevokeKeyID":  func() error { return s.RevokeKeyID(ctx, "acme", upscale.KeyID(replicaKey)) },
+		"AddNamedKey":  func() error { _, err := s.AddNamedKey(ctx, upscale.NewKey("upk_"), "acme", "ci"); return err },
 	}
 	for name, call := range checks {
 		if err := call(); !errors.Is(err, upscale.ErrUnavailable) {

@@ -266,7 +266,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 			dsn := newDB(t)
 			first := open(t, dsn, upscale.LedgerOptions{})
 			seed(t, first, 4, 0)
-			key, err := first.CreateKey(ctx, "acme")
+			key, err := first.CreateKey(ctx, "acme", "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -64,7 +64,7 @@ type Store struct {
 }
 
 var (
-	_ upscale.KeyAdmin    = (*Store)(nil)
+	_ upscale.KeyLister   = (*Store)(nil)
 	_ upscale.QuotaLedger = (*Store)(nil)
 )
 

@@ -58,6 +58,9 @@ func TestConformance(t *testing.T) {
 			t.Run("KeyStore", func(t *testing.T) {
 				upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin { return withKeyAccounts(t, newDB(t)) })
 			})
+			t.Run("KeyLister", func(t *testing.T) {
+				upscaletest.TestKeyLister(t, func(t *testing.T) upscale.KeyLister { return withKeyAccounts(t, newDB(t)) })
+			})
 			t.Run("QuotaLedger", func(t *testing.T) {
 				upscaletest.TestQuotaLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.LedgerHarness {
 					return open(t, newDB(t), opts)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/upscalekit/upscale"
@@ -24,21 +26,45 @@ type adminCommand struct {
 
 // adminArgs are the flags the subcommands share; each uses some.
 type adminArgs struct {
-	account, key, plan, month, ref string
-	amount                         int64
+	account, key, id, name, plan, month, ref string
+	amount                                   int64
+}
+
+// when prints a time of keys list, in UTC to the second, or "-" for none.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.DateTime)
 }
 
 var adminCommands = []adminCommand{
-	{"keys create", "--account ID: make a key for the account and print it (shown once; only its hash is stored)",
+	{"keys create", "--account ID [--name N]: make a key for the account and print it (shown once; only its hash is stored)",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
-			key, err := s.CreateKey(ctx, a.account)
+			key, err := s.CreateKey(ctx, a.account, a.name)
 			if err == nil {
 				fmt.Fprintln(stdout, key)
 			}
 			return err
 		}},
-	{"keys revoke", "--key KEY: make the key fail from now on",
+	{"keys list", "--account ID: the account's keys, the newest first: ID, hint, name, when made, last used and revoked (never the key)",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+			keys, err := s.ListKeys(ctx, a.account)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tHINT\tNAME\tCREATED\tLAST USED\tREVOKED")
+			for _, k := range keys {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, cmp.Or(k.Hint, "-"), cmp.Or(k.Name, "-"), when(k.Created), when(k.LastUsed), when(k.Revoked))
+			}
+			return w.Flush()
+		}},
+	{"keys revoke", "--key KEY, or --account ID --id ID (from keys list): make the key fail from now on",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
+			if a.id != "" {
+				return s.RevokeKeyID(ctx, a.account, a.id)
+			}
 			return s.RevokeKey(ctx, a.key)
 		}},
 	{"webhook-secret rotate", "--account ID: make a new webhook signing secret for the account and print it; the previous one signs beside it for 24 h",
@@ -108,6 +134,8 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	st.addFlags(fs)
 	fs.StringVar(&a.account, "account", "", "account ID")
 	fs.StringVar(&a.key, "key", "", "API key")
+	fs.StringVar(&a.id, "id", "", "a key's ID, as keys list shows it")
+	fs.StringVar(&a.name, "name", "", "a name for the key, to tell it apart (at most 64 characters)")
 	fs.StringVar(&a.plan, "plan", "", "plan name")
 	fs.StringVar(&a.month, "month", upscale.Month(time.Now()), "calendar month, YYYY-MM (UTC)")
 	fs.StringVar(&a.ref, "ref", "standalone-"+strings.ReplaceAll(cmd.name, " ", "-"), "reference kept in the journal, such as an invoice number")
@@ -125,7 +153,7 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	defer store.Close()
 	err = cmd.run(ctx, store, a, stdout)
 	if errors.Is(err, upscale.ErrNotFound) {
-		return fmt.Errorf("%s: %w (check --account, --key or --plan)", cmd.name, err)
+		return fmt.Errorf("%s: %w (check --account, --key, --id or --plan)", cmd.name, err)
 	}
 	return err
 }

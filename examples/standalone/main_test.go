@@ -395,7 +395,7 @@ func TestRestartKeepsState(t *testing.T) {
 	first := startStandalone(t, bin, "-data", data)
 	link := upscaleVia(t, first.base, first.key, origin+"/a.png", &first.stderr)
 	admin("credits", "grant", "-account", "demo", "-amount", "5", "-ref", "invoice-1") // while the server runs
-	newKey := strings.TrimSpace(admin("keys", "create", "-account", "demo"))
+	newKey := strings.TrimSpace(admin("keys", "create", "-account", "demo", "-name", "billing script"))
 	first.stop(t)
 
 	second := startStandalone(t, bin, "-data", data)
@@ -414,16 +414,24 @@ func TestRestartKeepsState(t *testing.T) {
 	if upscaleVia(t, second.base, newKey, origin+"/a.png", &second.stderr) == "" {
 		t.Error("the key made by 'keys create' does not work")
 	}
+	// keys list shows the key by its ID, hint and name, used now, never
+	// the key; keys revoke by that ID stops it.
+	listed := admin("keys", "list", "-account", "demo")
+	row := regexp.MustCompile(`(?m)^` + upscale.KeyID(newKey) + ` +` + regexp.QuoteMeta(upscale.KeyHint(newKey)) + ` +billing script +\S+ \S+ +\S+ \S+ +- *$`)
+	if !row.MatchString(listed) || strings.Contains(listed, newKey) || len(strings.Split(strings.TrimSpace(listed), "\n")) != 3 {
+		t.Errorf("keys list says:\n%s\nwant a header, the demo key and the named key, used, not revoked, without the key itself", listed)
+	}
 	usage := admin("usage", "-account", "demo")
 	for _, want := range []string{"free_pool    used 2", "left: free_pool 8, share_bonus 0, credit 5"} {
 		if !strings.Contains(usage, want) {
 			t.Errorf("usage says:\n%s\nwant it to contain %q", usage, want)
 		}
 	}
-	// Revoked by another process, the key stops working once the server's
-	// cached answer expires: within -key-cache-ttl (5 s). The body lacks
-	// an imageUrl, so a key still cached gets 400 and nothing is charged.
-	admin("keys", "revoke", "-key", newKey)
+	// Revoked by another process, by the ID keys list shows, the key stops
+	// working once the server's cached answer expires: within
+	// -key-cache-ttl (5 s). The body lacks an imageUrl, so a key still
+	// cached gets 400 and nothing is charged.
+	admin("keys", "revoke", "-account", "demo", "-id", upscale.KeyID(newKey))
 	revoked := time.Now()
 	for {
 		req, _ := http.NewRequest(http.MethodPost, second.base+"/api/v1/upscale", strings.NewReader(`{}`))
@@ -440,6 +448,9 @@ func TestRestartKeepsState(t *testing.T) {
 			t.Fatalf("revoked key still gets %s %v after the revocation", resp.Status, time.Since(revoked))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if listed := admin("keys", "list", "-account", "demo"); !regexp.MustCompile(`(?m)^` + upscale.KeyID(newKey) + ` .*:\d\d *$`).MatchString(listed) {
+		t.Errorf("keys list after the revocation says:\n%s\nwant the key revoked (a time in its last column)", listed)
 	}
 	second.stop(t)
 
