@@ -19,6 +19,9 @@ func TestMemoryLedger(t *testing.T) {
 	upscaletest.TestQuotaLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.LedgerHarness {
 		return upscale.NewMemoryLedger(opts)
 	})
+	upscaletest.TestUsageReporter(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.UsageHarness {
+		return upscale.NewMemoryLedger(opts)
+	})
 }
 
 func TestMemoryBlobStore(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -11,7 +13,8 @@ import (
 // MemoryLedger is a QuotaLedger held in process memory, for one process and
 // for tests: it forgets every balance on restart. It remembers a committed
 // reservation for CommitMemory, so that a repeated Commit
-// is answered as the contract says. It is safe for concurrent use.
+// is answered as the contract says, and the count of charges per account,
+// day and pool, for UsageByDay. It is safe for concurrent use.
 type MemoryLedger struct {
 	opts LedgerOptions
 
@@ -19,7 +22,15 @@ type MemoryLedger struct {
 	accounts  map[string]*memoryAccount
 	holds     map[string]memoryHold
 	committed map[string]time.Time // reservation ID → when it was committed
+	charged   map[chargeDay]int64  // charges per account, day and pool, for UsageByDay
 	swept     sweepGate
+}
+
+// chargeDay counts an account's charges of one pool on one day.
+type chargeDay struct {
+	accountID string
+	day       int64 // dayNumber
+	pool      Pool
 }
 
 type memoryAccount struct {
@@ -35,7 +46,10 @@ type memoryHold struct {
 	expires   time.Time
 }
 
-var _ ReservationHolder = (*MemoryLedger)(nil)
+var (
+	_ ReservationHolder = (*MemoryLedger)(nil)
+	_ UsageReporter     = (*MemoryLedger)(nil)
+)
 
 // NewMemoryLedger returns an empty MemoryLedger.
 func NewMemoryLedger(opts LedgerOptions) *MemoryLedger {
@@ -44,6 +58,7 @@ func NewMemoryLedger(opts LedgerOptions) *MemoryLedger {
 		accounts:  make(map[string]*memoryAccount),
 		holds:     make(map[string]memoryHold),
 		committed: make(map[string]time.Time),
+		charged:   make(map[chargeDay]int64),
 	}
 }
 
@@ -130,6 +145,7 @@ func (l *MemoryLedger) settle(id string, h memoryHold, giveBack bool, now time.T
 	delete(l.holds, id)
 	if !giveBack {
 		l.committed[id] = now
+		l.charged[chargeDay{h.accountID, dayNumber(now), h.pool}]++
 		return
 	}
 	if acc, err := l.account(h.accountID, now); err == nil {
@@ -190,6 +206,28 @@ func (l *MemoryLedger) Hold(_ context.Context, reservationID string, until time.
 	h.expires = until
 	l.holds[reservationID] = h
 	return nil
+}
+
+// UsageByDay implements UsageReporter.
+func (l *MemoryLedger) UsageByDay(_ context.Context, accountID string, from, to time.Time) ([]DayUsage, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first, last := dayNumber(from), dayNumber(to)
+	byDay := map[int64]map[Pool]int64{}
+	for c, n := range l.charged {
+		if c.accountID != accountID || c.day < first || c.day > last {
+			continue
+		}
+		if byDay[c.day] == nil {
+			byDay[c.day] = map[Pool]int64{}
+		}
+		byDay[c.day][c.pool] += n
+	}
+	days := []DayUsage{}
+	for _, day := range slices.Sorted(maps.Keys(byDay)) {
+		days = append(days, DayUsage{Day: time.Unix(day*86400, 0).UTC(), ByPool: byDay[day]})
+	}
+	return days, nil
 }
 
 // ReservationTTL implements ReservationExpirer.

@@ -260,3 +260,30 @@ func (s *Store) Balance(ctx context.Context, accountID string) (upscale.Balance,
 	})
 	return b, err
 }
+
+// UsageByDay implements upscale.UsageReporter, from the journal's commits.
+func (s *Store) UsageByDay(ctx context.Context, accountID string, from, to time.Time) ([]upscale.DayUsage, error) {
+	start, end := upscale.DayBounds(from, to)
+	const nanosPerDay = int64(24 * time.Hour)
+	rows, err := s.db.QueryContext(ctx, `SELECT created_at / $4 AS day, pool, count(*) FROM journal
+		WHERE account_id = $1 AND reason = 'commit' AND created_at >= $2 AND created_at < $3
+		GROUP BY day, pool ORDER BY day`, accountID, start.UnixNano(), end.UnixNano(), nanosPerDay)
+	if err != nil {
+		return nil, classify(ctx, err)
+	}
+	defer rows.Close()
+	days := []upscale.DayUsage{}
+	for rows.Next() {
+		var day, n int64
+		var pool string
+		if err := rows.Scan(&day, &pool, &n); err != nil {
+			return nil, classify(ctx, err)
+		}
+		at := time.Unix(0, day*nanosPerDay).UTC()
+		if len(days) == 0 || !days[len(days)-1].Day.Equal(at) {
+			days = append(days, upscale.DayUsage{Day: at, ByPool: map[upscale.Pool]int64{}})
+		}
+		days[len(days)-1].ByPool[upscale.Pool(pool)] = n
+	}
+	return days, classify(ctx, rows.Err())
+}

@@ -64,8 +64,9 @@ type Store struct {
 }
 
 var (
-	_ upscale.KeyLister   = (*Store)(nil)
-	_ upscale.QuotaLedger = (*Store)(nil)
+	_ upscale.KeyLister     = (*Store)(nil)
+	_ upscale.QuotaLedger   = (*Store)(nil)
+	_ upscale.UsageReporter = (*Store)(nil)
 )
 
 // Open connects to the database named by dsn and brings its schema up to

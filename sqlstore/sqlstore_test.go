@@ -66,6 +66,11 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), opts)
 				})
 			})
+			t.Run("UsageReporter", func(t *testing.T) {
+				upscaletest.TestUsageReporter(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.UsageHarness {
+					return open(t, newDB(t), opts)
+				})
+			})
 			t.Run("ChargedOnceAcrossCrash", func(t *testing.T) {
 				upscaletest.TestChargedOnceAcrossCrash(t, func(t *testing.T, clock *upscaletest.Clock) upscaletest.ChargeStores {
 					s := open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
