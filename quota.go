@@ -274,3 +274,10 @@ func (h *Handler) needsPaid(scale int, sourceBytes int64) bool {
 // ScaleNeedsPaidPlan reports whether enlarging by scale needs a paid plan
 // or credits: 8 and 16 do.
 func ScaleNeedsPaidPlan(scale int) bool { return scale >= paidScale }
+
+// MonthBounds returns the start of now's month and of the next, UTC: the
+// free pool's window, and when it refills.
+func MonthBounds(now time.Time) (start, next time.Time) {
+	y, m, _ := now.UTC().Date()
+	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
+}

@@ -42,7 +42,7 @@ func (h *Handler) setQuotaHeaders(ctx context.Context, hdr http.Header, who call
 	if err == nil && !b.Plan.Unlimited {
 		now := h.cfg.Now()
 		if b.Plan.MonthlyImages > 0 {
-			start, next := monthBounds(now)
+			start, next := MonthBounds(now)
 			policies = append(policies, sfItem(string(PoolFree), sfParam{"q", b.Plan.MonthlyImages}, sfParam{"w", seconds(next.Sub(start))}))
 			limits = append(limits, sfItem(string(PoolFree), sfParam{"r", b.Free}, sfParam{"t", seconds(next.Sub(now))}))
 		}
@@ -76,13 +76,6 @@ func sfItem(name string, params ...sfParam) string {
 type sfParam struct {
 	key   string
 	value int64
-}
-
-// monthBounds returns the start of now's month and of the next, UTC: the
-// free pool's window.
-func monthBounds(now time.Time) (start, next time.Time) {
-	y, m, _ := now.UTC().Date()
-	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
 }
 
 // seconds rounds d up to whole seconds.
@@ -119,7 +112,7 @@ func (h *Handler) quotaExhausted(ctx context.Context, accountID string, err erro
 		}
 	}
 	now := h.cfg.Now()
-	_, next := monthBounds(now)
+	_, next := MonthBounds(now)
 	return &exhaustedError{
 		error: &retryAfterError{
 			err: errors.Join(Explain(ErrQuotaExhausted, msgFreePoolRefills,

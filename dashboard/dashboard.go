@@ -1,0 +1,156 @@
+// Package dashboard is the account pages the API's callers use: their
+// balances and usage, their API keys, and (next) a page to try the engine.
+// It is an http.Handler a host mounts behind its own sign-in, under any
+// prefix (http.StripPrefix): Config.Account says who is signed in, and
+// the pages read and change only that account, through the interfaces
+// the handler already uses (KeyLister, QuotaLedger, UsageReporter).
+//
+// Every page is rendered on the server and works without JavaScript
+// (dashboard.js only adds copy buttons). Every response carries a
+// Content-Security-Policy without 'unsafe-inline' and with
+// frame-ancestors 'none', and is not cached; every state change is a POST
+// refused from another origin (http.CrossOriginProtection). A key is shown
+// once, in the answer to the POST that made it, and never logged.
+package dashboard
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Config configures a Dashboard. Account, Keys and Ledger are required;
+// every other zero field means the default beside it.
+type Config struct {
+	// Account returns the account signed in for r, "" when none: the
+	// host's sign-in, such as a session cookie it checks.
+	Account func(r *http.Request) string
+	// SignIn is where a request without an account is sent (303). Empty
+	// means a 401 page that says to sign in.
+	SignIn string
+	// Keys lists, makes and revokes the account's keys. To revoke a key
+	// at once on this replica, give the CachedKeyStore the handler uses.
+	Keys upscale.KeyLister
+	// Ledger gives the account's balances; when it is an UsageReporter,
+	// the overview also charts what the account used.
+	Ledger upscale.QuotaLedger
+	// KeyPrefix starts every key the dashboard makes. Empty means "upk_".
+	KeyPrefix string
+	// Logger receives every action, never a key. Nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Dashboard serves the account pages.
+type Dashboard struct {
+	cfg     Config
+	pages   map[string]*template.Template
+	handler http.Handler
+}
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// contentSecurityPolicy allows the pages' own styles, script and images
+// only, and no framing.
+const contentSecurityPolicy = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; " +
+	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// New returns a Dashboard for cfg.
+func New(cfg Config) (*Dashboard, error) {
+	switch {
+	case cfg.Account == nil:
+		return nil, errors.New("dashboard: Config.Account is required: it says who is signed in")
+	case cfg.Keys == nil:
+		return nil, errors.New("dashboard: Config.Keys is required")
+	case cfg.Ledger == nil:
+		return nil, errors.New("dashboard: Config.Ledger is required")
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = "upk_"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	d := &Dashboard{cfg: cfg, pages: map[string]*template.Template{}}
+	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound"} {
+		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: %w", err)
+		}
+		d.pages[page] = t
+	}
+	static, err := fs.Sub(staticFiles, "static")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", d.signedIn(d.overview))
+	mux.HandleFunc("GET /keys", d.signedIn(d.keys))
+	mux.HandleFunc("POST /keys", d.signedIn(d.createKey))
+	mux.HandleFunc("GET /keys/{id}/revoke", d.signedIn(d.confirmRevoke))
+	mux.HandleFunc("POST /keys/{id}/revoke", d.signedIn(d.revokeKey))
+	d.handler = http.NewCrossOriginProtection().Handler(mux)
+	return d, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	d.handler.ServeHTTP(w, r)
+}
+
+// signedIn runs page for the request's account, or sends the request to
+// sign in.
+func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, account string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		account := d.cfg.Account(r)
+		if account != "" {
+			page(w, r, account)
+			return
+		}
+		if d.cfg.SignIn != "" {
+			http.Redirect(w, r, d.cfg.SignIn, http.StatusSeeOther)
+			return
+		}
+		d.render(w, r, http.StatusUnauthorized, "signin", newFrame(r, "", ""))
+	}
+}
+
+// render writes page with data, under status.
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, page string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := d.pages[page].Execute(w, data); err != nil {
+		d.cfg.Logger.Error("dashboard: render a page", "page", page, "path", r.URL.Path, "err", err)
+	}
+}
+
+// fail answers a store's failure with a page that says so, logging it.
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, account, action string, err error) {
+	d.cfg.Logger.Error("dashboard: "+action, "account", account, "err", err)
+	status := http.StatusInternalServerError
+	if errors.Is(err, upscale.ErrUnavailable) {
+		status = http.StatusServiceUnavailable
+	}
+	http.Error(w, "Something went wrong on our side; try again in a moment.", status)
+}

@@ -1,0 +1,247 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+// site is a dashboard mounted under /dashboard/ by a host whose sign-in
+// is the X-Test-Account header, in front of memory stores.
+type site struct {
+	t      *testing.T
+	server *httptest.Server
+	keys   *upscale.CachedKeyStore
+	ledger *upscale.MemoryLedger
+	log    *bytes.Buffer
+}
+
+func newSite(t *testing.T, clock *upscaletest.Clock) *site {
+	t.Helper()
+	ctx := context.Background()
+	keys := upscale.NewCachedKeyStore(upscale.NewMemoryKeyStore(), upscale.CachedKeyStoreOptions{TTL: time.Hour})
+	t.Cleanup(func() { keys.Close() })
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
+	for _, a := range []upscale.Account{
+		{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 10}, ShareBonus: 2, Credits: 5},
+		{ID: "globex", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true}},
+	} {
+		if err := ledger.PutAccount(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var log bytes.Buffer
+	d, err := dashboard.New(dashboard.Config{
+		Account: func(r *http.Request) string { return r.Header.Get("X-Test-Account") },
+		Keys:    keys, Ledger: ledger, Now: clock.Now,
+		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
+	s := &site{t: t, server: httptest.NewServer(mux), keys: keys, ledger: ledger, log: &log}
+	t.Cleanup(s.server.Close)
+	return s
+}
+
+// do sends method to path (under /dashboard) as account, with form
+// values for a POST from the site's own origin, and returns the status
+// and the body.
+func (s *site) do(method, path, account string, form url.Values) (int, string, http.Header) {
+	s.t.Helper()
+	req, _ := http.NewRequest(method, s.server.URL+"/dashboard"+path, strings.NewReader(form.Encode()))
+	if account != "" {
+		req.Header.Set("X-Test-Account", account)
+	}
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), resp.Header
+}
+
+var start = time.Date(2026, time.November, 20, 12, 0, 0, 0, time.UTC)
+
+func TestOverview(t *testing.T) {
+	clock := upscaletest.NewClock(start.AddDate(0, -1, 0)) // October
+	s := newSite(t, clock)
+	ctx := context.Background()
+	charge := func(n int) {
+		for range n {
+			r, err := s.ledger.Reserve(ctx, "acme", false)
+			if err == nil {
+				err = s.ledger.Commit(ctx, r.ID)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	charge(4) // in October
+	clock.Advance(start.Sub(clock.Now()))
+	charge(3) // on the 20th of November
+	clock.Advance(24 * time.Hour)
+	charge(1) // the 21st
+
+	status, page, header := s.do("GET", "/", "acme", nil)
+	if status != http.StatusOK {
+		t.Fatalf("overview: %d\n%s", status, page)
+	}
+	for _, want := range []string{
+		`Plan <span class="plan">free</span>`,
+		`<dt>Free images this month</dt>`, `<span class="left">6</span> <span class="of">of 10</span>`,
+		`<dt>Share bonus</dt>`, `<span class="left">2</span>`, `<dt>Credits</dt>`, `<span class="left">5</span>`,
+		"refill on 1 December 2026, 00:00 UTC",
+		"This month: 4 images",
+		"<title>20: 3</title>", "<title>21: 1</title>", "<title>30: 0</title>",
+		"<td>October 2026</td><td>4</td>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<title>31:") {
+		t.Error("overview charts a 31st of November")
+	}
+	csp := header.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "frame-ancestors 'none'") || strings.Contains(csp, "unsafe-inline") || header.Get("Cache-Control") != "no-store" {
+		t.Errorf("headers %v; want a CSP without unsafe-inline, framing refused, and no caching", header)
+	}
+	if inline := regexp.MustCompile(`<script>|<style|style="|\son[a-z]+="`).FindString(page); inline != "" {
+		t.Errorf("the page holds %q: inline script, style or an event handler, which the CSP refuses", inline)
+	}
+
+	_, page, _ = s.do("GET", "/", "globex", nil)
+	if !strings.Contains(page, "Your plan is unlimited") || strings.Contains(page, "Free images") {
+		t.Errorf("an unlimited account's overview:\n%s", page)
+	}
+}
+
+func TestSignInRequired(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	for _, path := range []string{"/", "/keys"} {
+		if status, page, _ := s.do("GET", path, "", nil); status != http.StatusUnauthorized || !strings.Contains(page, "Sign in") {
+			t.Errorf("GET %s signed out: %d, want 401 and the sign-in page", path, status)
+		}
+	}
+	if status, _, _ := s.do("POST", "/keys", "", url.Values{"name": {"x"}}); status != http.StatusUnauthorized {
+		t.Errorf("POST /keys signed out: %d, want 401", status)
+	}
+	if keys, _ := s.keys.ListKeys(context.Background(), ""); len(keys) != 0 {
+		t.Errorf("a signed-out POST made keys: %+v", keys)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	ctx := context.Background()
+	status, page, _ := s.do("POST", "/keys", "acme", url.Values{"name": {"<b>CI</b>"}})
+	key := regexp.MustCompile(`<code id="new-key">(upk_[a-z0-9]+)</code>`).FindStringSubmatch(page)
+	if status != http.StatusCreated || key == nil {
+		t.Fatalf("make a key: %d\n%s", status, page)
+	}
+	if !strings.Contains(page, "&lt;b&gt;CI&lt;/b&gt;") || strings.Contains(page, "<b>CI</b>") {
+		t.Error("the key's name is not escaped")
+	}
+	if account, err := s.keys.Authenticate(ctx, key[1]); err != nil || account != "acme" {
+		t.Fatalf("the key shown: %q, %v; want it to authenticate as acme", account, err)
+	}
+	// Shown once: the list shows the hint, never the key.
+	_, page, _ = s.do("GET", "/keys", "acme", nil)
+	if strings.Contains(page, key[1]) || !strings.Contains(page, upscale.KeyHint(key[1])) {
+		t.Errorf("the keys page shows the key, or not its hint:\n%s", page)
+	}
+	if strings.Contains(s.log.String(), key[1]) || !strings.Contains(s.log.String(), upscale.KeyID(key[1])) {
+		t.Errorf("the log holds the key, or not its ID:\n%s", s.log)
+	}
+	// Another account sees nothing of it, and cannot revoke it.
+	id := upscale.KeyID(key[1])
+	if _, page, _ := s.do("GET", "/keys", "globex", nil); strings.Contains(page, id) || !strings.Contains(page, "No key yet") {
+		t.Error("globex's keys page shows acme's key")
+	}
+	for _, method := range []string{"GET", "POST"} {
+		if status, _, _ := s.do(method, "/keys/"+id+"/revoke", "globex", nil); status != http.StatusNotFound {
+			t.Errorf("%s revoke of acme's key as globex: %d, want 404", method, status)
+		}
+	}
+	// Revoked after a confirmation; the cached key is refused at once.
+	status, page, _ = s.do("GET", "/keys/"+id+"/revoke", "acme", nil)
+	if status != http.StatusOK || !strings.Contains(page, `<form method="post" class="confirm">`) || !strings.Contains(page, `href="../../keys"`) {
+		t.Fatalf("the confirmation: %d\n%s", status, page)
+	}
+	status, _, header := s.do("POST", "/keys/"+id+"/revoke", "acme", nil)
+	if status != http.StatusSeeOther || header.Get("Location") != "../../keys" {
+		t.Fatalf("revoke: %d, Location %q; want 303 back to the keys", status, header.Get("Location"))
+	}
+	if _, err := s.keys.Authenticate(ctx, key[1]); !errors.Is(err, upscale.ErrUnauthorized) {
+		t.Errorf("a key revoked in the page authenticates: %v", err)
+	}
+	if _, page, _ := s.do("GET", "/keys", "acme", nil); !strings.Contains(page, `class="revoked"`) || strings.Contains(page, id+"/revoke") {
+		t.Error("the keys page does not show the key revoked")
+	}
+	if status, _, _ := s.do("POST", "/keys/"+id+"/revoke", "acme", nil); status != http.StatusNotFound {
+		t.Errorf("revoke again: %d, want 404", status)
+	}
+}
+
+func TestKeyNameRefused(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	status, page, _ := s.do("POST", "/keys", "acme", url.Values{"name": {strings.Repeat("n", 65)}})
+	if status != http.StatusBadRequest || !strings.Contains(page, `aria-invalid="true"`) || !strings.Contains(page, "at most 64 characters") || strings.Contains(page, `id="new-key"`) {
+		t.Errorf("a name too long: %d\n%s", status, page)
+	}
+	if keys, _ := s.keys.ListKeys(context.Background(), "acme"); len(keys) != 0 {
+		t.Errorf("a refused name made a key: %+v", keys)
+	}
+}
+
+func TestCrossOriginRefused(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	req, _ := http.NewRequest("POST", s.server.URL+"/dashboard/keys", strings.NewReader("name=x"))
+	req.Header.Set("X-Test-Account", "acme")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a cross-site POST: %d, want 403", resp.StatusCode)
+	}
+	if keys, _ := s.keys.ListKeys(context.Background(), "acme"); len(keys) != 0 {
+		t.Errorf("a cross-site POST made a key: %+v", keys)
+	}
+}
+
+func TestStatic(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	for path, want := range map[string]string{"/static/dashboard.css": "text/css", "/static/dashboard.js": "text/javascript"} {
+		status, _, header := s.do("GET", path, "", nil)
+		if status != http.StatusOK || !strings.HasPrefix(header.Get("Content-Type"), want) {
+			t.Errorf("GET %s: %d %q, want %s", path, status, header.Get("Content-Type"), want)
+		}
+	}
+}

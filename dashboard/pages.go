@@ -1,0 +1,213 @@
+package dashboard
+
+import (
+	"cmp"
+	"errors"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+var templateFuncs = template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.UTC().Format("2 Jan 2006, 15:04 UTC")
+	},
+	"day": func(t time.Time) string { return t.UTC().Format("2 January 2006") },
+	"mod": func(a, b int) int { return a % b },
+}
+
+// pool is one row of the overview's balances.
+type pool struct {
+	Name string
+	Left int64
+	// Of is the pool's allowance, 0 for pools that do not refill.
+	Of int64
+}
+
+// bar is one day of the overview's chart, in the SVG's units.
+type bar struct {
+	Day          int
+	Images       int64
+	X, Y, Height int
+}
+
+// monthTotal is one past month's images.
+type monthTotal struct {
+	Month  string
+	Images int64
+}
+
+// frame is what every page's layout shows: the account, the page's place
+// in the navigation, and the path back to the dashboard's root, which
+// the links start with so that the dashboard works under any prefix.
+type frame struct {
+	Nav, Account, Root string
+}
+
+func newFrame(r *http.Request, account, nav string) frame {
+	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
+	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./")}
+}
+
+type overviewPage struct {
+	frame
+	Plan   upscale.Plan
+	Pools  []pool
+	Refill time.Time
+	// Charted is whether the ledger reports usage (UsageReporter); the
+	// rest of the page's usage is empty otherwise.
+	Charted   bool
+	UsedMonth int64
+	Bars      []bar
+	Width     int
+	Months    []monthTotal
+}
+
+// The chart's geometry: one bar per day.
+const (
+	barWidth, barGap, chartHeight = 14, 4, 120
+)
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account string) {
+	ctx := r.Context()
+	b, err := d.cfg.Ledger.Balance(ctx, account)
+	if err != nil {
+		d.fail(w, r, account, "read the balance", err)
+		return
+	}
+	now := d.cfg.Now()
+	monthStart, refill := upscale.MonthBounds(now)
+	page := overviewPage{frame: newFrame(r, account, "overview"), Plan: b.Plan, Refill: refill}
+	if !b.Plan.Unlimited {
+		if b.Plan.MonthlyImages > 0 {
+			page.Pools = append(page.Pools, pool{Name: "Free images this month", Left: b.Free, Of: b.Plan.MonthlyImages})
+		}
+		page.Pools = append(page.Pools, pool{Name: "Share bonus", Left: b.ShareBonus}, pool{Name: "Credits", Left: b.Credits})
+	}
+	if usage, ok := d.cfg.Ledger.(upscale.UsageReporter); ok {
+		days, err := usage.UsageByDay(ctx, account, monthStart.AddDate(-1, 0, 0), now)
+		if err != nil {
+			d.fail(w, r, account, "read the usage", err)
+			return
+		}
+		page.Charted = true
+		page.UsedMonth, page.Bars, page.Months = chart(days, monthStart, refill)
+		page.Width = len(page.Bars) * (barWidth + barGap)
+	}
+	d.render(w, r, http.StatusOK, "overview", page)
+}
+
+// chart lays out this month's days (from monthStart until next) as bars,
+// and totals the months before it, the latest first.
+func chart(days []upscale.DayUsage, monthStart, next time.Time) (usedMonth int64, bars []bar, months []monthTotal) {
+	perDay := map[int]int64{}
+	var most int64 = 1
+	for _, du := range days {
+		var n int64
+		for _, images := range du.ByPool {
+			n += images
+		}
+		if du.Day.Before(monthStart) {
+			month := du.Day.Format("January 2006")
+			if len(months) == 0 || months[len(months)-1].Month != month {
+				months = append(months, monthTotal{Month: month})
+			}
+			months[len(months)-1].Images += n
+			continue
+		}
+		perDay[du.Day.Day()] += n
+		usedMonth += n
+		most = max(most, perDay[du.Day.Day()])
+	}
+	for day := 1; day <= next.AddDate(0, 0, -1).Day(); day++ {
+		height := int(perDay[day] * chartHeight / most)
+		bars = append(bars, bar{Day: day, Images: perDay[day], X: (day - 1) * (barWidth + barGap), Y: chartHeight - height, Height: height})
+	}
+	slices.Reverse(months)
+	return usedMonth, bars, months
+}
+
+type keysPage struct {
+	frame
+	Keys []upscale.KeyInfo
+	// Made is the key just made, shown this once, and its name.
+	Made, MadeName string
+	// Problem says why the name given was refused.
+	Problem, Name string
+}
+
+func (d *Dashboard) keys(w http.ResponseWriter, r *http.Request, account string) {
+	d.renderKeys(w, r, account, http.StatusOK, keysPage{})
+}
+
+// renderKeys renders the keys page with the account's keys and what page
+// already holds.
+func (d *Dashboard) renderKeys(w http.ResponseWriter, r *http.Request, account string, status int, page keysPage) {
+	keys, err := d.cfg.Keys.ListKeys(r.Context(), account)
+	if err != nil {
+		d.fail(w, r, account, "list the keys", err)
+		return
+	}
+	page.frame, page.Keys = newFrame(r, account, "keys"), keys
+	d.render(w, r, status, "keys", page)
+}
+
+func (d *Dashboard) createKey(w http.ResponseWriter, r *http.Request, account string) {
+	name := r.PostFormValue("name")
+	if err := upscale.ValidateKeyName(name); err != nil {
+		d.renderKeys(w, r, account, http.StatusBadRequest, keysPage{Problem: err.Error(), Name: name})
+		return
+	}
+	key := upscale.NewKey(d.cfg.KeyPrefix)
+	info, err := d.cfg.Keys.AddNamedKey(r.Context(), key, account, name)
+	if err != nil {
+		d.fail(w, r, account, "make a key", err)
+		return
+	}
+	d.cfg.Logger.Info("dashboard: key made", "account", account, "key_id", info.ID)
+	d.renderKeys(w, r, account, http.StatusCreated, keysPage{Made: key, MadeName: name})
+}
+
+type revokePage struct {
+	frame
+	Key upscale.KeyInfo
+}
+
+func (d *Dashboard) confirmRevoke(w http.ResponseWriter, r *http.Request, account string) {
+	keys, err := d.cfg.Keys.ListKeys(r.Context(), account)
+	if err != nil {
+		d.fail(w, r, account, "list the keys", err)
+		return
+	}
+	i := slices.IndexFunc(keys, func(k upscale.KeyInfo) bool { return k.ID == r.PathValue("id") && k.Revoked.IsZero() })
+	if i < 0 {
+		d.render(w, r, http.StatusNotFound, "notfound", newFrame(r, account, "keys"))
+		return
+	}
+	d.render(w, r, http.StatusOK, "revoke", revokePage{frame: newFrame(r, account, "keys"), Key: keys[i]})
+}
+
+func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request, account string) {
+	id := r.PathValue("id")
+	err := d.cfg.Keys.RevokeKeyID(r.Context(), account, id)
+	if errors.Is(err, upscale.ErrNotFound) {
+		d.render(w, r, http.StatusNotFound, "notfound", newFrame(r, account, "keys"))
+		return
+	}
+	if err != nil {
+		d.fail(w, r, account, "revoke a key", err)
+		return
+	}
+	d.cfg.Logger.Info("dashboard: key revoked", "account", account, "key_id", id)
+	// Relative to this page, as the mount point is the host's: Redirect
+	// would resolve it against the path after the host's StripPrefix.
+	w.Header().Set("Location", "../../keys")
+	w.WriteHeader(http.StatusSeeOther)
+}
