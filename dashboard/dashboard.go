@@ -26,15 +26,18 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-// Config configures a Dashboard. Account, Keys and Ledger are required;
-// every other zero field means the default beside it.
+// Config configures a Dashboard. Keys, Ledger, and Account or SignIn are
+// required; every other zero field means the default beside it.
 type Config struct {
 	// Account returns the account signed in for r, "" when none: the
 	// host's sign-in, such as a session cookie it checks.
 	Account func(r *http.Request) string
-	// SignIn is where a request without an account is sent (303). Empty
-	// means a 401 page that says to sign in.
-	SignIn string
+	// SignInURL is where a request without an account is sent (303).
+	// Empty means a 401 page that says to sign in.
+	SignInURL string
+	// SignIn, when Account is nil, signs account holders in with one-time
+	// links (the standalone's way), served at signin and signout.
+	SignIn *SignIn
 	// Keys lists, makes and revokes the account's keys. To revoke a key
 	// at once on this replica, give the CachedKeyStore the handler uses.
 	Keys upscale.KeyLister
@@ -69,9 +72,12 @@ const contentSecurityPolicy = "default-src 'none'; style-src 'self'; script-src 
 
 // New returns a Dashboard for cfg.
 func New(cfg Config) (*Dashboard, error) {
+	if cfg.Account == nil && cfg.SignIn != nil {
+		cfg.Account = cfg.SignIn.Account
+	}
 	switch {
 	case cfg.Account == nil:
-		return nil, errors.New("dashboard: Config.Account is required: it says who is signed in")
+		return nil, errors.New("dashboard: Config.Account or Config.SignIn is required: it says who is signed in")
 	case cfg.Keys == nil:
 		return nil, errors.New("dashboard: Config.Keys is required")
 	case cfg.Ledger == nil:
@@ -105,6 +111,11 @@ func New(cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("POST /keys", d.signedIn(d.createKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", d.signedIn(d.confirmRevoke))
 	mux.HandleFunc("POST /keys/{id}/revoke", d.signedIn(d.revokeKey))
+	if cfg.SignIn != nil {
+		mux.HandleFunc("GET /signin", d.signInPage)
+		mux.HandleFunc("POST /signin", d.signInWithLink)
+		mux.HandleFunc("POST /signout", d.signOut)
+	}
 	d.handler = http.NewCrossOriginProtection().Handler(mux)
 	return d, nil
 }
@@ -116,6 +127,9 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if d.cfg.SignIn != nil {
+		d.cfg.SignIn.touch(w, r)
+	}
 	d.handler.ServeHTTP(w, r)
 }
 
@@ -128,11 +142,11 @@ func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, a
 			page(w, r, account)
 			return
 		}
-		if d.cfg.SignIn != "" {
-			http.Redirect(w, r, d.cfg.SignIn, http.StatusSeeOther)
+		if d.cfg.SignInURL != "" {
+			http.Redirect(w, r, d.cfg.SignInURL, http.StatusSeeOther)
 			return
 		}
-		d.render(w, r, http.StatusUnauthorized, "signin", newFrame(r, "", ""))
+		d.render(w, r, http.StatusUnauthorized, "signin", signInPage{frame: d.frame(r, "", "")})
 	}
 }
 

@@ -49,11 +49,14 @@ type monthTotal struct {
 // the links start with so that the dashboard works under any prefix.
 type frame struct {
 	Nav, Account, Root string
+	// SignOut is whether the layout offers to sign out: the dashboard
+	// signs in itself (Config.SignIn).
+	SignOut bool
 }
 
-func newFrame(r *http.Request, account, nav string) frame {
+func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
-	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./")}
+	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./"), SignOut: d.cfg.SignIn != nil}
 }
 
 type overviewPage struct {
@@ -84,7 +87,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account str
 	}
 	now := d.cfg.Now()
 	monthStart, refill := upscale.MonthBounds(now)
-	page := overviewPage{frame: newFrame(r, account, "overview"), Plan: b.Plan, Refill: refill}
+	page := overviewPage{frame: d.frame(r, account, "overview"), Plan: b.Plan, Refill: refill}
 	if !b.Plan.Unlimited {
 		if b.Plan.MonthlyImages > 0 {
 			page.Pools = append(page.Pools, pool{Name: "Free images this month", Left: b.Free, Of: b.Plan.MonthlyImages})
@@ -155,7 +158,7 @@ func (d *Dashboard) renderKeys(w http.ResponseWriter, r *http.Request, account s
 		d.fail(w, r, account, "list the keys", err)
 		return
 	}
-	page.frame, page.Keys = newFrame(r, account, "keys"), keys
+	page.frame, page.Keys = d.frame(r, account, "keys"), keys
 	d.render(w, r, status, "keys", page)
 }
 
@@ -188,17 +191,17 @@ func (d *Dashboard) confirmRevoke(w http.ResponseWriter, r *http.Request, accoun
 	}
 	i := slices.IndexFunc(keys, func(k upscale.KeyInfo) bool { return k.ID == r.PathValue("id") && k.Revoked.IsZero() })
 	if i < 0 {
-		d.render(w, r, http.StatusNotFound, "notfound", newFrame(r, account, "keys"))
+		d.render(w, r, http.StatusNotFound, "notfound", d.frame(r, account, "keys"))
 		return
 	}
-	d.render(w, r, http.StatusOK, "revoke", revokePage{frame: newFrame(r, account, "keys"), Key: keys[i]})
+	d.render(w, r, http.StatusOK, "revoke", revokePage{frame: d.frame(r, account, "keys"), Key: keys[i]})
 }
 
 func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request, account string) {
 	id := r.PathValue("id")
 	err := d.cfg.Keys.RevokeKeyID(r.Context(), account, id)
 	if errors.Is(err, upscale.ErrNotFound) {
-		d.render(w, r, http.StatusNotFound, "notfound", newFrame(r, account, "keys"))
+		d.render(w, r, http.StatusNotFound, "notfound", d.frame(r, account, "keys"))
 		return
 	}
 	if err != nil {
@@ -209,5 +212,51 @@ func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request, account st
 	// Relative to this page, as the mount point is the host's: Redirect
 	// would resolve it against the path after the host's StripPrefix.
 	w.Header().Set("Location", "../../keys")
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// signInPage is the sign-in page: a button that spends a working link
+// (Token, for Account), or why there is none.
+type signInPage struct {
+	frame
+	Token, For string
+	// Links is whether the dashboard signs in with links (Config.SignIn).
+	Links, Broken, SignedOut bool
+}
+
+func (d *Dashboard) signInPage(w http.ResponseWriter, r *http.Request) {
+	page := signInPage{frame: d.frame(r, "", ""), Links: true, SignedOut: r.URL.Query().Has("signed-out")}
+	token := r.URL.Query().Get("token")
+	if claims, ok := d.cfg.SignIn.link(token); ok {
+		page.Token, page.For = token, claims.Subject
+		d.render(w, r, http.StatusOK, "signin", page)
+		return
+	}
+	page.Broken = token != ""
+	d.render(w, r, http.StatusUnauthorized, "signin", page)
+}
+
+func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
+	account, ok, err := d.cfg.SignIn.useLink(w, r, r.PostFormValue("token"))
+	if err != nil {
+		d.fail(w, r, account, "sign in with a link", err)
+		return
+	}
+	if !ok {
+		d.cfg.Logger.Info("dashboard: a sign-in link that does not work", "remote", r.RemoteAddr)
+		d.render(w, r, http.StatusUnauthorized, "signin", signInPage{frame: d.frame(r, "", ""), Links: true, Broken: true})
+		return
+	}
+	d.cfg.Logger.Info("dashboard: signed in with a link", "account", account)
+	w.Header().Set("Location", "./")
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+func (d *Dashboard) signOut(w http.ResponseWriter, r *http.Request) {
+	if account := d.cfg.Account(r); account != "" {
+		d.cfg.Logger.Info("dashboard: signed out", "account", account)
+	}
+	d.cfg.SignIn.signOut(w)
+	w.Header().Set("Location", "signin?signed-out")
 	w.WriteHeader(http.StatusSeeOther)
 }

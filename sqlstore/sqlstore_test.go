@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/sqlstore"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -64,6 +65,11 @@ func TestConformance(t *testing.T) {
 			t.Run("QuotaLedger", func(t *testing.T) {
 				upscaletest.TestQuotaLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.LedgerHarness {
 					return open(t, newDB(t), opts)
+				})
+			})
+			t.Run("LinkStore", func(t *testing.T) {
+				upscaletest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
+					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
 				})
 			})
 			t.Run("UsageReporter", func(t *testing.T) {
