@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"crypto/rand"
 	"time"
 )
 
@@ -18,4 +19,15 @@ func (s *Store) UseLink(ctx context.Context, id string, expires time.Time) (bool
 	}
 	n, err := res.RowsAffected()
 	return n == 1, classify(ctx, err)
+}
+
+// Secret returns the secret named name, the same to every replica: made
+// (52 random printable characters) by the first to ask.
+func (s *Store) Secret(ctx context.Context, name string) ([]byte, error) {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, name, rand.Text()+rand.Text()); err != nil {
+		return nil, classify(ctx, err)
+	}
+	var value string
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&value)
+	return []byte(value), classify(ctx, err)
 }

@@ -109,3 +109,25 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestSecret: one secret per name, made once, the same from every
+// connection.
+func TestSecret(t *testing.T) {
+	for name, newDB := range engines {
+		t.Run(name, func(t *testing.T) {
+			dsn := newDB(t)
+			ctx := context.Background()
+			first, second := open(t, dsn, upscale.LedgerOptions{}), open(t, dsn, upscale.LedgerOptions{})
+			a, err := first.Secret(ctx, "dashboard")
+			if err != nil || len(a) < 32 {
+				t.Fatalf("Secret = %q, %v; want 32 bytes or more", a, err)
+			}
+			if b, err := second.Secret(ctx, "dashboard"); err != nil || string(b) != string(a) {
+				t.Errorf("the same secret from another store: %q, %v; want %q", b, err, a)
+			}
+			if c, err := first.Secret(ctx, "other"); err != nil || string(c) == string(a) {
+				t.Errorf("another name's secret: %q, %v; want another one", c, err)
+			}
+		})
+	}
+}

@@ -26,8 +26,8 @@ type adminCommand struct {
 
 // adminArgs are the flags the subcommands share; each uses some.
 type adminArgs struct {
-	account, key, id, name, plan, month, ref string
-	amount                                   int64
+	account, key, id, name, plan, month, ref, publicURL string
+	amount                                              int64
 }
 
 // when prints a time of keys list, in UTC to the second, or "-" for none.
@@ -66,6 +66,21 @@ var adminCommands = []adminCommand{
 				return s.RevokeKeyID(ctx, a.account, a.id)
 			}
 			return s.RevokeKey(ctx, a.key)
+		}},
+	{"dashboard link", "--account ID [--public-url URL]: print a link that signs the account in to the dashboard, once, within 15 minutes",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+			if _, err := s.Balance(ctx, a.account); err != nil {
+				return err
+			}
+			signIn, err := newSignIn(ctx, s, strings.TrimSuffix(a.publicURL, "/"))
+			if err != nil {
+				return err
+			}
+			link, err := signIn.Link(a.account)
+			if err == nil {
+				fmt.Fprintln(stdout, link)
+			}
+			return err
 		}},
 	{"webhook-secret rotate", "--account ID: make a new webhook signing secret for the account and print it; the previous one signs beside it for 24 h",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
@@ -140,6 +155,7 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&a.month, "month", upscale.Month(time.Now()), "calendar month, YYYY-MM (UTC)")
 	fs.StringVar(&a.ref, "ref", "standalone-"+strings.ReplaceAll(cmd.name, " ", "-"), "reference kept in the journal, such as an invoice number")
 	fs.Int64Var(&a.amount, "amount", 0, "number of units")
+	fs.StringVar(&a.publicURL, "public-url", "http://127.0.0.1:8080", "base URL under which the server is reached, as its -public-url")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

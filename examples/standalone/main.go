@@ -33,6 +33,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/api"
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/dirstore"
 	"github.com/upscalekit/upscale/engine/onednn"
 	"github.com/upscalekit/upscale/engine/onnx"
@@ -317,7 +318,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	var keys upscale.KeyStore = store
+	var keys upscale.KeyLister = store
 	if o.keyCacheTTL > 0 {
 		cached := upscale.NewCachedKeyStore(store, upscale.CachedKeyStoreOptions{TTL: o.keyCacheTTL})
 		defer cached.Close()
@@ -367,6 +368,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(api.OpenAPI)
 	})
+	signIn, err := newSignIn(ctx, store, publicURL)
+	if err != nil {
+		return err
+	}
+	dash, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: keys, Ledger: store, Logger: logger})
+	if err != nil {
+		return err
+	}
+	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", dash))
+	mux.Handle("GET /{$}", landingHandler())
 	srv := newServer(handler.Middleware(mux), o.engineTimeout, logger)
 
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
@@ -380,6 +391,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if demoKey != "" {
 		fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", cfg.Plans["free"].MonthlyImages)
 		fmt.Fprintf(stdout, "API key: %s\n", demoKey)
+		link, err := signIn.Link("demo")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "dashboard (this link signs in once, within 15 minutes; standalone dashboard link makes more): %s\n", link)
 		fmt.Fprintf(stdout, "try (the sample is served by this server, so no internet access is needed):\n  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"imageUrl\": \"%s\", \"scale\": 2}'\n",
 			publicURL, demoKey, sampleURL(publicURL, "photo.png"))
 		fmt.Fprintf(stdout, "or line art: {\"imageUrl\": \"%s\", \"scale\": 4, \"imageType\": \"anime\"}\n", sampleURL(publicURL, "lineart.png"))

@@ -167,6 +167,7 @@ type standalone struct {
 	base, key string
 	try       string // the banner's curl command
 	metrics   string // the -metrics-addr URL, when given
+	dashboard string // the banner's sign-in link
 	cmd       *exec.Cmd
 	exited    chan error
 	stderr    bytes.Buffer
@@ -185,7 +186,7 @@ func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.cmd.Process.Kill() })
-	s.base, s.key, s.metrics, s.try = readBanner(t, stdout)
+	s.readBanner(t, stdout)
 	return s
 }
 
@@ -230,30 +231,33 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 }
 
 // readBanner reads the server's start-up lines: its address, its metrics
-// address if it has one, and the demo key.
-func readBanner(t *testing.T, stdout io.Reader) (base, key, metrics, try string) {
+// address if it has one, the demo key, its dashboard link and its curl
+// command.
+func (s *standalone) readBanner(t *testing.T, stdout io.Reader) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && try == "" {
+	for lines.Scan() && s.try == "" {
 		line := lines.Text()
 		if v, ok := strings.CutPrefix(line, "  curl "); ok {
-			try = v
+			s.try = v
 		}
 		if v, ok := strings.CutPrefix(line, "upscale standalone listening on "); ok {
-			base, _, _ = strings.Cut(v, " ")
+			s.base, _, _ = strings.Cut(v, " ")
 		}
 		if v, ok := strings.CutPrefix(line, "metrics at "); ok {
-			metrics = v
+			s.metrics = v
 		}
 		if v, ok := strings.CutPrefix(line, "API key: "); ok {
-			key = v
+			s.key = v
+		}
+		if _, v, ok := strings.Cut(line, "standalone dashboard link makes more): "); ok {
+			s.dashboard = v
 		}
 	}
-	if base == "" || key == "" {
-		t.Fatalf("no address or key in the banner (address %q, key %q)", base, key)
+	if s.base == "" || s.key == "" {
+		t.Fatalf("no address or key in the banner (address %q, key %q)", s.base, s.key)
 	}
 	go io.Copy(io.Discard, stdout)
-	return base, key, metrics, try
 }
 
 // TestDemoCommandWorksOffline runs the banner's request, on a server whose
