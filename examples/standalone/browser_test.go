@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/upscalekit/upscale/client"
+	"github.com/upscalekit/upscale/internal/browsertest"
+)
+
+// TestDashboardInABrowser uses the standalone's dashboard in chromium as
+// its account holder would: sign in with the banner's link, read the
+// balance, make a key and use it, revoke it; a used link and a POST from
+// another site are refused. Every page passes axe-core, fits a phone, and
+// is kept as a screenshot (artifacts/).
+func TestDashboardInABrowser(t *testing.T) {
+	bin := buildStandalone(t)
+	b := browsertest.New(t)
+	srv := startStandalone(t, bin, "-data", t.TempDir())
+	defer srv.stop(t)
+	origin := newButterflyOrigin(t)
+
+	b.Do(chromedp.Navigate(srv.base+"/"), chromedp.WaitVisible("main"))
+	b.Check("landing")
+	b.Do(chromedp.Navigate(srv.dashboard), chromedp.WaitVisible("form.signin button"))
+	b.Check("signin")
+	b.Do(chromedp.Click("form.signin button"), chromedp.WaitVisible(".pools"))
+	if pools := b.Text(".pools"); !strings.Contains(pools, "10 of 10") {
+		t.Errorf("the overview's balances: %q; want the demo account's 10 free images", pools)
+	}
+	b.Check("overview")
+
+	b.Do(chromedp.Click(`nav a[href="./keys"]`), chromedp.WaitVisible("form.new-key"))
+	b.Check("keys")
+	b.Do(chromedp.SendKeys("#name", "from the browser"), chromedp.Click("form.new-key button"), chromedp.WaitVisible("#new-key"))
+	key := b.Text("#new-key")
+	b.Check("key-made")
+	if upscaleVia(t, srv.base, key, origin+"/a.png", &srv.stderr) == "" {
+		t.Fatal("the key made in the browser does not upscale")
+	}
+	b.Do(chromedp.Click("a.danger"), chromedp.WaitVisible("form.confirm"))
+	b.Check("revoke")
+	b.Do(chromedp.Click("form.confirm button"), chromedp.WaitVisible("tr.revoked"))
+	api := &client.Client{BaseURL: srv.base, Key: key, MaxAttempts: 1}
+	if _, err := api.Upscale(context.Background(), client.Request{ImageURL: origin + "/a.png"}); !isProblem(err, http.StatusUnauthorized, "unauthorized") {
+		t.Errorf("the key revoked in the browser: %v; want 401", err)
+	}
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/"), chromedp.WaitVisible(".chart"))
+	if used := b.Text("#usage"); !strings.Contains(used, "This month: 1 image") {
+		t.Errorf("the overview after one image: %q", used)
+	}
+	b.Check("overview-used")
+
+	// Another site's page posts a form to the dashboard in the signed-in
+	// browser: refused, and no key is made.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte(`<!doctype html><title>x</title><form method="post" action="` + srv.base + `/dashboard/keys"><input name="name" value="forged"></form><script>document.forms[0].submit()</script>`))
+	}))
+	defer evil.Close()
+	b.Do(chromedp.Navigate(evil.URL), chromedp.WaitVisible("body"))
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/keys"), chromedp.WaitVisible("table.keys"))
+	if keys := b.Text("table.keys"); strings.Contains(keys, "forged") {
+		t.Error("a form posted from another site made a key")
+	}
+
+	// The banner's link, used already, signs in no more.
+	b.Do(chromedp.Navigate(srv.dashboard), chromedp.WaitVisible("form.signin button"), chromedp.Click("form.signin button"), chromedp.WaitVisible(".problem"))
+	b.Check("signin-used")
+
+	// Signing out ends the session.
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/"), chromedp.WaitVisible("form.signout button"), chromedp.Click("form.signout button"), chromedp.WaitVisible("#signed-out"))
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/"), chromedp.WaitVisible("main p"))
+	if text := b.Text("main"); strings.Contains(text, "Overview") {
+		t.Error("the overview after signing out")
+	}
+}
