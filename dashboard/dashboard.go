@@ -44,6 +44,9 @@ type Config struct {
 	// Ledger gives the account's balances; when it is an UsageReporter,
 	// the overview also charts what the account used.
 	Ledger upscale.QuotaLedger
+	// WebhookSecrets, when set, gives the account a page to make or
+	// rotate the secret that signs its webhooks, shown once.
+	WebhookSecrets upscale.WebhookSecrets
 	// KeyPrefix starts every key the dashboard makes. Empty means "upk_".
 	KeyPrefix string
 	// Logger receives every action, never a key. Nil means slog.Default().
@@ -93,7 +96,7 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Now = time.Now
 	}
 	d := &Dashboard{cfg: cfg, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound"} {
+	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
@@ -111,6 +114,10 @@ func New(cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("POST /keys", d.signedIn(d.createKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", d.signedIn(d.confirmRevoke))
 	mux.HandleFunc("POST /keys/{id}/revoke", d.signedIn(d.revokeKey))
+	if cfg.WebhookSecrets != nil {
+		mux.HandleFunc("GET /webhooks", d.signedIn(d.webhooks))
+		mux.HandleFunc("POST /webhooks", d.signedIn(d.rotateWebhookSecret))
+	}
 	if cfg.SignIn != nil {
 		mux.HandleFunc("GET /signin", d.signInPage)
 		mux.HandleFunc("POST /signin", d.signInWithLink)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,11 +23,12 @@ import (
 // site is a dashboard mounted under /dashboard/ by a host whose sign-in
 // is the X-Test-Account header, in front of memory stores.
 type site struct {
-	t      *testing.T
-	server *httptest.Server
-	keys   *upscale.CachedKeyStore
-	ledger *upscale.MemoryLedger
-	log    *bytes.Buffer
+	t       *testing.T
+	server  *httptest.Server
+	keys    *upscale.CachedKeyStore
+	ledger  *upscale.MemoryLedger
+	secrets *upscale.MemoryWebhookSecrets
+	log     *bytes.Buffer
 }
 
 func newSite(t *testing.T, clock *upscaletest.Clock) *site {
@@ -44,9 +46,10 @@ func newSite(t *testing.T, clock *upscaletest.Clock) *site {
 		}
 	}
 	var log bytes.Buffer
+	secrets := upscale.NewMemoryWebhookSecrets(upscale.MemoryWebhookSecretsOptions{Now: clock.Now})
 	d, err := dashboard.New(dashboard.Config{
 		Account: func(r *http.Request) string { return r.Header.Get("X-Test-Account") },
-		Keys:    keys, Ledger: ledger, Now: clock.Now,
+		Keys:    keys, Ledger: ledger, WebhookSecrets: secrets, Now: clock.Now,
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),
 	})
 	if err != nil {
@@ -54,7 +57,7 @@ func newSite(t *testing.T, clock *upscaletest.Clock) *site {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
-	s := &site{t: t, server: httptest.NewServer(mux), keys: keys, ledger: ledger, log: &log}
+	s := &site{t: t, server: httptest.NewServer(mux), keys: keys, ledger: ledger, secrets: secrets, log: &log}
 	t.Cleanup(s.server.Close)
 	return s
 }
@@ -243,5 +246,37 @@ func TestStatic(t *testing.T) {
 		if status != http.StatusOK || !strings.HasPrefix(header.Get("Content-Type"), want) {
 			t.Errorf("GET %s: %d %q, want %s", path, status, header.Get("Content-Type"), want)
 		}
+	}
+}
+
+func TestWebhookSecret(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	ctx := context.Background()
+	if _, page, _ := s.do("GET", "/webhooks", "acme", nil); !strings.Contains(page, "no signing secret yet") {
+		t.Fatalf("the webhooks page of an account without a secret:\n%s", page)
+	}
+	made := func() string {
+		t.Helper()
+		status, page, _ := s.do("POST", "/webhooks", "acme", nil)
+		secret := regexp.MustCompile(`<code id="new-secret">(whsec_[^<]+)</code>`).FindStringSubmatch(page)
+		if status != http.StatusCreated || secret == nil {
+			t.Fatalf("make a secret: %d\n%s", status, page)
+		}
+		return html.UnescapeString(secret[1])
+	}
+	first := made()
+	if got, _ := s.secrets.WebhookSecrets(ctx, "acme"); len(got) != 1 || got[0] != first {
+		t.Fatalf("the store's secrets %q; want the one shown, %q", got, first)
+	}
+	_, page, _ := s.do("GET", "/webhooks", "acme", nil)
+	if strings.Contains(html.UnescapeString(page), first) || !strings.Contains(html.UnescapeString(page), "<code>…"+first[len(first)-4:]+"</code>") {
+		t.Errorf("the page after the secret was shown shows it again, or not its end:\n%s", page)
+	}
+	second := made()
+	if got, _ := s.secrets.WebhookSecrets(ctx, "acme"); len(got) != 2 || got[0] != second || got[1] != first {
+		t.Errorf("after a rotation the store signs with %q; want the new one, then the old", got)
+	}
+	if got, _ := s.secrets.WebhookSecrets(ctx, "globex"); len(got) != 0 || strings.Contains(s.log.String(), first) {
+		t.Error("another account got a secret, or the log holds one")
 	}
 }

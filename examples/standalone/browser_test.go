@@ -56,6 +56,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	b.Check("overview-used")
 
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/webhooks"), chromedp.WaitVisible("main form button"), chromedp.Click("main form button"), chromedp.WaitVisible("#new-secret"))
+	if secret := b.Text("#new-secret"); !strings.HasPrefix(secret, "whsec_") {
+		t.Errorf("the webhook secret shown: %q", secret)
+	}
+	b.Check("webhooks")
+
 	// Another site's page posts a form to the dashboard in the signed-in
 	// browser: refused, and no key is made.
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -372,7 +372,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dash, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: keys, Ledger: store, Logger: logger})
+	dash, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: keys, Ledger: store, WebhookSecrets: store, Logger: logger})
 	if err != nil {
 		return err
 	}
