@@ -14,6 +14,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"embed"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/api"
 )
 
 // Config configures a Dashboard. Keys, Ledger, and Account or SignIn are
@@ -57,9 +59,10 @@ type Config struct {
 
 // Dashboard serves the account pages.
 type Dashboard struct {
-	cfg     Config
-	pages   map[string]*template.Template
-	handler http.Handler
+	cfg       Config
+	pages     map[string]*template.Template
+	reference reference
+	handler   http.Handler
 }
 
 //go:embed templates/*.html
@@ -96,7 +99,11 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Now = time.Now
 	}
 	d := &Dashboard{cfg: cfg, pages: map[string]*template.Template{}}
-	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks"} {
+	var err error
+	if d.reference, err = loadReference(); err != nil {
+		return nil, err
+	}
+	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
@@ -110,6 +117,11 @@ func New(cfg Config) (*Dashboard, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", d.signedIn(d.overview))
+	mux.HandleFunc("GET /reference", d.referencePage)
+	mux.HandleFunc("GET /reference/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(api.OpenAPI)
+	})
 	mux.HandleFunc("GET /keys", d.signedIn(d.keys))
 	mux.HandleFunc("POST /keys", d.signedIn(d.createKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", d.signedIn(d.confirmRevoke))
@@ -157,13 +169,18 @@ func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, a
 	}
 }
 
-// render writes page with data, under status.
+// render writes page with data, under status; a page that cannot be
+// rendered whole is a 500, never half a page.
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, page string, data any) {
+	var b bytes.Buffer
+	if err := d.pages[page].Execute(&b, data); err != nil {
+		d.cfg.Logger.Error("dashboard: render a page", "page", page, "path", r.URL.Path, "err", err)
+		http.Error(w, "Something went wrong on our side; try again in a moment.", http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	if err := d.pages[page].Execute(w, data); err != nil {
-		d.cfg.Logger.Error("dashboard: render a page", "page", page, "path", r.URL.Path, "err", err)
-	}
+	w.Write(b.Bytes())
 }
 
 // fail answers a store's failure with a page that says so, logging it.

@@ -280,3 +280,32 @@ func TestWebhookSecret(t *testing.T) {
 		t.Error("another account got a secret, or the log holds one")
 	}
 }
+
+func TestReference(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	status, page, _ := s.do("GET", "/reference", "", nil) // no sign-in needed
+	if status != http.StatusOK {
+		t.Fatalf("the reference: %d", status)
+	}
+	for _, want := range []string{
+		`<h2 id="post-api-v1-upscale-title"><span class="method">POST</span> <code>/api/v1/upscale</code></h2>`,
+		`<span class="method">GET</span> <code>/api/v1/upscale/jobs/{id}</code>`,
+		`<span class="method">DELETE</span> <code>/api/v1/upscale/jobs/{id}</code>`,
+		`<td><code>imageUrl</code> <span class="required">required</span></td>`,
+		`<code>Idempotency-Key</code> <span class="hint">(header)</span>`,
+		`<dt><code>200</code></dt>`, `<dt><code>429</code></dt>`,
+		`<h2 class="part">Webhooks</h2>`,
+		"Send an <code>Idempotency-Key</code> to make retries safe",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the reference lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "`") {
+		t.Error("the reference shows a backtick: a code span was not rendered")
+	}
+	status, yaml, header := s.do("GET", "/reference/openapi.yaml", "", nil)
+	if status != http.StatusOK || !strings.HasPrefix(yaml, "openapi: 3.1.0") || header.Get("Content-Type") != "application/yaml" {
+		t.Errorf("the document: %d %q", status, header.Get("Content-Type"))
+	}
+}

@@ -61,6 +61,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("the webhook secret shown: %q", secret)
 	}
 	b.Check("webhooks")
+	b.Do(chromedp.Click(`nav a[href="./reference"]`), chromedp.WaitVisible("#post-api-v1-upscale"))
+	b.Check("reference")
 
 	// Another site's page posts a form to the dashboard in the signed-in
 	// browser: refused, and no key is made.
