@@ -76,3 +76,17 @@ func bearerKey(h http.Header) (string, bool) {
 	}
 	return key, true
 }
+
+// signedInAccount is the context key of ForAccount.
+type signedInAccount struct{}
+
+// ForAccount returns ctx carrying accountID as the caller of the requests
+// made with it, in place of an API key: how a page that has signed its
+// user in (the dashboard's Try it) sends a request down the API's own
+// path, through ServeHTTP: admission and the account's share of the
+// places, the body's checks, the quota, the fetch policy, the engine and
+// the link. The key's lookup and the RateLimiter, which limits keys, are
+// skipped. Only code in the process sets it; no part of a request does.
+func ForAccount(ctx context.Context, accountID string) context.Context {
+	return context.WithValue(ctx, signedInAccount{}, accountID)
+}

@@ -275,8 +275,10 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	if err := h.admission.refusing(); err != nil {
 		return request{}, leave, err
 	}
+	accountID, _ := ctx.Value(signedInAccount{}).(string)
+	signedIn := accountID != ""
 	key, ok := bearerKey(r.Header)
-	if !ok {
+	if !ok && !signedIn {
 		return request{}, leave, ErrUnauthorized
 	}
 	// The body is read before a place is taken, so that a caller sending
@@ -290,21 +292,25 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	// after admission: a burst of callers costs it at most as many
 	// lookups at once as there are places, and the rest are refused
 	// before any reservation or download. A key that holds its share of
-	// the places already is refused before it takes one.
+	// the places already is refused before it takes one. A signed-in
+	// account (ForAccount) has no key to look up or to limit.
 	digest := DigestKey(key)
-	for _, take := range []func() (func(), error){
-		func() (func(), error) { return h.admission.takeShare(sharer{key: digest}) },
-		h.admission.admit,
-	} {
+	takes := []func() (func(), error){h.admission.admit}
+	if !signedIn {
+		takes = slices.Insert(takes, 0, func() (func(), error) { return h.admission.takeShare(sharer{key: digest}) })
+	}
+	for _, take := range takes {
 		left, err := take()
 		if err != nil {
 			return request{}, leave, err
 		}
 		leaving = append(leaving, left)
 	}
-	accountID, err := h.authenticate(ctx, key)
-	if err != nil {
-		return request{}, leave, err
+	if !signedIn {
+		var err error
+		if accountID, err = h.authenticate(ctx, key); err != nil {
+			return request{}, leave, err
+		}
 	}
 	leaveShare, err := h.admission.takeShare(sharer{account: accountID})
 	if err != nil {
@@ -312,8 +318,10 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	}
 	leaving = append(leaving, leaveShare)
 	who.accountID = accountID
-	if who.burst, err = h.allowRate(ctx, digest); err != nil {
-		return request{}, leave, err
+	if !signedIn {
+		if who.burst, err = h.allowRate(ctx, digest); err != nil {
+			return request{}, leave, err
+		}
 	}
 	return req, leave, invalid
 }

@@ -994,3 +994,23 @@ func TestBuiltinSources(t *testing.T) {
 		t.Error("New accepted a built-in source whose key is not an absolute URL")
 	}
 }
+
+// TestForAccount: a request whose context names a signed-in account
+// (ForAccount) runs without a key, charged to that account, with the
+// quota's headers; one with neither a key nor an account is refused.
+func TestForAccount(t *testing.T) {
+	e := newEnv(t)
+	before := e.balance("free").Free
+	r := httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"))))
+	w := e.serve(r.WithContext(upscale.ForAccount(r.Context(), "free")))
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"via":"free_pool"`) || w.Header().Get("RateLimit") == "" {
+		t.Fatalf("a request for a signed-in account: %d %s; want 200 from its free pool, with RateLimit", w.Code, w.Body)
+	}
+	if after := e.balance("free").Free; after != before-1 {
+		t.Errorf("free images %d, then %d; want one charged", before, after)
+	}
+	r = httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"))))
+	if w := e.serve(r.WithContext(upscale.ForAccount(r.Context(), ""))); w.Code != http.StatusUnauthorized {
+		t.Errorf("no key and an empty account: %d, want 401", w.Code)
+	}
+}
