@@ -49,6 +49,15 @@ type Config struct {
 	// WebhookSecrets, when set, gives the account a page to make or
 	// rotate the secret that signs its webhooks, shown once.
 	WebhookSecrets upscale.WebhookSecrets
+	// API is the API's handler (upscale.Handler, or its Middleware), through
+	// which the Try it page runs images for the signed-in account. Nil
+	// means no Try it page.
+	API http.Handler
+	// APIURL is the API's address as callers reach it, for the Try it
+	// page's curl command. Empty means "/api/v1/upscale".
+	APIURL string
+	// Samples are the images the Try it page offers, the first chosen.
+	Samples []Sample
 	// KeyPrefix starts every key the dashboard makes. Empty means "upk_".
 	KeyPrefix string
 	// Logger receives every action, never a key. Nil means slog.Default().
@@ -92,6 +101,9 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "upk_"
 	}
+	if cfg.APIURL == "" {
+		cfg.APIURL = "/api/v1/upscale"
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -103,7 +115,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if d.reference, err = loadReference(); err != nil {
 		return nil, err
 	}
-	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference"} {
+	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference", "try"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
@@ -126,6 +138,10 @@ func New(cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("POST /keys", d.signedIn(d.createKey))
 	mux.HandleFunc("GET /keys/{id}/revoke", d.signedIn(d.confirmRevoke))
 	mux.HandleFunc("POST /keys/{id}/revoke", d.signedIn(d.revokeKey))
+	if cfg.API != nil {
+		mux.HandleFunc("GET /try", d.signedIn(d.tryPage))
+		mux.HandleFunc("POST /try", d.signedIn(d.try))
+	}
 	if cfg.WebhookSecrets != nil {
 		mux.HandleFunc("GET /webhooks", d.signedIn(d.webhooks))
 		mux.HandleFunc("POST /webhooks", d.signedIn(d.rotateWebhookSecret))

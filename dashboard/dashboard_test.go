@@ -29,6 +29,7 @@ type site struct {
 	ledger  *upscale.MemoryLedger
 	secrets *upscale.MemoryWebhookSecrets
 	log     *bytes.Buffer
+	origin  string // serves a 16×16 PNG at every path
 }
 
 func newSite(t *testing.T, clock *upscaletest.Clock) *site {
@@ -47,9 +48,26 @@ func newSite(t *testing.T, clock *upscaletest.Clock) *site {
 	}
 	var log bytes.Buffer
 	secrets := upscale.NewMemoryWebhookSecrets(upscale.MemoryWebhookSecretsOptions{Now: clock.Now})
+	source := upscaletest.TestImagePNG(t, 16, 16)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(source) }))
+	t.Cleanup(origin.Close)
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://results.test/outputs", Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := upscale.New(upscale.Config{
+		Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs, Now: clock.Now,
+		Fetch:    upscale.FetchPolicy{AllowPrivateNetworks: true}, // the origin is on loopback
+		Capacity: upscale.Capacity{IdleRelease: -1},
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := dashboard.New(dashboard.Config{
 		Account: func(r *http.Request) string { return r.Header.Get("X-Test-Account") },
 		Keys:    keys, Ledger: ledger, WebhookSecrets: secrets, Now: clock.Now,
+		API: api, APIURL: "https://api.test/api/v1/upscale", Samples: []dashboard.Sample{{Name: "A square", URL: origin.URL + "/square.png"}},
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),
 	})
 	if err != nil {
@@ -57,7 +75,7 @@ func newSite(t *testing.T, clock *upscaletest.Clock) *site {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
-	s := &site{t: t, server: httptest.NewServer(mux), keys: keys, ledger: ledger, secrets: secrets, log: &log}
+	s := &site{t: t, server: httptest.NewServer(mux), keys: keys, ledger: ledger, secrets: secrets, log: &log, origin: origin.URL}
 	t.Cleanup(s.server.Close)
 	return s
 }
@@ -307,5 +325,37 @@ func TestReference(t *testing.T) {
 	status, yaml, header := s.do("GET", "/reference/openapi.yaml", "", nil)
 	if status != http.StatusOK || !strings.HasPrefix(yaml, "openapi: 3.1.0") || header.Get("Content-Type") != "application/yaml" {
 		t.Errorf("the document: %d %q", status, header.Get("Content-Type"))
+	}
+}
+
+func TestTry(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	status, page, _ := s.do("GET", "/try", "acme", nil)
+	sample := s.origin + "/square.png"
+	if status != http.StatusOK || !strings.Contains(page, `value="`+sample+`" checked`) || !strings.Contains(page, "uses one image of your quota") {
+		t.Fatalf("the Try it page: %d\n%s", status, page)
+	}
+	status, page, header := s.do("POST", "/try", "acme", url.Values{"sample": {sample}, "scale": {"4"}, "imageType": {"anime"}, "denoise": {"low"}})
+	result := regexp.MustCompile(`<img id="result-image" src="(http://results\.test/outputs/[^"]+)"`).FindStringSubmatch(page)
+	if status != http.StatusOK || result == nil || !strings.Contains(page, "Paid by <code>free_pool</code>") {
+		t.Fatalf("try a sample: %d\n%s", status, page)
+	}
+	if csp := header.Get("Content-Security-Policy"); !strings.Contains(csp, "img-src 'self' data: "+s.origin+" http://results.test;") {
+		t.Errorf("the result's CSP %q does not let the page show the source and the result", csp)
+	}
+	curl := html.UnescapeString(regexp.MustCompile(`<code id="curl">([^<]+)</code>`).FindStringSubmatch(page)[1])
+	if want := `curl -sS -X POST https://api.test/api/v1/upscale -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d '{"imageUrl":"` + sample + `","scale":4,"imageType":"anime","denoise":"low"}'`; curl != want {
+		t.Errorf("the curl command:\n%s\nwant\n%s", curl, want)
+	}
+	if b, _ := s.ledger.Balance(context.Background(), "acme"); b.Free != 9 {
+		t.Errorf("free images left %d, want 9: one charged", b.Free)
+	}
+	// A refused image: the problem, and no charge.
+	status, page, _ = s.do("POST", "/try", "acme", url.Values{"imageUrl": {"ftp://example.com/a.png"}, "scale": {"2"}, "imageType": {"photo"}, "denoise": {"max"}})
+	if status != http.StatusBadRequest || !strings.Contains(page, "<code>invalid_image_url</code>") || !strings.Contains(page, "Nothing was charged") {
+		t.Errorf("try a bad address: %d\n%s", status, page)
+	}
+	if b, _ := s.ledger.Balance(context.Background(), "acme"); b.Free != 9 {
+		t.Errorf("free images left %d after a refusal, want 9", b.Free)
 	}
 }

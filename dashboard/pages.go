@@ -52,13 +52,13 @@ type frame struct {
 	// SignOut is whether the layout offers to sign out: the dashboard
 	// signs in itself (Config.SignIn).
 	SignOut bool
-	// Webhooks is whether the dashboard has the webhooks page.
-	Webhooks bool
+	// Webhooks and Try are whether the dashboard has those pages.
+	Webhooks, Try bool
 }
 
 func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
-	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./"), SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil}
+	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./"), SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil}
 }
 
 type overviewPage struct {

@@ -54,6 +54,24 @@ func TestDashboardInABrowser(t *testing.T) {
 	if used := b.Text("#usage"); !strings.Contains(used, "This month: 1 image") {
 		t.Errorf("the overview after one image: %q", used)
 	}
+
+	// Try it on the photo sample, ×2: the result loads at 512 pixels and
+	// the free pool has one image less.
+	b.Do(chromedp.Click(`nav a[href="./try"]`), chromedp.WaitVisible("form.try"))
+	b.Check("try")
+	b.Do(chromedp.Click("form.try button"), chromedp.WaitVisible("#result-image"))
+	width, err := chromedp.Run(b.Ctx, chromedp.Evaluate[int](`new Promise(done => {
+		const img = document.getElementById("result-image");
+		if (img.complete) { done(img.naturalWidth); } else { img.onload = () => done(img.naturalWidth); img.onerror = () => done(-1); }
+	})`, chromedp.EvalAwaitPromise))
+	if err != nil || width != 512 {
+		t.Errorf("the Try it result: %d pixels wide (%v), want 512", width, err)
+	}
+	b.Check("try-result")
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/"), chromedp.WaitVisible(".pools"))
+	if pools := b.Text(".pools"); !strings.Contains(pools, "8 of 10") {
+		t.Errorf("the balance after Try it: %q; want 8 of 10 (one for the key's image, one for Try it)", pools)
+	}
 	b.Check("overview-used")
 
 	b.Do(chromedp.Navigate(srv.base+"/dashboard/webhooks"), chromedp.WaitVisible("main form button"), chromedp.Click("main form button"), chromedp.WaitVisible("#new-secret"))

@@ -372,7 +372,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dash, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: keys, Ledger: store, WebhookSecrets: store, Logger: logger})
+	dash, err := dashboard.New(dashboard.Config{
+		SignIn: signIn, Keys: keys, Ledger: store, WebhookSecrets: store, Logger: logger,
+		API: handler, APIURL: publicURL + "/api/v1/upscale",
+		Samples: []dashboard.Sample{{Name: "A photo (256×256)", URL: sampleURL(publicURL, "photo.png")}, {Name: "Line art (250×361)", URL: sampleURL(publicURL, "lineart.png")}},
+	})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,99 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Sample is an image the Try it page offers, by name.
+type Sample struct {
+	Name, URL string
+}
+
+// The Try it page runs one image through the API's own handler for the
+// signed-in account (upscale.ForAccount): admission, quota, fetch
+// policy, engine and link, charged as any request is.
+
+// tryForm is what the page asks, as the request's fields.
+type tryForm struct {
+	ImageURL  string `json:"imageUrl"`
+	Scale     int    `json:"scale"`
+	ImageType string `json:"imageType"`
+	Denoise   string `json:"denoise"`
+}
+
+type tryPage struct {
+	frame
+	Samples  []Sample
+	Scales   []int
+	Form     tryForm
+	Result   *upscale.Response
+	Problem  *upscale.Problem
+	Curl     string
+	Types    []string
+	Denoises []string
+}
+
+var (
+	imageTypes = []string{"photo", "anime"}
+	denoises   = []string{"none", "low", "mid", "high", "max"}
+)
+
+func (d *Dashboard) newTryPage(r *http.Request, account string, form tryForm) tryPage {
+	return tryPage{frame: d.frame(r, account, "try"), Samples: d.cfg.Samples, Scales: upscale.Scales(), Form: form, Types: imageTypes, Denoises: denoises}
+}
+
+func (d *Dashboard) tryPage(w http.ResponseWriter, r *http.Request, account string) {
+	form := tryForm{Scale: 2, ImageType: "photo", Denoise: "max"}
+	if len(d.cfg.Samples) > 0 {
+		form.ImageURL = d.cfg.Samples[0].URL
+	}
+	d.render(w, r, http.StatusOK, "try", d.newTryPage(r, account, form))
+}
+
+func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) {
+	scale, _ := strconv.Atoi(r.PostFormValue("scale"))
+	form := tryForm{ImageURL: r.PostFormValue("sample"), Scale: scale, ImageType: r.PostFormValue("imageType"), Denoise: r.PostFormValue("denoise")}
+	if own := strings.TrimSpace(r.PostFormValue("imageUrl")); own != "" {
+		form.ImageURL = own
+	}
+	body, _ := json.Marshal(form)
+	call, _ := http.NewRequestWithContext(upscale.ForAccount(r.Context(), account), http.MethodPost, d.cfg.APIURL, strings.NewReader(string(body)))
+	call.Header.Set("Content-Type", "application/json")
+	answer := httptest.NewRecorder()
+	d.cfg.API.ServeHTTP(answer, call)
+
+	page := d.newTryPage(r, account, form)
+	page.Curl = "curl -sS -X POST " + d.cfg.APIURL + ` -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d '` + string(body) + "'"
+	status := http.StatusOK
+	if answer.Code == http.StatusOK {
+		page.Result = new(upscale.Response)
+		json.Unmarshal(answer.Body.Bytes(), page.Result)
+		d.cfg.Logger.Info("dashboard: tried an image", "account", account, "via", page.Result.Via)
+		allowImages(w, form.ImageURL, page.Result.URL)
+	} else {
+		page.Problem = new(upscale.Problem)
+		json.Unmarshal(answer.Body.Bytes(), page.Problem)
+		status = answer.Code
+	}
+	d.render(w, r, status, "try", page)
+}
+
+// allowImages lets the page show images from the origins of urls, beside
+// its own: the source wherever it is, and the result wherever the
+// BlobStore's links point.
+func allowImages(w http.ResponseWriter, urls ...string) {
+	sources := []string{"'self'", "data:"}
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+			sources = append(sources, u.Scheme+"://"+u.Host)
+		}
+	}
+	w.Header().Set("Content-Security-Policy", strings.Replace(contentSecurityPolicy, "img-src 'self' data:", "img-src "+strings.Join(sources, " "), 1))
+}
