@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"html/template"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -223,7 +225,7 @@ type signInPage struct {
 	frame
 	Token, For string
 	// Links is whether the dashboard signs in with links (Config.SignIn).
-	Links, Broken, SignedOut bool
+	Links, Broken, SignedOut, TooMany bool
 }
 
 func (d *Dashboard) signInPage(w http.ResponseWriter, r *http.Request) {
@@ -239,6 +241,17 @@ func (d *Dashboard) signInPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
+	allowed, retryAfter, err := d.cfg.SignIn.attempt(r)
+	if err != nil {
+		d.fail(w, r, "", "limit the sign-in attempts", err)
+		return
+	}
+	if !allowed {
+		d.cfg.Logger.Warn("dashboard: too many sign-in attempts", "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
+		d.render(w, r, http.StatusTooManyRequests, "signin", signInPage{frame: d.frame(r, "", ""), Links: true, TooMany: true})
+		return
+	}
 	account, ok, err := d.cfg.SignIn.useLink(w, r, r.PostFormValue("token"))
 	if err != nil {
 		d.fail(w, r, account, "sign in with a link", err)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/upscalekit/upscale"
 )
 
 // SignInOptions configures a SignIn. Secret and BaseURL are required;
@@ -37,6 +40,15 @@ type SignInOptions struct {
 	// SessionTTL ends a session however much it is used. Zero means 12
 	// hours.
 	SessionTTL time.Duration
+	// Attempts limits the sign-ins tried from one client address, keyed
+	// by the digest of "signin " and the address. Nil means at most 5 at
+	// once, and one more every 12 seconds (MemoryRateLimiter: one
+	// process).
+	Attempts upscale.RateLimiter
+	// ClientAddress names the client of a request, for Attempts. Nil
+	// means the host of its RemoteAddr; behind a proxy, give the address
+	// the proxy saw, or every client shares the proxy's allowance.
+	ClientAddress func(r *http.Request) string
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 }
@@ -83,6 +95,18 @@ func NewSignIn(opts SignInOptions) (*SignIn, error) {
 	}
 	if opts.Links == nil {
 		opts.Links = NewMemoryLinks(opts.Now)
+	}
+	if opts.Attempts == nil {
+		opts.Attempts = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1.0 / 12, Burst: 5, Now: opts.Now})
+	}
+	if opts.ClientAddress == nil {
+		opts.ClientAddress = func(r *http.Request) string {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				return r.RemoteAddr
+			}
+			return host
+		}
 	}
 	opts.LinkTTL = cmp.Or(opts.LinkTTL, 15*time.Minute)
 	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, time.Hour)
@@ -141,6 +165,13 @@ func (s *SignIn) link(token string) (jwt.RegisteredClaims, bool) {
 		return claims, false
 	}
 	return claims, true
+}
+
+// attempt takes one sign-in attempt from the request's client's
+// allowance, and says when to try again if there is none.
+func (s *SignIn) attempt(r *http.Request) (allowed bool, retryAfter time.Duration, err error) {
+	d, err := s.opts.Attempts.Allow(r.Context(), upscale.DigestKey("signin "+s.opts.ClientAddress(r)))
+	return d.Allowed, d.RetryAfter, err
 }
 
 // useLink spends token and starts its account's session: false when the

@@ -238,3 +238,26 @@ func TestMemoryLinks(t *testing.T) {
 		return dashboard.NewMemoryLinks(clock.Now)
 	})
 }
+
+// TestSignInAttemptsLimited: one address may try five sign-ins at once,
+// then one every 12 seconds; past that it is told to wait, with
+// Retry-After, and even a good link waits.
+func TestSignInAttemptsLimited(t *testing.T) {
+	clock := upscaletest.NewClock(start)
+	s := newLinkSite(t, clock)
+	for i := range 5 {
+		if resp := s.post("signin", url.Values{"token": {"forged"}}); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d, want 401", i+1, resp.StatusCode)
+		}
+	}
+	link, _ := s.signIn.Link("acme")
+	token := strings.TrimPrefix(link, s.base+"signin?token=")
+	resp := s.post("signin", url.Values{"token": {token}})
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a sixth attempt: %d, Retry-After %q; want 429 and when to come back", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	clock.Advance(12 * time.Second)
+	if resp := s.post("signin", url.Values{"token": {token}}); resp.StatusCode != http.StatusSeeOther || !s.signedIn() {
+		t.Errorf("the good link 12 s later: %d, want it to sign in (the refused try did not spend it)", resp.StatusCode)
+	}
+}
