@@ -1,16 +1,20 @@
 // Package dashboard is the account pages the API's callers use: their
-// balances and usage, their API keys, and (next) a page to try the engine.
-// It is an http.Handler a host mounts behind its own sign-in, under any
-// prefix (http.StripPrefix): Config.Account says who is signed in, and
-// the pages read and change only that account, through the interfaces
-// the handler already uses (KeyLister, QuotaLedger, UsageReporter).
+// balances and usage, their API keys, their webhook signing secret, a
+// page to try the engine on their account, and the API's reference. It is
+// an http.Handler a host mounts behind its own sign-in, under any prefix
+// (http.StripPrefix): Config.Account says who is signed in, and the pages
+// read and change only that account, through the interfaces the handler
+// already uses (KeyLister, QuotaLedger, UsageReporter, WebhookSecrets,
+// the handler itself). A host without a sign-in of its own can use
+// SignIn's one-time links, as the standalone does.
 //
 // Every page is rendered on the server and works without JavaScript
-// (dashboard.js only adds copy buttons). Every response carries a
-// Content-Security-Policy without 'unsafe-inline' and with
-// frame-ancestors 'none', and is not cached; every state change is a POST
-// refused from another origin (http.CrossOriginProtection). A key is shown
-// once, in the answer to the POST that made it, and never logged.
+// (dashboard.js only adds copy buttons and the before/after slider).
+// Every response carries a Content-Security-Policy without
+// 'unsafe-inline' and with frame-ancestors 'none', and is not cached;
+// every state change is a POST refused from another origin
+// (http.CrossOriginProtection). A key or a secret is shown once, in the
+// answer to the POST that made it, and never logged.
 package dashboard
 
 import (
