@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -18,20 +21,21 @@ import (
 
 func TestUserTableIsAKeyStore(t *testing.T) {
 	upscaletest.TestKeyStore(t, func(t *testing.T) upscale.KeyAdmin { return newUserTable() })
+	upscaletest.TestKeyLister(t, func(t *testing.T) upscale.KeyLister { return newUserTable() })
 }
 
 func TestMountedInTheApp(t *testing.T) {
 	const key = "upk_live_ada_0123456789abcdef"
-	users := newUserTable()
-	users.add(user{ID: "u1", Name: "Ada"}, key)
+	a := &app{users: newUserTable(), secret: []byte("test secret")}
+	users := a.users
+	users.add(user{ID: "u1", Name: "Ada"}, "ada's password", key)
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
 	ledger.PutAccount(context.Background(), upscale.Account{ID: "u1", Plan: upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 1 << 20}})
-	a := &app{users: users}
 
 	var router http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { router.ServeHTTP(w, r) }))
 	defer srv.Close()
-	api, results, err := newUpscale(users, ledger, vips.New(vips.Options{}), srv.URL)
+	api, results, dash, err := a.newUpscale(ledger, vips.New(vips.Options{}), srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +45,7 @@ func TestMountedInTheApp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router = a.routes(lenient, results)
+	router = a.routes(lenient, results, dash)
 	butterfly, _ := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
 	defer origin.Close()
@@ -76,12 +80,59 @@ func TestMountedInTheApp(t *testing.T) {
 	})
 
 	t.Run("SourcePolicyOfTheRealHandler", func(t *testing.T) {
-		router = a.routes(api, results)
-		defer func() { router = a.routes(lenient, results) }()
+		router = a.routes(api, results, dash)
+		defer func() { router = a.routes(lenient, results, dash) }()
 		resp := post(key, origin.URL+"/b.png")
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("loopback source through the example's handler: %d, want 400", resp.StatusCode)
+		}
+	})
+
+	t.Run("DashboardBehindTheAppsSignIn", func(t *testing.T) {
+		jar, _ := cookiejar.New(nil)
+		browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		get := func(path string) (*http.Response, string) {
+			t.Helper()
+			resp, err := browser.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp, string(body)
+		}
+		post := func(path string, form url.Values) *http.Response {
+			t.Helper()
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Sec-Fetch-Site", "same-origin")
+			resp, err := browser.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp
+		}
+		if resp, _ := get("/account/"); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login" {
+			t.Fatalf("the dashboard signed out: %d %q; want 303 to the app's sign-in", resp.StatusCode, resp.Header.Get("Location"))
+		}
+		if resp := post("/login", url.Values{"user": {"u1"}, "password": {"wrong"}}); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a wrong password: %d", resp.StatusCode)
+		}
+		if resp := post("/login", url.Values{"user": {"u1"}, "password": {"ada's password"}}); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign in: %d", resp.StatusCode)
+		}
+		if resp, page := get("/account/"); resp.StatusCode != http.StatusOK || !strings.Contains(page, "<strong>u1</strong>") || !strings.Contains(page, "of 10") {
+			t.Fatalf("the overview: %d\n%s", resp.StatusCode, page)
+		}
+		// A key made in the dashboard is a row of the app's key table.
+		resp := post("/account/keys", url.Values{"name": {"from the account page"}})
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("make a key: %d", resp.StatusCode)
+		}
+		if keys, _ := users.ListKeys(context.Background(), "u1"); len(keys) != 2 || keys[0].Name != "from the account page" {
+			t.Errorf("the user's keys: %+v; want the new one first", keys)
 		}
 	})
 
