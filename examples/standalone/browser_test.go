@@ -46,6 +46,8 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.Do(chromedp.Click("a.danger"), chromedp.WaitVisible("form.confirm"))
 	b.Check("revoke")
 	b.Do(chromedp.Click("form.confirm button"), chromedp.WaitVisible("tr.revoked"))
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/keys/0123456789abcdef/revoke"), chromedp.WaitVisible("main p"))
+	b.Check("notfound")
 	api := &client.Client{BaseURL: srv.base, Key: key, MaxAttempts: 1}
 	if _, err := api.Upscale(context.Background(), client.Request{ImageURL: origin + "/a.png"}); !isProblem(err, http.StatusUnauthorized, "unauthorized") {
 		t.Errorf("the key revoked in the browser: %v; want 401", err)
