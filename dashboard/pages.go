@@ -38,6 +38,8 @@ type bar struct {
 	Day          int
 	Images       int64
 	X, Y, Height int
+	// Middle is the bar's middle, where its day's label is centred.
+	Middle int
 }
 
 // monthTotal is one past month's images.
@@ -106,7 +108,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account str
 		}
 		page.Charted = true
 		page.UsedMonth, page.Bars, page.Months = chart(days, monthStart, refill)
-		page.Width = len(page.Bars) * (barWidth + barGap)
+		page.Width = len(page.Bars)*(barWidth+barGap) + 24 // and room for the labels at both ends
 	}
 	d.render(w, r, http.StatusOK, "overview", page)
 }
@@ -135,7 +137,8 @@ func chart(days []upscale.DayUsage, monthStart, next time.Time) (usedMonth int64
 	}
 	for day := 1; day <= next.AddDate(0, 0, -1).Day(); day++ {
 		height := int(perDay[day] * chartHeight / most)
-		bars = append(bars, bar{Day: day, Images: perDay[day], X: (day - 1) * (barWidth + barGap), Y: chartHeight - height, Height: height})
+		x := (day - 1) * (barWidth + barGap)
+		bars = append(bars, bar{Day: day, Images: perDay[day], X: x, Y: chartHeight - height, Height: height, Middle: x + barWidth/2})
 	}
 	slices.Reverse(months)
 	return usedMonth, bars, months
