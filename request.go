@@ -34,6 +34,13 @@ var (
 	denoiseLevels = []Denoise{DenoiseNone, DenoiseLow, DenoiseMid, DenoiseHigh, DenoiseMax}
 )
 
+// ImageTypes returns the image types the API accepts: photo, anime.
+func ImageTypes() []ImageType { return slices.Clone(imageTypes) }
+
+// DenoiseLevels returns the denoise levels the API accepts, weakest
+// first: none, low, mid, high, max.
+func DenoiseLevels() []Denoise { return slices.Clone(denoiseLevels) }
+
 // decodeRequest reads and validates the body of an upscale request. It is
 // strict by design: exactly one JSON object of valid UTF-8, field names
 // matched case-sensitively, no duplicate or unknown fields, nothing after

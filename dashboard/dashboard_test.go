@@ -332,7 +332,8 @@ func TestTry(t *testing.T) {
 	s := newSite(t, upscaletest.NewClock(start))
 	status, page, _ := s.do("GET", "/try", "acme", nil)
 	sample := s.origin + "/square.png"
-	if status != http.StatusOK || !strings.Contains(page, `value="`+sample+`" checked`) || !strings.Contains(page, "uses one image of your quota") {
+	if status != http.StatusOK || !strings.Contains(page, `value="`+sample+`" checked`) || !strings.Contains(page, "uses one image of your quota") ||
+		!strings.Contains(page, `<option value="2" selected>×2</option>`) || !strings.Contains(page, "<option selected>photo</option>") || !strings.Contains(page, "<option selected>max</option>") {
 		t.Fatalf("the Try it page: %d\n%s", status, page)
 	}
 	status, page, header := s.do("POST", "/try", "acme", url.Values{"sample": {sample}, "scale": {"4"}, "imageType": {"anime"}, "denoise": {"low"}})

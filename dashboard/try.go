@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/client"
 )
 
 // Sample is an image the Try it page offers, by name.
@@ -20,37 +21,26 @@ type Sample struct {
 // signed-in account (upscale.ForAccount): admission, quota, fetch
 // policy, engine and link, charged as any request is.
 
-// tryForm is what the page asks, as the request's fields.
-type tryForm struct {
-	ImageURL  string `json:"imageUrl"`
-	Scale     int    `json:"scale"`
-	ImageType string `json:"imageType"`
-	Denoise   string `json:"denoise"`
-}
-
 type tryPage struct {
 	frame
-	Samples  []Sample
-	Scales   []int
-	Form     tryForm
+	Samples []Sample
+	// Form is what the page asks, as the request's fields.
+	Form     client.Request
 	Result   *upscale.Response
 	Problem  *upscale.Problem
 	Curl     string
-	Types    []string
-	Denoises []string
+	Scales   []int
+	Types    []upscale.ImageType
+	Denoises []upscale.Denoise
 }
 
-var (
-	imageTypes = []string{"photo", "anime"}
-	denoises   = []string{"none", "low", "mid", "high", "max"}
-)
-
-func (d *Dashboard) newTryPage(r *http.Request, account string, form tryForm) tryPage {
-	return tryPage{frame: d.frame(r, account, "try"), Samples: d.cfg.Samples, Scales: upscale.Scales(), Form: form, Types: imageTypes, Denoises: denoises}
+func (d *Dashboard) newTryPage(r *http.Request, account string, form client.Request) tryPage {
+	return tryPage{frame: d.frame(r, account, "try"), Samples: d.cfg.Samples, Form: form,
+		Scales: upscale.Scales(), Types: upscale.ImageTypes(), Denoises: upscale.DenoiseLevels()}
 }
 
 func (d *Dashboard) tryPage(w http.ResponseWriter, r *http.Request, account string) {
-	form := tryForm{Scale: 2, ImageType: "photo", Denoise: "max"}
+	form := client.Request{Scale: 2, ImageType: string(upscale.Photo), Denoise: string(upscale.DenoiseMax)}
 	if len(d.cfg.Samples) > 0 {
 		form.ImageURL = d.cfg.Samples[0].URL
 	}
@@ -59,7 +49,7 @@ func (d *Dashboard) tryPage(w http.ResponseWriter, r *http.Request, account stri
 
 func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) {
 	scale, _ := strconv.Atoi(r.PostFormValue("scale"))
-	form := tryForm{ImageURL: r.PostFormValue("sample"), Scale: scale, ImageType: r.PostFormValue("imageType"), Denoise: r.PostFormValue("denoise")}
+	form := client.Request{ImageURL: r.PostFormValue("sample"), Scale: scale, ImageType: r.PostFormValue("imageType"), Denoise: r.PostFormValue("denoise")}
 	if own := strings.TrimSpace(r.PostFormValue("imageUrl")); own != "" {
 		form.ImageURL = own
 	}
