@@ -1,6 +1,9 @@
 package upscale_test
 
 import (
+	"bytes"
+	"io"
+	"os"
 	"os/exec"
 	"reflect"
 	"slices"
@@ -54,6 +57,37 @@ func TestStoresHaveNoExportedFields(t *testing.T) {
 		for f := range typ.Fields() {
 			if f.IsExported() {
 				t.Errorf("%s has the exported field %s", typ, f.Name)
+			}
+		}
+	}
+}
+
+// TestNoExecutablesCommitted: built programs stay out of the tree (two
+// once landed by mistake, 21 MB each, and stay in the history for good).
+// Every tracked file marked executable must be a script, and no tracked
+// file may start as a compiled program does (ELF, Mach-O, PE).
+func TestNoExecutablesCommitted(t *testing.T) {
+	out, err := exec.Command("git", "ls-files", "--stage").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	compiled := [][]byte{{0x7f, 'E', 'L', 'F'}, {0xcf, 0xfa, 0xed, 0xfe}, {0xfe, 0xed, 0xfa, 0xcf}, {'M', 'Z'}}
+	for line := range strings.Lines(string(out)) {
+		meta, path, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+		head := make([]byte, 4)
+		f, err := os.Open(path)
+		if err != nil {
+			continue // deleted in the work tree, not yet in the index
+		}
+		n, _ := io.ReadFull(f, head)
+		f.Close()
+		head = head[:n]
+		if strings.HasPrefix(meta, "100755") && !bytes.HasPrefix(head, []byte("#!")) {
+			t.Errorf("%s is committed executable but is not a script", path)
+		}
+		for _, magic := range compiled {
+			if bytes.HasPrefix(head, magic) {
+				t.Errorf("%s is a compiled program; build it instead of committing it", path)
 			}
 		}
 	}
