@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/upscalekit/upscale"
@@ -107,6 +108,9 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.APIURL == "" {
 		cfg.APIURL = "/api/v1/upscale"
+	}
+	if _, err := url.Parse(cfg.APIURL); err != nil {
+		return nil, fmt.Errorf("dashboard: Config.APIURL: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"html"
 	"io"
@@ -10,12 +11,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/client"
 	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/upscaletest"
 )
@@ -358,5 +365,94 @@ func TestTry(t *testing.T) {
 	}
 	if b, _ := s.ledger.Balance(context.Background(), "acme"); b.Free != 9 {
 		t.Errorf("free images left %d after a refusal, want 9", b.Free)
+	}
+}
+
+// TestTryCurlIsShellSafe runs Try it's curl command through sh, with curl
+// a function that keeps its arguments: whatever the image's and the API's
+// addresses hold, curl gets them as they are, the key from the
+// environment, and nothing else runs.
+func TestTryCurlIsShellSafe(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to run the command with")
+	}
+	hostile := []string{
+		`https://example.com/a'b.png`,
+		`https://example.com/'; touch pwned; '.png`,
+		`https://example.com/$(touch pwned).png`,
+		"https://example.com/`touch pwned`.png",
+		`https://example.com/a\'b;touch pwned;\\.png`,
+		`https://example.com/'"'"'$(touch pwned)'\''.png`,
+		`https://example.com/$UPSCALE_KEY%20.png`,
+		"https://example.com/a b|touch pwned&.png",
+	}
+	if _, err := dashboard.New(dashboard.Config{Account: func(*http.Request) string { return "acme" }, Keys: upscale.NewMemoryKeyStore(),
+		Ledger: upscale.NewMemoryLedger(upscale.LedgerOptions{}), API: http.NotFoundHandler(), APIURL: "https://api.test/a\nb"}); err == nil {
+		t.Error("New accepted an APIURL that is no URL, which Try it cannot call")
+	}
+	images := append([]string{"https://example.com/a.png", "https://example.com/a\n'\ntouch pwned\n'.png"}, hostile...)
+	apis := append([]string{"https://api.test/api/v1/upscale"}, hostile...)
+	for _, api := range apis {
+		d, err := dashboard.New(dashboard.Config{
+			Account: func(*http.Request) string { return "acme" },
+			Keys:    upscale.NewMemoryKeyStore(), Ledger: upscale.NewMemoryLedger(upscale.LedgerOptions{}),
+			API: http.NotFoundHandler(), APIURL: api, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, image := range images {
+			form := url.Values{"imageUrl": {image}, "scale": {"2"}, "imageType": {"photo"}, "denoise": {"max"}}
+			req := httptest.NewRequest(http.MethodPost, "/try", strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			w := httptest.NewRecorder()
+			d.ServeHTTP(w, req)
+			code := regexp.MustCompile(`<code id="curl">([^<]+)</code>`).FindStringSubmatch(w.Body.String())
+			if code == nil {
+				t.Fatalf("no curl command for API %q, image %q:\n%s", api, image, w.Body)
+			}
+			curl := html.UnescapeString(code[1])
+			got := runCurl(t, sh, curl)
+			want := []string{"-sS", "-X", "POST", api, "-H", "Authorization: Bearer upk_from_env", "-H", "Content-Type: application/json", "-d"}
+			if len(got) != len(want)+1 || !slices.Equal(got[:len(want)], want) {
+				t.Errorf("API %q, image %q: the command\n%s\ngave curl %q; want %q and the body", api, image, curl, got, want)
+				continue
+			}
+			var body client.Request
+			if err := json.Unmarshal([]byte(got[len(want)]), &body); err != nil || body != (client.Request{ImageURL: image, Scale: 2, ImageType: "photo", Denoise: "max"}) {
+				t.Errorf("API %q, image %q: curl's body %q, %v; want the request for the image", api, image, got[len(want)], err)
+			}
+		}
+	}
+}
+
+// runCurl runs command in sh, in a directory of its own, with curl a
+// function that writes its arguments to files, and returns them. It
+// fails t when the command wrote anything else there.
+func runCurl(t *testing.T, sh, command string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	if err := os.Mkdir(args, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stub := `curl() { n=0; for a in "$@"; do n=$((n+1)); printf %s "$a" > "$ARGS/$n"; done; }`
+	cmd := exec.Command(sh, "-c", stub+"\n"+command)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "UPSCALE_KEY=upk_from_env", "ARGS="+args)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("sh -c %q: %v\n%s", command, err, out)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the command %q wrote %v beside curl's arguments: it ran something else", command, entries)
+	}
+	var got []string
+	for n := 1; ; n++ {
+		arg, err := os.ReadFile(filepath.Join(args, strconv.Itoa(n)))
+		if err != nil {
+			return got
+		}
+		got = append(got, string(arg))
 	}
 }

@@ -60,7 +60,8 @@ func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) 
 	d.cfg.API.ServeHTTP(answer, call)
 
 	page := d.newTryPage(r, account, form)
-	page.Curl = "curl -sS -X POST " + d.cfg.APIURL + ` -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d '` + string(body) + "'"
+	// The key stays in double quotes, for the shell to expand.
+	page.Curl = "curl -sS -X POST " + shellWord(d.cfg.APIURL) + ` -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d ` + shellWord(string(body))
 	status := http.StatusOK
 	if answer.Code == http.StatusOK {
 		page.Result = new(upscale.Response)
@@ -73,6 +74,23 @@ func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) 
 		status = answer.Code
 	}
 	d.render(w, r, status, "try", page)
+}
+
+// shellWord returns s as one word of a POSIX shell command, which the
+// shell passes on as s whatever it holds: a page's reader runs the curl
+// command, and the image's address is anyone's. A word of characters no
+// shell treats specially stays as it is; any other goes between single
+// quotes, inside which the shell reads every character as itself but the
+// quote: each ' in s is written as a closing quote, an escaped quote (\')
+// and an opening quote.
+func shellWord(s string) string {
+	plain := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-_./:@%+=,", r))
+	}) < 0
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // allowImages lets the page show images from the origins of urls, beside
