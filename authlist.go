@@ -49,7 +49,9 @@ type KeyLister interface {
 	// RevokeKeyID makes accountID's key id (KeyInfo.ID) fail
 	// authentication from now on. It returns an error wrapping
 	// ErrNotFound when accountID has no such key, or it is revoked
-	// already: another account's key is not found.
+	// already: another account's key is not found. So is an id that
+	// cannot be a key's (ValidKeyID), such as a page's path that is not
+	// UTF-8, which it refuses without asking its server.
 	RevokeKeyID(ctx context.Context, accountID, id string) error
 }
 
@@ -63,6 +65,20 @@ const KeyUseResolution = time.Minute
 func KeyID(key string) string {
 	d := DigestKey(key)
 	return hex.EncodeToString(d[:8])
+}
+
+// ValidKeyID reports whether id can be a key's ID (KeyID): 16 lowercase
+// hexadecimal digits.
+func ValidKeyID(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // KeyHint returns the hint of key (KeyInfo.Hint): its first characters, a

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/client"
@@ -231,6 +232,59 @@ func TestKeys(t *testing.T) {
 	}
 	if status, _, _ := s.do("POST", "/keys/"+id+"/revoke", "acme", nil); status != http.StatusNotFound {
 		t.Errorf("revoke again: %d, want 404", status)
+	}
+}
+
+// utf8Keys is a KeyLister whose server, as PostgreSQL's, fails on an ID
+// that is not UTF-8 text. It keeps the IDs it was asked to revoke.
+type utf8Keys struct {
+	upscale.KeyLister
+	asked []string
+}
+
+func (k *utf8Keys) RevokeKeyID(ctx context.Context, accountID, id string) error {
+	k.asked = append(k.asked, id)
+	if !utf8.ValidString(id) {
+		return errors.New(`ERROR: invalid byte sequence for encoding "UTF8": 0xff (SQLSTATE 22021)`)
+	}
+	return k.KeyLister.RevokeKeyID(ctx, accountID, id)
+}
+
+// TestRevokeKeyIDMalformed: a revoke path whose ID no key can have, such
+// as one that is not UTF-8, is not found, word for word as an unknown
+// key, and never reaches the store.
+func TestRevokeKeyIDMalformed(t *testing.T) {
+	ctx := context.Background()
+	keys := &utf8Keys{KeyLister: upscale.NewMemoryKeyStore()}
+	key := upscale.NewKey("upk_")
+	if err := keys.AddKey(ctx, key, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dashboard.New(dashboard.Config{Account: func(*http.Request) string { return "acme" }, Keys: keys,
+		Ledger: upscale.NewMemoryLedger(upscale.LedgerOptions{}), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoke := func(method, id string) (int, string) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		d.ServeHTTP(w, httptest.NewRequest(method, "/keys/"+id+"/revoke", nil))
+		return w.Code, w.Body.String()
+	}
+	id := upscale.KeyID(key)
+	for _, method := range []string{"GET", "POST"} {
+		_, unknown := revoke(method, "0123456789abcdef")
+		for _, malformed := range []string{"%FF", strings.Repeat("%FF", 16), id[:15] + "%FF", strings.ToUpper(id), id[:15], id + "0", "%27%20OR%20%27%27=%27"} {
+			if status, page := revoke(method, malformed); status != http.StatusNotFound || page != unknown {
+				t.Errorf("%s /keys/%s/revoke: %d; want 404, the page of an unknown key", method, malformed, status)
+			}
+		}
+	}
+	if want := []string{"0123456789abcdef"}; !slices.Equal(keys.asked, want) {
+		t.Errorf("the store was asked to revoke %q; want only %q, the IDs a key can have", keys.asked, want)
+	}
+	if account, err := keys.Authenticate(ctx, key); err != nil || account != "acme" {
+		t.Errorf("the key after the malformed revocations: %q, %v; want it working", account, err)
 	}
 }
 

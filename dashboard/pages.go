@@ -190,15 +190,31 @@ type revokePage struct {
 	Key upscale.KeyInfo
 }
 
+// keyNotFound answers for a key the account does not have: another
+// account's, a revoked one, an unknown one, and an ID no key can have
+// alike.
+func (d *Dashboard) keyNotFound(w http.ResponseWriter, r *http.Request, account string) {
+	d.render(w, r, http.StatusNotFound, "notfound", d.frame(r, account, "keys"))
+}
+
+// The revoke pages take the key's ID from a path that is anyone's: an ID
+// no key can have is not found before any store is asked, as a store may
+// refuse it (PostgreSQL refuses text that is not UTF-8).
+
 func (d *Dashboard) confirmRevoke(w http.ResponseWriter, r *http.Request, account string) {
+	id := r.PathValue("id")
+	if !upscale.ValidKeyID(id) {
+		d.keyNotFound(w, r, account)
+		return
+	}
 	keys, err := d.cfg.Keys.ListKeys(r.Context(), account)
 	if err != nil {
 		d.fail(w, r, account, "list the keys", err)
 		return
 	}
-	i := slices.IndexFunc(keys, func(k upscale.KeyInfo) bool { return k.ID == r.PathValue("id") && k.Revoked.IsZero() })
+	i := slices.IndexFunc(keys, func(k upscale.KeyInfo) bool { return k.ID == id && k.Revoked.IsZero() })
 	if i < 0 {
-		d.render(w, r, http.StatusNotFound, "notfound", d.frame(r, account, "keys"))
+		d.keyNotFound(w, r, account)
 		return
 	}
 	d.render(w, r, http.StatusOK, "revoke", revokePage{frame: d.frame(r, account, "keys"), Key: keys[i]})
@@ -206,9 +222,13 @@ func (d *Dashboard) confirmRevoke(w http.ResponseWriter, r *http.Request, accoun
 
 func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request, account string) {
 	id := r.PathValue("id")
+	if !upscale.ValidKeyID(id) {
+		d.keyNotFound(w, r, account)
+		return
+	}
 	err := d.cfg.Keys.RevokeKeyID(r.Context(), account, id)
 	if errors.Is(err, upscale.ErrNotFound) {
-		d.render(w, r, http.StatusNotFound, "notfound", d.frame(r, account, "keys"))
+		d.keyNotFound(w, r, account)
 		return
 	}
 	if err != nil {

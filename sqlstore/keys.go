@@ -128,8 +128,12 @@ func (s *Store) ListKeys(ctx context.Context, accountID string) ([]upscale.KeyIn
 	return keys, classify(ctx, rows.Err())
 }
 
-// RevokeKeyID implements upscale.KeyLister.
+// RevokeKeyID implements upscale.KeyLister. An id that cannot be a key's
+// is not found without a query: PostgreSQL refuses text that is not UTF-8.
 func (s *Store) RevokeKeyID(ctx context.Context, accountID, id string) error {
+	if !upscale.ValidKeyID(id) {
+		return fmt.Errorf("revoke key: %w", upscale.ErrNotFound)
+	}
 	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $3 WHERE account_id = $1 AND substr(digest, 1, 16) = $2 AND revoked_at IS NULL`,
 		accountID, id, s.opts.Now().UnixNano())
 	return revoked(ctx, res, err)

@@ -46,6 +46,9 @@ func TestPostgresOutage(t *testing.T) {
 			t.Errorf("%s while the database is down: %v, want ErrUnavailable", name, err)
 		}
 	}
+	if err := s.RevokeKeyID(ctx, "acme", "\xff"); !errors.Is(err, upscale.ErrNotFound) {
+		t.Errorf("RevokeKeyID of an ID no key can have, while the database is down: %v; want ErrNotFound, the database not asked", err)
+	}
 
 	if err := proxy.Restore(); err != nil {
 		t.Fatal(err)

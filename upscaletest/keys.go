@@ -123,8 +123,9 @@ func TestKeyStore(t *testing.T, newStore func(t *testing.T) upscale.KeyAdmin) {
 // TestKeyLister checks what a KeyLister keeps of each key beside
 // TestKeyStore's rules: AddNamedKey's and AddKey's KeyInfo, ListKeys per
 // account and the newest first, the use Authenticate records, and
-// RevokeKeyID, which takes effect at once and never reaches another
-// account's key. newStore must return a store with no keys and with
+// RevokeKeyID, which takes effect at once, never reaches another
+// account's key, and finds no key by an ID that cannot be one (not
+// upscale.ValidKeyID), such as one that is not UTF-8. newStore must return a store with no keys and with
 // KeyAccounts; its clock must be the real one.
 func TestKeyLister(t *testing.T, newStore func(t *testing.T) upscale.KeyLister) {
 	ctx := context.Background()
@@ -251,6 +252,14 @@ func TestKeyLister(t *testing.T, newStore func(t *testing.T) upscale.KeyLister) 
 		}
 		if err := s.RevokeKeyID(ctx, acme, "0123456789abcdef"); !errors.Is(err, upscale.ErrNotFound) {
 			t.Errorf("RevokeKeyID of an unknown ID: %v, want ErrNotFound", err)
+		}
+		// IDs that no key has, whatever a page's path holds: not found,
+		// never a failure of the store, and nothing revoked.
+		b := upscale.KeyID(keyB)
+		for _, id := range []string{"", b[:15], b + "0", strings.ToUpper(b), b[:15] + "\xff", "\xff\xfe", b + "\x00", "' OR ''='", b[:8] + "%"} {
+			if err := s.RevokeKeyID(ctx, acme, id); !errors.Is(err, upscale.ErrNotFound) {
+				t.Errorf("RevokeKeyID(%q), which cannot be a key's ID: %v, want ErrNotFound", id, err)
+			}
 		}
 		if got, err := s.Authenticate(ctx, keyB); err != nil || got != acme {
 			t.Errorf("acme's other key after a revocation: %q, %v", got, err)
