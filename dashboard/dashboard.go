@@ -92,11 +92,8 @@ const contentSecurityPolicy = "default-src 'none'; style-src 'self'; script-src 
 
 // New returns a Dashboard for cfg.
 func New(cfg Config) (*Dashboard, error) {
-	if cfg.Account == nil && cfg.SignIn != nil {
-		cfg.Account = cfg.SignIn.Account
-	}
 	switch {
-	case cfg.Account == nil:
+	case cfg.Account == nil && cfg.SignIn == nil:
 		return nil, errors.New("dashboard: Config.Account or Config.SignIn is required: it says who is signed in")
 	case cfg.Keys == nil:
 		return nil, errors.New("dashboard: Config.Keys is required")
@@ -170,17 +167,35 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	if d.cfg.SignIn != nil {
-		d.cfg.SignIn.touch(w, r)
-	}
 	d.handler.ServeHTTP(w, r)
 }
 
+// account returns the account signed in for r, "" when none: the host's
+// (Config.Account), or else the SignIn's, whose session it renews. It
+// fails when the SignIn cannot tell whether the session was signed out
+// of.
+func (d *Dashboard) account(w http.ResponseWriter, r *http.Request) (string, error) {
+	if d.cfg.Account != nil {
+		return d.cfg.Account(r), nil
+	}
+	session, ok, err := d.cfg.SignIn.session(r)
+	if !ok {
+		return "", err
+	}
+	d.cfg.SignIn.touch(w, session)
+	return session.Subject, nil
+}
+
 // signedIn runs page for the request's account, or sends the request to
-// sign in.
+// sign in. When who is signed in cannot be told, it answers with an error
+// page, never the page.
 func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, account string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		account := d.cfg.Account(r)
+		account, err := d.account(w, r)
+		if err != nil {
+			d.fail(w, r, "", "check the session", err)
+			return
+		}
 		if account != "" {
 			page(w, r, account)
 			return

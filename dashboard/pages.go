@@ -291,10 +291,14 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) signOut(w http.ResponseWriter, r *http.Request) {
-	if account := d.cfg.Account(r); account != "" {
+	account, err := d.cfg.SignIn.signOut(w, r)
+	if err != nil {
+		d.fail(w, r, account, "sign out", err)
+		return
+	}
+	if account != "" {
 		d.cfg.Logger.Info("dashboard: signed out", "account", account)
 	}
-	d.cfg.SignIn.signOut(w)
 	w.Header().Set("Location", "signin?signed-out")
 	w.WriteHeader(http.StatusSeeOther)
 }

@@ -195,5 +195,8 @@ func prose(text string) []template.HTML {
 }
 
 func (d *Dashboard) referencePage(w http.ResponseWriter, r *http.Request) {
-	d.render(w, r, http.StatusOK, "reference", referencePage{frame: d.frame(r, d.cfg.Account(r), "reference"), reference: d.reference})
+	// The page needs no sign-in: an account that cannot be told shows as
+	// none.
+	account, _ := d.account(w, r)
+	d.render(w, r, http.StatusOK, "reference", referencePage{frame: d.frame(r, account, "reference"), reference: d.reference})
 }

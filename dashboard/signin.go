@@ -32,6 +32,10 @@ type SignInOptions struct {
 	// Links remembers the links used, so that each signs in once. Nil
 	// means a MemoryLinks: one process.
 	Links LinkStore
+	// Sessions remembers when each account signed out, so that signing
+	// out ends its sessions on every replica, a copy of the cookie too.
+	// Nil means a MemorySessions: one process.
+	Sessions SessionStore
 	// LinkTTL is how long a link works. Zero means 15 minutes.
 	LinkTTL time.Duration
 	// IdleTimeout ends a session no request has used for that long. Zero
@@ -62,11 +66,37 @@ type LinkStore interface {
 	UseLink(ctx context.Context, id string, expires time.Time) (first bool, err error)
 }
 
+// SessionStore remembers when each account last signed out of the
+// dashboard: SignIn refuses every session of the account that began at or
+// before then, so that signing out ends a copy of the cookie too, on every
+// replica. SignIn asks it once per request that carries a session.
+// sqlstore.Store is one (for replicas); upscaletest.TestSessionStore is
+// the contract.
+//
+// The times are the replicas' clocks, which must agree: a session begun
+// less than their difference before a sign-out may outlive it.
+//
+// Either method returns an error wrapping upscale.ErrUnavailable when the
+// store cannot be reached for now; the dashboard then answers 503, taking
+// no session on trust.
+type SessionStore interface {
+	// SignOut records that accountID signed out at at. It keeps the
+	// latest time it was given: an earlier one (from a replica whose clock
+	// is behind) changes nothing.
+	SignOut(ctx context.Context, accountID string, at time.Time) error
+	// SignedOutAt returns the latest time SignOut recorded for accountID,
+	// to the nanosecond, and the zero Time when it recorded none: an
+	// account that never signed out, or that the store does not know, is
+	// not an error.
+	SignedOutAt(ctx context.Context, accountID string) (time.Time, error)
+}
+
 // SignIn signs an account's holder in to the dashboard with one-time
 // links, made by the host (the standalone's "dashboard link" command),
 // and keeps them signed in with a session cookie: signed, HttpOnly,
 // SameSite=Lax, Secure behind https, ended by IdleTimeout, SessionTTL or
-// signing out. Set it as Config.SignIn.
+// signing out, which ends every session the account began until then
+// (Sessions). Set it as Config.SignIn.
 //
 // A link opens a page with a button, and only that POST uses the link: a
 // mail scanner that fetches the link does not spend it. Every link that
@@ -96,6 +126,9 @@ func NewSignIn(opts SignInOptions) (*SignIn, error) {
 	if opts.Links == nil {
 		opts.Links = NewMemoryLinks(opts.Now)
 	}
+	if opts.Sessions == nil {
+		opts.Sessions = NewMemorySessions()
+	}
 	if opts.Attempts == nil {
 		opts.Attempts = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1.0 / 12, Burst: 5, Now: opts.Now})
 	}
@@ -122,10 +155,16 @@ const (
 )
 
 // sessionClaims are a session's: Subject is the account, IssuedAt its
-// start, ExpiresAt its absolute end, Seen the last request that used it.
+// start to the second, ExpiresAt its absolute end, Seen the last request
+// that used it.
 type sessionClaims struct {
 	jwt.RegisteredClaims
-	Seen *jwt.NumericDate `json:"seen"`
+	// Began is the session's start in Unix nanoseconds, which the
+	// account's last sign-out is compared with: in whole seconds, a
+	// session begun in the second before a sign-out and one begun in the
+	// second after would look alike.
+	Began int64            `json:"began"`
+	Seen  *jwt.NumericDate `json:"seen"`
 }
 
 // Link returns a link that signs accountID in once, within LinkTTL.
@@ -189,7 +228,7 @@ func (s *SignIn) useLink(w http.ResponseWriter, r *http.Request, token string) (
 	session := sessionClaims{RegisteredClaims: jwt.RegisteredClaims{
 		Subject: claims.Subject, Audience: jwt.ClaimStrings{sessionAudience},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(s.opts.SessionTTL)),
-	}}
+	}, Began: now.UnixNano()}
 	return claims.Subject, true, s.setSession(w, session, now)
 }
 
@@ -207,38 +246,75 @@ func (s *SignIn) setSession(w http.ResponseWriter, session sessionClaims, now ti
 	return nil
 }
 
-// session returns the request's session, when it has one that has neither
-// idled out nor ended.
-func (s *SignIn) session(r *http.Request) (sessionClaims, bool) {
+// cookie returns the request's session cookie's claims, when it is one
+// of ours and has not ended (SessionTTL), idle or not.
+func (s *SignIn) cookie(r *http.Request) (sessionClaims, bool) {
 	var claims sessionClaims
 	cookie, err := r.Cookie(sessionCookie)
-	if err != nil || s.parse(cookie.Value, sessionAudience, &claims) != nil || claims.Subject == "" || claims.Seen == nil {
-		return claims, false
+	if err != nil || s.parse(cookie.Value, sessionAudience, &claims) != nil || claims.Subject == "" || claims.Began == 0 || claims.Seen == nil {
+		return sessionClaims{}, false
 	}
-	return claims, s.opts.Now().Sub(claims.Seen.Time) < s.opts.IdleTimeout
+	return claims, true
 }
 
-// Account returns the account signed in for r, "" when none: what
-// Config.Account is when Config.SignIn is set.
-func (s *SignIn) Account(r *http.Request) string {
-	session, ok := s.session(r)
-	if !ok {
-		return ""
+// signedOut reports whether session's account signed out at or after the
+// session began.
+func (s *SignIn) signedOut(ctx context.Context, session sessionClaims) (bool, error) {
+	at, err := s.opts.Sessions.SignedOutAt(ctx, session.Subject)
+	if err != nil {
+		return false, fmt.Errorf("dashboard: when %s signed out: %w", session.Subject, err)
 	}
+	return !time.Unix(0, session.Began).After(at), nil
+}
+
+// session returns the request's session, when it has one that has neither
+// idled out, ended, nor been signed out of; err when Sessions cannot say,
+// and then no session.
+func (s *SignIn) session(r *http.Request) (sessionClaims, bool, error) {
+	session, ok := s.cookie(r)
+	if !ok || s.opts.Now().Sub(session.Seen.Time) >= s.opts.IdleTimeout {
+		return sessionClaims{}, false, nil
+	}
+	out, err := s.signedOut(r.Context(), session)
+	if err != nil || out {
+		return sessionClaims{}, false, err
+	}
+	return session, true, nil
+}
+
+// Account returns the account signed in for r, "" when none, and when
+// Sessions cannot say whether it signed out.
+func (s *SignIn) Account(r *http.Request) string {
+	session, _, _ := s.session(r)
 	return session.Subject
 }
 
-// touch renews the session's idle time, at most once a minute.
-func (s *SignIn) touch(w http.ResponseWriter, r *http.Request) {
-	session, ok := s.session(r)
-	if now := s.opts.Now(); ok && now.Sub(session.Seen.Time) >= time.Minute {
+// touch renews session's idle time, at most once a minute.
+func (s *SignIn) touch(w http.ResponseWriter, session sessionClaims) {
+	if now := s.opts.Now(); now.Sub(session.Seen.Time) >= time.Minute {
 		s.setSession(w, session, now)
 	}
 }
 
-// signOut ends the request's session.
-func (s *SignIn) signOut(w http.ResponseWriter) {
+// signOut ends the request's session, and with it every session its
+// account began until now, wherever the cookie was copied; it returns the
+// account, "" when there was no session to end. A session idle for too
+// long is signed out of too: its copy may have been kept busy. When the
+// sign-out cannot be recorded the cookie stays, for another try.
+func (s *SignIn) signOut(w http.ResponseWriter, r *http.Request) (string, error) {
+	var account string
+	if session, ok := s.cookie(r); ok {
+		out, err := s.signedOut(r.Context(), session)
+		if err == nil && !out {
+			account = session.Subject
+			err = s.opts.Sessions.SignOut(r.Context(), account, s.opts.Now())
+		}
+		if err != nil {
+			return session.Subject, fmt.Errorf("dashboard: sign %s out: %w", session.Subject, err)
+		}
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: s.path, HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteLaxMode, MaxAge: -1})
+	return account, nil
 }
 
 // MemoryLinks is a LinkStore in process memory, for one process. It is
@@ -273,4 +349,34 @@ func (m *MemoryLinks) UseLink(_ context.Context, id string, expires time.Time) (
 	}
 	m.used[id] = expires
 	return true, nil
+}
+
+// MemorySessions is a SessionStore in process memory, for one process. It
+// is safe for concurrent use.
+type MemorySessions struct {
+	mu  sync.Mutex
+	out map[string]time.Time // account → when it last signed out
+}
+
+// NewMemorySessions returns a MemorySessions in which no account has
+// signed out.
+func NewMemorySessions() *MemorySessions {
+	return &MemorySessions{out: map[string]time.Time{}}
+}
+
+// SignOut implements SessionStore.
+func (m *MemorySessions) SignOut(_ context.Context, accountID string, at time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if at.After(m.out[accountID]) {
+		m.out[accountID] = at
+	}
+	return nil
+}
+
+// SignedOutAt implements SessionStore.
+func (m *MemorySessions) SignedOutAt(_ context.Context, accountID string) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.out[accountID], nil
 }

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,11 +27,14 @@ var secret = []byte("0123456789abcdef0123456789abcdef")
 type linkSite struct {
 	t       *testing.T
 	signIn  *dashboard.SignIn
+	keys    *upscale.MemoryKeyStore
 	base    string
 	browser *http.Client
 }
 
-func newLinkSite(t *testing.T, clock *upscaletest.Clock) *linkSite {
+// newLinkSite returns a linkSite on clock whose SignIn keeps sign-outs in
+// sessions (nil for its default).
+func newLinkSite(t *testing.T, clock *upscaletest.Clock, sessions dashboard.SessionStore) *linkSite {
 	t.Helper()
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
 	if err := ledger.PutAccount(context.Background(), upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 10}}); err != nil {
@@ -38,18 +43,30 @@ func newLinkSite(t *testing.T, clock *upscaletest.Clock) *linkSite {
 	mux := http.NewServeMux()
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
-	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: server.URL + "/dashboard/", Now: clock.Now})
+	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: server.URL + "/dashboard/", Sessions: sessions, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	keys := upscale.NewMemoryKeyStore()
+	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: keys, Ledger: ledger, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &linkSite{t: t, signIn: signIn, base: server.URL + "/dashboard/", browser: browser}
+	return &linkSite{t: t, signIn: signIn, keys: keys, base: server.URL + "/dashboard/", browser: browser}
+}
+
+// copy returns the site in another browser, given a copy of this one's
+// cookies, as whoever copied them would use them.
+func (s *linkSite) copy() *linkSite {
+	jar, _ := cookiejar.New(nil)
+	u, _ := url.Parse(s.base)
+	jar.SetCookies(u, s.browser.Jar.Cookies(u))
+	other := *s
+	other.browser = &http.Client{Jar: jar, CheckRedirect: s.browser.CheckRedirect}
+	return &other
 }
 
 // get fetches a URL with the browser.
@@ -98,7 +115,7 @@ func (s *linkSite) signedIn() bool {
 
 func TestSignInLink(t *testing.T) {
 	clock := upscaletest.NewClock(start)
-	s := newLinkSite(t, clock)
+	s := newLinkSite(t, clock, nil)
 	if s.signedIn() {
 		t.Fatal("signed in before any link")
 	}
@@ -118,7 +135,7 @@ func TestSignInLink(t *testing.T) {
 		t.Fatal("not signed in after the link")
 	}
 	// Used once: the same link no longer signs in, from any browser.
-	other := newLinkSite(t, clock)
+	other := newLinkSite(t, clock, nil)
 	other.signIn, other.base = s.signIn, s.base
 	if status, page := other.get(link); status != http.StatusOK || !strings.Contains(page, "Sign in") {
 		t.Fatalf("the used link's page: %d", status)
@@ -137,7 +154,7 @@ func TestSignInLink(t *testing.T) {
 
 func TestSignInLinkRefusals(t *testing.T) {
 	clock := upscaletest.NewClock(start)
-	s := newLinkSite(t, clock)
+	s := newLinkSite(t, clock, nil)
 	expired, _ := s.signIn.Link("acme")
 	clock.Advance(15*time.Minute + time.Second)
 	forger, _ := dashboard.NewSignIn(dashboard.SignInOptions{Secret: []byte(strings.Repeat("x", 32)), BaseURL: s.base, Now: clock.Now})
@@ -178,7 +195,7 @@ func TestSignInLinkRefusals(t *testing.T) {
 
 func TestSessionExpiry(t *testing.T) {
 	clock := upscaletest.NewClock(start)
-	s := newLinkSite(t, clock)
+	s := newLinkSite(t, clock, nil)
 	link, _ := s.signIn.Link("acme")
 	s.signInWith(link)
 	// Used every 50 minutes, the session lasts its 12 hours, no more.
@@ -233,6 +250,10 @@ func TestSecureCookieBehindHTTPS(t *testing.T) {
 	}
 }
 
+func TestMemorySessions(t *testing.T) {
+	upscaletest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore { return dashboard.NewMemorySessions() })
+}
+
 func TestMemoryLinks(t *testing.T) {
 	upscaletest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
 		return dashboard.NewMemoryLinks(clock.Now)
@@ -244,7 +265,7 @@ func TestMemoryLinks(t *testing.T) {
 // Retry-After, and even a good link waits.
 func TestSignInAttemptsLimited(t *testing.T) {
 	clock := upscaletest.NewClock(start)
-	s := newLinkSite(t, clock)
+	s := newLinkSite(t, clock, nil)
 	for i := range 5 {
 		if resp := s.post("signin", url.Values{"token": {"forged"}}); resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("attempt %d: %d, want 401", i+1, resp.StatusCode)
@@ -259,5 +280,129 @@ func TestSignInAttemptsLimited(t *testing.T) {
 	clock.Advance(12 * time.Second)
 	if resp := s.post("signin", url.Values{"token": {token}}); resp.StatusCode != http.StatusSeeOther || !s.signedIn() {
 		t.Errorf("the good link 12 s later: %d, want it to sign in (the refused try did not spend it)", resp.StatusCode)
+	}
+}
+
+// TestSignOutEndsCopiedSessions: signing out ends the session wherever
+// its cookie was copied, also one begun in the same second (JWT keeps
+// whole seconds), and a sign-in after it works, in that second too.
+func TestSignOutEndsCopiedSessions(t *testing.T) {
+	clock := upscaletest.NewClock(start) // on a whole second
+	s := newLinkSite(t, clock, nil)
+	clock.Advance(200 * time.Millisecond)
+	link, _ := s.signIn.Link("acme")
+	s.signInWith(link)
+	copied := s.copy()
+	if !copied.signedIn() {
+		t.Fatal("the copied cookie is not signed in before signing out")
+	}
+	clock.Advance(400 * time.Millisecond) // in the second the session began
+	if resp := s.post("signout", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", resp.StatusCode)
+	}
+	if copied.signedIn() {
+		t.Error("the cookie copied before signing out still shows the account")
+	}
+	if resp := copied.post("keys", url.Values{"name": {"copied"}}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("make a key with the copied cookie after signing out: %d, want 401", resp.StatusCode)
+	}
+	if keys, _ := s.keys.ListKeys(context.Background(), "acme"); len(keys) != 0 {
+		t.Errorf("the copied cookie made a key after signing out: %+v", keys)
+	}
+
+	clock.Advance(200 * time.Millisecond) // still the same second
+	link, _ = s.signIn.Link("acme")
+	if resp := s.signInWith(link); resp.StatusCode != http.StatusSeeOther || !s.signedIn() {
+		t.Fatalf("a sign-in after signing out, in the same second: %d, and not signed in", resp.StatusCode)
+	}
+	if copied.signedIn() {
+		t.Error("the copied cookie works again after a new sign-in")
+	}
+	// Signing out with a session already ended ends nothing more.
+	copied.post("signout", nil)
+	if !s.signedIn() {
+		t.Error("signing out with the ended copy ended the new session")
+	}
+}
+
+// TestSignOutOfAnIdleSession: a session idled out is still signed out
+// of, as its copy may have been kept busy.
+func TestSignOutOfAnIdleSession(t *testing.T) {
+	clock := upscaletest.NewClock(start)
+	s := newLinkSite(t, clock, nil)
+	link, _ := s.signIn.Link("acme")
+	s.signInWith(link)
+	copied := s.copy()
+	for range 3 {
+		clock.Advance(50 * time.Minute)
+		if !copied.signedIn() {
+			t.Fatal("the copy, used every 50 minutes, is signed out")
+		}
+	}
+	if s.signedIn() {
+		t.Fatal("the session idle for 150 minutes is signed in")
+	}
+	s.post("signout", nil)
+	if copied.signedIn() {
+		t.Error("the busy copy outlives signing out of the idle session")
+	}
+}
+
+// sessionsSwitch is a SessionStore that counts what it is asked, and
+// that can be cut off.
+type sessionsSwitch struct {
+	dashboard.SessionStore
+	down  atomic.Bool
+	reads atomic.Int32
+}
+
+func (s *sessionsSwitch) SignOut(ctx context.Context, accountID string, at time.Time) error {
+	if s.down.Load() {
+		return fmt.Errorf("sessions: %w", upscale.ErrUnavailable)
+	}
+	return s.SessionStore.SignOut(ctx, accountID, at)
+}
+
+func (s *sessionsSwitch) SignedOutAt(ctx context.Context, accountID string) (time.Time, error) {
+	s.reads.Add(1)
+	if s.down.Load() {
+		return time.Time{}, fmt.Errorf("sessions: %w", upscale.ErrUnavailable)
+	}
+	return s.SessionStore.SignedOutAt(ctx, accountID)
+}
+
+// TestSessionStoreAsked: a page asks the SessionStore once; when it
+// cannot answer, pages answer 503 and make nothing, signing out keeps the
+// cookie to try again, and the session works once the store is back.
+func TestSessionStoreAsked(t *testing.T) {
+	clock := upscaletest.NewClock(start)
+	sessions := &sessionsSwitch{SessionStore: dashboard.NewMemorySessions()}
+	s := newLinkSite(t, clock, sessions)
+	link, _ := s.signIn.Link("acme")
+	s.signInWith(link)
+	for path, want := range map[string]int32{"": 1, "keys": 1, "static/dashboard.css": 0} {
+		sessions.reads.Store(0)
+		s.get(s.base + path)
+		if got := sessions.reads.Load(); got != want {
+			t.Errorf("GET /%s asked the SessionStore %d times, want %d", path, got, want)
+		}
+	}
+
+	sessions.down.Store(true)
+	if status, page := s.get(s.base); status != http.StatusServiceUnavailable || strings.Contains(page, "acme") {
+		t.Errorf("the overview while the SessionStore is down: %d\n%s", status, page)
+	}
+	if resp := s.post("keys", url.Values{"name": {"ci"}}); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("make a key while the SessionStore is down: %d, want 503", resp.StatusCode)
+	}
+	if keys, _ := s.keys.ListKeys(context.Background(), "acme"); len(keys) != 0 {
+		t.Errorf("a key made while the SessionStore is down: %+v", keys)
+	}
+	if resp := s.post("signout", nil); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("sign out while the SessionStore is down: %d, Set-Cookie %q; want 503, the cookie kept", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+	sessions.down.Store(false)
+	if !s.signedIn() {
+		t.Error("not signed in once the SessionStore is back")
 	}
 }
