@@ -40,6 +40,8 @@ func TestPostgresOutage(t *testing.T) {
 		"ListKeys":     func() error { _, err := s.ListKeys(ctx, "acme"); return err },
 		"RevokeKeyID":  func() error { return s.RevokeKeyID(ctx, "acme", upscale.KeyID(replicaKey)) },
 		"AddNamedKey":  func() error { _, err := s.AddNamedKey(ctx, upscale.NewKey("upk_"), "acme", "ci"); return err },
+		"SignOut":      func() error { return s.SignOut(ctx, "acme", time.Now()) },
+		"SignedOutAt":  func() error { _, err := s.SignedOutAt(ctx, "acme"); return err },
 	}
 	for name, call := range checks {
 		if err := call(); !errors.Is(err, upscale.ErrUnavailable) {

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
+	"errors"
 	"time"
 )
 
@@ -19,6 +21,28 @@ func (s *Store) UseLink(ctx context.Context, id string, expires time.Time) (bool
 	}
 	n, err := res.RowsAffected()
 	return n == 1, classify(ctx, err)
+}
+
+// SignOut implements dashboard.SessionStore: an account's row is moved
+// only forward, in one statement, so that racing replicas keep the latest.
+func (s *Store) SignOut(ctx context.Context, accountID string, at time.Time) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO signouts (account_id, signed_out_at) VALUES ($1, $2)
+		ON CONFLICT (account_id) DO UPDATE SET signed_out_at = excluded.signed_out_at WHERE signouts.signed_out_at < excluded.signed_out_at`,
+		accountID, at.UnixNano())
+	return classify(ctx, err)
+}
+
+// SignedOutAt implements dashboard.SessionStore, by the account's key.
+func (s *Store) SignedOutAt(ctx context.Context, accountID string) (time.Time, error) {
+	var at int64
+	err := s.db.QueryRowContext(ctx, `SELECT signed_out_at FROM signouts WHERE account_id = $1`, accountID).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, classify(ctx, err)
+	}
+	return time.Unix(0, at), nil
 }
 
 // Secret returns the secret named name, the same to every replica: made

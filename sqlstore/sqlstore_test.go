@@ -72,6 +72,11 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
 				})
 			})
+			t.Run("SessionStore", func(t *testing.T) {
+				upscaletest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore {
+					return open(t, newDB(t), upscale.LedgerOptions{})
+				})
+			})
 			t.Run("UsageReporter", func(t *testing.T) {
 				upscaletest.TestUsageReporter(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.UsageHarness {
 					return open(t, newDB(t), opts)
