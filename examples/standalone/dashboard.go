@@ -11,13 +11,14 @@ import (
 
 // newSignIn returns the dashboard's sign-in for a server at publicURL:
 // links and sessions signed with the database's secret, so that every
-// replica accepts them, and links spent once across replicas.
+// replica accepts them, links spent once and sign-outs kept across
+// replicas (and restarts).
 func newSignIn(ctx context.Context, store *sqlstore.Store, publicURL string) (*dashboard.SignIn, error) {
 	secret, err := store.Secret(ctx, "dashboard")
 	if err != nil {
 		return nil, err
 	}
-	return dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: publicURL + "/dashboard/", Links: store})
+	return dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: publicURL + "/dashboard/", Links: store, Sessions: store})
 }
 
 //go:embed landing/index.html
