@@ -108,7 +108,7 @@ func jobs(r *rig) (row, error) {
 	accepted := durations(waits, http.StatusAccepted)
 	submitP50, submitP99 := percentile(accepted, 0.5), percentile(accepted, 0.99)
 	// Wait for every job to end, then read each as its caller would.
-	ended, err := r.waitForJobs(len(mixed), 15*time.Minute)
+	ended, err := r.waitForJobs(firstSubmit, len(mixed), 15*time.Minute)
 	if err != nil {
 		return row{}, err
 	}
@@ -123,7 +123,7 @@ func jobs(r *rig) (row, error) {
 		if s.id == "" {
 			continue
 		}
-		j, err := r.job(api.base, s.id)
+		j, err := r.job(key, api.base, s.id)
 		if err != nil {
 			return row{}, err
 		}
@@ -199,10 +199,21 @@ type submission struct {
 
 // submit asks base for ×2 of the origin's path as a job.
 func (r *rig) submit(base, path string) submission {
+	return submitWith(client, key, base, r.body(path, 2, ""), nil)
+}
+
+// submitWith submits body as a job with apiKey through c, the request
+// changed by prepare when not nil.
+func submitWith(c *http.Client, apiKey, base, body string, prepare func(*http.Request)) submission {
 	var created struct {
 		ID string `json:"id"`
 	}
-	res := r.postAs(key, base, path, 2, func(req *http.Request) { req.Header.Set("Prefer", "respond-async") }, &created)
+	res := postWith(c, apiKey, base, body, func(req *http.Request) {
+		req.Header.Set("Prefer", "respond-async")
+		if prepare != nil {
+			prepare(req)
+		}
+	}, &created)
 	return submission{request: res, id: created.ID}
 }
 
@@ -213,9 +224,10 @@ type job struct {
 	Finished time.Time `json:"finishedAt"`
 }
 
-func (r *rig) job(base, id string) (job, error) {
+// job reads apiKey's job id.
+func (r *rig) job(apiKey, base, id string) (job, error) {
 	req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/upscale/jobs/"+id, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := client.Do(req)
 	if err != nil {
 		return job{}, err
@@ -228,12 +240,13 @@ func (r *rig) job(base, id string) (job, error) {
 	return j, nil
 }
 
-// waitForJobs waits until n jobs of the queue have ended, as River's
-// table says, and returns how many have.
-func (r *rig) waitForJobs(n int, limit time.Duration) (int, error) {
+// waitForJobs waits until n jobs of the queue created since then have
+// ended, as River's table says, and returns how many have: the table
+// keeps the jobs of the scenarios before.
+func (r *rig) waitForJobs(since time.Time, n int, limit time.Duration) (int, error) {
 	var ended int
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(time.Second) {
-		if err := r.db.QueryRow(`SELECT count(*) FROM river_job WHERE kind = 'upscale' AND finalized_at IS NOT NULL`).Scan(&ended); err != nil {
+		if err := r.db.QueryRow(`SELECT count(*) FROM river_job WHERE kind = 'upscale' AND finalized_at IS NOT NULL AND created_at >= $1`, since).Scan(&ended); err != nil {
 			return 0, err
 		}
 		if ended >= n {

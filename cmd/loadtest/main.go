@@ -30,6 +30,9 @@ var scenarios = []scenario{
 	{"engine-timeouts", engineTimeouts},
 	{"slow-key", slowKey},
 	{"jobs", jobs},
+	{"fair-jobs", fairJobs},
+	{"waiters", waiters},
+	{"dead-webhook", deadWebhook},
 }
 
 var (

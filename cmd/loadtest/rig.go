@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,6 +39,9 @@ const (
 	// The account whose sources drip, in the slow-key scenario.
 	dripKey     = "upk_loadtest_drip_0123456789abcdef"
 	dripAccount = "drip"
+	// The account crowded by the normal one, in the crowding scenarios.
+	otherKey     = "upk_loadtest_other_0123456789abcdef"
+	otherAccount = "other"
 )
 
 // rig is everything the scenarios share: the standalone binary, a
@@ -108,9 +112,9 @@ func newRig() (*rig, error) {
 	r.config = filepath.Join(r.dir, "config.json")
 	config := fmt.Sprintf(`{
 		"plans": {"paid": {"paid": true, "maxFileBytes": %d}},
-		"accounts": [{"id": %q, "plan": "paid", "credits": 1000000000}, {"id": %q, "plan": "paid", "credits": 1000000000}],
-		"keys": [{"key": %q, "account": %q}, {"key": %q, "account": %q}]
-	}`, 50<<20, account, dripAccount, key, account, dripKey, dripAccount)
+		"accounts": [{"id": %q, "plan": "paid", "credits": 1000000000}, {"id": %q, "plan": "paid", "credits": 1000000000}, {"id": %q, "plan": "paid", "credits": 1000000000}],
+		"keys": [{"key": %q, "account": %q}, {"key": %q, "account": %q}, {"key": %q, "account": %q}]
+	}`, 50<<20, account, dripAccount, otherAccount, key, account, dripKey, dripAccount, otherKey, otherAccount)
 	if err := os.WriteFile(r.config, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
@@ -223,11 +227,13 @@ func (r *rig) close() {
 
 // server is one running standalone.
 type server struct {
-	cmd     *exec.Cmd
-	base    string
-	metrics string
-	exited  chan error
-	log     *os.File
+	cmd      *exec.Cmd
+	base     string
+	metrics  string
+	exited   chan error
+	log      *os.File
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // start runs the standalone against the rig's database, bucket and
@@ -301,16 +307,20 @@ func (r *rig) begin(extra ...string) (ledger, *server, error) {
 	return before, srv, err
 }
 
-// stop sends SIGTERM and waits for the exit.
+// stop sends SIGTERM and waits for the exit; called again, it returns
+// the first call's outcome, so that a scenario may stop its server before
+// its ledger check and defer a stop for its early returns.
 func (s *server) stop() error {
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.exited:
-		return err
-	case <-time.After(2 * time.Minute):
-		s.cmd.Process.Kill()
-		return fmt.Errorf("still running 2 minutes after SIGTERM")
-	}
+	s.stopOnce.Do(func() {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case s.stopErr = <-s.exited:
+		case <-time.After(2 * time.Minute):
+			s.cmd.Process.Kill()
+			s.stopErr = fmt.Errorf("still running 2 minutes after SIGTERM")
+		}
+	})
+	return s.stopErr
 }
 
 // memory reads a field of the server's /proc status (VmRSS, VmHWM) in
@@ -352,7 +362,8 @@ type ledger struct {
 
 func (r *rig) readLedger() (ledger, error) {
 	var l ledger
-	if err := r.db.QueryRow(`SELECT credits FROM accounts WHERE id = $1`, account).Scan(&l.credits); err != nil {
+	// Every account's, as the crowding scenarios charge two.
+	if err := r.db.QueryRow(`SELECT sum(credits) FROM accounts`).Scan(&l.credits); err != nil {
 		return l, err
 	}
 	if err := r.db.QueryRow(`SELECT count(*) FROM reservations`).Scan(&l.openReservations); err != nil {
@@ -403,7 +414,23 @@ func (r *rig) post(apiKey, base, path string, scale int) request {
 // postAs is post with the request changed by prepare, when not nil, and
 // the answer's body decoded into answer, when not nil.
 func (r *rig) postAs(apiKey, base, path string, scale int, prepare func(*http.Request), answer any) request {
-	body := fmt.Sprintf(`{"imageUrl": %q, "scale": %d}`, r.originURL+path, scale)
+	return postWith(client, apiKey, base, r.body(path, scale, ""), prepare, answer)
+}
+
+// body is a request's JSON: ×scale of the origin's path, posted to
+// webhook once it ends as a job, when webhook is not empty.
+func (r *rig) body(path string, scale int, webhook string) string {
+	fields := map[string]any{"imageUrl": r.originURL + path, "scale": scale}
+	if webhook != "" {
+		fields["webhookUrl"] = webhook
+	}
+	raw, _ := json.Marshal(fields)
+	return string(raw)
+}
+
+// postWith posts body to base's API with apiKey through c, as postAs
+// does.
+func postWith(c *http.Client, apiKey, base, body string, prepare func(*http.Request), answer any) request {
 	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
@@ -411,7 +438,7 @@ func (r *rig) postAs(apiKey, base, path string, scale int, prepare func(*http.Re
 		prepare(req)
 	}
 	res := request{start: time.Now()}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	res.took = time.Since(res.start)
 	if err != nil {
 		res.err = err
