@@ -120,6 +120,17 @@ type MemoryEstimator interface {
 	EstimateMemory(src []byte, params Params) (int64, error)
 }
 
+// SizeReader is an Upscaler that can read a source's size in pixels from
+// its header, without decoding its pixels: the job form counts the work
+// its queue holds by it (JobCounts.QueuedPixels). engine/vips and
+// engine/onnx implement it.
+type SizeReader interface {
+	Upscaler
+	// SourceSize returns the width and height of src as Upscale reads
+	// it, upright. It fails as Upscale would on a source it refuses.
+	SourceSize(src []byte) (width, height int, err error)
+}
+
 // MemoryReleaser is an Upscaler that keeps memory outside the Go heap
 // (C allocators' arenas, say) and can give it back to the system. The
 // handler calls ReleaseMemory once it has been idle for

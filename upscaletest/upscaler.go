@@ -51,6 +51,21 @@ func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler)
 		}
 	}
 
+	t.Run("SourceSize", func(t *testing.T) {
+		sizer, ok := newUpscaler(t).(upscale.SizeReader)
+		if !ok {
+			t.Skip("not a SizeReader")
+		}
+		for _, in := range inputs {
+			if w, h, err := sizer.SourceSize(in.data); err != nil || w != 24 || h != 16 {
+				t.Errorf("SourceSize(%s) = %d×%d, %v; want 24×16", in.name, w, h, err)
+			}
+		}
+		if _, _, err := sizer.SourceSize([]byte("not an image at all")); !errors.Is(err, upscale.ErrUnsupportedImage) {
+			t.Errorf("SourceSize of a non-image: %v, want ErrUnsupportedImage", err)
+		}
+	})
+
 	t.Run("ErrUnsupportedImage", func(t *testing.T) {
 		u := newUpscaler(t)
 		for _, data := range [][]byte{nil, []byte("not an image at all"), []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")} {
@@ -110,7 +125,16 @@ func encode(t *testing.T, format string, img image.Image) []byte {
 // Image.Engine "repeat;scale=N".
 type PixelUpscaler struct{}
 
-var _ upscale.Upscaler = PixelUpscaler{}
+var _ upscale.SizeReader = PixelUpscaler{}
+
+// SourceSize implements upscale.SizeReader.
+func (PixelUpscaler) SourceSize(src []byte) (width, height int, err error) {
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(src))
+	if err != nil || (format != "png" && format != "jpeg") {
+		return 0, 0, fmt.Errorf("%w: %v", upscale.ErrUnsupportedImage, err)
+	}
+	return cfg.Width, cfg.Height, nil
+}
 
 // Upscale implements upscale.Upscaler.
 func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {

@@ -122,6 +122,7 @@ var (
 	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
 	_ upscale.MemoryEstimator    = (*Engine)(nil)
 	_ upscale.MemoryReleaser     = (*Engine)(nil)
+	_ upscale.SizeReader         = (*Engine)(nil)
 )
 
 // Concurrency is how many images the Engine enlarges at once
@@ -224,6 +225,11 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	}
 	const floatBytes = 4
 	return floats*int64(h.Bands)*floatBytes + 2*h.EncodedBytes(opts.Scale), nil
+}
+
+// SourceSize implements upscale.SizeReader, as engine/vips does.
+func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
+	return e.codec.SourceSize(src)
 }
 
 // ReleaseMemory implements upscale.MemoryReleaser for the decoding and

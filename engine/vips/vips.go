@@ -34,6 +34,7 @@ var (
 	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
 	_ upscale.MemoryEstimator    = (*Engine)(nil)
 	_ upscale.MemoryReleaser     = (*Engine)(nil)
+	_ upscale.SizeReader         = (*Engine)(nil)
 )
 
 // New returns an Engine. The first call restricts libvips, for the whole
@@ -55,6 +56,11 @@ func (e *Engine) Concurrency() int { return e.impl.Concurrency() }
 // EstimateMemory implements upscale.MemoryEstimator.
 func (e *Engine) EstimateMemory(src []byte, params upscale.Params) (int64, error) {
 	return e.impl.EstimateMemory(src, params)
+}
+
+// SourceSize implements upscale.SizeReader.
+func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
+	return e.impl.SourceSize(src)
 }
 
 // ReleaseMemory implements upscale.MemoryReleaser: it gives the C

@@ -286,6 +286,13 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 	return h, nil
 }
 
+// SourceSize implements upscale.SizeReader: src's upright size, read from
+// its header as Upscale reads it for the smallest scale.
+func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
+	h, err := e.Header(src, upscale.Scales()[0])
+	return h.Width, h.Height, err
+}
+
 // EncodedBytes bounds the size of h's pixels enlarged by scale once
 // encoded, and so what libvips' output buffer and its copy in Go memory
 // each hold: the raw size for PNG (photographs compress little
