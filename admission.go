@@ -258,29 +258,61 @@ func (s *slot) done() {
 	a.units += meanWeight * (s.units - a.units)
 }
 
-// enlarge runs the Upscaler under EngineTimeout, once the engine's
-// working memory is granted and one of its slots is free. It answers at
-// the deadline even if the Upscaler does not, so a stuck engine cannot hold
-// the request; the slot and the memory stay taken until the Upscaler
-// returns.
+// enlarge runs the Upscaler for a request, under EngineTimeout, once the
+// engine's working memory is granted and one of its slots is free: the
+// deadline covers that wait too, since the caller is waiting. It answers
+// at the deadline even if the Upscaler does not, so a stuck engine cannot
+// hold the request; the slot and the memory stay taken until the
+// Upscaler returns.
 func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 	defer cancel()
-	img, err := h.runEngine(ctx, src, params, memory)
-	if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), ErrUpstreamTimeout) {
-		return Image{}, ErrUpstreamTimeout // the engine's own deadline, not the request's
+	slot, err := h.waitForEngine(ctx, src, params, memory, h.admission.busy)
+	if err != nil {
+		return Image{}, engineTimeout(ctx, err)
 	}
-	return img, err
+	img, err := h.runUpscaler(ctx, slot, src, params, memory)
+	return img, engineTimeout(ctx, err)
 }
 
-// runEngine waits for the engine and runs the Upscaler, until ctx ends.
-func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
-	queueStart := time.Now()
-	slot, err := h.waitForEngine(ctx, src, params, memory)
-	h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart))
+// enlargeForJob runs the Upscaler for a job's run, which is no request:
+// it waits its turn for the source's and the engine's memory and for a
+// slot behind the requests before it (jobTurn), and only the Upscaler's
+// own work is under EngineTimeout. A run whose turn does not come while
+// its deadline still covers the enlargement returns errEngineBusy, for
+// the job to run again later rather than fail.
+func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
+	turn, cancelTurn := h.jobTurn(ctx)
+	defer cancelTurn()
+	busy := func() error { return errEngineBusy }
+	err := memory.grow(turn, int64(cap(src)), busy)
+	var slot *slot
+	if err == nil {
+		slot, err = h.waitForEngine(turn, src, params, memory, busy)
+	}
 	if err != nil {
+		if errors.Is(context.Cause(turn), errEngineBusy) && ctx.Err() == nil {
+			return Image{}, errEngineBusy
+		}
 		return Image{}, err
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
+	defer cancel()
+	img, err := h.runUpscaler(ctx, slot, src, params, memory)
+	return img, engineTimeout(ctx, err)
+}
+
+// engineTimeout is err as the caller is answered: ErrUpstreamTimeout for
+// the engine's own deadline (ctx's cause), not the request's.
+func engineTimeout(ctx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), ErrUpstreamTimeout) {
+		return ErrUpstreamTimeout
+	}
+	return err
+}
+
+// runUpscaler runs the Upscaler in slot, until ctx ends.
+func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, params Params, memory *grant) (Image, error) {
 	type result struct {
 		img Image
 		err error
@@ -302,6 +334,9 @@ func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memo
 	}()
 	select {
 	case res := <-done:
+		if res.err == nil {
+			h.cfg.Metrics.ImageDone(len(src), len(res.img.Data))
+		}
 		return res.img, res.err
 	case <-ctx.Done():
 		slot.abandon()
@@ -310,18 +345,21 @@ func (h *Handler) runEngine(ctx context.Context, src []byte, params Params, memo
 }
 
 // waitForEngine grants the engine's working memory for src, then takes
-// one of the engine's slots. The work the slot is timed by is that
-// memory: both engines' memory, like their time, grows with the output's
-// pixels and the learned passes. An Upscaler that estimates nothing is
-// timed by its source's bytes.
-func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant) (*slot, error) {
+// one of the engine's slots, while ctx allows; busy is the refusal once
+// ctx's deadline passes while others hold the memory. The work the slot is
+// timed by is that memory: both engines' memory, like their time, grows
+// with the output's pixels and the learned passes. An Upscaler that
+// estimates nothing is timed by its source's bytes.
+func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant, busy func() error) (*slot, error) {
+	queueStart := time.Now()
+	defer func() { h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart)) }()
 	work := int64(len(src))
 	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
 		need, err := estimator.EstimateMemory(src, params)
 		if err != nil {
 			return nil, err
 		}
-		if err := memory.grow(ctx, need, h.admission.busy); err != nil {
+		if err := memory.grow(ctx, need, busy); err != nil {
 			return nil, err
 		}
 		work = need

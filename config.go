@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"path"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -37,26 +39,39 @@ type Config struct {
 	// forgotten. Zero means 24 hours, which is also the most
 	// (CommitMemory).
 	JobTTL time.Duration
-	// JobWorkers is how many jobs this Handler runs at once, from New
-	// until StopJobs. Zero means Capacity.EngineConcurrency; negative
-	// runs none, for API replicas beside processes that only work.
+	// JobWorkers is how many jobs this Handler runs at once, from
+	// StartJobs until StopJobs. Zero means Capacity.EngineConcurrency;
+	// negative runs none, for API replicas beside processes that only
+	// work.
 	JobWorkers int
+	// JobShare is how many jobs of one account are queued or running
+	// before its next ones wait behind other accounts' (Job.Priority):
+	// an account that sends many jobs at once has JobShare of them in
+	// turn with everyone else's first ones, the next JobShare behind
+	// those, and so on. Zero means half of Capacity.EngineConcurrency, at
+	// least 1. It needs a JobQueue that is a JobCounter.
+	JobShare int
 	// Webhooks keeps the webhooks of ended jobs (a job's webhookUrl)
 	// until they are delivered, by the processes that run jobs
 	// (JobWorkers), under the Fetch policy. Nil means a
 	// MemoryWebhookQueue, for one process.
 	Webhooks WebhookQueue
 	// WebhookSecrets keeps the secrets that sign each account's webhooks;
-	// an account without one cannot send webhookUrl. Nil means a
+	// an account's first webhookUrl makes its first one. Nil means a
 	// MemoryWebhookSecrets, for one process.
 	WebhookSecrets WebhookSecrets
 	// RateLimiter limits how often each API key may call, on top of its
 	// account's quota; refusals are 429 rate_limited with a Retry-After.
 	// MemoryRateLimiter limits within one process. Nil means no limit.
 	RateLimiter RateLimiter
-	// Path is where Middleware answers the API. Zero means
-	// "/api/v1/upscale". A host that mounts the Handler itself chooses
-	// the path with its router instead.
+	// Path is the API's path: the Handler answers POST Path, and GET and
+	// DELETE Path/jobs/{id}, a job's resource, and Middleware routes those
+	// paths to the Handler. A host that mounts the Handler itself may
+	// mount it at Path and Path/jobs/, or at a path of its own and that
+	// path's jobs/ (see Handler), with or without a prefix it strips: a
+	// job's Location is always the path the caller sent its POST to, then
+	// /jobs/ and the job's ID. Zero means "/api/v1/upscale". It is a clean
+	// absolute path without a trailing slash, braces or spaces.
 	Path string
 	// LinkTTL is how long a result's link works. Zero means one hour. New
 	// refuses one longer than the BlobStore's links can last
@@ -148,7 +163,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		name     string
 		negative bool
 	}{
-		{"IdempotencyTTL", cfg.IdempotencyTTL < 0}, {"JobTTL", cfg.JobTTL < 0}, {"LinkTTL", cfg.LinkTTL < 0}, {"EngineTimeout", cfg.EngineTimeout < 0},
+		{"IdempotencyTTL", cfg.IdempotencyTTL < 0}, {"JobTTL", cfg.JobTTL < 0}, {"JobShare", cfg.JobShare < 0}, {"LinkTTL", cfg.LinkTTL < 0}, {"EngineTimeout", cfg.EngineTimeout < 0},
 		{"SettleTimeout", cfg.SettleTimeout < 0}, {"FreeTierMaxFileBytes", cfg.FreeTierMaxFileBytes < 0},
 		{"Capacity.EngineConcurrency", cfg.Capacity.EngineConcurrency < 0}, {"Capacity.QueueLength", cfg.Capacity.QueueLength < 0},
 		{"Capacity.AccountShare", cfg.Capacity.AccountShare < 0}, {"Capacity.MemoryBudget", cfg.Capacity.MemoryBudget < 0},
@@ -171,6 +186,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	c.IdleRelease = cmp.Or(c.IdleRelease, 5*time.Second)
 
 	cfg.Path = cmp.Or(cfg.Path, "/api/v1/upscale")
+	if cfg.Path != path.Clean(cfg.Path) || !strings.HasPrefix(cfg.Path, "/") || cfg.Path == "/" ||
+		strings.IndexFunc(cfg.Path, func(r rune) bool { return r <= ' ' || r == '{' || r == '}' || r == 0x7f }) >= 0 {
+		return cfg, fmt.Errorf("upscale: Config.Path %q is not a clean absolute path without a trailing slash, braces or spaces, such as /api/v1/upscale", cfg.Path)
+	}
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
 	if cfg.IdempotencyTTL > CommitMemory {
 		return cfg, fmt.Errorf("upscale: Config.IdempotencyTTL is %v, longer than the %v a QuotaLedger is bound to remember a commit (CommitMemory); a takeover after that could not tell a charged request from one never charged", cfg.IdempotencyTTL, CommitMemory)
@@ -204,6 +223,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.JobWorkers == 0 {
 		cfg.JobWorkers = c.EngineConcurrency
 	}
+	cfg.JobShare = cmp.Or(cfg.JobShare, max(c.EngineConcurrency/2, 1))
 	if cfg.Jobs == nil {
 		cfg.Jobs = NewMemoryJobQueue(MemoryJobQueueOptions{Now: cfg.Now})
 	}

@@ -5,11 +5,19 @@
 //
 // # Mounting
 //
-// New returns a Handler. Handler.Middleware puts the API (Config.Path,
-// /api/v1/upscale by default) and the result links in front of the host's
-// own handler. Or mount the Handler, a plain http.Handler, on any router,
-// and the BlobStore too when it serves its own links (a LinkServer, as
-// MemoryBlobStore is) under its LinkPath.
+// New returns a Handler, and starts nothing: Handler.StartJobs starts the
+// job form's workers, Handler.StopJobs stops them. Handler.Middleware puts
+// the API (Config.Path, /api/v1/upscale by default, and its jobs,
+// Config.Path/jobs/{id}) and the result links in front of the host's own
+// handler. Or mount the Handler, a plain http.Handler, on any router, at
+// a path and its jobs/ subtree, and the BlobStore too when it serves its
+// own links (a LinkServer, as MemoryBlobStore is) under its LinkPath.
+//
+// # Jobs
+//
+// A POST with Prefer: respond-async is a job: judged and reserved at
+// once, answered 202 with its Location, run by the workers of whichever
+// process works the JobQueue, its end posted to its webhookUrl, signed.
 //
 // # Backends
 //
@@ -26,15 +34,23 @@
 // # Where things are
 //
 // Each file is named after what it holds, and related files sort beside
-// it: handler.go (the Handler and the order of a request's checks),
-// config.go (Config, its defaults and their checks), auth*.go (keys),
-// quota*.go (what a request costs, which pool pays, the charging
-// protocol, the quota headers), store*.go (results), idempotency*.go,
-// ratelimit*.go, fetch*.go (the fetch policy, FetchPolicy, and its URLs, addresses,
-// downloads), admission.go and budget.go (the engine's scheduling and
-// memory), upscaler.go (the Upscaler and its optional interfaces),
-// errors.go (the sentinel errors) and problems.go (every problem code and
-// the table that maps errors to them).
+// it: handler.go (the Handler, its route table and the order of a
+// request's checks), config.go (Config, its defaults and their checks),
+// auth*.go (keys), quota*.go (what a request costs, which pool pays, the
+// charging protocol, the quota headers), store*.go (results),
+// idempotency*.go, ratelimit*.go, fetch*.go (the fetch policy,
+// FetchPolicy, and its URLs, addresses, downloads), admission.go and
+// budget.go (the engine's scheduling and memory), upscaler.go (the
+// Upscaler and its optional interfaces), errors.go (the sentinel errors)
+// and problems.go (every problem code and the table that maps errors to
+// them). The job form: job.go (Job, the JobQueue contract and what a run
+// records), jobmem.go (MemoryJobQueue and the in-memory worker loop),
+// jobserve.go (submission, Prefer, the job's resource and its
+// cancellation), jobrun.go (StartJobs and StopJobs, a job's priority, its
+// run: where its result is stored and its unit charged, and its
+// settlement), jobwebhook.go (a job's webhook: its secret, its event and
+// its delivery), webhook*.go (the WebhookQueue contract, signing, the
+// in-memory queue and secrets).
 //
 // # Charging
 //

@@ -22,8 +22,7 @@ var (
 	ErrInvalidImageURL = errors.New("invalid image url")
 	// ErrInvalidWebhookURL means webhookUrl is not an absolute http/https
 	// URL the service will call, on an address and port the fetch policy
-	// allows; or it was sent without Prefer: respond-async, or by an
-	// account without a webhook signing secret.
+	// allows; or it was sent without Prefer: respond-async.
 	ErrInvalidWebhookURL = errors.New("invalid webhook url")
 	// ErrInvalidScale means scale is not one of Scales().
 	ErrInvalidScale = errors.New("invalid scale")
@@ -96,6 +95,10 @@ var (
 	// ErrNotFound means a reservation, account or stored item does not
 	// exist (or no longer does). It never reaches an API caller as such.
 	ErrNotFound = errors.New("not found")
+	// ErrWebhookGone is what a WebhookQueue's deliver returns when the
+	// receiver answered 410 Gone: it wants no more of that webhook, which
+	// is not tried again. It never reaches an API caller.
+	ErrWebhookGone = errors.New("webhook receiver gone")
 	// ErrJobCanceled is the cause (context.Cause) a JobQueue gives a
 	// run's context when its job is canceled, as against its worker
 	// stopping: the run gives the job's unit back, where a stopped run

@@ -29,8 +29,14 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
+	// The job form's workers (Prefer: respond-async) run until StopJobs.
+	if err := h.StartJobs(ctx); err != nil {
+		panic(err)
+	}
+	defer h.StopJobs(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/upscale", h)
+	mux.Handle("/api/v1/upscale/jobs/", h) // a job's resource, its Location
 	mux.Handle("GET /results/", blobs)
 
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

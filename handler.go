@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -16,10 +18,13 @@ import (
 	"time"
 )
 
-// Handler serves POST requests of the upscale API. The host mounts it at
-// /api/v1/upscale (or wherever it likes: ServeHTTP does not look at the
-// path), or puts Middleware, which answers Config.Path and the result
-// links, in front of its own handler.
+// Handler serves the upscale API: POST Config.Path, the synchronous
+// form and, with Prefer: respond-async, the job form's submission; and
+// GET and DELETE Config.Path/jobs/{id}, a job's resource. The host mounts
+// it at a path and that path's jobs/ subtree (Config.Path, or its own,
+// under a prefix it strips or not; see onRoutes), or puts Middleware,
+// which answers Config.Path, its jobs and the result links, in front of
+// its own handler.
 //
 // A store that reports ErrUnavailable is given a second's rest: meanwhile
 // new requests that need it are refused with 503 backend_unavailable and a
@@ -27,6 +32,7 @@ import (
 // tries it again.
 type Handler struct {
 	cfg       Config
+	routes    *http.ServeMux // the API's resources under Config.Path; see routeTable
 	fetcher   *fetcher
 	wording   *strings.Replacer // Config.Wording's, for problem details
 	admission *admission
@@ -43,7 +49,8 @@ type Handler struct {
 	idleTimer *time.Timer // runs releaseIfIdle; nil until the first request ends
 }
 
-// New validates cfg, fills its defaults and returns a Handler.
+// New validates cfg, fills its defaults and returns a Handler. It starts
+// nothing: the job form's workers start with StartJobs.
 func New(cfg Config) (*Handler, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -63,18 +70,92 @@ func New(cfg Config) (*Handler, error) {
 		ledger:      &breaker{now: cfg.Now},
 		blobs:       &breaker{now: cfg.Now},
 		idempotency: &breaker{now: cfg.Now},
+		jobs:        jobFormFor(cfg),
 	}
-	if err := h.startJobs(); err != nil {
-		return nil, err
-	}
+	h.routes = h.routeTable()
 	cfg.Metrics.Attach(h.Load)
 	return h, nil
 }
 
+// routeTable declares the API's resources, the one place that says which
+// path takes which method: POST Config.Path, and GET and DELETE
+// Config.Path/jobs/{id}. A path asked with a method it does not take is
+// 405 with its Allow. Every request reaches one of them: a path the host
+// routes here from elsewhere is read as one of these (onRoutes).
+func (h *Handler) routeTable() *http.ServeMux {
+	mux := http.NewServeMux()
+	path, job := h.cfg.Path, h.cfg.Path+"/jobs/{id}"
+	mux.HandleFunc("POST "+path, h.route(h.servePost))
+	mux.HandleFunc("GET "+job, h.route(h.serveJob))
+	mux.HandleFunc("DELETE "+job, h.route(h.serveJob))
+	mux.HandleFunc(path, h.route(h.refuseMethod(http.MethodPost)))
+	mux.HandleFunc(job, h.route(h.refuseMethod("GET, DELETE")))
+	return mux
+}
+
+// onRoutes returns r as the route table reads it. A host may mount the
+// Handler at another path than Config.Path, or strip a prefix off it, and
+// routes here only what it means for the API: a path other than the
+// table's is read as Config.Path's own, or, for a method other than POST
+// on ".../jobs/{id}", as that job's. The method tells the two apart, so a
+// mount path that holds "jobs" itself is no job. A job's Location is the
+// path the caller sent, whatever the table read (jobLocation).
+func (h *Handler) onRoutes(r *http.Request) *http.Request {
+	if h.isRoute(r.URL.Path) {
+		return r
+	}
+	read := h.cfg.Path
+	if dir, id := path.Split(r.URL.Path); r.Method != http.MethodPost && strings.HasSuffix(dir, "/jobs/") && id != "" {
+		read += "/jobs/" + id
+	}
+	mapped := new(http.Request)
+	*mapped = *r
+	mapped.URL = new(url.URL)
+	*mapped.URL = *r.URL
+	mapped.URL.Path, mapped.URL.RawPath = read, ""
+	return mapped
+}
+
+// isRoute reports whether p is a path of the route table: Config.Path, or
+// one job's under it.
+func (h *Handler) isRoute(p string) bool {
+	id, isJob := strings.CutPrefix(p, h.cfg.Path+"/jobs/")
+	return p == h.cfg.Path || (isJob && id != "" && !strings.Contains(id, "/"))
+}
+
+// served is what ServeHTTP counts of a request, as its route says:
+// "ok", a problem's code, and so on (Metrics.RequestDone), and the pool
+// charged.
+type served struct {
+	code string
+	pool Pool
+}
+
+type servedKey struct{}
+
+// route adapts serve, which says how its request went, to the route
+// table.
+func (h *Handler) route(serve func(w http.ResponseWriter, r *http.Request) (code string, pool Pool)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := r.Context().Value(servedKey{}).(*served)
+		s.code, s.pool = serve(w, r)
+	}
+}
+
+// refuseMethod answers 405 for a known path asked with a method it does
+// not take.
+func (h *Handler) refuseMethod(allow string) func(http.ResponseWriter, *http.Request) (string, Pool) {
+	return func(w http.ResponseWriter, r *http.Request) (string, Pool) {
+		w.Header().Set("Allow", allow)
+		return h.fail(w, r, errMethodNotAllowed), ""
+	}
+}
+
 // Middleware returns next with the API in front of it: a request for
-// Config.Path goes to the Handler and, when the BlobStore serves its own
-// links (a LinkServer), a request under its LinkPath goes to the
-// BlobStore. Every other request reaches next as it came.
+// Config.Path or one of its jobs goes to the Handler and,
+// when the BlobStore serves its own links (a LinkServer), a request under
+// its LinkPath goes to the BlobStore. Every other request reaches next as
+// it came.
 func (h *Handler) Middleware(next http.Handler) http.Handler {
 	links, servesLinks := h.cfg.Blobs.(LinkServer)
 	var linkPath string
@@ -83,7 +164,7 @@ func (h *Handler) Middleware(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == h.cfg.Path || strings.HasPrefix(r.URL.Path, h.cfg.Path+"/jobs/"):
+		case h.isRoute(r.URL.Path):
 			h.ServeHTTP(w, r)
 		case servesLinks && strings.HasPrefix(r.URL.Path, linkPath):
 			links.ServeHTTP(w, r)
@@ -96,12 +177,18 @@ func (h *Handler) Middleware(next http.Handler) http.Handler {
 // Load returns what the handler is doing now.
 func (h *Handler) Load() Load {
 	queued, inEngine := h.admission.load()
-	jobsQueued, jobsRunning := h.jobDepth.count(h.cfg.Jobs)
-	return Load{
+	load := Load{
 		InFlight: int(h.inFlight.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity(),
 		MemoryInUse: h.budget.inUse.Load(), MemoryBudget: h.budget.total,
-		JobsQueued: jobsQueued, JobsRunning: jobsRunning,
+		JobsQueued: -1, JobsRunning: -1,
 	}
+	if jobs, ok := h.jobDepth.count(h.cfg.Jobs); ok {
+		load.JobsQueued, load.JobsRunning, load.JobsQueuedPixels = jobs.Queued, jobs.Running, jobs.QueuedPixels
+		if !jobs.OldestQueued.IsZero() {
+			load.OldestQueuedJob = max(h.cfg.Now().Sub(jobs.OldestQueued), 0)
+		}
+	}
+	return load
 }
 
 // Response is the body of a successful upscale request.
@@ -134,28 +221,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.releaseWhenIdle()
 		}
 	}()
-	code, pool := "ok", Pool("")
-	defer func() { h.cfg.Metrics.RequestDone(code, pool, time.Since(start)) }()
+	s := &served{code: "ok"}
+	defer func() { h.cfg.Metrics.RequestDone(s.code, s.pool, time.Since(start)) }()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
 				panic(v) // net/http's own way to abort a response
 			}
-			code = h.fail(w, r, panicError(v))
+			s.code = h.fail(w, r, panicError(v))
 		}
 	}()
-	if id, ok := jobID(r.URL.Path); ok {
-		code = h.serveJob(w, r, id)
-		return
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		code = h.fail(w, r, errMethodNotAllowed)
-		return
-	}
+	h.routes.ServeHTTP(w, h.onRoutes(r).WithContext(context.WithValue(r.Context(), servedKey{}, s)))
+}
+
+// servePost answers POST Config.Path: a job's submission when the caller
+// prefers respond-async and the job form is on, else the request run as
+// it is sent.
+func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) (code string, pool Pool) {
 	if prefer := preferences(r.Header); prefer.async && h.jobs != nil {
-		code, pool = h.serveSubmit(w, r, prefer)
-		return
+		return h.serveSubmit(w, r, prefer)
 	}
 	var caller caller
 	resp, replay, err := h.upscale(w, r, &caller)
@@ -166,20 +250,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err != nil:
-		code = h.fail(w, r, err)
+		return h.fail(w, r, err), ""
 	case replay != nil:
-		code = "replayed"
 		w.Header().Set("Idempotent-Replayed", "true")
 		writeJSON(w, replay.Status, replay.Body)
-	default:
-		pool = resp.Via
-		if resp.engine != "" {
-			// Not kept with an Idempotency-Key's answer: a replay says
-			// what was delivered, not how.
-			w.Header().Set("Upscale-Engine", resp.engine)
-		}
-		writeJSON(w, http.StatusOK, jsonBody(resp))
+		return "replayed", ""
 	}
+	if resp.engine != "" {
+		// Not kept with an Idempotency-Key's answer: a replay says
+		// what was delivered, not how.
+		w.Header().Set("Upscale-Engine", resp.engine)
+	}
+	writeJSON(w, http.StatusOK, jsonBody(resp))
+	return "ok", resp.Via
 }
 
 // jsonBody is v as the handler sends it: the same bytes every time, so
@@ -380,7 +463,12 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 		}
 	}()
 
-	resp, blobKey, err := h.makeResult(ctx, src, req.Params, memory, hold.Pool)
+	img, err := h.enlarge(ctx, src, req.Params, memory)
+	if err != nil {
+		return Response{}, err
+	}
+	blobKey := resultKey(img)
+	resp, err := h.storeResult(ctx, blobKey, img, h.cfg.Now().Add(h.cfg.LinkTTL), hold.Pool)
 	if err != nil {
 		return Response{}, err
 	}
@@ -426,28 +514,26 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	return Response{}, fmt.Errorf("commit reservation: %w", err)
 }
 
-// makeResult enlarges src and stores the result behind a link that lasts
-// LinkTTL: the answer that names it, paid from via, and its key in the
-// BlobStore.
-func (h *Handler) makeResult(ctx context.Context, src []byte, params Params, memory *grant, via Pool) (Response, string, error) {
-	img, err := h.enlarge(ctx, src, params, memory)
-	if err != nil {
-		return Response{}, "", err
-	}
-	h.cfg.Metrics.ImageDone(len(src), len(img.Data))
-	blobKey := strings.ToLower(rand.Text()) + extension(img.ContentType)
-	expires := h.cfg.Now().Add(h.cfg.LinkTTL)
+// resultKey is a new BlobStore key for img: random letters and digits,
+// and the extension of its type.
+func resultKey(img Image) string {
+	return strings.ToLower(rand.Text()) + extension(img.ContentType)
+}
+
+// storeResult stores img under blobKey behind a link that lasts until
+// expires: the answer that names it, paid from via.
+func (h *Handler) storeResult(ctx context.Context, blobKey string, img Image, expires time.Time, via Pool) (Response, error) {
 	var link string
 	storeStart := time.Now()
-	err = h.blobs.call(func() (err error) {
+	err := h.blobs.call(func() (err error) {
 		link, err = h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, expires)
 		return err
 	})
 	h.cfg.Metrics.StepDone(StepStore, time.Since(storeStart))
 	if err != nil {
-		return Response{}, "", fmt.Errorf("store result: %w", err)
+		return Response{}, fmt.Errorf("store result: %w", err)
 	}
-	return Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine}, blobKey, nil
+	return Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine}, nil
 }
 
 // fetchSource reserves a unit for req and downloads its source under the

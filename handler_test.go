@@ -87,6 +87,9 @@ func newEnv(t *testing.T, configure ...func(*upscale.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := h.StartJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := h.StopJobs(context.Background()); err != nil {
 			t.Errorf("StopJobs: %v", err)

@@ -24,6 +24,10 @@ func (s JobStatus) Done() bool {
 	return s == JobSucceeded || s == JobFailed || s == JobCanceled
 }
 
+// JobPriorities is how many priorities a JobQueue keeps apart, from 1,
+// whose jobs start first, to JobPriorities.
+const JobPriorities = 4
+
 // Job is one request of the job form (Prefer: respond-async): what was
 // asked and who pays for it, where its source waits, and how it ended.
 type Job struct {
@@ -31,12 +35,19 @@ type Job struct {
 	AccountID string `json:"-"`
 	Params    Params `json:"-"`
 	// Source is the key under which the source's bytes wait in the
-	// BlobStore (a BlobReader) until Expires.
-	Source string `json:"-"`
+	// BlobStore (a BlobReader) until Expires; SourcePixels is its size in
+	// pixels, 0 when the Upscaler could not say (a SizeReader).
+	Source       string `json:"-"`
+	SourcePixels int64  `json:"-"`
 	// Reservation holds the unit that pays for the job, from Pool, until
 	// Expires at the most (ReservationHolder).
 	Reservation string `json:"-"`
 	Pool        Pool   `json:"-"`
+	// Priority orders the queued jobs: every job of a lower Priority
+	// starts before any of a higher one, and within one Priority the
+	// oldest first. It is 1 to JobPriorities; the handler sets it by how
+	// many jobs the account has already (Config.JobShare).
+	Priority int `json:"-"`
 	// Webhook is the job's webhookUrl: where its end is posted, if
 	// anywhere.
 	Webhook string `json:"webhookUrl,omitempty"`
@@ -52,16 +63,45 @@ type Job struct {
 	// Expires is when the job, its source and its unit's hold end: a job
 	// not finished by then never runs, and is forgotten with the rest.
 	Expires time.Time `json:"expiresAt"`
+	// Position is, while the job is queued, how many queued jobs start
+	// before it (0: it is next); EstimatedStart is when it may start, at
+	// the pace the handler has measured, zero when it has none.
+	Position       *int      `json:"position,omitempty"`
+	EstimatedStart time.Time `json:"estimatedStart,omitzero"`
+	// Engine is how a succeeded job's image was enlarged: the value of
+	// the Upscale-Engine header (Image.Engine).
+	Engine string `json:"engine,omitempty"`
 	// Result is a succeeded job's answer, the synchronous request's body;
 	// Problem a failed job's, the problem the synchronous request would
 	// have answered.
 	Result  *Response `json:"result,omitempty"`
 	Problem *Problem  `json:"problem,omitempty"`
-	// Prepared is the result a run recorded (JobQueue.Prepare) before it
-	// charged the job's unit, while the job has not ended; its link works
-	// until PreparedUntil.
-	Prepared      *Response `json:"-"`
-	PreparedUntil time.Time `json:"-"`
+	// Prepared is what the last run recorded of its result
+	// (JobQueue.Prepare) while the job has not ended.
+	Prepared *PreparedResult `json:"-"`
+}
+
+// PreparedResult is what a run records of its job's result before it
+// charges the job's unit, so that whoever settles the job after the run
+// died finds it: first the BlobStore key the result is about to be stored
+// under, then, once it is stored, the answer that names it.
+type PreparedResult struct {
+	// Key is the result's key in the BlobStore, recorded before the
+	// result is stored: a run that dies before it records Result leaves
+	// at most this key to delete.
+	Key string
+	// Result is the answer, set once the result is stored; Engine is how
+	// it was made, and LinkExpires when its link stops working.
+	Result      *Response
+	Engine      string
+	LinkExpires time.Time
+}
+
+// Delivers reports whether p holds a stored result whose link still works
+// at now: a run of its job delivers it rather than make another, and
+// Cancel leaves the job to that run.
+func (p *PreparedResult) Delivers(now time.Time) bool {
+	return p != nil && p.Result != nil && now.Before(p.LinkExpires)
 }
 
 // JobOutcome is how a worker's run of a job ended: its answer, the
@@ -69,18 +109,40 @@ type Job struct {
 // that ends because its context was done (the job was canceled, or its
 // worker stopped) has none of them.
 type JobOutcome struct {
-	Result  *Response
+	Result *Response
+	// Engine is how Result was made: the job's Engine.
+	Engine  string
 	Problem *Problem
 	// Retry asks for the job to be run again after a while: the run
-	// failed in a way that waiting may cure (a store out of reach), and
-	// settled nothing.
+	// failed in a way that waiting may cure (a store out of reach, the
+	// engine busy until the run's deadline), and settled nothing. A run
+	// that asks to Retry is not counted among the job's attempts.
 	Retry bool
 }
 
 // JobRunner runs one job. It is called with a context that is done when
 // the job is canceled or the worker stops; it must then stop soon, and
 // settle what it started (the job's unit and any stored result).
+//
+// A queue also calls it, once more, for a job that ended without a run to
+// settle it, with its context done already: with the cause ErrJobCanceled
+// for a job canceled while no live run had it (its worker died), and
+// ErrJobGivenUp for a job given up after its attempts. The run settles
+// the job and returns its outcome, doing no other work.
 type JobRunner func(ctx context.Context, job Job) JobOutcome
+
+// ErrJobGivenUp is the cause (context.Cause) of the run a JobQueue asks
+// to settle a job it gave up on: the job was started MaxJobAttempts times
+// and no run ended (its worker was killed, or ran out of time, each
+// time). The run ends the job failed, with its unit given back. It never
+// reaches an API caller as such.
+var ErrJobGivenUp = errors.New("job given up")
+
+// MaxJobAttempts is how many times a JobQueue whose workers can die (a
+// queue shared by processes) starts a job whose runs do not end before it
+// gives the job up (ErrJobGivenUp). Runs that ended asking to Retry, and
+// runs that a worker's stop gave back, are not counted.
+const MaxJobAttempts = 5
 
 // JobQueue keeps the jobs of the job form from their submission until
 // they expire, and hands them to workers, each to one worker at a time.
@@ -89,34 +151,38 @@ type JobRunner func(ctx context.Context, job Job) JobOutcome
 // error wrapping ErrUnavailable when the queue's server cannot be reached.
 type JobQueue interface {
 	// Submit adds job, queued, for a worker to run before job.Expires,
-	// and returns it as kept: with the ID the queue gave it (an ID it was
-	// given is replaced) and its Status queued. An ID is unguessable: it
-	// is all that stands between a job and a caller who only has a key.
+	// after the queued jobs of its Priority and lower, and returns it as
+	// kept: with the ID the queue gave it (an ID it was given is
+	// replaced), its Status queued and its Position. An ID is unguessable:
+	// it is all that stands between a job and a caller who only has a key.
 	//
 	// When the queue keeps a job of job.AccountID with job.Submission set
 	// and the same, Submit adds nothing and returns that job, as it
 	// stands: its Reservation and Source, not job's, are the ones in use.
 	// Of concurrent Submits of one Submission, exactly one adds its job.
 	Submit(ctx context.Context, job Job) (Job, error)
-	// Get returns the job id of accountID. It returns an error wrapping
-	// ErrNotFound when there is no such job, it expired, or it is another
-	// account's: a caller cannot tell those apart.
+	// Get returns the job id of accountID, with its Position while it is
+	// queued. It returns an error wrapping ErrNotFound when there is no
+	// such job, it expired, or it is another account's: a caller cannot
+	// tell those apart.
 	Get(ctx context.Context, accountID, id string) (Job, error)
-	// Cancel ends the job id of accountID if it has not ended: a queued
-	// job is canceled at once and never runs (its Started stays zero); a
-	// running one's JobRunner has its context done, with the cause
-	// ErrJobCanceled, and the job ends as Work says when the run returns. A job that has ended stays as it
-	// ended. It returns the job as it stands once asked. ErrNotFound as
-	// Get.
+	// Cancel ends the job id of accountID if it has not ended: a job
+	// waiting to run, whether it never ran or waits to run again (after a
+	// Retry, or a worker's stop), is canceled at once and runs no more;
+	// its canceler settles it (gives its unit back, deletes its source).
+	// A running one's JobRunner has its context done, with the cause
+	// ErrJobCanceled, and the job ends as Work says when the run returns.
+	// A job that has ended stays as it ended, and so does a waiting job
+	// whose Prepared result still works: its next run delivers it. It
+	// returns the job as it stands once asked. ErrNotFound as Get.
 	Cancel(ctx context.Context, accountID, id string) (Job, error)
-	// Prepare records result, whose link works until linkExpires, as the
-	// answer of the run of job id under way, before the run charges the
-	// job's unit: a later run of the job (its worker died, the charge's
-	// outcome unknown) finds it in Job.Prepared, settles the charge
-	// (committing again charges nothing more) and delivers it, instead of
-	// enlarging the image again and leaving this result behind.
+	// Prepare records prepared as what the run of job id under way made
+	// of its result, replacing what it recorded before: a later run of
+	// the job (its worker died, the charge's outcome unknown) finds it in
+	// Job.Prepared, and delivers the result (committing again charges
+	// nothing more) or deletes it, instead of leaving it behind.
 	// ErrNotFound as Get.
-	Prepare(ctx context.Context, accountID, id string, result Response, linkExpires time.Time) error
+	Prepare(ctx context.Context, accountID, id string, prepared PreparedResult) error
 	// Work starts running the queue's jobs with run, at most concurrency
 	// at once, and returns the function that stops it: that stops taking
 	// jobs, lets the running ones finish until drain is done, then has
@@ -127,18 +193,37 @@ type JobQueue interface {
 	// happened (its unit was charged); canceled if Cancel was asked while
 	// it ran; queued again if stop ended it, or, at least a second later,
 	// if it asked to Retry; else failed with its Problem (internal_error
-	// if it returned none). A job whose worker dies
-	// mid-run is run again, so run must be safe to repeat: it charges one
-	// unit for a job however often it runs.
+	// if it returned none). A job whose worker dies mid-run is run again,
+	// so run must be safe to repeat: it charges one unit for a job however
+	// often it runs. A queue whose workers can die runs a job at most
+	// MaxJobAttempts times that way, and settles the jobs its workers left
+	// (see JobRunner).
 	Work(ctx context.Context, concurrency int, run JobRunner) (stop func(drain context.Context) error, err error)
 }
 
-// JobCounter is a JobQueue that can say how many of its jobs wait and
-// run, for the queue-depth gauges (Load.JobsQueued, Load.JobsRunning).
+// JobCounts is what a JobCounter counts of its queue's jobs.
+type JobCounts struct {
+	// Queued is how many jobs wait to run now, Running how many run, in
+	// every process that works the queue.
+	Queued, Running int
+	// OldestQueued is when the queued job submitted first was submitted;
+	// zero while none is queued.
+	OldestQueued time.Time
+	// QueuedPixels is the queued jobs' source pixels (Job.SourcePixels)
+	// together: the work waiting, for an autoscaler.
+	QueuedPixels int64
+}
+
+// JobCounter is a JobQueue that can count its jobs: for the queue's
+// gauges (Load), and for each account's share of the workers
+// (Config.JobShare). A JobQueue that is not one runs jobs oldest first
+// whoever submitted them.
 type JobCounter interface {
-	// CountJobs returns how many jobs wait to run now, and how many run,
-	// in every process that works the queue.
-	CountJobs(ctx context.Context) (queued, running int, err error)
+	// CountJobs counts the queue's jobs now.
+	CountJobs(ctx context.Context) (JobCounts, error)
+	// CountAccountJobs returns how many of accountID's jobs are queued or
+	// running now.
+	CountAccountJobs(ctx context.Context, accountID string) (int, error)
 }
 
 // RunnerProblem is the Problem a JobQueue gives a job whose run returned
@@ -146,5 +231,13 @@ type JobCounter interface {
 // done: a JobRunner's own failure, internal_error.
 func RunnerProblem() *Problem {
 	p := problemFor(errors.New("the job's run returned no outcome"))
+	return &p
+}
+
+// GivenUpProblem is the Problem of a job given up after MaxJobAttempts
+// (ErrJobGivenUp): 502 upstream_error, which a queue may show until the
+// run that settles the job records it.
+func GivenUpProblem() *Problem {
+	p := problemFor(Explain(ErrUpstream, msgJobGivenUp))
 	return &p
 }

@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"image"
 	_ "image/png"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -272,6 +276,9 @@ func TestStopJobsGivesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := next.StartJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { next.StopJobs(context.Background()) })
 	e.handler = next
 	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded || e.balance("free").Free != 2 || e.blobs.Len() != 1 {
@@ -422,5 +429,591 @@ func TestJobChargeSettledByTheNextRun(t *testing.T) {
 	j := e.waitJob(location, keyFree)
 	if j.Status != upscale.JobSucceeded || images.Load() != 1 || e.blobs.Len() != 1 || e.balance("free").Free != 2 {
 		t.Errorf("job %s, %d images made, %d items stored, %d free left; want succeeded, 1, 1 (the result) and 2", j.Status, images.Load(), e.blobs.Len(), e.balance("free").Free)
+	}
+}
+
+// TestJobFormWhereverMounted: a host that mounts the Handler at its own
+// path, at a path holding "jobs", under http.StripPrefix, or behind
+// Middleware gets the synchronous answer, and a job whose Location a GET
+// reads and a DELETE cancels, through its own server.
+func TestJobFormWhereverMounted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		path string // Config.Path; empty for the default
+		// mount mounts h on the host's mux and returns the path the
+		// caller posts to.
+		mount func(mux *http.ServeMux, h *upscale.Handler) string
+	}{
+		{"ConfigPath", "/v2/enlarge", func(mux *http.ServeMux, h *upscale.Handler) string {
+			mux.Handle("/v2/enlarge", h)
+			mux.Handle("/v2/enlarge/jobs/", h)
+			return "/v2/enlarge"
+		}},
+		{"OwnPathHoldingJobs", "", func(mux *http.ServeMux, h *upscale.Handler) string {
+			mux.Handle("/api/jobs/upscale", h)
+			mux.Handle("/api/jobs/upscale/jobs/", h)
+			return "/api/jobs/upscale"
+		}},
+		{"StripPrefix", "", func(mux *http.ServeMux, h *upscale.Handler) string {
+			mux.Handle("/svc/", http.StripPrefix("/svc", h))
+			return "/svc/api/v1/upscale"
+		}},
+		{"Middleware", "", func(mux *http.ServeMux, h *upscale.Handler) string {
+			mux.Handle("/", h.Middleware(http.NotFoundHandler()))
+			return "/api/v1/upscale"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(c *upscale.Config) {
+				c.JobWorkers = -1 // the job stays queued, to be canceled
+				c.Path = tc.path
+			})
+			mux := http.NewServeMux()
+			post := tc.mount(mux, e.handler)
+			host := httptest.NewServer(mux)
+			defer host.Close()
+			call := func(method, path, prefer, body string) (*http.Response, []byte) {
+				t.Helper()
+				r, _ := http.NewRequest(method, host.URL+path, strings.NewReader(body))
+				r.Header.Set("Authorization", "Bearer "+keyFree)
+				if prefer != "" {
+					r.Header.Set("Prefer", prefer)
+				}
+				resp, err := http.DefaultClient.Do(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp, b
+			}
+			if resp, b := call("POST", post, "", body(e.url("/small.png"))); resp.StatusCode != http.StatusOK {
+				t.Fatalf("POST %s: %d %s, want 200", post, resp.StatusCode, b)
+			}
+			resp, b := call("POST", post, "respond-async", body(e.url("/small.png")))
+			location := resp.Header.Get("Location")
+			if resp.StatusCode != http.StatusAccepted || !strings.HasPrefix(location, post+"/jobs/job_") {
+				t.Fatalf("POST %s as a job: %d at %q, %s; want 202 at %s/jobs/...", post, resp.StatusCode, location, b, post)
+			}
+			if resp, b := call("GET", location, "", ""); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"status":"queued"`) {
+				t.Errorf("GET %s: %d %s, want the job, queued", location, resp.StatusCode, b)
+			}
+			if resp, b := call("DELETE", location, "", ""); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"status":"canceled"`) {
+				t.Errorf("DELETE %s: %d %s, want the job, canceled", location, resp.StatusCode, b)
+			}
+			if resp, _ := call("PATCH", location, "", ""); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, DELETE" {
+				t.Errorf("PATCH %s: %d, Allow %q; want 405, GET and DELETE", location, resp.StatusCode, resp.Header.Get("Allow"))
+			}
+			if b := e.balance("free"); b.Free != 2 {
+				t.Errorf("%d free images left, want 2: the request charged, the job's unit back", b.Free)
+			}
+		})
+	}
+}
+
+// TestConfigPathRefused: a Config.Path the route table cannot hold is
+// refused by New, named.
+func TestConfigPathRefused(t *testing.T) {
+	for _, path := range []string{"api/v1/upscale", "/api/v1/upscale/", "/", "/api//upscale", "/api/{v}/upscale", "/api v1"} {
+		_, err := upscale.New(upscale.Config{Keys: upscale.NewMemoryKeyStore(), Ledger: upscale.NewMemoryLedger(upscale.LedgerOptions{}),
+			Upscaler: upscaletest.PixelUpscaler{}, Blobs: withoutReads{}, Path: path})
+		if err == nil || !strings.Contains(err.Error(), "Config.Path") {
+			t.Errorf("New with Path %q: %v, want an error naming Config.Path", path, err)
+		}
+	}
+}
+
+// TestJobMalformedIdempotencyKey: a submission's malformed Idempotency-Key
+// is refused as the synchronous form's is, before anything is queued or
+// held: a client that retries with it cannot make two jobs.
+func TestJobMalformedIdempotencyKey(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.JobWorkers = -1 })
+	for range 2 {
+		r := httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"))))
+		r.Header.Set("Authorization", "Bearer "+keyFree)
+		r.Header.Set("Prefer", "respond-async")
+		r.Header.Set("Idempotency-Key", "\"unterminated")
+		checkProblem(t, e.serve(r), http.StatusBadRequest, "invalid_request")
+	}
+	if b := e.balance("free"); b.Free != 3 || e.blobs.Len() != 0 {
+		t.Errorf("after two malformed keys: %d free images, %d items stored; want 3 and none", b.Free, e.blobs.Len())
+	}
+}
+
+// TestNewStartsNothing: New leaves no goroutine behind; the workers start
+// with StartJobs, stop with StopJobs, and may start again.
+func TestNewStartsNothing(t *testing.T) {
+	keys, ledger := upscale.NewMemoryKeyStore(), upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	blobs := newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{})
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	h, err := upscale.New(upscale.Config{Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs, Capacity: upscale.Capacity{IdleRelease: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		if err := h.StartJobs(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.StartJobs(ctx); err == nil {
+			t.Error("StartJobs while the workers run: no error")
+		}
+		if err := h.StopJobs(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// slowSlotUpscaler holds each image for hold: an engine whose slot a
+// request keeps past its own deadline.
+type slowSlotUpscaler struct {
+	upscaletest.PixelUpscaler
+	hold time.Duration
+}
+
+func (u slowSlotUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
+	time.Sleep(u.hold)
+	return u.PixelUpscaler.Upscale(ctx, src, opts)
+}
+
+// TestJobWaitsItsTurn: a job whose run waits for the engine behind
+// requests longer than EngineTimeout is not failed for it: only the
+// engine's own work is under the deadline.
+func TestJobWaitsItsTurn(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = slowSlotUpscaler{hold: 150 * time.Millisecond}
+		c.EngineTimeout = 200 * time.Millisecond
+		c.Capacity.EngineConcurrency = 1
+	})
+	requests := make(chan *httptest.ResponseRecorder, 3)
+	for range 3 {
+		go func() { requests <- e.post(keyPro, body(e.url("/small.png"))) }()
+	}
+	for e.hits.Load() < 3 { // the requests hold or wait for the engine
+		time.Sleep(time.Millisecond)
+	}
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded {
+		t.Errorf("a job that waited behind requests: %s %+v, want succeeded", j.Status, j.Problem)
+	}
+	for range 3 {
+		<-requests
+	}
+}
+
+// jobMetrics records the job form's counts.
+type jobMetrics struct {
+	mu       sync.Mutex
+	jobsDone map[upscale.JobStatus]int
+	charged  map[string]upscale.Pool // by a request's code
+}
+
+func newJobMetrics() *jobMetrics {
+	return &jobMetrics{jobsDone: map[upscale.JobStatus]int{}, charged: map[string]upscale.Pool{}}
+}
+
+func (m *jobMetrics) Attach(func() upscale.Load)             {}
+func (m *jobMetrics) StepDone(upscale.Step, time.Duration)   {}
+func (m *jobMetrics) ImageDone(sourceBytes, outputBytes int) {}
+func (m *jobMetrics) RequestDone(code string, pool upscale.Pool, took time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if pool != "" {
+		m.charged[code] = pool
+	}
+}
+
+func (m *jobMetrics) JobDone(status upscale.JobStatus, waited, ran time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.jobsDone[status]++
+}
+
+func (m *jobMetrics) done(status upscale.JobStatus) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.jobsDone[status]
+}
+
+// downResults is a BlobReader whose Put of a result fails with
+// ErrUnavailable while down is set; a job's source is kept as ever.
+type downResults struct {
+	upscale.BlobReader
+	down atomic.Bool
+}
+
+func (b *downResults) Put(ctx context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+	if b.down.Load() && !strings.HasSuffix(key, ".source") {
+		return "", fmt.Errorf("%w: the object store is down", upscale.ErrUnavailable)
+	}
+	return b.BlobReader.Put(ctx, key, data, contentType, expires)
+}
+
+// TestCancelWaitingToRunAgain: a job canceled while it waits to run again
+// (its run asked to Retry, or StopJobs gave it back) is settled by the
+// DELETE: its unit back, its source deleted, its canceled webhook sent,
+// once; a DELETE sent again changes and counts nothing more. An accepted
+// job is not counted as charged.
+func TestCancelWaitingToRunAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// leave ends the job's run under way so that it waits to run
+		// again.
+		leave func(t *testing.T, e *env, blobs *downResults, gate chan struct{})
+		// restart starts the workers again once the job is canceled,
+		// for its webhook to be delivered.
+		restart bool
+	}{
+		{"AfterRetry", func(t *testing.T, e *env, blobs *downResults, gate chan struct{}) {
+			blobs.down.Store(true)
+			close(gate)
+		}, false},
+		{"AfterStop", func(t *testing.T, e *env, blobs *downResults, gate chan struct{}) {
+			drain, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			defer cancel()
+			if err := e.handler.StopJobs(drain); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := newReceiver(t, nil)
+			var blobs *downResults
+			metrics := newJobMetrics()
+			u := gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{})}
+			e, _ := webhookEnv(t, rc, func(c *upscale.Config) {
+				blobs = &downResults{BlobReader: c.Blobs.(upscale.BlobReader)}
+				c.Blobs, c.Upscaler, c.Metrics = blobs, u, metrics
+			})
+			w := e.submitWithWebhook(rc.URL + "/hooks")
+			if w.Code != http.StatusAccepted {
+				t.Fatalf("submit: %d %s", w.Code, w.Body)
+			}
+			location := w.Header().Get("Location")
+			<-u.entered
+			tc.leave(t, e, blobs, u.gate)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				j := e.job(location, keyFree)
+				if j.Status == upscale.JobQueued && !j.Started.IsZero() {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("job %s, want it waiting to run again", j.Status)
+				}
+			}
+			for range 2 {
+				w := e.sendJob("DELETE", location, keyFree, "", "")
+				var j upscale.Job
+				if err := json.Unmarshal(w.Body.Bytes(), &j); err != nil || j.Status != upscale.JobCanceled {
+					t.Fatalf("DELETE: %d %s, want canceled", w.Code, w.Body)
+				}
+			}
+			if b := e.balance("free"); b.Free != 3 || e.blobs.Len() != 0 {
+				t.Errorf("after the cancel: %d free images, %d items stored; want 3 and none", b.Free, e.blobs.Len())
+			}
+			if tc.restart {
+				if err := e.handler.StartJobs(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			posts := rc.received(t, 1)
+			if len(posts) != 1 || !strings.Contains(string(posts[0].body), `"upscale.job.canceled"`) {
+				t.Errorf("webhooks %d, want one canceled", len(posts))
+			}
+			if n := metrics.done(upscale.JobCanceled); n != 1 {
+				t.Errorf("the canceled job counted %d times, want once", n)
+			}
+			metrics.mu.Lock()
+			defer metrics.mu.Unlock()
+			if pool, ok := metrics.charged["accepted"]; ok {
+				t.Errorf("an accepted job counted as charged to %s", pool)
+			}
+		})
+	}
+}
+
+// TestJobWaitBounded: a wait of any number of digits is bounded to the
+// 60 seconds the server waits at most, never read as negative.
+func TestJobWaitBounded(t *testing.T) {
+	e := newEnv(t)
+	for _, wait := range []string{"61", "9223372036854775807", "99999999999999999999999"} {
+		w := e.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async, wait="+wait, body(e.url("/small.png")))
+		if got := w.Header().Get("Preference-Applied"); got != "respond-async, wait=60" {
+			t.Errorf("wait=%s: Preference-Applied %q, want wait=60", wait, got)
+		}
+		checkOK(t, w, upscale.PoolFree)
+	}
+}
+
+// TestJobWaitersHoldTheShare: answers held open for a job (wait=N, here
+// replays of one submission) hold their account's places as requests
+// do: once they hold its share, the account's next request is refused
+// 429 at once, and another account is served meanwhile.
+func TestJobWaitersHoldTheShare(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) {
+		c.JobWorkers = -1 // the job never ends
+		c.Capacity.AccountShare = 2
+	})
+	send := func(wait string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"))))
+		r.Header.Set("Authorization", "Bearer "+keyFree)
+		r.Header.Set("Idempotency-Key", "waited-for")
+		r.Header.Set("Prefer", "respond-async, wait="+wait)
+		return e.serve(r)
+	}
+	if w := send("1"); w.Code != http.StatusAccepted {
+		t.Fatalf("submission: %d %s", w.Code, w.Body)
+	}
+	answered := make(chan *httptest.ResponseRecorder, 2)
+	for range 2 {
+		go func() { answered <- send("3") }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); e.handler.Load().InFlight < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two waiters did not wait")
+		}
+	}
+	checkProblem(t, send("3"), http.StatusTooManyRequests, "rate_limited")
+	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
+	for range 2 {
+		if w := <-answered; w.Code != http.StatusAccepted || w.Header().Get("Preference-Applied") != "respond-async, wait=3" {
+			t.Errorf("a waiter: %d, Preference-Applied %q; want 202 once its wait ended", w.Code, w.Header().Get("Preference-Applied"))
+		}
+	}
+}
+
+// TestWebhookGone: a receiver that answers 410 Gone gets no more
+// attempts of that webhook.
+func TestWebhookGone(t *testing.T) {
+	rc := newReceiver(t, func(int) int { return http.StatusGone })
+	e, _ := webhookEnv(t, rc)
+	if w := e.submitWithWebhook(rc.URL + "/hooks"); w.Code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", w.Code, w.Body)
+	}
+	if posts := rc.received(t, 1); len(posts) != 1 {
+		t.Errorf("%d attempts after a 410, want 1", len(posts))
+	}
+}
+
+// lostPutAnswers is a BlobReader whose result Puts store the result but
+// answer ErrUnavailable, and whose Deletes fail, while lose is set: a
+// worker that stored a result and then lost its stores, as one that dies
+// between storing and recording its result leaves it.
+type lostPutAnswers struct {
+	upscale.BlobReader
+	lose atomic.Bool
+}
+
+func (b *lostPutAnswers) Put(ctx context.Context, key string, data []byte, contentType string, expires time.Time) (string, error) {
+	url, err := b.BlobReader.Put(ctx, key, data, contentType, expires)
+	if b.lose.Load() && !strings.HasSuffix(key, ".source") {
+		return "", fmt.Errorf("%w: the answer was lost", upscale.ErrUnavailable)
+	}
+	return url, err
+}
+
+func (b *lostPutAnswers) Delete(ctx context.Context, key string, expires time.Time) error {
+	if b.lose.Load() {
+		return fmt.Errorf("%w: the store is down", upscale.ErrUnavailable)
+	}
+	return b.BlobReader.Delete(ctx, key, expires)
+}
+
+// TestJobLeavesNoOrphanResult: a result stored by a run that could
+// neither record it nor delete it is deleted by the next run, which finds
+// its key recorded before it was stored: one result stays, the one
+// delivered.
+func TestJobLeavesNoOrphanResult(t *testing.T) {
+	var blobs *lostPutAnswers
+	var images atomic.Int32
+	e := newEnv(t, func(c *upscale.Config) {
+		blobs = &lostPutAnswers{BlobReader: c.Blobs.(upscale.BlobReader)}
+		blobs.lose.Store(true)
+		c.Blobs, c.Upscaler = blobs, countingUpscaler{n: &images}
+	})
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	for deadline := time.Now().Add(10 * time.Second); images.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // past the first run
+	blobs.lose.Store(false)
+	j := e.waitJob(location, keyFree)
+	if j.Status != upscale.JobSucceeded || images.Load() != 2 || e.blobs.Len() != 1 || e.balance("free").Free != 2 {
+		t.Errorf("job %s, %d images made, %d items stored, %d free left; want succeeded, 2, 1 (the delivered result) and 2",
+			j.Status, images.Load(), e.blobs.Len(), e.balance("free").Free)
+	}
+}
+
+// TestJobsTakeTurns: one account's many jobs do not keep another's from
+// its turn: the other's first job starts as soon as a worker is free,
+// before the many's beyond their share. A queued job says where it
+// stands, and a succeeded one how it was made.
+func TestJobsTakeTurns(t *testing.T) {
+	u := gatedUpscaler{entered: make(chan struct{}, 10), gate: make(chan struct{})}
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = u
+		c.JobWorkers, c.JobShare = 1, 1
+	})
+	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "roomy", MonthlyImages: 10, MaxFileBytes: 1 << 20}})
+	for i := range 4 {
+		_, job := e.submit(keyFree, body(e.url("/small.png")))
+		if i == 0 {
+			<-u.entered // the first runs
+		} else if pos, ok := job["position"].(float64); !ok || int(pos) != i-1 {
+			t.Errorf("the free account's job %d queued at position %v, want %d", i, job["position"], i-1)
+		}
+	}
+	theirs, job := e.submit(keyPro, body(e.url("/small.png")))
+	if pos, ok := job["position"].(float64); !ok || pos != 0 {
+		t.Errorf("the other account's first job queued at position %v, want 0: next", job["position"])
+	}
+	u.gate <- struct{}{} // the first job ends
+	<-u.entered
+	if j := e.job(theirs, keyPro); j.Status != upscale.JobRunning {
+		t.Errorf("once a worker was free, the other account's job is %s, want running before the free account's next", j.Status)
+	}
+	close(u.gate)
+	if j := e.waitJob(theirs, keyPro); j.Status != upscale.JobSucceeded || j.Engine != "repeat;scale=2" {
+		t.Errorf("the other account's job: %s, engine %q; want succeeded, as the test engine says", j.Status, j.Engine)
+	}
+	w := e.sendJob("GET", theirs, keyPro, "", "")
+	if got := w.Header().Get("Upscale-Engine"); got != "repeat;scale=2" {
+		t.Errorf("GET of a succeeded job: Upscale-Engine %q, want the engine's", got)
+	}
+}
+
+// runCatcher is a JobQueue whose Work runs nothing but keeps the
+// JobRunner, for a test to call as a queue does for a job its dead
+// worker left.
+type runCatcher struct {
+	*upscale.MemoryJobQueue
+	run upscale.JobRunner
+}
+
+func (q *runCatcher) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(context.Context) error, error) {
+	q.run = run
+	return func(context.Context) error { return nil }, nil
+}
+
+// TestJobSettledForADeadWorker: the run a queue asks to settle a job its
+// dead worker left (its context done from the start) does no work: a
+// canceled job's unit goes back, its source is deleted and its canceled
+// webhook sent; a job given up fails with upstream_error, its unit back.
+// Asked twice, it counts the job once.
+func TestJobSettledForADeadWorker(t *testing.T) {
+	for _, tc := range []struct {
+		cause  error
+		status upscale.JobStatus
+		event  string
+	}{{upscale.ErrJobCanceled, upscale.JobCanceled, "upscale.job.canceled"}, {upscale.ErrJobGivenUp, upscale.JobFailed, "upscale.job.failed"}} {
+		t.Run(string(tc.status), func(t *testing.T) {
+			rc := newReceiver(t, nil)
+			var queue *runCatcher
+			var images atomic.Int32
+			metrics := newJobMetrics()
+			e, _ := webhookEnv(t, rc, func(c *upscale.Config) {
+				queue = &runCatcher{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now})}
+				c.Jobs, c.Upscaler, c.Metrics = queue, countingUpscaler{n: &images}, metrics
+			})
+			w := e.submitWithWebhook(rc.URL + "/hooks")
+			var submitted upscale.Job
+			if err := json.Unmarshal(w.Body.Bytes(), &submitted); err != nil || w.Code != http.StatusAccepted {
+				t.Fatalf("submit: %d %s", w.Code, w.Body)
+			}
+			job, err := queue.Get(context.Background(), "free", submitted.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var outcome upscale.JobOutcome
+			for range 2 {
+				ended, end := context.WithCancelCause(context.Background())
+				end(tc.cause)
+				outcome = queue.run(ended, job)
+			}
+			if images.Load() != 0 || outcome.Result != nil || outcome.Retry || (tc.status == upscale.JobFailed) != (outcome.Problem != nil) {
+				t.Errorf("outcome %+v after %d images; want no work, a problem for a job given up", outcome, images.Load())
+			}
+			if p := outcome.Problem; p != nil && (p.Status != http.StatusBadGateway || p.Code != "upstream_error") {
+				t.Errorf("a job given up: problem %+v, want 502 upstream_error", p)
+			}
+			if b := e.balance("free"); b.Free != 3 || e.blobs.Len() != 0 {
+				t.Errorf("settled: %d free images, %d items stored; want 3 and none", b.Free, e.blobs.Len())
+			}
+			if posts := rc.received(t, 1); len(posts) != 1 || !strings.Contains(string(posts[0].body), `"`+tc.event+`"`) {
+				t.Errorf("%d webhooks, want one %s", len(posts), tc.event)
+			}
+			if n := metrics.done(tc.status); n != 1 {
+				t.Errorf("the job counted %d times, want once", n)
+			}
+		})
+	}
+}
+
+// deadlineQueue is a MemoryJobQueue whose runs have a deadline, as
+// River's do (RunTimeout).
+type deadlineQueue struct {
+	*upscale.MemoryJobQueue
+	runTimeout time.Duration
+	runs       atomic.Int32
+}
+
+func (q *deadlineQueue) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(context.Context) error, error) {
+	return q.MemoryJobQueue.Work(ctx, concurrency, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+		q.runs.Add(1)
+		ctx, cancel := context.WithTimeout(ctx, q.runTimeout)
+		defer cancel()
+		return run(ctx, j)
+	})
+}
+
+// TestJobGivesUpItsTurnInTime: a job's run that waits for the engine
+// until the rest of its own deadline would not cover an enlargement asks
+// to run again later: it is not failed, and it succeeds once the engine
+// is free.
+func TestJobGivesUpItsTurnInTime(t *testing.T) {
+	var queue *deadlineQueue
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler = slowSlotUpscaler{hold: 1500 * time.Millisecond}
+		c.EngineTimeout, c.SettleTimeout = 1600*time.Millisecond, 50*time.Millisecond
+		c.Capacity.EngineConcurrency = 1
+		queue = &deadlineQueue{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now}), runTimeout: 1800 * time.Millisecond}
+		c.Jobs = queue
+	})
+	request := make(chan *httptest.ResponseRecorder, 1)
+	go func() { request <- e.post(keyPro, body(e.url("/small.png"))) }()
+	for e.handler.Load().InEngine == 0 { // the request holds the engine for 1.5 s
+		time.Sleep(time.Millisecond)
+	}
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded || queue.runs.Load() < 2 {
+		t.Errorf("a job whose first run could not get the engine in time: %s %+v after %d runs; want succeeded on a later run",
+			j.Status, j.Problem, queue.runs.Load())
+	}
+	<-request
+}
+
+// TestJobEstimatedStart: a queued job says when it may start once the
+// server has timed an image and a worker runs: its turn among them, at
+// the measured pace.
+func TestJobEstimatedStart(t *testing.T) {
+	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler, c.JobWorkers = u, 1 })
+	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "roomy", MonthlyImages: 10, MaxFileBytes: 1 << 20}})
+	timed := make(chan *httptest.ResponseRecorder, 1)
+	go func() { timed <- e.post(keyPro, body(e.url("/small.png"))) }()
+	<-u.entered
+	u.gate <- struct{}{}
+	checkOK(t, <-timed, upscale.PoolFree)
+	e.submit(keyFree, body(e.url("/small.png")))
+	<-u.entered // the first job runs
+	queued, _ := e.submit(keyFree, body(e.url("/small.png")))
+	time.Sleep(1100 * time.Millisecond) // past the queue's count of a second ago
+	j := e.job(queued, keyFree)
+	if j.Position == nil || *j.Position != 0 || j.EstimatedStart.Before(e.clock.Now().Truncate(time.Second)) {
+		t.Errorf("a job queued behind a running one: position %v, estimatedStart %v; want 0 and a time from now on", j.Position, j.EstimatedStart)
+	}
+	close(u.gate)
+	if j := e.waitJob(queued, keyFree); j.Position != nil || !j.EstimatedStart.IsZero() {
+		t.Errorf("an ended job: position %v, estimatedStart %v; want neither", j.Position, j.EstimatedStart)
 	}
 }

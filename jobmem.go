@@ -27,9 +27,11 @@ type MemoryJobQueue struct {
 	mu          sync.Mutex
 	jobs        map[string]*memoryJob
 	submissions map[submission]string // the ID of each job with a Submission
-	queued      []string              // the IDs of queued jobs, oldest first
-	wake        chan struct{}         // has a value while a job may be waiting
-	swept       sweepGate
+	// queued holds the IDs of the queued jobs of each Priority, oldest
+	// first.
+	queued [JobPriorities][]string
+	wake   chan struct{} // has a value while a job may be waiting
+	swept  sweepGate
 }
 
 // submission is a job's Job.Submission, with the account it is of.
@@ -64,9 +66,38 @@ func (q *MemoryJobQueue) lock() time.Time {
 				}
 			}
 		}
-		q.queued = slices.DeleteFunc(q.queued, func(id string) bool { return q.jobs[id] == nil })
+		for l := range q.queued {
+			q.queued[l] = slices.DeleteFunc(q.queued[l], func(id string) bool { return q.jobs[id] == nil })
+		}
 	}
 	return now
+}
+
+// level is the index in q.queued of a job's Priority.
+func level(priority int) int {
+	return min(max(priority, 1), JobPriorities) - 1
+}
+
+// stand returns j as it stands: with its Position while it is queued. The
+// caller holds q.mu.
+func (q *MemoryJobQueue) stand(j *memoryJob, now time.Time) Job {
+	job := j.Job
+	if job.Status != JobQueued {
+		return job
+	}
+	ahead := 0
+	for _, ids := range q.queued[:level(j.Priority)+1] {
+		for _, id := range ids {
+			if id == j.ID {
+				break
+			}
+			if other := q.jobs[id]; other != nil && other.Status == JobQueued && now.Before(other.Expires) {
+				ahead++
+			}
+		}
+	}
+	job.Position = &ahead
+	return job
 }
 
 // find returns accountID's job id, unexpired. The caller holds q.mu.
@@ -89,17 +120,25 @@ func (q *MemoryJobQueue) Submit(ctx context.Context, job Job) (Job, error) {
 	submitted := submission{job.AccountID, job.Submission}
 	if job.Submission != "" {
 		if j, err := q.find(job.AccountID, q.submissions[submitted], now); err == nil {
-			return j.Job, nil
+			return q.stand(j, now), nil
 		}
 	}
-	job.ID, job.Status = "job_"+strings.ToLower(rand.Text()), JobQueued
-	q.jobs[job.ID] = &memoryJob{Job: job}
+	job.ID, job.Status, job.Priority = "job_"+strings.ToLower(rand.Text()), JobQueued, level(job.Priority)+1
+	j := &memoryJob{Job: job}
+	q.jobs[job.ID] = j
 	if job.Submission != "" {
 		q.submissions[submitted] = job.ID
 	}
-	q.queued = append(q.queued, job.ID)
+	q.enqueue(j)
+	return q.stand(j, now), nil
+}
+
+// enqueue puts j last among the queued jobs of its Priority, and wakes a
+// worker. The caller holds q.mu.
+func (q *MemoryJobQueue) enqueue(j *memoryJob) {
+	l := level(j.Priority)
+	q.queued[l] = append(q.queued[l], j.ID)
 	q.signal()
-	return job, nil
 }
 
 // signal wakes a worker. The caller holds q.mu.
@@ -121,7 +160,7 @@ func (q *MemoryJobQueue) Get(ctx context.Context, accountID, id string) (Job, er
 	if err != nil {
 		return Job{}, err
 	}
-	return j.Job, nil
+	return q.stand(j, now), nil
 }
 
 // Cancel implements JobQueue.
@@ -135,37 +174,62 @@ func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job,
 	if err != nil {
 		return Job{}, err
 	}
-	switch j.Status {
-	case JobQueued:
+	switch {
+	case j.Status == JobQueued && j.Prepared.Delivers(now):
+		// Its result is made and maybe charged: it runs again to
+		// deliver it.
+	case j.Status == JobQueued: // never run, or waiting to run again
 		j.Status, j.Finished = JobCanceled, now
-		q.queued = slices.DeleteFunc(q.queued, func(queued string) bool { return queued == id })
-	case JobRunning:
+		l := level(j.Priority)
+		q.queued[l] = slices.DeleteFunc(q.queued[l], func(queued string) bool { return queued == id })
+	case j.Status == JobRunning:
 		j.canceled = true
 		j.stop(ErrJobCanceled)
 	}
-	return j.Job, nil
+	return q.stand(j, now), nil
 }
 
 // CountJobs implements JobCounter.
-func (q *MemoryJobQueue) CountJobs(ctx context.Context) (queued, running int, err error) {
+func (q *MemoryJobQueue) CountJobs(ctx context.Context) (JobCounts, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, 0, err
+		return JobCounts{}, err
 	}
 	now := q.lock()
 	defer q.mu.Unlock()
+	var counts JobCounts
 	for _, j := range q.jobs {
 		switch {
 		case j.Status == JobRunning:
-			running++
+			counts.Running++
 		case j.Status == JobQueued && now.Before(j.Expires):
-			queued++
+			counts.Queued++
+			counts.QueuedPixels += j.SourcePixels
+			if counts.OldestQueued.IsZero() || j.Created.Before(counts.OldestQueued) {
+				counts.OldestQueued = j.Created
+			}
 		}
 	}
-	return queued, running, nil
+	return counts, nil
+}
+
+// CountAccountJobs implements JobCounter.
+func (q *MemoryJobQueue) CountAccountJobs(ctx context.Context, accountID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	now := q.lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, j := range q.jobs {
+		if j.AccountID == accountID && (j.Status == JobRunning || (j.Status == JobQueued && now.Before(j.Expires))) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Prepare implements JobQueue.
-func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, result Response, linkExpires time.Time) error {
+func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, prepared PreparedResult) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -175,7 +239,7 @@ func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, resu
 	if err != nil {
 		return err
 	}
-	j.Prepared, j.PreparedUntil = &result, linkExpires
+	j.Prepared = &prepared
 	return nil
 }
 
@@ -241,18 +305,18 @@ func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx co
 	ok = waitToTake(stopping, q.wake, func() bool {
 		now := q.lock()
 		defer q.mu.Unlock()
-		for len(q.queued) > 0 {
-			j = q.jobs[q.queued[0]]
-			q.queued = q.queued[1:]
-			if j == nil || j.Status != JobQueued || !now.Before(j.Expires) {
-				continue
-			}
-			runCtx, j.stop = context.WithCancelCause(context.Background())
-			j.Status, j.Started, j.canceled = JobRunning, now, false
-			if len(q.queued) > 0 {
+		for l := range q.queued {
+			for len(q.queued[l]) > 0 {
+				j = q.jobs[q.queued[l][0]]
+				q.queued[l] = q.queued[l][1:]
+				if j == nil || j.Status != JobQueued || !now.Before(j.Expires) {
+					continue
+				}
+				runCtx, j.stop = context.WithCancelCause(context.Background())
+				j.Status, j.Started, j.canceled = JobRunning, now, false
 				q.signal() // another worker may take the next
+				return true
 			}
-			return true
 		}
 		return false
 	})
@@ -290,12 +354,13 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 	j.stop = nil
 	switch {
 	case outcome.Result != nil:
-		j.Status, j.Result = JobSucceeded, outcome.Result
+		j.Status, j.Result, j.Engine = JobSucceeded, outcome.Result, outcome.Engine
 	case j.canceled:
 		j.Status = JobCanceled
 	case stopped:
 		j.Status = JobQueued
-		q.queued = slices.Insert(q.queued, 0, j.ID)
+		l := level(j.Priority)
+		q.queued[l] = slices.Insert(q.queued[l], 0, j.ID)
 		q.signal()
 		return
 	case outcome.Retry:
@@ -304,15 +369,14 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			if j.Status == JobQueued {
-				q.queued = append(q.queued, j.ID)
-				q.signal()
+				q.enqueue(j)
 			}
 		})
 		return
 	default:
 		j.Status, j.Problem = JobFailed, cmp.Or(outcome.Problem, RunnerProblem())
 	}
-	j.Finished = now
+	j.Finished, j.Prepared = now, nil
 }
 
 // retryDelay is how long a run that asked to Retry waits to run again.

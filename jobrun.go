@@ -19,47 +19,92 @@ import (
 type jobForm struct {
 	sources BlobReader
 	holds   ReservationHolder
-	// The job workers' and the webhook deliverers' stops, nil when none
-	// run.
+
+	mu sync.Mutex
+	// The job workers' and the webhook deliverers' stops, nil while none
+	// run (before StartJobs, after StopJobs).
 	stopWorkers, stopDeliverers func(drain context.Context) error
+	// unstarted warns, once, of a job queued by a Handler meant to run
+	// jobs (JobWorkers not negative) that was never started.
+	unstarted sync.Once
 }
 
-// startJobs enables the job form when the stores allow it, and starts the
-// handler's workers.
-func (h *Handler) startJobs() error {
-	sources, ok := h.cfg.Blobs.(BlobReader)
-	holds, ok2 := h.cfg.Ledger.(ReservationHolder)
+// jobFormFor returns the job form's machinery when cfg's stores allow it,
+// and nil otherwise.
+func jobFormFor(cfg Config) *jobForm {
+	sources, ok := cfg.Blobs.(BlobReader)
+	holds, ok2 := cfg.Ledger.(ReservationHolder)
 	if !ok || !ok2 {
 		return nil
 	}
-	h.jobs = &jobForm{sources: sources, holds: holds}
-	if h.cfg.JobWorkers < 0 {
+	return &jobForm{sources: sources, holds: holds}
+}
+
+// StartJobs starts this Handler's job workers (Config.JobWorkers of them)
+// and its webhook deliverers, which run until StopJobs: New starts
+// nothing, so that a Handler that is built and dropped (a test, a failed
+// start-up) leaves no goroutine behind. ctx serves the start only. A
+// Handler without the job form, or with JobWorkers negative, starts
+// nothing. It returns an error when the workers are running already, or
+// the queues cannot start them.
+func (h *Handler) StartJobs(ctx context.Context) error {
+	if h.jobs == nil || h.cfg.JobWorkers < 0 {
 		return nil
 	}
-	stopWorkers, err := h.cfg.Jobs.Work(context.Background(), h.cfg.JobWorkers, h.runJob)
+	h.jobs.mu.Lock()
+	defer h.jobs.mu.Unlock()
+	if h.jobs.stopWorkers != nil {
+		return errors.New("upscale: StartJobs: the job workers run already")
+	}
+	ctx = context.WithoutCancel(ctx)
+	stopWorkers, err := h.cfg.Jobs.Work(ctx, h.cfg.JobWorkers, h.runJob)
 	if err != nil {
 		return fmt.Errorf("upscale: start the job workers: %w", err)
 	}
-	stopDeliverers, err := h.cfg.Webhooks.Deliver(context.Background(), webhookConcurrency, h.deliverWebhook)
+	stopDeliverers, err := h.cfg.Webhooks.Deliver(ctx, webhookConcurrency, h.deliverWebhook)
 	if err != nil {
-		stopWorkers(context.Background())
+		stopWorkers(ctx)
 		return fmt.Errorf("upscale: start the webhook deliverers: %w", err)
 	}
 	h.jobs.stopWorkers, h.jobs.stopDeliverers = stopWorkers, stopDeliverers
 	return nil
 }
 
-// StopJobs stops this Handler's job workers (Config.JobWorkers), then its
-// webhook deliverers: they take no new work, what they run has until
+// StopJobs stops what StartJobs started: first the job workers, then the
+// webhook deliverers. They take no new work, what they run has until
 // drain is done to finish, and the rest is given back to the queues, for
 // another process, or this one after a restart, to run. A host calls it
 // on shutdown, after Drain and after its server has stopped taking
-// requests.
+// requests. StartJobs may start them again.
 func (h *Handler) StopJobs(drain context.Context) error {
-	if h.jobs == nil || h.jobs.stopWorkers == nil {
+	if h.jobs == nil {
 		return nil
 	}
-	return errors.Join(h.jobs.stopWorkers(drain), h.jobs.stopDeliverers(drain))
+	h.jobs.mu.Lock()
+	defer h.jobs.mu.Unlock()
+	if h.jobs.stopWorkers == nil {
+		return nil
+	}
+	err := errors.Join(h.jobs.stopWorkers(drain), h.jobs.stopDeliverers(drain))
+	h.jobs.stopWorkers, h.jobs.stopDeliverers = nil, nil
+	return err
+}
+
+// warnIfUnstarted logs, once, that a job was queued although this
+// Handler, meant to run jobs, was never started: it waits for a worker of
+// another process, if there is one.
+func (h *Handler) warnIfUnstarted() {
+	if h.cfg.JobWorkers < 0 {
+		return
+	}
+	h.jobs.mu.Lock()
+	started := h.jobs.stopWorkers != nil
+	h.jobs.mu.Unlock()
+	if !started {
+		h.jobs.unstarted.Do(func() {
+			h.cfg.Logger.Warn("upscale: a job was queued, but this Handler's workers were never started (Handler.StartJobs); it waits for another process's workers, or set Config.JobWorkers to -1 if that is meant")
+		})
+	}
 }
 
 // submitJob does at submission what can be judged then, as run does for a
@@ -75,6 +120,10 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 	if err != nil {
 		return Job{}, err
 	}
+	priority, err := h.jobPriority(ctx, accountID)
+	if err != nil {
+		return Job{}, err
+	}
 	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
 	if err != nil {
 		return Job{}, err
@@ -86,13 +135,14 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 			h.release(ctx, hold)
 		}
 	}()
-	if err := h.checkSource(src, req.Params); err != nil {
+	pixels, err := h.checkSource(src, req.Params)
+	if err != nil {
 		return Job{}, err
 	}
 	now := h.cfg.Now()
 	job := Job{
 		AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Submission: submission, Webhook: webhook,
-		Created: now, Expires: now.Add(h.cfg.JobTTL), Source: strings.ToLower(rand.Text()) + ".source",
+		Priority: priority, Created: now, Expires: now.Add(h.cfg.JobTTL), Source: strings.ToLower(rand.Text()) + ".source", SourcePixels: pixels,
 	}
 	source := job.Source
 	err = h.blobs.call(func() error {
@@ -114,46 +164,84 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 		return Job{}, fmt.Errorf("queue the job: %w", err)
 	}
 	settled = job.Reservation == hold.ID
-	return job, nil
+	if settled {
+		h.warnIfUnstarted()
+	}
+	return h.estimate(job), nil
+}
+
+// jobPriority is the Priority of accountID's next job: 1 while the
+// account has fewer than Config.JobShare jobs queued or running, and one
+// more for each JobShare more, up to JobPriorities. An account that sends
+// many jobs at once thus has its share of the workers in turn with every
+// other account, and the rest of its jobs wait behind theirs. A queue that
+// cannot count (not a JobCounter) runs every job at 1, oldest first.
+func (h *Handler) jobPriority(ctx context.Context, accountID string) (int, error) {
+	counter, ok := h.cfg.Jobs.(JobCounter)
+	if !ok {
+		return 1, nil
+	}
+	n, err := counter.CountAccountJobs(ctx, accountID)
+	if err != nil {
+		return 0, fmt.Errorf("count the account's jobs: %w", err)
+	}
+	return 1 + min(n/h.cfg.JobShare, JobPriorities-1), nil
 }
 
 // checkSource reads src's header as the engine will (a MemoryEstimator),
 // so that a file the engine refuses, or whose working memory would not fit
-// the whole budget, is refused at submission as the request would be.
-func (h *Handler) checkSource(src []byte, params Params) error {
-	estimator, ok := h.cfg.Upscaler.(MemoryEstimator)
-	if !ok {
-		return nil
+// the whole budget, is refused at submission as the request would be. It
+// returns the source's pixels when the Upscaler can read them (a
+// SizeReader), 0 otherwise.
+func (h *Handler) checkSource(src []byte, params Params) (pixels int64, err error) {
+	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
+		need, err := estimator.EstimateMemory(src, params)
+		if err != nil {
+			return 0, err
+		}
+		if need+int64(cap(src)) > h.budget.total {
+			return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, (need+int64(cap(src)))>>20, h.budget.total>>20)
+		}
 	}
-	need, err := estimator.EstimateMemory(src, params)
-	if err != nil {
-		return err
+	if sizer, ok := h.cfg.Upscaler.(SizeReader); ok {
+		width, height, err := sizer.SourceSize(src)
+		if err != nil {
+			return 0, err
+		}
+		pixels = int64(width) * int64(height)
 	}
-	if need+int64(cap(src)) > h.budget.total {
-		return Explain(ErrImageTooLarge, msgNeedsMoreMemory, (need+int64(cap(src)))>>20, h.budget.total>>20)
-	}
-	return nil
+	return pixels, nil
 }
 
+// errEngineBusy is why a job's run gave up waiting for the engine: the
+// rest of its deadline would not have covered the enlargement. The job
+// runs again later; it is not failed.
+var errEngineBusy = errors.New("the engine stayed busy until the run's deadline")
+
 // runJob is the handler's JobRunner: the request's engine, store and
-// charge steps (run), on the source kept at submission. It settles what
-// it started: a job that ends gives its unit back unless charged, its
-// source is deleted, and its webhook is queued; a run its worker's stop
-// cuts short leaves the unit held and the source kept for the run that
-// takes the job over; a store out of reach has the job run again later.
+// charge steps, on the source kept at submission. It settles what it
+// started: a job that ends gives its unit back unless charged, its source
+// is deleted, and its webhook is queued; a run its worker's stop cuts
+// short leaves the unit held and the source kept for the run that takes
+// the job over; a store out of reach, or an engine busy until the run's
+// deadline, has the job run again later. A run whose context is done from
+// the start only settles (see JobRunner).
 func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	resp, err := h.workJob(ctx, job)
-	canceled := errors.Is(context.Cause(ctx), ErrJobCanceled)
+	cause := context.Cause(ctx)
 	ended := job
 	ended.Finished = h.cfg.Now()
 	switch {
 	case err == nil:
-		ended.Status, ended.Result = JobSucceeded, &resp
-	case ctx.Err() != nil && !canceled:
-		return JobOutcome{} // stopped
-	case canceled:
+		ended.Status, ended.Result, ended.Engine = JobSucceeded, &resp, resp.engine
+	case errors.Is(cause, ErrJobGivenUp):
+		p := h.problem(Explain(ErrUpstream, msgJobGivenUp))
+		ended.Status, ended.Problem = JobFailed, &p
+	case errors.Is(cause, ErrJobCanceled):
 		ended.Status = JobCanceled
-	case errors.Is(err, ErrUnavailable):
+	case ctx.Err() != nil:
+		return JobOutcome{} // its worker stopped
+	case errors.Is(err, ErrUnavailable) || errors.Is(err, errEngineBusy):
 		// Nothing settled: a charge whose outcome is unknown is settled
 		// by the next run's commit, which charges nothing more.
 		h.cfg.Logger.Warn("upscale: job run again later", "job", job.ID, "err", err)
@@ -167,20 +255,16 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	// queue keeps one webhook per job however often it runs. A canceled
 	// job is not run again for it.
 	if err := h.notify(ctx, ended); err != nil {
-		if !canceled {
+		if ended.Status != JobCanceled {
 			h.cfg.Logger.Warn("upscale: job run again later, to queue its webhook", "job", job.ID, "err", err)
 			return JobOutcome{Retry: true}
 		}
 		h.cfg.Logger.Error("upscale: queue a canceled job's webhook; it is not sent", "job", job.ID, "err", err)
 	}
-	if ended.Status != JobSucceeded {
-		h.release(ctx, Reservation{ID: job.Reservation, AccountID: job.AccountID})
-	}
-	h.deleteBlob(ctx, "job source", job.Source, job.Expires)
-	h.cfg.Metrics.JobDone(ended.Status, job.Started.Sub(job.Created), ended.Finished.Sub(job.Started))
+	h.settleEnd(ctx, ended, job.Started.Sub(job.Created), ended.Finished.Sub(job.Started))
 	switch ended.Status {
 	case JobSucceeded:
-		return JobOutcome{Result: ended.Result}
+		return JobOutcome{Result: ended.Result, Engine: ended.Engine}
 	case JobCanceled:
 		return JobOutcome{}
 	}
@@ -188,20 +272,55 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	if ended.Problem.Status >= http.StatusInternalServerError {
 		level = slog.LevelError
 	}
-	h.cfg.Logger.Log(ctx, level, "upscale: job failed", "job", job.ID, "status", ended.Problem.Status, "code", ended.Problem.Code, "err", err)
+	h.cfg.Logger.Log(ctx, level, "upscale: job failed", "job", job.ID, "status", ended.Problem.Status, "code", ended.Problem.Code, "err", cmp.Or(err, cause))
 	return JobOutcome{Problem: ended.Problem}
 }
 
+// settleEnd settles a job that ended, once its webhook is queued: its
+// unit given back unless it succeeded (a success's was charged), its
+// source and any result it did not deliver deleted, and its end counted.
+// Every step is safe to repeat, and a settlement counts the job only when
+// it gave the unit back (or delivered the result): a job settled twice, by
+// a DELETE sent again or by a queue settling what a dead worker left, is
+// counted once.
+func (h *Handler) settleEnd(ctx context.Context, ended Job, waited, ran time.Duration) {
+	counted := true
+	if ended.Status != JobSucceeded {
+		err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
+			return h.cfg.Ledger.Release(ctx, ended.Reservation)
+		})
+		counted = !errors.Is(err, ErrNotFound) // someone gave it back already
+		if err != nil && counted {
+			h.cfg.Logger.Error("upscale: release an ended job's unit; the ledger gives it back when its hold ends", "job", ended.ID, "err", err)
+		}
+		if p := ended.Prepared; p != nil && p.Key != "" {
+			h.deleteBlob(ctx, "uncharged result", p.Key, p.LinkExpires)
+		}
+	}
+	h.deleteBlob(ctx, "job source", ended.Source, ended.Expires)
+	if counted {
+		h.cfg.Metrics.JobDone(ended.Status, waited, ran)
+	}
+}
+
 // workJob enlarges a job's source, stores the result, records it with
-// the job (JobQueue.Prepare), and charges the job's unit. A result stored
-// but not recorded is deleted; a recorded one whose charge's outcome is
+// the job (JobQueue.Prepare), and charges the job's unit. The result's
+// key is recorded before the result is stored, so that a run that dies
+// in between leaves the next run (or the job's settlement) a key to
+// delete, not an orphan; a recorded result whose charge's outcome is
 // unknown stays for the next run, which charges nothing more and
 // delivers it, as it does the result of a run whose worker died.
 func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
-	if job.Prepared != nil && h.cfg.Now().Before(job.PreparedUntil) {
-		resp := *job.Prepared
-		resp.linkExpires = job.PreparedUntil
+	if p := job.Prepared; p.Delivers(h.cfg.Now()) {
+		resp := *p.Result
+		resp.linkExpires, resp.engine = p.LinkExpires, p.Engine
 		return resp, h.commitJob(ctx, job)
+	}
+	if ctx.Err() != nil {
+		return Response{}, context.Cause(ctx) // a run that only settles
+	}
+	if p := job.Prepared; p != nil && p.Key != "" {
+		h.deleteBlob(ctx, "uncharged result", p.Key, p.LinkExpires) // an earlier run's, not recorded as stored
 	}
 	var src []byte
 	err := h.blobs.call(func() (err error) {
@@ -213,27 +332,38 @@ func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
 	}
 	memory := h.budget.newGrant()
 	defer memory.done()
-	if err := memory.grow(ctx, int64(cap(src)), h.admission.busy); err != nil {
-		return Response{}, err
-	}
-	resp, blobKey, err := h.makeResult(ctx, src, job.Params, memory, job.Pool)
+	img, err := h.enlargeForJob(ctx, src, job.Params, memory)
 	if err != nil {
 		return Response{}, err
 	}
-	if err := ctx.Err(); err == nil {
-		err = h.cfg.Jobs.Prepare(ctx, job.AccountID, job.ID, resp, resp.linkExpires)
-	}
-	if err != nil {
-		h.deleteBlob(ctx, "uncharged result", blobKey, resp.linkExpires)
-		return Response{}, cmp.Or(context.Cause(ctx), fmt.Errorf("record the job's result: %w", err))
-	}
-	if err := h.commitJob(ctx, job); errors.Is(err, errUnitGone) {
-		h.deleteBlob(ctx, "uncharged result", blobKey, resp.linkExpires)
-		return Response{}, err
-	} else if err != nil {
+	prepared := PreparedResult{Key: resultKey(img), LinkExpires: h.cfg.Now().Add(h.cfg.LinkTTL)}
+	if err := h.prepareJob(ctx, job, prepared); err != nil {
 		return Response{}, err
 	}
-	return resp, nil
+	resp, err := h.storeResult(ctx, prepared.Key, img, prepared.LinkExpires, job.Pool)
+	if err == nil {
+		prepared.Result, prepared.Engine = &resp, img.Engine
+		err = h.prepareJob(ctx, job, prepared)
+	}
+	if err == nil {
+		err = h.commitJob(ctx, job)
+	}
+	if err != nil && !errors.Is(err, errChargeUnsettled) {
+		h.deleteBlob(ctx, "uncharged result", prepared.Key, prepared.LinkExpires)
+		return Response{}, err
+	}
+	return resp, err
+}
+
+// prepareJob records prepared with the job, unless its run was cut short.
+func (h *Handler) prepareJob(ctx context.Context, job Job, prepared PreparedResult) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if err := h.cfg.Jobs.Prepare(ctx, job.AccountID, job.ID, prepared); err != nil {
+		return fmt.Errorf("record the job's result: %w", err)
+	}
+	return nil
 }
 
 // commitJob charges a job's unit: errUnitGone when it went back
@@ -250,21 +380,36 @@ func (h *Handler) commitJob(ctx context.Context, job Job) error {
 	return fmt.Errorf("commit the job's unit: %w: %w", errChargeUnsettled, err)
 }
 
-// jobDepth is the queue's latest count of its jobs, taken at most once a
-// second however often Load is read (a metrics scrape reads it once per
-// gauge).
-type jobDepth struct {
-	mu              sync.Mutex
-	at              time.Time
-	queued, running int
+// jobTurn is the context a job's run waits its turn for the engine with:
+// ctx, ended early, by errEngineBusy, once the rest of ctx's deadline (the
+// queue's time for one run) would no longer cover an enlargement and the
+// settling of its charge. Without a deadline, or with one too short for
+// that from the start, it is ctx.
+func (h *Handler) jobTurn(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	turnEnds := deadline.Add(-(h.cfg.EngineTimeout + h.cfg.SettleTimeout))
+	if !ok || !turnEnds.After(time.Now()) {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadlineCause(ctx, turnEnds, errEngineBusy)
 }
 
-// count returns the queue's counts, -1 and -1 when it cannot count or its
+// jobDepth is the queue's latest count of its jobs, taken at most once a
+// second however often it is read (a metrics scrape reads it once per
+// gauge, and every GET of a queued job's estimate).
+type jobDepth struct {
+	mu     sync.Mutex
+	at     time.Time
+	counts JobCounts
+	ok     bool
+}
+
+// count returns the queue's counts, and false when it cannot count or its
 // count fails.
-func (d *jobDepth) count(queue JobQueue) (queued, running int) {
+func (d *jobDepth) count(queue JobQueue) (JobCounts, bool) {
 	counter, ok := queue.(JobCounter)
 	if !ok {
-		return -1, -1
+		return JobCounts{}, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -272,10 +417,26 @@ func (d *jobDepth) count(queue JobQueue) (queued, running int) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var err error
-		if d.queued, d.running, err = counter.CountJobs(ctx); err != nil {
-			d.queued, d.running = -1, -1
-		}
-		d.at = time.Now()
+		d.counts, err = counter.CountJobs(ctx)
+		d.ok, d.at = err == nil, time.Now()
 	}
-	return d.queued, d.running
+	return d.counts, d.ok
+}
+
+// estimate returns job with its EstimatedStart while it is queued: its
+// Position's turn among the workers the queue has running (all busy while
+// jobs wait), each taking the engine's measured time per image. Without a
+// measured pace, or with no worker running, it gives none.
+func (h *Handler) estimate(job Job) Job {
+	if job.Status != JobQueued || job.Position == nil {
+		return job
+	}
+	counts, ok := h.jobDepth.count(h.cfg.Jobs)
+	perImage := h.admission.imageTime()
+	if !ok || counts.Running == 0 || perImage == 0 {
+		return job
+	}
+	rounds := float64(*job.Position+1) / float64(counts.Running)
+	job.EstimatedStart = h.cfg.Now().Add(time.Duration(rounds * float64(perImage))).Truncate(time.Second)
+	return job
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,8 @@ type preference struct {
 
 // preferences reads the Prefer headers: comma-separated preferences,
 // each a token with an optional value and parameters after semicolons,
-// tokens matched case-insensitively; what is not understood is ignored.
+// tokens matched case-insensitively; what is not understood is ignored. A
+// wait longer than maxWait, however many digits it has, is maxWait.
 func preferences(h http.Header) preference {
 	var p preference
 	for _, header := range h.Values("Prefer") {
@@ -39,8 +41,12 @@ func preferences(h http.Header) preference {
 			case "respond-async":
 				p.async = true
 			case "wait":
-				if n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(value), `"`)); err == nil && n > 0 {
-					p.wait = min(time.Duration(n)*time.Second, maxWait)
+				n, err := strconv.ParseUint(strings.Trim(strings.TrimSpace(value), `"`), 10, 64)
+				if errors.Is(err, strconv.ErrRange) || (err == nil && n > uint64(maxWait/time.Second)) {
+					n, err = uint64(maxWait/time.Second), nil
+				}
+				if err == nil && n > 0 {
+					p.wait = time.Duration(n) * time.Second
 				}
 			}
 		}
@@ -48,19 +54,10 @@ func preferences(h http.Header) preference {
 	return p
 }
 
-// jobID returns the job ID a path names, ".../jobs/{id}".
-func jobID(path string) (string, bool) {
-	i := strings.LastIndex(path, "/jobs/")
-	if i < 0 {
-		return "", false
-	}
-	id := path[i+len("/jobs/"):]
-	return id, id != "" && !strings.Contains(id, "/")
-}
-
 // serveSubmit answers a POST that prefers respond-async: 202 Accepted with
 // the job and its Location, or, with wait=N and the job ended by then,
-// what the request would have answered.
+// what the request would have answered. An accepted job is not a charge:
+// only the pool of an answer that delivers a result is counted as paid.
 func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer preference) (code string, pool Pool) {
 	var who caller
 	job, replay, err := h.submit(w, r, &who)
@@ -78,25 +75,51 @@ func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer pre
 			return "replayed", ""
 		}
 	}
-	hdr.Set("Location", strings.TrimSuffix(r.URL.Path, "/")+"/jobs/"+job.ID)
+	hdr.Set("Location", jobLocation(r, job.ID))
+	if prefer.wait > 0 && !job.Status.Done() {
+		// A waiter holds one of its account's places, as a request in
+		// progress does, so that one account's waiters cannot hold the
+		// connections other accounts need; one that finds none free is
+		// answered at once.
+		leave, err := h.admission.takeShare(sharer{account: who.accountID})
+		if err != nil {
+			prefer.wait = 0
+		} else {
+			defer leave()
+		}
+	}
 	if prefer.wait == 0 {
 		// A replay's job may have ended: it is answered as the job
 		// resource all the same, as the first answer was.
 		hdr.Set("Preference-Applied", "respond-async")
 		writeJSON(w, http.StatusAccepted, jsonBody(job))
-		return "accepted", job.Pool
+		return "accepted", ""
 	}
 	hdr.Set("Preference-Applied", "respond-async, wait="+strconv.Itoa(int(prefer.wait/time.Second)))
 	switch job = h.awaitJob(r.Context(), job, prefer.wait); job.Status {
 	case JobSucceeded:
+		if job.Engine != "" {
+			hdr.Set("Upscale-Engine", job.Engine)
+		}
 		writeJSON(w, http.StatusOK, jsonBody(job.Result))
 		return "ok", job.Result.Via
 	case JobFailed:
 		writeJSON(w, job.Problem.Status, jsonBody(job.Problem))
 		return job.Problem.Code, ""
 	}
-	writeJSON(w, http.StatusAccepted, jsonBody(job))
-	return "accepted", job.Pool
+	writeJSON(w, http.StatusAccepted, jsonBody(h.estimate(job)))
+	return "accepted", ""
+}
+
+// jobLocation is the path of job id's resource as the caller reaches it:
+// the path it sent its POST to, as it sent it (RequestURI, which a host's
+// http.StripPrefix leaves alone), then "/jobs/" and the ID.
+func jobLocation(r *http.Request, id string) string {
+	path := r.URL.EscapedPath()
+	if sent, err := url.ParseRequestURI(r.RequestURI); err == nil && r.RequestURI != "" {
+		path = sent.EscapedPath()
+	}
+	return path + "/jobs/" + id
 }
 
 // submit admits a request as upscale does and queues it as a job: once
@@ -111,7 +134,10 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, who *caller) (J
 	}
 	ctx := r.Context()
 	onceKey, sent, err := idempotencyKey(r.Header.Values("Idempotency-Key"))
-	if err != nil || !sent {
+	switch {
+	case err != nil:
+		return Job{}, nil, err
+	case !sent:
 		job, err := h.submitJob(ctx, who.accountID, req, "")
 		return job, nil, err
 	}
@@ -151,7 +177,7 @@ func (h *Handler) replayJob(ctx context.Context, accountID string, kept Idempote
 	if errors.Is(err, ErrNotFound) {
 		return Job{}, nil, Explain(ErrResultExpired, msgJobExpired, answered.Expires.UTC().Format(time.RFC3339))
 	}
-	return job, &kept, err
+	return h.estimate(job), &kept, err
 }
 
 // awaitJob polls job until it has ended, for at most wait or until ctx is
@@ -176,23 +202,22 @@ func (h *Handler) awaitJob(ctx context.Context, job Job, wait time.Duration) Job
 
 // serveJob answers GET (the job as it stands) and DELETE (cancel it) of
 // one job of the caller's account.
-func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request, id string) (code string) {
-	if r.Method != http.MethodGet && r.Method != http.MethodDelete {
-		w.Header().Set("Allow", "GET, DELETE")
-		return h.fail(w, r, errMethodNotAllowed)
-	}
-	job, err := h.jobOfCaller(r, id)
+func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) (code string, pool Pool) {
+	job, err := h.jobOfCaller(r, r.PathValue("id"))
 	if err == nil && r.Method == http.MethodDelete {
 		job, err = h.cancelJob(r.Context(), job)
 	}
-	if errors.Is(err, ErrNotFound) || (err == nil && h.jobs == nil) {
+	if errors.Is(err, ErrNotFound) {
 		err = errJobNotFound
 	}
 	if err != nil {
-		return h.fail(w, r, err)
+		return h.fail(w, r, err), ""
 	}
-	writeJSON(w, http.StatusOK, jsonBody(job))
-	return "ok"
+	if job.Engine != "" {
+		w.Header().Set("Upscale-Engine", job.Engine)
+	}
+	writeJSON(w, http.StatusOK, jsonBody(h.estimate(job)))
+	return "ok", ""
 }
 
 // jobOfCaller authenticates the request's key and reads its account's job
@@ -216,30 +241,27 @@ func (h *Handler) jobOfCaller(r *http.Request, id string) (Job, error) {
 	return h.cfg.Jobs.Get(ctx, accountID, id)
 }
 
-// cancelJob cancels job and returns it as it stands: a queued job at
-// once, its unit given back and its source deleted here, since no run
-// will; a running one once its run has stopped (its JobRunner settles
-// it), for at most a few seconds, after which the job is returned still
-// running and ends as its run does.
+// cancelJob cancels job and returns it as it stands. A job the queue
+// cancels at once (one waiting to run, whether it never ran or waits to
+// run again) is settled here: its webhook, its unit and its source; a
+// DELETE sent again settles it again, which changes and counts nothing
+// more. A running one is returned once its run has stopped (its JobRunner
+// settles it), or after a few seconds still running, to end as its run
+// does.
 func (h *Handler) cancelJob(ctx context.Context, job Job) (Job, error) {
 	job, err := h.cfg.Jobs.Cancel(ctx, job.AccountID, job.ID)
 	if err != nil {
 		return Job{}, err
 	}
-	if job.Status == JobCanceled && job.Started.IsZero() {
-		// A second DELETE finds the unit given back already.
-		err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
-			return h.cfg.Ledger.Release(ctx, job.Reservation)
-		})
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			h.cfg.Logger.Error("upscale: release a canceled job's unit; the ledger gives it back when its hold ends", "job", job.ID, "err", err)
-		}
-		h.deleteBlob(ctx, "job source", job.Source, job.Expires)
-		h.cfg.Metrics.JobDone(JobCanceled, job.Finished.Sub(job.Created), 0)
+	if job.Status == JobCanceled {
 		if err := h.notify(ctx, job); err != nil {
 			h.cfg.Logger.Error("upscale: queue a canceled job's webhook; it is not sent", "job", job.ID, "err", err)
 		}
+		h.settleEnd(ctx, job, job.Finished.Sub(job.Created), 0)
 		return job, nil
+	}
+	if job.Status.Done() || job.Status == JobQueued {
+		return job, nil // ended before, or its prepared result is on its way
 	}
 	return h.awaitJob(ctx, job, cancelWait), nil
 }

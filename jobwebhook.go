@@ -28,22 +28,25 @@ type webhookEvent struct {
 	Data      Job       `json:"data"`
 }
 
-// checkWebhook judges a submission's webhookUrl, if it has one: the
-// account must have a secret to sign with, and the URL must pass the
-// fetch policy now. It returns the URL as the job keeps it.
+// checkWebhook judges a submission's webhookUrl, if it has one, against
+// the fetch policy now, and makes sure the account has a secret to sign
+// with: an account's first webhookUrl makes its first secret
+// (RotateWebhookSecret), which the account reads by making a new one on
+// the dashboard, as a receiver verifies with either while they overlap.
+// It returns the URL as the job keeps it.
 func (h *Handler) checkWebhook(ctx context.Context, accountID string, webhook *url.URL) (string, error) {
 	if webhook == nil {
 		return "", nil
 	}
-	secrets, err := h.cfg.WebhookSecrets.WebhookSecrets(ctx, accountID)
-	if err != nil {
-		return "", fmt.Errorf("read the account's webhook secrets: %w", err)
-	}
-	if len(secrets) == 0 {
-		return "", Explain(ErrInvalidWebhookURL, msgWebhookNoSecret)
-	}
 	if err := h.fetcher.checkWebhookURL(ctx, webhook); err != nil {
 		return "", err
+	}
+	secrets, err := h.cfg.WebhookSecrets.WebhookSecrets(ctx, accountID)
+	if err == nil && len(secrets) == 0 {
+		_, err = h.cfg.WebhookSecrets.RotateWebhookSecret(ctx, accountID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("the account's webhook secret: %w", err)
 	}
 	return webhook.String(), nil
 }
@@ -92,6 +95,10 @@ func (h *Handler) deliverWebhook(ctx context.Context, w Webhook) error {
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusGone {
+		h.cfg.Logger.Info("upscale: webhook receiver answered 410 Gone; it is not tried again", "webhook", w.ID)
+		return fmt.Errorf("webhook %s: %w", w.ID, ErrWebhookGone)
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		h.cfg.Logger.Warn("upscale: webhook refused; it is tried again", "webhook", w.ID, "status", resp.StatusCode)
 		return fmt.Errorf("webhook %s: the receiver answered %s", w.ID, resp.Status)

@@ -269,12 +269,34 @@ func TestWebhookRefusedAtSubmission(t *testing.T) {
 		checkProblem(t, e.submitWithWebhook(hook), http.StatusBadRequest, "invalid_webhook_url")
 	}
 	checkProblem(t, e.post(keyFree, body("https://images.test/small.png", `"webhookUrl": "`+rc.URL+`"`)), http.StatusBadRequest, "invalid_webhook_url")
-	noSecret := newEnv(t)
-	checkProblem(t, noSecret.submitWithWebhook("https://hooks.example/upscale"), http.StatusBadRequest, "invalid_webhook_url")
 	if after := e.balance("free"); after != before {
 		t.Errorf("balance %+v after refusals, want %+v", after, before)
 	}
 	if n := e.blobs.Len(); n != 0 {
 		t.Errorf("%d items stored after refusals, want none", n)
+	}
+}
+
+// TestFirstWebhookMakesASecret: an account without a signing secret may
+// send its first webhookUrl: the submission makes the account's secret,
+// which signs the webhook, and which a rotation (the dashboard's "make a
+// new secret") keeps signing beside the new one.
+func TestFirstWebhookMakesASecret(t *testing.T) {
+	rc := newReceiver(t, nil)
+	secrets := upscale.NewMemoryWebhookSecrets(upscale.MemoryWebhookSecretsOptions{})
+	fresh, _ := webhookEnv(t, rc, func(c *upscale.Config) { c.WebhookSecrets = secrets }) // its secret made elsewhere
+	if w := fresh.submitWithWebhook(rc.URL + "/hooks"); w.Code != http.StatusAccepted {
+		t.Fatalf("the first webhookUrl of an account without a secret: %d %s, want 202", w.Code, w.Body)
+	}
+	made, err := secrets.WebhookSecrets(context.Background(), "free")
+	if err != nil || len(made) != 1 {
+		t.Fatalf("the account's secrets after its first webhookUrl: %v, %v; want the one it made", made, err)
+	}
+	checkSignature(t, rc.received(t, 1)[0], made[0])
+	if w := fresh.submitWithWebhook(rc.URL + "/hooks"); w.Code != http.StatusAccepted {
+		t.Fatalf("a second webhookUrl: %d %s", w.Code, w.Body)
+	}
+	if again, _ := secrets.WebhookSecrets(context.Background(), "free"); len(again) != 1 || again[0] != made[0] {
+		t.Errorf("secrets after a second webhookUrl %v, want the first one alone", again)
 	}
 }

@@ -53,6 +53,12 @@ type Load struct {
 	// many run, in every process of the JobQueue (a JobCounter), as
 	// counted at most a second ago; both -1 when the queue cannot say.
 	JobsQueued, JobsRunning int
+	// OldestQueuedJob is how long the job queued longest has waited since
+	// its submission, and JobsQueuedPixels the queued jobs' source pixels
+	// together (JobCounts): the signals an autoscaler adds workers by.
+	// Both are 0 when none is queued or the queue cannot say.
+	OldestQueuedJob  time.Duration
+	JobsQueuedPixels int64
 }
 
 // noMetrics is the Metrics of a Handler configured without any.

@@ -197,7 +197,6 @@ const (
 	msgWebhookTooLong      = "webhookUrl is %d bytes long; at most %d are accepted."
 	msgWebhookNeedsJob     = "webhookUrl is for jobs: send it with the header \"Prefer: respond-async\", or leave it out and read the result from this answer."
 	msgWebhookNoJobs       = "webhookUrl is for jobs, which this service does not run; leave it out and read the result from this answer."
-	msgWebhookNoSecret     = "This account has no webhook signing secret, so its webhooks could not be verified; create one on {dashboard}, then send webhookUrl again."
 	msgWebhookPort         = "webhookUrl uses port %s; only ports %v are called."
 	msgWebhookAddress      = "webhookUrl leads to %s; only public addresses are called."
 	msgWebhookUnresolvable = "webhookUrl's host %q has no address this service can find; check its spelling."
@@ -234,6 +233,8 @@ const (
 	// ErrResultExpired
 	msgResultExpired = "This request was carried out and charged already, and its result's link expired at %s; send it with a new Idempotency-Key to enlarge the image again."
 	msgJobExpired    = "This request was submitted as a job already, and the job expired at %s with its result; send it with a new Idempotency-Key to enlarge the image again."
+	// ErrUpstream
+	msgJobGivenUp = "The job was started several times and never finished: its worker stopped or ran out of time each time. It is given up and nothing was charged; submitting it again is safe."
 	// ErrOverloaded
 	msgOverloaded = "The service is working at capacity and did not start your request; nothing was charged. Try again in a few seconds."
 	// ErrUnavailable

@@ -75,17 +75,32 @@ type WebhookQueue interface {
 	Enqueue(ctx context.Context, webhook Webhook) error
 	// Deliver starts delivering the queue's webhooks with deliver, at
 	// most concurrency at once, and returns the function that stops it,
-	// as JobQueue.Work does. A webhook whose deliver returns nil is never
-	// delivered again; one whose deliver fails is tried again after
-	// WebhookBackoff of the attempts so far (or the queue's own backoff,
-	// where it is given one), until Expires.
+	// as JobQueue.Work does. A webhook whose deliver returns nil, or an
+	// error wrapping ErrWebhookGone, is never delivered again; one whose
+	// deliver fails otherwise is tried again after WebhookBackoff of the
+	// attempts so far (or the queue's own backoff, where it is given one),
+	// until Expires. A webhook is delivered at least once: a deliverer
+	// that dies after the receiver's answer delivers it again, with the
+	// same ID.
+	//
+	// One account's webhooks take at most WebhookAccountShare(concurrency)
+	// of a process's deliverers at once, and wait while other accounts'
+	// are delivered, so that a receiver that never answers, or a burst of
+	// one account's jobs, delays no one else's.
 	Deliver(ctx context.Context, concurrency int, deliver func(ctx context.Context, webhook Webhook) error) (stop func(drain context.Context) error, err error)
 }
 
+// WebhookAccountShare is how many of concurrency deliverers one
+// account's webhooks may take at once: a quarter, at least one.
+func WebhookAccountShare(concurrency int) int {
+	return max(concurrency/4, 1)
+}
+
 // WebhookBackoff is how long a delivery waits after its attempt-th failed
-// attempt: 5 s, then six times as long each time, 6 h at most. Retries
-// of a webhook that lasts WebhookTTL start 5 s, 35 s, 3.6 min, 21.6 min,
-// 2.2 h, 8.2 h, 14.2 h and 20.2 h after the first attempt.
+// attempt, from that attempt's end: 5 s, then six times as long each
+// time, 6 h at most. With attempts that fail at once, the retries of a
+// webhook that lasts WebhookTTL start about 5 s, 35 s, 3.6 min, 21.6
+// min, 2.2 h, 8.2 h, 14.2 h and 20.2 h after the first attempt.
 func WebhookBackoff(attempt int) time.Duration {
 	wait := 5 * time.Second
 	for range min(max(attempt-1, 0), 5) {

@@ -2,7 +2,9 @@ package upscale
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -89,6 +91,8 @@ type MemoryWebhookQueue struct {
 	mu       sync.Mutex
 	webhooks map[string]*memoryWebhook // by ID, until they expire
 	due      []*memoryWebhook          // to attempt now, oldest first
+	inFlight map[string]int            // attempts under way, by account
+	share    int                       // WebhookAccountShare of Deliver's concurrency
 	wake     chan struct{}             // has a value while one may be due
 	swept    sweepGate
 }
@@ -107,7 +111,7 @@ func NewMemoryWebhookQueue(opts MemoryWebhookQueueOptions) *MemoryWebhookQueue {
 	if backoff == nil {
 		backoff = WebhookBackoff
 	}
-	return &MemoryWebhookQueue{now: clock(opts.Now), backoff: backoff, webhooks: map[string]*memoryWebhook{}, wake: make(chan struct{}, 1)}
+	return &MemoryWebhookQueue{now: clock(opts.Now), backoff: backoff, webhooks: map[string]*memoryWebhook{}, inFlight: map[string]int{}, wake: make(chan struct{}, 1)}
 }
 
 // lock takes q.mu and forgets the webhooks past their expiry, once a
@@ -161,6 +165,9 @@ func (q *MemoryWebhookQueue) Deliver(ctx context.Context, concurrency int, deliv
 	if concurrency < 1 {
 		return nil, fmt.Errorf("deliver %d webhooks at once: want at least 1", concurrency)
 	}
+	q.mu.Lock()
+	q.share = WebhookAccountShare(concurrency)
+	q.mu.Unlock()
 	work := func(stopping <-chan struct{}) {
 		for {
 			w, attemptCtx, ok := q.take(stopping)
@@ -182,27 +189,25 @@ func (q *MemoryWebhookQueue) Deliver(ctx context.Context, concurrency int, deliv
 	return startWorkers(concurrency, work, cutShort), nil
 }
 
-// take waits for the oldest due webhook that has not expired and marks it
-// under way, with the context its attempt gets; false once stopping is
-// closed.
+// take waits for the oldest due webhook that has not expired, of an
+// account below its share of the deliverers, and marks it under way, with
+// the context its attempt gets; false once stopping is closed.
 func (q *MemoryWebhookQueue) take(stopping <-chan struct{}) (w *memoryWebhook, attemptCtx context.Context, ok bool) {
 	ok = waitToTake(stopping, q.wake, func() bool {
 		now := q.lock()
 		defer q.mu.Unlock()
-		for len(q.due) > 0 {
-			w = q.due[0]
-			q.due = q.due[1:]
-			if !now.Before(w.Expires) {
-				continue
-			}
-			attemptCtx, w.stop = context.WithCancel(context.Background())
-			w.attempts++
-			if len(q.due) > 0 {
-				q.signal() // another deliverer may take the next
-			}
-			return true
+		q.due = slices.DeleteFunc(q.due, func(w *memoryWebhook) bool { return !now.Before(w.Expires) })
+		i := slices.IndexFunc(q.due, func(w *memoryWebhook) bool { return q.inFlight[w.AccountID] < q.share })
+		if i < 0 {
+			return false
 		}
-		return false
+		w = q.due[i]
+		q.due = slices.Delete(q.due, i, i+1)
+		q.inFlight[w.AccountID]++
+		attemptCtx, w.stop = context.WithCancel(context.Background())
+		w.attempts++
+		q.signal() // another deliverer may take the next
+		return true
 	})
 	return w, attemptCtx, ok
 }
@@ -216,8 +221,12 @@ func (q *MemoryWebhookQueue) finish(w *memoryWebhook, err error, attemptCtx cont
 	stopped := attemptCtx.Err() != nil
 	w.stop()
 	w.stop = nil
+	if q.inFlight[w.AccountID]--; q.inFlight[w.AccountID] == 0 {
+		delete(q.inFlight, w.AccountID)
+	}
+	q.signal() // the account's next may be taken now
 	switch {
-	case err == nil: // kept until it expires, so that its ID is not enqueued again
+	case err == nil, errors.Is(err, ErrWebhookGone): // kept until it expires, so that its ID is not enqueued again
 	case stopped:
 		w.attempts--
 		q.push(w)

@@ -66,6 +66,9 @@ func TestJobCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := h.StartJobs(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var open sync.Once
 	openGate := func() { open.Do(func() { close(engine.gate) }) }
 	defer h.StopJobs(ctx)
@@ -81,8 +84,8 @@ func TestJobCalls(t *testing.T) {
 		t.Fatalf("Submit = %+v, %v; want the job, queued or running", first, err)
 	}
 	second, err := c.Submit(ctx, client.Request{ImageURL: "http://origin.test/a.png"})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || second.Status != "queued" || second.Position == nil {
+		t.Fatalf("Submit behind the first = %+v, %v; want it queued, with its position", second, err)
 	}
 	canceled, err := c.Cancel(ctx, second.ID)
 	if err != nil || canceled.Status != "canceled" {
@@ -90,8 +93,8 @@ func TestJobCalls(t *testing.T) {
 	}
 	openGate()
 	done, err := c.Wait(ctx, first.ID)
-	if err != nil || done.Status != "succeeded" || done.Result == nil || done.Result.Via != "free_pool" || done.FinishedAt.IsZero() {
-		t.Fatalf("Wait = %+v, %v; want it succeeded", done, err)
+	if err != nil || done.Status != "succeeded" || done.Result == nil || done.Result.Via != "free_pool" || done.FinishedAt.IsZero() || done.Engine == "" {
+		t.Fatalf("Wait = %+v, %v; want it succeeded, with its engine", done, err)
 	}
 	if b, _ := ledger.Balance(ctx, "acme"); b.Free != 4 {
 		t.Errorf("free pool %d, want 4: one job charged once, the lost answer's retry the same job", b.Free)
@@ -100,8 +103,8 @@ func TestJobCalls(t *testing.T) {
 	if apiErr, ok := errors.AsType[*client.Error](err); !ok || apiErr.Code != "job_not_found" {
 		t.Errorf("Job of an unknown ID: %v, want job_not_found", err)
 	}
-	third, err := c.Submit(ctx, client.Request{ImageURL: "http://origin.test/a.png", WebhookURL: "https://hooks.example/x"})
+	third, err := c.Submit(ctx, client.Request{ImageURL: "http://origin.test/a.png", WebhookURL: "http://10.0.0.1/x"})
 	if apiErr, ok := errors.AsType[*client.Error](err); !ok || apiErr.Code != "invalid_webhook_url" {
-		t.Errorf("Submit with a webhook and no secret = %+v, %v; want invalid_webhook_url", third, err)
+		t.Errorf("Submit with a webhook on a private address = %+v, %v; want invalid_webhook_url", third, err)
 	}
 }

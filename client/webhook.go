@@ -25,6 +25,14 @@ type Job struct {
 	FinishedAt time.Time `json:"finishedAt"`
 	ExpiresAt  time.Time `json:"expiresAt"`
 	WebhookURL string    `json:"webhookUrl"`
+	// Position is, while the job is queued, how many queued jobs start
+	// before it (0: it is next); EstimatedStart is when it may start,
+	// zero when the server has no estimate.
+	Position       *int      `json:"position"`
+	EstimatedStart time.Time `json:"estimatedStart"`
+	// Engine is how a succeeded job's image was enlarged, as the
+	// Upscale-Engine header says.
+	Engine string `json:"engine"`
 	// Result is a succeeded job's answer; Problem a failed one's.
 	Result  *Response `json:"result"`
 	Problem *Error    `json:"problem"`

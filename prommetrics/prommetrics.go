@@ -21,6 +21,8 @@
 //	job_duration_seconds{status,phase} histogram of ended jobs: phase wait (submission to run) or run
 //	queued_jobs                      gauge: jobs waiting to run, in every process (-1: the queue cannot count)
 //	running_jobs                     gauge: jobs running, in every process (-1: the queue cannot count)
+//	oldest_queued_job_age_seconds    gauge: how long the job queued longest has waited
+//	queued_job_source_megapixels     gauge: the queued jobs' source megapixels together
 //
 // No label names a key or an account, so the number of series is fixed.
 package prommetrics
@@ -91,10 +93,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: JobBuckets,
 		}, []string{"status", "phase"}),
 	}
-	gauge := func(name, help string, read func(upscale.Load) int64) prometheus.Collector {
+	gauge := func(name, help string, read func(upscale.Load) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
 			if load := m.load.Load(); load != nil {
-				return float64(read((*load)()))
+				return read((*load)())
 			}
 			return 0
 		})
@@ -102,21 +104,25 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	collectors := []prometheus.Collector{
 		m.requests, m.requestDuration, m.stepDuration, m.sourceBytes, m.outputBytes, m.jobDuration,
 		gauge("upscale_in_flight_requests", "Requests being served, in any step.",
-			func(l upscale.Load) int64 { return int64(l.InFlight) }),
+			func(l upscale.Load) float64 { return float64(l.InFlight) }),
 		gauge("upscale_queued_requests", "Admitted requests fetching their source or waiting for the engine.",
-			func(l upscale.Load) int64 { return int64(l.Queued) }),
+			func(l upscale.Load) float64 { return float64(l.Queued) }),
 		gauge("upscale_engine_requests", "Requests the engine is working on.",
-			func(l upscale.Load) int64 { return int64(l.InEngine) }),
+			func(l upscale.Load) float64 { return float64(l.InEngine) }),
 		gauge("upscale_admission_capacity_requests", "Most requests admitted at once; more are refused with 503 overloaded.",
-			func(l upscale.Load) int64 { return int64(l.QueueCapacity) }),
+			func(l upscale.Load) float64 { return float64(l.QueueCapacity) }),
 		gauge("upscale_memory_in_use_bytes", "Bytes of the memory budget that requests hold: sources and the engine's estimated working memory.",
-			func(l upscale.Load) int64 { return l.MemoryInUse }),
+			func(l upscale.Load) float64 { return float64(l.MemoryInUse) }),
 		gauge("upscale_memory_budget_bytes", "The memory budget (Config.Capacity.MemoryBudget).",
-			func(l upscale.Load) int64 { return l.MemoryBudget }),
+			func(l upscale.Load) float64 { return float64(l.MemoryBudget) }),
 		gauge("upscale_queued_jobs", "Jobs waiting to run now, in every process of the queue; -1 when the queue cannot count them.",
-			func(l upscale.Load) int64 { return int64(l.JobsQueued) }),
+			func(l upscale.Load) float64 { return float64(l.JobsQueued) }),
 		gauge("upscale_running_jobs", "Jobs running, in every process of the queue; -1 when the queue cannot count them.",
-			func(l upscale.Load) int64 { return int64(l.JobsRunning) }),
+			func(l upscale.Load) float64 { return float64(l.JobsRunning) }),
+		gauge("upscale_oldest_queued_job_age_seconds", "How long the job queued longest has waited since its submission; 0 with none queued. A signal to add workers by.",
+			func(l upscale.Load) float64 { return l.OldestQueuedJob.Seconds() }),
+		gauge("upscale_queued_job_source_megapixels", "The queued jobs' source megapixels together: the work waiting, a signal to add workers by.",
+			func(l upscale.Load) float64 { return float64(l.JobsQueuedPixels) / 1e6 }),
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -51,6 +52,9 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := h.StartJobs(ctx); err != nil {
+		t.Fatal(err)
+	}
 	defer h.StopJobs(ctx)
 	send := func(method, key, prefer string, wantStatus int) {
 		t.Helper()
@@ -71,6 +75,7 @@ func TestMetrics(t *testing.T) {
 	send(http.MethodPost, "upk_test_unknown_0123456789", "", http.StatusUnauthorized)
 	send(http.MethodGet, key, "", http.StatusMethodNotAllowed)
 
+	time.Sleep(1100 * time.Millisecond) // past the job count's second of caching, which the job's submission took
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +99,8 @@ func TestMetrics(t *testing.T) {
 		{"upscale_job_duration_seconds", map[string]string{"status": "succeeded", "phase": "run"}, 1},
 		{"upscale_queued_jobs", nil, 0},
 		{"upscale_running_jobs", nil, 0},
+		{"upscale_oldest_queued_job_age_seconds", nil, 0},
+		{"upscale_queued_job_source_megapixels", nil, 0},
 		{"upscale_in_flight_requests", nil, 0},
 		{"upscale_queued_requests", nil, 0},
 		{"upscale_engine_requests", nil, 0},
@@ -112,6 +119,60 @@ func TestMetrics(t *testing.T) {
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestQueuedWork: the gauges an autoscaler reads count the queued jobs,
+// the oldest one's wait and their source megapixels.
+func TestQueuedWork(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	metrics, err := prommetrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var source bytes.Buffer
+	png.Encode(&source, upscaletest.TestImage(1000, 500)) // half a megapixel
+	ctx := context.Background()
+	clock := upscaletest.NewClock(time.Now())
+	keys := upscale.NewMemoryKeyStore()
+	keys.AddKey(ctx, key, "acme")
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
+	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 5, MaxFileBytes: 5 << 20}})
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs", Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blobs.Close()
+	h, err := upscale.New(upscale.Config{
+		Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs, JobWorkers: -1, // the jobs stay queued
+		Fetch: upscale.FetchPolicy{BuiltinSources: map[string][]byte{"https://img.test/a.png": source.Bytes()}}, Metrics: metrics,
+		Logger: slog.New(slog.DiscardHandler), Now: clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", strings.NewReader(`{"imageUrl": "https://img.test/a.png"}`))
+		r.Header.Set("Authorization", "Bearer "+key)
+		r.Header.Set("Prefer", "respond-async")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("submit: %d %s", w.Code, w.Body)
+		}
+	}
+	clock.Advance(90 * time.Second)
+	time.Sleep(1100 * time.Millisecond) // past the count's second of caching
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		"upscale_queued_jobs": 3, "upscale_oldest_queued_job_age_seconds": 90, "upscale_queued_job_source_megapixels": 1.5,
+	} {
+		if got, ok := value(families, name, nil); !ok || got != want {
+			t.Errorf("%s = %v (found: %v), want %v", name, got, ok, want)
+		}
 	}
 }
 

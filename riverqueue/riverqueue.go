@@ -38,6 +38,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/periodic"
 )
 
 // Options configures a Queue. Every zero field means the default beside
@@ -62,6 +63,10 @@ type Options struct {
 	// WebhookBackoff is the wait after a failed webhook delivery, by the
 	// number of attempts so far. Nil means upscale.WebhookBackoff.
 	WebhookBackoff func(attempt int) time.Duration
+	// SettleInterval is how often a process that works the queue looks
+	// for jobs River ended without a run to settle them (see Work). Zero
+	// means 30 seconds.
+	SettleInterval time.Duration
 }
 
 // Queue is an upscale.JobQueue on River. TTx is the driver's transaction
@@ -113,6 +118,9 @@ func newQueue[TTx any](driver riverdriver.Driver[TTx], opts Options) (*Queue[TTx
 	}
 	if opts.WebhookBackoff == nil {
 		opts.WebhookBackoff = upscale.WebhookBackoff
+	}
+	if opts.SettleInterval == 0 {
+		opts.SettleInterval = 30 * time.Second
 	}
 	q := &Queue[TTx]{driver: driver, opts: opts}
 	client, err := river.NewClient(driver, q.config(nil, "", 0))
@@ -169,53 +177,66 @@ func (q *Queue[TTx]) config(workers *river.Workers, queue string, concurrency in
 	return cfg
 }
 
-// retryPolicy runs a job given back again a second later, then after
-// twice as long each time, a minute at the most: a store out of reach for
-// an hour delays its jobs by a minute once it is back.
+// retryPolicy runs a job whose run did not end (its worker was killed,
+// or it overran RunTimeout) again a second later, then after twice as
+// long each time, a minute at the most.
 type retryPolicy struct{}
 
 func (retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
-	wait := time.Second << min(max(job.Attempt-1, 0), 6)
-	return time.Now().Add(min(wait, time.Minute))
+	return time.Now().Add(backoff(job.Attempt - 1))
 }
 
-// maxAttempts is how often River runs a job before giving up on it: in
-// effect never, since the job expires first (JobTTL, the retry policy's
-// minute apart at most).
-const maxAttempts = 10_000
+// backoff is a second, twice as long for each time before, a minute at
+// the most.
+func backoff(times int) time.Duration {
+	return min(time.Second<<min(max(times, 0), 6), time.Minute)
+}
 
 // jobArgs is an upscale job as River keeps it.
 type jobArgs struct {
-	Tag         string         `json:"tag"` // the random part of the job's ID
-	AccountID   string         `json:"accountId" river:"unique"`
-	Submission  string         `json:"submission,omitempty" river:"unique"`
-	Params      upscale.Params `json:"params"`
-	Source      string         `json:"source"`
-	Reservation string         `json:"reservation"`
-	Pool        upscale.Pool   `json:"pool"`
-	Webhook     string         `json:"webhook,omitempty"`
-	Created     time.Time      `json:"created"`
-	Expires     time.Time      `json:"expires"`
+	Tag          string         `json:"tag"` // the random part of the job's ID
+	AccountID    string         `json:"accountId" river:"unique"`
+	Submission   string         `json:"submission,omitempty" river:"unique"`
+	Params       upscale.Params `json:"params"`
+	Source       string         `json:"source"`
+	SourcePixels int64          `json:"sourcePixels,omitempty"`
+	Reservation  string         `json:"reservation"`
+	Pool         upscale.Pool   `json:"pool"`
+	Webhook      string         `json:"webhook,omitempty"`
+	Created      time.Time      `json:"created"`
+	Expires      time.Time      `json:"expires"`
 }
 
 func (jobArgs) Kind() string { return "upscale" }
 
-// output is what a run records: the result, or the problem; or, while
-// it runs, the result it prepared before charging.
+// output is what a run records: the result and how it was made, or the
+// problem; or, while the job has not ended, what its run prepared. Settled
+// marks a job that ended with its settlement done (or with nothing to
+// settle), which the settling sweep skips.
 type output struct {
-	Result        *upscale.Response `json:"result,omitempty"`
-	Problem       *upscale.Problem  `json:"problem,omitempty"`
-	Prepared      *upscale.Response `json:"prepared,omitempty"`
-	PreparedUntil time.Time         `json:"preparedUntil,omitzero"`
+	Result   *upscale.Response `json:"result,omitempty"`
+	Engine   string            `json:"engine,omitempty"`
+	Problem  *upscale.Problem  `json:"problem,omitempty"`
+	Prepared *prepared         `json:"prepared,omitempty"`
+	Settled  bool              `json:"settled,omitempty"`
+}
+
+// prepared is an upscale.PreparedResult as River keeps it.
+type prepared struct {
+	Key         string            `json:"key"`
+	Result      *upscale.Response `json:"result,omitempty"`
+	Engine      string            `json:"engine,omitempty"`
+	LinkExpires time.Time         `json:"linkExpires"`
 }
 
 // Submit implements upscale.JobQueue.
 func (q *Queue[TTx]) Submit(ctx context.Context, job upscale.Job) (upscale.Job, error) {
 	args := jobArgs{
 		Tag: strings.ToLower(rand.Text()), AccountID: job.AccountID, Submission: job.Submission, Params: job.Params,
-		Source: job.Source, Reservation: job.Reservation, Pool: job.Pool, Webhook: job.Webhook, Created: job.Created, Expires: job.Expires,
+		Source: job.Source, SourcePixels: job.SourcePixels, Reservation: job.Reservation, Pool: job.Pool, Webhook: job.Webhook,
+		Created: job.Created, Expires: job.Expires,
 	}
-	opts := &river.InsertOpts{Queue: queueName, MaxAttempts: maxAttempts}
+	opts := &river.InsertOpts{Queue: queueName, MaxAttempts: upscale.MaxJobAttempts, Priority: min(max(job.Priority, 1), upscale.JobPriorities)}
 	if job.Submission != "" {
 		// River's unique jobs: one job per account and Submission in
 		// every state, until the job is cleaned away after Retention.
@@ -227,6 +248,9 @@ func (q *Queue[TTx]) Submit(ctx context.Context, job upscale.Job) (upscale.Job, 
 	}
 	kept, err := q.job(res.Job)
 	if err != nil || !res.UniqueSkippedAsDuplicate || q.opts.Now().Before(kept.Expires) || kept.Status == upscale.JobRunning {
+		if err == nil {
+			kept, err = q.stand(ctx, kept, res.Job.ID)
+		}
 		return kept, err
 	}
 	// The Submission's job expired, and is forgotten as Get forgets it;
@@ -268,8 +292,32 @@ func (q *Queue[TTx]) row(ctx context.Context, accountID, id string, read func(co
 
 // Get implements upscale.JobQueue.
 func (q *Queue[TTx]) Get(ctx context.Context, accountID, id string) (upscale.Job, error) {
-	_, job, err := q.row(ctx, accountID, id, q.client.JobGet)
-	return job, err
+	row, job, err := q.row(ctx, accountID, id, q.client.JobGet)
+	if err != nil {
+		return upscale.Job{}, err
+	}
+	return q.stand(ctx, job, row.ID)
+}
+
+// jobsAhead counts the available jobs River fetches before the job
+// riverID: those of its queue with a lower priority, or the same and an
+// earlier schedule (then a lower ID), as River's fetch orders them.
+const jobsAhead = `SELECT count(*) FROM river_job j JOIN river_job me ON me.id = $1
+WHERE j.queue = me.queue AND j.state = 'available' AND (j.priority < me.priority OR (j.priority = me.priority
+	AND (j.scheduled_at < me.scheduled_at OR (j.scheduled_at = me.scheduled_at AND j.id < me.id))))`
+
+// stand returns job, whose River ID is riverID, with its Position while it
+// is queued.
+func (q *Queue[TTx]) stand(ctx context.Context, job upscale.Job, riverID int64) (upscale.Job, error) {
+	if job.Status != upscale.JobQueued {
+		return job, nil
+	}
+	var ahead int
+	if err := q.driver.GetExecutor().QueryRow(ctx, jobsAhead, riverID).Scan(&ahead); err != nil {
+		return upscale.Job{}, classify(ctx, fmt.Errorf("riverqueue: job %q's position: %w", job.ID, err))
+	}
+	job.Position = &ahead
+	return job, nil
 }
 
 // Cancel implements upscale.JobQueue. River cancels a queued job at once,
@@ -277,26 +325,66 @@ func (q *Queue[TTx]) Get(ctx context.Context, accountID, id string) (upscale.Job
 // runs (within two seconds where the database cannot notify, SQLite).
 func (q *Queue[TTx]) Cancel(ctx context.Context, accountID, id string) (upscale.Job, error) {
 	row, job, err := q.row(ctx, accountID, id, q.client.JobGet)
-	if err != nil || job.Status.Done() {
-		return job, err
+	if err != nil {
+		return upscale.Job{}, err
+	}
+	if job.Status.Done() || (job.Status == upscale.JobQueued && job.Prepared.Delivers(q.opts.Now())) {
+		return q.stand(ctx, job, row.ID)
 	}
 	if row, err = q.client.JobCancel(ctx, row.ID); err != nil {
 		return upscale.Job{}, classify(ctx, fmt.Errorf("riverqueue: cancel job %q: %w", id, err))
+	}
+	if row.State == rivertype.JobStateCancelled {
+		// Canceled while it waited: its canceler settles it, not the
+		// sweep. Should this not be recorded, the sweep settles it again,
+		// which changes nothing.
+		q.client.JobUpdate(ctx, row.ID, &river.JobUpdateParams{Output: output{Settled: true}})
 	}
 	return q.job(row)
 }
 
 // CountJobs implements upscale.JobCounter: the queue's available and
-// running jobs (a job waiting out a retry's backoff is neither).
-func (q *Queue[TTx]) CountJobs(ctx context.Context) (queued, running int, err error) {
-	counts, err := q.driver.GetExecutor().JobCountByQueueAndState(ctx, &riverdriver.JobCountByQueueAndStateParams{QueueNames: []string{queueName}})
+// running jobs (a job waiting out a retry's backoff is neither), the
+// oldest available one's submission and their source pixels.
+func (q *Queue[TTx]) CountJobs(ctx context.Context) (upscale.JobCounts, error) {
+	exec := q.driver.GetExecutor()
+	counts, err := exec.JobCountByQueueAndState(ctx, &riverdriver.JobCountByQueueAndStateParams{QueueNames: []string{queueName}})
 	if err != nil {
-		return 0, 0, classify(ctx, fmt.Errorf("riverqueue: count jobs: %w", err))
+		return upscale.JobCounts{}, classify(ctx, fmt.Errorf("riverqueue: count jobs: %w", err))
 	}
+	var jobs upscale.JobCounts
 	for _, c := range counts {
-		queued, running = queued+int(c.CountAvailable), running+int(c.CountRunning)
+		jobs.Queued, jobs.Running = jobs.Queued+int(c.CountAvailable), jobs.Running+int(c.CountRunning)
 	}
-	return queued, running, nil
+	if jobs.Queued == 0 {
+		return jobs, nil
+	}
+	var oldest string
+	err = exec.QueryRow(ctx, `SELECT coalesce(sum(CAST(args ->> 'sourcePixels' AS BIGINT)), 0),
+		coalesce((SELECT args ->> 'created' FROM river_job WHERE queue = $1 AND state = 'available' ORDER BY id LIMIT 1), '')
+		FROM river_job WHERE queue = $1 AND state = 'available'`, queueName).Scan(&jobs.QueuedPixels, &oldest)
+	if err != nil {
+		return upscale.JobCounts{}, classify(ctx, fmt.Errorf("riverqueue: count queued work: %w", err))
+	}
+	jobs.OldestQueued, _ = time.Parse(time.RFC3339Nano, oldest) // zero if the job ended since
+	return jobs, nil
+}
+
+// CountAccountJobs implements upscale.JobCounter.
+func (q *Queue[TTx]) CountAccountJobs(ctx context.Context, accountID string) (int, error) {
+	n, err := q.countAccount(ctx, jobArgs{}.Kind(), accountID)
+	if err != nil {
+		return 0, classify(ctx, fmt.Errorf("riverqueue: count the account's jobs: %w", err))
+	}
+	return n, nil
+}
+
+// countAccount counts accountID's River jobs of kind that have not ended.
+func (q *Queue[TTx]) countAccount(ctx context.Context, kind, accountID string) (int, error) {
+	var n int
+	err := q.driver.GetExecutor().QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1 AND args ->> 'accountId' = $2
+		AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')`, kind, accountID).Scan(&n)
+	return n, err
 }
 
 // Ping implements upscale.Pinger: the queue's database answers.
@@ -308,12 +396,13 @@ func (q *Queue[TTx]) Ping(ctx context.Context) error {
 }
 
 // Prepare implements upscale.JobQueue: the job's output, written now.
-func (q *Queue[TTx]) Prepare(ctx context.Context, accountID, id string, result upscale.Response, linkExpires time.Time) error {
+func (q *Queue[TTx]) Prepare(ctx context.Context, accountID, id string, p upscale.PreparedResult) error {
 	row, _, err := q.row(ctx, accountID, id, q.client.JobGet)
 	if err != nil {
 		return err
 	}
-	if _, err := q.client.JobUpdate(ctx, row.ID, &river.JobUpdateParams{Output: output{Prepared: &result, PreparedUntil: linkExpires}}); err != nil {
+	out := output{Prepared: &prepared{Key: p.Key, Result: p.Result, Engine: p.Engine, LinkExpires: p.LinkExpires}}
+	if _, err := q.client.JobUpdate(ctx, row.ID, &river.JobUpdateParams{Output: out}); err != nil {
 		return classify(ctx, fmt.Errorf("riverqueue: prepare job %q: %w", id, err))
 	}
 	return nil
@@ -326,8 +415,8 @@ func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 		return upscale.Job{}, fmt.Errorf("riverqueue: job %d's arguments: %w", row.ID, err)
 	}
 	job := upscale.Job{
-		ID: jobID(row.ID, args.Tag), AccountID: args.AccountID, Params: args.Params, Source: args.Source,
-		Reservation: args.Reservation, Pool: args.Pool, Webhook: args.Webhook, Created: args.Created, Expires: args.Expires,
+		ID: jobID(row.ID, args.Tag), AccountID: args.AccountID, Params: args.Params, Source: args.Source, SourcePixels: args.SourcePixels,
+		Reservation: args.Reservation, Pool: args.Pool, Priority: row.Priority, Webhook: args.Webhook, Created: args.Created, Expires: args.Expires,
 		Status: upscale.JobQueued,
 	}
 	if row.AttemptedAt != nil {
@@ -336,30 +425,46 @@ func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 	if row.FinalizedAt != nil {
 		job.Finished = *row.FinalizedAt
 	}
+	out, err := outputOf(row)
+	if err != nil {
+		return upscale.Job{}, err
+	}
+	// A Result always stands, however River ended the job: its unit was
+	// charged.
+	switch {
+	case row.State == rivertype.JobStateRunning:
+		job.Status = upscale.JobRunning
+	case !finalized(row.State):
+	case out.Result != nil:
+		job.Status, job.Result, job.Engine = upscale.JobSucceeded, out.Result, out.Engine
+	case row.State == rivertype.JobStateCancelled:
+		job.Status = upscale.JobCanceled
+	case row.State == rivertype.JobStateDiscarded && out.Problem == nil:
+		// Given up after its attempts; its settlement records this.
+		job.Status, job.Problem = upscale.JobFailed, upscale.GivenUpProblem()
+	default:
+		job.Status, job.Problem = upscale.JobFailed, cmp.Or(out.Problem, upscale.RunnerProblem())
+	}
+	if p := out.Prepared; p != nil && !out.Settled {
+		job.Prepared = &upscale.PreparedResult{Key: p.Key, Result: p.Result, Engine: p.Engine, LinkExpires: p.LinkExpires}
+	}
+	return job, nil
+}
+
+// finalized reports whether River has ended a job in state.
+func finalized(state rivertype.JobState) bool {
+	return state == rivertype.JobStateCancelled || state == rivertype.JobStateCompleted || state == rivertype.JobStateDiscarded
+}
+
+// outputOf is the output a River row's run recorded, if any.
+func outputOf(row *rivertype.JobRow) (output, error) {
 	var out output
 	if raw := row.Output(); raw != nil {
 		if err := json.Unmarshal(raw, &out); err != nil {
-			return upscale.Job{}, fmt.Errorf("riverqueue: job %d's output: %w", row.ID, err)
+			return output{}, fmt.Errorf("riverqueue: job %d's output: %w", row.ID, err)
 		}
 	}
-	switch row.State {
-	case rivertype.JobStateRunning:
-		job.Status = upscale.JobRunning
-	case rivertype.JobStateCancelled:
-		job.Status = upscale.JobCanceled
-		if row.Attempt == 0 {
-			job.Started = time.Time{}
-		}
-	case rivertype.JobStateCompleted, rivertype.JobStateDiscarded:
-		job.Status, job.Result = upscale.JobSucceeded, out.Result
-		if out.Result == nil {
-			job.Status, job.Problem = upscale.JobFailed, cmp.Or(out.Problem, upscale.RunnerProblem())
-		}
-	}
-	if !job.Status.Done() {
-		job.Prepared, job.PreparedUntil = out.Prepared, out.PreparedUntil
-	}
-	return job, nil
+	return out, nil
 }
 
 // classify marks as ErrUnavailable the failures of a database that could
@@ -372,9 +477,70 @@ func classify(ctx context.Context, err error) error {
 }
 
 // Work implements upscale.JobQueue: a River client of its own, with
-// concurrency workers on the queue "upscale".
+// concurrency workers on the queue "upscale", and a sweep, every
+// SettleInterval, of the jobs River ended without a run to settle them.
+// River's rescuer ends the job of a worker that died: canceled, when a
+// cancel was asked of it meanwhile, or discarded, after
+// upscale.MaxJobAttempts; each is run once more, to settle it (see
+// upscale.JobRunner), and its outcome recorded.
 func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(drain context.Context) error, error) {
-	return q.work(ctx, run, nil, queueName, concurrency)
+	stop, err := q.work(ctx, run, nil, queueName, concurrency)
+	if err != nil {
+		return nil, err
+	}
+	sweep := func() {
+		if err := q.settleLeft(context.WithoutCancel(ctx), run); err != nil {
+			q.opts.Logger.Warn("riverqueue: settle the jobs River ended; tried again later", "err", err)
+		}
+	}
+	sweep()
+	sweeper := periodic.Start(q.opts.SettleInterval, sweep)
+	return func(drain context.Context) error {
+		sweeper.Stop()
+		return stop(drain)
+	}, nil
+}
+
+// settleBatch is how many ended jobs one sweep settles at the most.
+const settleBatch = 100
+
+// settleLeft settles the jobs River ended without a run to settle them,
+// oldest first: each is run once more, its context done with the cause
+// ErrJobCanceled (canceled) or ErrJobGivenUp (discarded), and its outcome
+// recorded as settled. A run that asks to Retry is tried at the next
+// sweep. Processes that sweep at once may settle a job twice, which the
+// settlement allows.
+func (q *Queue[TTx]) settleLeft(ctx context.Context, run upscale.JobRunner) error {
+	list, err := q.client.JobList(ctx, river.NewJobListParams().Kinds(jobArgs{}.Kind()).
+		States(rivertype.JobStateCancelled, rivertype.JobStateDiscarded).
+		Where(`(metadata -> 'output' ->> 'settled') IS NULL`).First(settleBatch))
+	if err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: list the ended jobs: %w", err))
+	}
+	for _, row := range list.Jobs {
+		out := output{Settled: true}
+		if job, err := q.job(row); err != nil {
+			// No run could read it either: nothing can be settled, and
+			// its unit goes back when its hold ends.
+			q.opts.Logger.Error("riverqueue: an ended job cannot be read to settle it", "river_id", row.ID, "err", err)
+		} else {
+			cause := upscale.ErrJobCanceled
+			if row.State == rivertype.JobStateDiscarded {
+				cause = upscale.ErrJobGivenUp
+			}
+			ended, end := context.WithCancelCause(ctx)
+			end(cause)
+			outcome := run(ended, job)
+			if outcome.Retry {
+				continue
+			}
+			out.Result, out.Engine, out.Problem = outcome.Result, outcome.Engine, outcome.Problem
+		}
+		if _, err := q.client.JobUpdate(ctx, row.ID, &river.JobUpdateParams{Output: out}); err != nil {
+			return classify(ctx, fmt.Errorf("riverqueue: record River job %d settled: %w", row.ID, err))
+		}
+	}
+	return nil
 }
 
 // work starts a River client that works queue, at most concurrency jobs
@@ -393,7 +559,10 @@ func (q *Queue[TTx]) work(ctx context.Context, run upscale.JobRunner, deliver fu
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{job: q.job, now: q.opts.Now, run: run})
-	river.AddWorker(workers, &webhookWorker{now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: deliver})
+	river.AddWorker(workers, &webhookWorker{
+		now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: deliver,
+		share: upscale.WebhookAccountShare(concurrency), inFlight: map[string]int{},
+	})
 	client, err := river.NewClient(q.driver, q.config(workers, queue, concurrency))
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
@@ -430,25 +599,35 @@ type worker struct {
 // errExpired cancels a job a worker takes past its expiry: it never runs.
 var errExpired = errors.New("riverqueue: the job expired before it ran")
 
-// errRetry gives a job back to River, to run again by its retry policy.
-var errRetry = errors.New("riverqueue: the run asked to run the job again later")
-
 // Work runs one job: a run ended by the job's cancellation is given the
-// cause upscale.ErrJobCanceled; its outcome is recorded as the job's
-// output (a Result always stands), its cancellation ends the job
-// cancelled, and a Retry or a run cut short (its worker stopped, River's
-// timeout) is an error, which gives the job back.
+// cause upscale.ErrJobCanceled, and River's deadline (RunTimeout) is the
+// run's. The run's outcome is recorded as the job's output, settled (a
+// Result always stands), and its cancellation ends the job cancelled. A
+// run that overran is an error: River runs the job again, as it does one
+// whose worker died, up to upscale.MaxJobAttempts times. A Retry, or a
+// run its worker's stop cut short, is snoozed, which River does not count
+// as an attempt.
 func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 	job, err := w.job(rj.JobRow)
 	if err != nil {
 		return river.JobCancel(err)
 	}
 	if !w.now().Before(job.Expires) {
+		// Nothing to settle: the unit's hold and the source expire
+		// with it.
+		if err := river.RecordOutput(ctx, output{Settled: true}); err != nil {
+			return err
+		}
 		return river.JobCancel(errExpired)
 	}
 	job.Status = upscale.JobRunning
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancelDeadline context.CancelFunc
+		runCtx, cancelDeadline = context.WithDeadline(runCtx, deadline)
+		defer cancelDeadline()
+	}
 	stop := context.AfterFunc(ctx, func() {
 		cause := context.Cause(ctx)
 		if errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
@@ -458,18 +637,32 @@ func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 	})
 	defer stop()
 	outcome := w.run(runCtx, job)
-	canceled := errors.Is(context.Cause(runCtx), upscale.ErrJobCanceled)
+	cause := context.Cause(runCtx)
 	switch {
 	case outcome.Result != nil:
-		return river.RecordOutput(ctx, output{Result: outcome.Result})
-	case canceled:
+		return river.RecordOutput(ctx, output{Result: outcome.Result, Engine: outcome.Engine, Settled: true})
+	case errors.Is(cause, upscale.ErrJobCanceled):
+		if err := river.RecordOutput(ctx, output{Settled: true}); err != nil {
+			return err
+		}
 		return river.JobCancel(upscale.ErrJobCanceled)
+	case errors.Is(cause, context.DeadlineExceeded):
+		return fmt.Errorf("riverqueue: the run overran RunTimeout: %w", cause)
 	case runCtx.Err() != nil:
-		return context.Cause(runCtx)
+		return river.JobSnooze(0)
 	case outcome.Retry:
-		return errRetry
+		return river.JobSnooze(backoff(snoozes(rj.JobRow)))
 	}
-	return river.RecordOutput(ctx, output{Problem: cmp.Or(outcome.Problem, upscale.RunnerProblem())})
+	return river.RecordOutput(ctx, output{Problem: cmp.Or(outcome.Problem, upscale.RunnerProblem()), Settled: true})
+}
+
+// snoozes is how often River has snoozed the job so far.
+func snoozes(row *rivertype.JobRow) int {
+	var meta struct {
+		Snoozes int `json:"snoozes"`
+	}
+	json.Unmarshal(row.Metadata, &meta) // no count: none so far
+	return meta.Snoozes
 }
 
 // webhookArgs is a webhook as River keeps it: a job of kind
@@ -484,11 +677,18 @@ type webhookArgs struct {
 
 func (webhookArgs) Kind() string { return "upscale_webhook" }
 
-// Enqueue implements upscale.WebhookQueue.
+// Enqueue implements upscale.WebhookQueue. An account's webhook is
+// fetched before those of accounts with more undelivered at the time (its
+// River priority), so that a burst of one account's, or a receiver that
+// keeps failing, is worked through behind the others'.
 func (q *Queue[TTx]) Enqueue(ctx context.Context, w upscale.Webhook) error {
+	waiting, err := q.countAccount(ctx, webhookArgs{}.Kind(), w.AccountID)
+	if err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: count the account's webhooks: %w", err))
+	}
 	args := webhookArgs{ID: w.ID, AccountID: w.AccountID, URL: w.URL, Payload: w.Payload, Expires: w.Expires}
-	_, err := q.client.Insert(ctx, args, &river.InsertOpts{
-		Queue: webhookQueueName, MaxAttempts: maxAttempts,
+	_, err = q.client.Insert(ctx, args, &river.InsertOpts{
+		Queue: webhookQueueName, MaxAttempts: maxDeliveries, Priority: 1 + min(waiting/webhookShareOfQueue, upscale.JobPriorities-1),
 		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: rivertype.JobStates()},
 	})
 	if err != nil {
@@ -497,6 +697,15 @@ func (q *Queue[TTx]) Enqueue(ctx context.Context, w upscale.Webhook) error {
 	return nil
 }
 
+// webhookShareOfQueue is how many undelivered webhooks of an account keep
+// its next one at the first priority; each as many more lower it by one.
+const webhookShareOfQueue = 4
+
+// maxDeliveries is how often River attempts a webhook before giving up on
+// it: in effect never, since the webhook expires first (WebhookTTL, the
+// backoff's 6 h apart at most).
+const maxDeliveries = 10_000
+
 // Deliver implements upscale.WebhookQueue: a River client of its own,
 // with concurrency workers on the queue "upscale_webhooks".
 func (q *Queue[TTx]) Deliver(ctx context.Context, concurrency int, deliver func(context.Context, upscale.Webhook) error) (func(drain context.Context) error, error) {
@@ -504,20 +713,59 @@ func (q *Queue[TTx]) Deliver(ctx context.Context, concurrency int, deliver func(
 }
 
 // webhookWorker delivers webhooks for River: an attempt that fails is an
-// error, which River retries after the backoff, until the webhook expires.
+// error, which River retries after the backoff, until the webhook expires;
+// one the receiver answered 410 is not tried again. An account's webhooks
+// take at most share of this process's deliverers at once: one beyond it
+// is snoozed for a while, uncounted, and the deliverer takes another.
 type webhookWorker struct {
 	river.WorkerDefaults[webhookArgs]
 	now     func() time.Time
 	backoff func(attempt int) time.Duration
 	deliver func(context.Context, upscale.Webhook) error
+	share   int
+
+	mu       sync.Mutex
+	inFlight map[string]int // by account
 }
+
+// webhookTurn is how long a webhook beyond its account's share waits
+// before a deliverer takes it again: about one slow attempt.
+const webhookTurn = 2 * time.Second
 
 func (w *webhookWorker) Work(ctx context.Context, rj *river.Job[webhookArgs]) error {
 	a := rj.Args
 	if !w.now().Before(a.Expires) {
 		return river.JobCancel(errWebhookExpired)
 	}
-	return w.deliver(ctx, upscale.Webhook{ID: a.ID, AccountID: a.AccountID, URL: a.URL, Payload: a.Payload, Expires: a.Expires})
+	if !w.take(a.AccountID) {
+		return river.JobSnooze(webhookTurn)
+	}
+	defer w.leave(a.AccountID)
+	err := w.deliver(ctx, upscale.Webhook{ID: a.ID, AccountID: a.AccountID, URL: a.URL, Payload: a.Payload, Expires: a.Expires})
+	if errors.Is(err, upscale.ErrWebhookGone) {
+		return river.JobCancel(err)
+	}
+	return err
+}
+
+// take counts one of accountID's deliveries under way, unless it has its
+// share under way already.
+func (w *webhookWorker) take(accountID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[accountID] >= w.share {
+		return false
+	}
+	w.inFlight[accountID]++
+	return true
+}
+
+func (w *webhookWorker) leave(accountID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[accountID]--; w.inFlight[accountID] == 0 {
+		delete(w.inFlight, accountID)
+	}
 }
 
 func (w *webhookWorker) NextRetry(rj *river.Job[webhookArgs]) time.Time {

@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,6 +205,212 @@ func TestRescueByEitherClient(t *testing.T) {
 			}
 			if state != "retryable" && state != "available" {
 				t.Errorf("the dead worker's %s job is %s; want it given back (retryable or available)", tc.kind, state)
+			}
+		})
+	}
+}
+
+// riverID is the River ID in a job's ID, "job_<River's ID>_<tag>".
+func riverID(t *testing.T, id string) int64 {
+	t.Helper()
+	number, _, _ := strings.Cut(strings.TrimPrefix(id, "job_"), "_")
+	n, err := strconv.ParseInt(number, 10, 64)
+	if err != nil {
+		t.Fatalf("job ID %q: %v", id, err)
+	}
+	return n
+}
+
+// database is a migrated Queue with the database under it, for tests that
+// put River's rows in the states its own processes leave them in.
+type database struct {
+	name string
+	// queue returns the Queue, and a function that runs a statement on
+	// its database and returns the first column of its first row, if any.
+	queue func(t *testing.T, opts riverqueue.Options) (upscale.JobQueue, func(query string, args ...any) (int64, error))
+	// leftRunning is the statement that leaves job $1 running since an
+	// hour ago, its attempt $2, as River does when its worker dies.
+	leftRunning string
+}
+
+var databases = []database{
+	{"SQLite", func(t *testing.T, opts riverqueue.Options) (upscale.JobQueue, func(string, ...any) (int64, error)) {
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		q, err := riverqueue.NewSQLite(db, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return q, func(query string, args ...any) (n int64, err error) {
+			if err = db.QueryRow(query, args...).Scan(&n); errors.Is(err, sql.ErrNoRows) {
+				err = nil
+			}
+			return n, err
+		}
+	}, `UPDATE river_job SET state = 'running', attempt = $2, attempted_at = datetime('now', '-1 hour'), attempted_by = json('["dead"]') WHERE id = $1`},
+	{"PostgreSQL", func(t *testing.T, opts riverqueue.Options) (upscale.JobQueue, func(string, ...any) (int64, error)) {
+		pool, err := pgxpool.New(context.Background(), testservers.PostgresDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		q, err := riverqueue.NewPostgres(pool, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return q, func(query string, args ...any) (n int64, err error) {
+			if err = pool.QueryRow(context.Background(), query, args...).Scan(&n); errors.Is(err, pgx.ErrNoRows) {
+				err = nil
+			}
+			return n, err
+		}
+	}, `UPDATE river_job SET state = 'running', attempt = $2, attempted_at = now() - interval '1 hour', attempted_by = '{dead}' WHERE id = $1`},
+}
+
+// TestSettlesWhatDeadWorkersLeft: a job canceled while its worker was
+// dead, and a job whose worker died on its last attempt, are ended by
+// River's rescuer without a run; each is run once more, its context done
+// with the cause ErrJobCanceled or ErrJobGivenUp, to settle it, and ends
+// as that run says.
+func TestSettlesWhatDeadWorkersLeft(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			q, exec := d.queue(t, riverqueue.Options{Logger: quiet, RunTimeout: time.Second, SettleInterval: 100 * time.Millisecond})
+			now := time.Now()
+			job := func(name string) upscale.Job {
+				return upscale.Job{
+					AccountID: "acme", Params: upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone},
+					Source: name, Reservation: "r-" + name, Pool: upscale.PoolFree, Created: now, Expires: now.Add(time.Hour),
+				}
+			}
+			canceled, err := q.Submit(ctx, job("canceled"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			givenUp, err := q.Submit(ctx, job("given-up"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := exec(d.leftRunning, riverID(t, canceled.ID), 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := exec(d.leftRunning, riverID(t, givenUp.ID), upscale.MaxJobAttempts); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := q.Cancel(ctx, "acme", canceled.ID); err != nil || got.Status != upscale.JobRunning {
+				t.Fatalf("Cancel of a job whose worker is dead = %+v, %v; want it running, its cancel asked", got, err)
+			}
+			var mu sync.Mutex
+			runs := map[string][]error{}
+			stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+				mu.Lock()
+				runs[j.Source] = append(runs[j.Source], context.Cause(ctx))
+				mu.Unlock()
+				if errors.Is(context.Cause(ctx), upscale.ErrJobGivenUp) {
+					return upscale.JobOutcome{Problem: upscale.GivenUpProblem()}
+				}
+				return upscale.JobOutcome{}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop(ctx)
+			for _, tc := range []struct {
+				id    string
+				want  upscale.JobStatus
+				cause error
+			}{{canceled.ID, upscale.JobCanceled, upscale.ErrJobCanceled}, {givenUp.ID, upscale.JobFailed, upscale.ErrJobGivenUp}} {
+				var got upscale.Job
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					if got, err = q.Get(ctx, "acme", tc.id); err != nil {
+						t.Fatal(err)
+					}
+					mu.Lock()
+					n := len(runs[got.Source])
+					mu.Unlock()
+					if (got.Status.Done() && n > 0) || time.Now().After(deadline) {
+						break
+					}
+				}
+				time.Sleep(300 * time.Millisecond) // a sweep or two more
+				mu.Lock()
+				causes := runs[got.Source]
+				mu.Unlock()
+				if got.Status != tc.want || len(causes) != 1 || !errors.Is(causes[0], tc.cause) {
+					t.Errorf("%s: %s, runs with causes %v; want %s, settled by one run with %v", got.Source, got.Status, causes, tc.want, tc.cause)
+				}
+				if tc.want == upscale.JobFailed && (got.Problem == nil || got.Problem.Code != "upstream_error") {
+					t.Errorf("%s: problem %+v, want the given-up problem", got.Source, got.Problem)
+				}
+			}
+		})
+	}
+}
+
+// TestRetriesAreNoAttempts: a run that asks to Retry, and one its
+// worker's stop cuts short, are not counted among the job's attempts,
+// which bound only runs that did not end.
+func TestRetriesAreNoAttempts(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			q, query := d.queue(t, riverqueue.Options{Logger: quiet})
+			now := time.Now()
+			submitted, err := q.Submit(ctx, upscale.Job{AccountID: "acme", Source: "s", Reservation: "r", Created: now, Expires: now.Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			retried, cutShort := make(chan struct{}), make(chan struct{})
+			stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+				select {
+				case <-retried: // the second run, cut short
+					close(cutShort)
+					<-ctx.Done()
+					return upscale.JobOutcome{}
+				default:
+					close(retried)
+					return upscale.JobOutcome{Retry: true}
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-cutShort
+			drain, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			if err := stop(drain); err != nil {
+				t.Fatal(err)
+			}
+			stop, err = q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+				return upscale.JobOutcome{Result: &upscale.Response{URL: "https://results.example/r", Via: upscale.PoolFree}}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop(ctx)
+			var got upscale.Job
+			for deadline := time.Now().Add(30 * time.Second); !got.Status.Done() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if got, err = q.Get(ctx, "acme", submitted.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			attempts, err := query(`SELECT attempt FROM river_job WHERE id = $1`, riverID(t, submitted.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != upscale.JobSucceeded || attempts != 1 {
+				t.Errorf("after a Retry, a run cut short and one that succeeded: %s, %d attempts counted; want succeeded, 1", got.Status, attempts)
 			}
 		})
 	}

@@ -75,6 +75,9 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := h.StartJobs(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { h.StopJobs(context.Background()) })
 			return h
 		}

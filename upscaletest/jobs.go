@@ -168,7 +168,13 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		if !ok {
 			t.Skip("not a JobCounter")
 		}
-		submit(t, q, job("one", "a"), job("two", "a"), job("three", "b"))
+		first, second, third := job("one", "a"), job("two", "a"), job("three", "b")
+		first.SourcePixels, second.SourcePixels, third.SourcePixels = 100, 20, 3
+		second.Created, third.Created = start.Add(time.Second), start.Add(2*time.Second)
+		submit(t, q, first, second, third)
+		if n, err := counter.CountAccountJobs(ctx, "a"); err != nil || n != 2 {
+			t.Errorf("CountAccountJobs(a) = %d, %v; want 2 queued", n, err)
+		}
 		release := make(chan struct{})
 		started := make(chan struct{}, 3)
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
@@ -179,19 +185,63 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		<-started
 		// A count may lag the state by River's own bookkeeping; it
 		// settles within moments.
-		var queued, running int
+		var counts upscale.JobCounts
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			var err error
-			if queued, running, err = counter.CountJobs(ctx); err != nil {
+			if counts, err = counter.CountJobs(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if queued == 2 && running == 1 {
+			if counts.Queued == 2 && counts.Running == 1 {
 				break
 			}
 		}
+		n, err := counter.CountAccountJobs(ctx, "a")
 		close(release)
-		if queued != 2 || running != 1 {
-			t.Errorf("CountJobs = %d queued, %d running; want 2 and 1", queued, running)
+		if counts.Queued != 2 || counts.Running != 1 || counts.QueuedPixels != 23 || !counts.OldestQueued.Equal(second.Created) {
+			t.Errorf("CountJobs = %+v; want 2 queued of 23 pixels, the oldest submitted at %v, and 1 running", counts, second.Created)
+		}
+		if err != nil || n != 2 {
+			t.Errorf("CountAccountJobs(a) with one running = %d, %v; want 2", n, err)
+		}
+	})
+
+	t.Run("Priority", func(t *testing.T) {
+		q := newQueue(t, NewClock(start))
+		var jobs []upscale.Job
+		for _, spec := range []struct {
+			name, account string
+			priority      int
+		}{{"a-1", "a", 1}, {"a-2", "a", 2}, {"a-3", "a", 3}, {"b-1", "b", 1}, {"a-4", "a", upscale.JobPriorities}, {"c-2", "c", 2}} {
+			j := job(spec.name, spec.account)
+			j.Priority = spec.priority
+			jobs = append(jobs, j)
+		}
+		ids := submit(t, q, jobs...)
+		want := []string{"a-1", "b-1", "a-2", "c-2", "a-3", "a-4"}
+		account := func(name string) string { return name[:1] }
+		for position, name := range want {
+			got, err := q.Get(ctx, account(name), ids[name])
+			if err != nil || got.Position == nil || *got.Position != position || got.Priority == 0 {
+				t.Errorf("Get(%s) = %+v, %v; want it queued at position %d", name, got, err, position)
+			}
+		}
+		var mu sync.Mutex
+		var order []string
+		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			mu.Lock()
+			order = append(order, j.Source)
+			mu.Unlock()
+			return upscale.JobOutcome{Result: result(j.Source)}
+		})
+		for _, j := range jobs {
+			if got := waitDone(t, q, j.AccountID, ids[j.Source]); got.Position != nil {
+				t.Errorf("%s ended with a position, %d", j.Source, *got.Position)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(order) != fmt.Sprint(want) {
+			t.Errorf("ran %v, want %v: every job of a lower priority first, oldest first within one", order, want)
 		}
 	})
 
@@ -218,15 +268,16 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 				p := upscale.Problem{Status: 504, Code: "upstream_timeout"}
 				return upscale.JobOutcome{Problem: &p}
 			}
-			return upscale.JobOutcome{Result: result(j.Source)}
+			return upscale.JobOutcome{Result: result(j.Source), Engine: "engine-of-" + j.Source}
 		})
 		for name, id := range ids {
 			got := waitDone(t, q, "a", id)
 			switch {
 			case name == "job-3" && (got.Status != upscale.JobFailed || got.Problem == nil || got.Problem.Code != "upstream_timeout" || got.Result != nil):
 				t.Errorf("%s: %+v, want failed with its problem", name, got)
-			case name != "job-3" && (got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != result(name).URL || got.Result.Via != upscale.PoolCredit || got.Problem != nil):
-				t.Errorf("%s: %+v, want succeeded with its result", name, got)
+			case name != "job-3" && (got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != result(name).URL || got.Result.Via != upscale.PoolCredit ||
+				got.Engine != "engine-of-"+name || got.Problem != nil):
+				t.Errorf("%s: %+v, want succeeded with its result and engine", name, got)
 			}
 			if got.Started.IsZero() || got.Finished.IsZero() {
 				t.Errorf("%s: started %v, finished %v; want both set", name, got.Started, got.Finished)
@@ -265,6 +316,36 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 		if got, _ := q.Get(ctx, "a", id); got.Status != upscale.JobCanceled || got.Finished.IsZero() {
 			t.Errorf("canceled job now %+v, want canceled with its end time", got)
+		}
+	})
+
+	t.Run("CancelWaitingToRunAgain", func(t *testing.T) {
+		q := newQueue(t, NewClock(start))
+		retried := submit(t, q, job("retried", "a"))["retried"]
+		runs := make(chan string, 4)
+		halt := work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			runs <- j.Source
+			return upscale.JobOutcome{Retry: true}
+		})
+		if name := <-runs; name != "retried" {
+			t.Fatalf("ran %s", name)
+		}
+		halt()
+		stopped := submit(t, q, job("stopped", "a"))["stopped"]
+		cutShort(t, q, func(context.Context) {}, func(context.Context) {})
+		for name, id := range map[string]string{"retried": retried, "stopped": stopped} {
+			got, err := q.Cancel(ctx, "a", id)
+			if err != nil || got.Status != upscale.JobCanceled || got.Started.IsZero() {
+				t.Errorf("Cancel(%s) waiting to run again = %+v, %v; want canceled at once, started before", name, got, err)
+			}
+		}
+		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			runs <- j.Source
+			return upscale.JobOutcome{Result: result(j.Source)}
+		})
+		waitDone(t, q, "a", submit(t, q, job("after", "a"))["after"])
+		if name := <-runs; name != "after" {
+			t.Errorf("%s ran again after it was canceled", name)
 		}
 	})
 
@@ -345,25 +426,35 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 	t.Run("PreparedOutlivesItsRun", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		id := submit(t, q, job("prepared", "a"))["prepared"]
-		prepared, until := result("prepared"), start.Add(time.Hour)
+		prepared := upscale.PreparedResult{Key: "result-key.png", Result: result("prepared"), Engine: "learned", LinkExpires: start.Add(time.Hour)}
 		cutShort(t, q, func(ctx context.Context) {
-			if err := q.Prepare(ctx, "a", id, *prepared, until); err != nil {
-				t.Errorf("Prepare: %v", err)
+			keyOnly := prepared
+			keyOnly.Result, keyOnly.Engine = nil, ""
+			for _, p := range []upscale.PreparedResult{keyOnly, prepared} {
+				if err := q.Prepare(ctx, "a", id, p); err != nil {
+					t.Errorf("Prepare: %v", err)
+				}
 			}
 		}, func(context.Context) {})
+		// Waiting to run again with its result prepared, the job is past
+		// canceling: its next run delivers the result.
+		if got, err := q.Cancel(ctx, "a", id); err != nil || got.Status.Done() {
+			t.Errorf("Cancel with a prepared result = %+v, %v; want it left to run", got, err)
+		}
 		seen := make(chan upscale.Job, 1)
 		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 			seen <- j
-			return upscale.JobOutcome{Result: j.Prepared}
+			return upscale.JobOutcome{Result: j.Prepared.Result, Engine: j.Prepared.Engine}
 		})
 		j := <-seen
-		if j.Prepared == nil || j.Prepared.URL != prepared.URL || j.Prepared.Via != prepared.Via || !j.PreparedUntil.Equal(until) {
-			t.Errorf("the next run got Prepared %+v until %v, want %+v until %v", j.Prepared, j.PreparedUntil, prepared, until)
+		if p := j.Prepared; p == nil || p.Key != prepared.Key || p.Result == nil || p.Result.URL != prepared.Result.URL || p.Result.Via != prepared.Result.Via ||
+			p.Engine != prepared.Engine || !p.LinkExpires.Equal(prepared.LinkExpires) {
+			t.Errorf("the next run got Prepared %+v, want %+v", j.Prepared, prepared)
 		}
-		if got := waitDone(t, q, "a", id); got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != prepared.URL {
-			t.Errorf("job %+v, want succeeded with the prepared result", got)
+		if got := waitDone(t, q, "a", id); got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != prepared.Result.URL || got.Engine != "learned" || got.Prepared != nil {
+			t.Errorf("job %+v, want succeeded with the prepared result, no longer prepared", got)
 		}
-		if err := q.Prepare(ctx, "b", id, *prepared, until); !errors.Is(err, upscale.ErrNotFound) {
+		if err := q.Prepare(ctx, "b", id, prepared); !errors.Is(err, upscale.ErrNotFound) {
 			t.Errorf("Prepare of another account's job: %v, want ErrNotFound", err)
 		}
 	})

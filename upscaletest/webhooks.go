@@ -209,6 +209,85 @@ func TestWebhookQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock, ba
 		}
 	})
 
+	t.Run("GoneStops", func(t *testing.T) {
+		q := newQueue(t, NewClock(start), fixed)
+		got := &attempts{at: map[string][]time.Time{}}
+		work(t, q, func(ctx context.Context, w upscale.Webhook) error {
+			record(got, w)
+			return fmt.Errorf("the receiver answered 410: %w", upscale.ErrWebhookGone)
+		})
+		enqueue(t, q, webhook("msg_gone"))
+		eventually(t, "attempted", func() bool { return count(got, "msg_gone") == 1 })
+		time.Sleep(5 * backoff)
+		if n := count(got, "msg_gone"); n != 1 {
+			t.Errorf("%d attempts after the receiver answered 410, want 1", n)
+		}
+	})
+
+	t.Run("AccountShare", func(t *testing.T) {
+		// One account's receiver never answers, and it has many
+		// webhooks: it holds at most its share of the deliverers, and
+		// another account's webhook is delivered meanwhile.
+		q := newQueue(t, NewClock(start), fixed)
+		const concurrency = 4
+		share := upscale.WebhookAccountShare(concurrency)
+		hung := make(chan struct{})
+		var mu sync.Mutex
+		stuck, most := 0, 0
+		delivered := make(chan string, 1)
+		stop, err := q.Deliver(ctx, concurrency, func(ctx context.Context, w upscale.Webhook) error {
+			if w.AccountID == "globex" {
+				delivered <- w.ID
+				return nil
+			}
+			mu.Lock()
+			stuck++
+			most = max(most, stuck)
+			mu.Unlock()
+			select {
+			case <-hung:
+			case <-ctx.Done():
+			}
+			mu.Lock()
+			stuck--
+			mu.Unlock()
+			return errors.New("the receiver never answered")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			close(hung)
+			drain, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			stop(drain)
+		}()
+		for i := range 3 * concurrency {
+			enqueue(t, q, webhook(fmt.Sprintf("msg_acme_%d", i)))
+		}
+		eventually(t, "acme's receiver holds its share", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return stuck == share
+		})
+		other := webhook("msg_globex")
+		other.AccountID = "globex"
+		enqueue(t, q, other)
+		select {
+		case id := <-delivered:
+			if id != other.ID {
+				t.Errorf("delivered %s, want %s", id, other.ID)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("another account's webhook waited behind a receiver that never answers")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if most > share {
+			t.Errorf("one account's webhooks held %d deliverers at once, want at most %d", most, share)
+		}
+	})
+
 	t.Run("StopGivesBack", func(t *testing.T) {
 		q := newQueue(t, NewClock(start), fixed)
 		started := make(chan struct{})
