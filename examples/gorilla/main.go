@@ -16,9 +16,12 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -205,8 +208,10 @@ func (a *app) routes(api http.Handler, results http.Handler, dash http.Handler) 
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/users/{id}", a.showUser).Methods(http.MethodGet)
 	r.HandleFunc("/login", a.login).Methods(http.MethodPost)
-	// All methods go to the upscale handler, which answers 405 itself.
+	// All methods go to the upscale handler, which answers 405 itself:
+	// the API and its jobs' resources (Prefer: respond-async).
 	r.Handle("/api/v1/upscale", api)
+	r.Handle("/api/v1/upscale/jobs/{id}", api)
 	r.PathPrefix("/results/").Handler(results).Methods(http.MethodGet, http.MethodHead)
 	r.PathPrefix("/account/").Handler(http.StripPrefix("/account", dash))
 	return r
@@ -310,5 +315,27 @@ func main() {
 		ReadHeaderTimeout: 10 * time.Second,
 		WriteTimeout:      2 * time.Minute,
 	}
-	log.Fatal(srv.ListenAndServe())
+	// The job form's workers run beside the server, and on SIGINT or
+	// SIGTERM the server stops taking requests, then the workers get a
+	// minute to finish the jobs they run.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := api.StartJobs(ctx); err != nil {
+		log.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
+	select {
+	case err := <-served:
+		log.Fatal(err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		log.Print(err)
+	}
+	if err := api.StopJobs(shutdown); err != nil {
+		log.Print(err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/vips"
@@ -45,6 +46,10 @@ func TestMountedInTheApp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := lenient.StartJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer lenient.StopJobs(context.Background())
 	router = a.routes(lenient, results, dash)
 	butterfly, _ := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
@@ -76,6 +81,36 @@ func TestMountedInTheApp(t *testing.T) {
 		decoded, err := png.Decode(img.Body)
 		if err != nil || decoded.Bounds().Dx() != 512 {
 			t.Errorf("result: %v, %v; want a 512-wide PNG", err, decoded)
+		}
+	})
+
+	t.Run("Job", func(t *testing.T) {
+		call := func(method, path, body string) (*http.Response, upscale.Job) {
+			t.Helper()
+			req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Prefer", "respond-async")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var job upscale.Job
+			json.NewDecoder(resp.Body).Decode(&job)
+			return resp, job
+		}
+		resp, job := call(http.MethodPost, "/api/v1/upscale", fmt.Sprintf(`{"imageUrl": %q}`, origin.URL+"/b.png"))
+		location := resp.Header.Get("Location")
+		if resp.StatusCode != http.StatusAccepted || location != "/api/v1/upscale/jobs/"+job.ID {
+			t.Fatalf("submission: %d at %q; want 202 and the job's Location", resp.StatusCode, location)
+		}
+		for deadline := time.Now().Add(30 * time.Second); !job.Status.Done() && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if resp, job = call(http.MethodGet, location, ""); resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s through the app's router: %d", location, resp.StatusCode)
+			}
+		}
+		if job.Status != upscale.JobSucceeded || job.Result == nil || job.Engine == "" {
+			t.Errorf("the job: %+v; want it succeeded, with its result and engine", job)
 		}
 	})
 

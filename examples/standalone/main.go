@@ -345,6 +345,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := handler.StartJobs(ctx); err != nil {
+		return err
+	}
 
 	if worker {
 		fmt.Fprintf(stdout, "upscale standalone worker: jobs from the queue in the database (engine %s)\n", o.engine)
