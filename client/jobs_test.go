@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/client"
@@ -35,7 +36,8 @@ func (u gatedEngine) Upscale(ctx context.Context, src []byte, p upscale.Params) 
 // answer retried into the same job), Wait returns it succeeded and charged
 // once, Cancel cancels a queued one, and an unknown job is job_not_found.
 func TestJobCalls(t *testing.T) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a job that never ends fails the test, not the run
+	defer cancel()
 	keys := upscale.NewMemoryKeyStore()
 	keys.AddKey(ctx, key, "acme")
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
