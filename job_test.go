@@ -564,24 +564,12 @@ func TestNewStartsNothing(t *testing.T) {
 	}
 }
 
-// slowSlotUpscaler holds each image for hold: an engine whose slot a
-// request keeps past its own deadline.
-type slowSlotUpscaler struct {
-	upscaletest.PixelUpscaler
-	hold time.Duration
-}
-
-func (u slowSlotUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
-	time.Sleep(u.hold)
-	return u.PixelUpscaler.Upscale(ctx, src, opts)
-}
-
 // TestJobWaitsItsTurn: a job whose run waits for the engine behind
 // requests longer than EngineTimeout is not failed for it: only the
 // engine's own work is under the deadline.
 func TestJobWaitsItsTurn(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) {
-		c.Upscaler = slowSlotUpscaler{hold: 150 * time.Millisecond}
+		c.Upscaler = slowUpscaler{took: 150 * time.Millisecond}
 		c.EngineTimeout = 200 * time.Millisecond
 		c.Capacity.EngineConcurrency = 1
 	})
@@ -973,7 +961,7 @@ func (q *deadlineQueue) Work(ctx context.Context, concurrency int, run upscale.J
 func TestJobGivesUpItsTurnInTime(t *testing.T) {
 	var queue *deadlineQueue
 	e := newEnv(t, func(c *upscale.Config) {
-		c.Upscaler = slowSlotUpscaler{hold: 1500 * time.Millisecond}
+		c.Upscaler = slowUpscaler{took: 1500 * time.Millisecond} // it keeps its slot past a request's deadline
 		c.EngineTimeout, c.SettleTimeout = 1600*time.Millisecond, 50*time.Millisecond
 		c.Capacity.EngineConcurrency = 1
 		queue = &deadlineQueue{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now}), runTimeout: 1800 * time.Millisecond}

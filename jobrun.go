@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,8 +25,10 @@ type jobForm struct {
 	// The job workers' and the webhook deliverers' stops, nil while none
 	// run (before StartJobs, after StopJobs).
 	stopWorkers, stopDeliverers func(drain context.Context) error
-	// unstarted warns, once, of a job queued by a Handler meant to run
-	// jobs (JobWorkers not negative) that was never started.
+	// started is whether StartJobs ever started them; unstarted warns,
+	// once, of a job queued by a Handler meant to run jobs (JobWorkers
+	// not negative) that never was.
+	started   atomic.Bool
 	unstarted sync.Once
 }
 
@@ -67,6 +70,7 @@ func (h *Handler) StartJobs(ctx context.Context) error {
 		return fmt.Errorf("upscale: start the webhook deliverers: %w", err)
 	}
 	h.jobs.stopWorkers, h.jobs.stopDeliverers = stopWorkers, stopDeliverers
+	h.jobs.started.Store(true)
 	return nil
 }
 
@@ -81,26 +85,20 @@ func (h *Handler) StopJobs(drain context.Context) error {
 		return nil
 	}
 	h.jobs.mu.Lock()
-	defer h.jobs.mu.Unlock()
-	if h.jobs.stopWorkers == nil {
+	stopWorkers, stopDeliverers := h.jobs.stopWorkers, h.jobs.stopDeliverers
+	h.jobs.stopWorkers, h.jobs.stopDeliverers = nil, nil
+	h.jobs.mu.Unlock()
+	if stopWorkers == nil {
 		return nil
 	}
-	err := errors.Join(h.jobs.stopWorkers(drain), h.jobs.stopDeliverers(drain))
-	h.jobs.stopWorkers, h.jobs.stopDeliverers = nil, nil
-	return err
+	return errors.Join(stopWorkers(drain), stopDeliverers(drain))
 }
 
 // warnIfUnstarted logs, once, that a job was queued although this
 // Handler, meant to run jobs, was never started: it waits for a worker of
 // another process, if there is one.
 func (h *Handler) warnIfUnstarted() {
-	if h.cfg.JobWorkers < 0 {
-		return
-	}
-	h.jobs.mu.Lock()
-	started := h.jobs.stopWorkers != nil
-	h.jobs.mu.Unlock()
-	if !started {
+	if h.cfg.JobWorkers >= 0 && !h.jobs.started.Load() {
 		h.jobs.unstarted.Do(func() {
 			h.cfg.Logger.Warn("upscale: a job was queued, but this Handler's workers were never started (Handler.StartJobs); it waits for another process's workers, or set Config.JobWorkers to -1 if that is meant")
 		})
@@ -235,8 +233,7 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	case err == nil:
 		ended.Status, ended.Result, ended.Engine = JobSucceeded, &resp, resp.engine
 	case errors.Is(cause, ErrJobGivenUp):
-		p := h.problem(Explain(ErrUpstream, msgJobGivenUp))
-		ended.Status, ended.Problem = JobFailed, &p
+		ended.Status, ended.Problem = JobFailed, GivenUpProblem()
 	case errors.Is(cause, ErrJobCanceled):
 		ended.Status = JobCanceled
 	case ctx.Err() != nil:

@@ -43,6 +43,17 @@ func postgresQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
 }
 
 func sqliteQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[*sql.Tx] {
+	q, _ := sqliteDatabase(t, opts)
+	return q
+}
+
+func postgresQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[pgx.Tx] {
+	q, _ := postgresDatabase(t, opts)
+	return q
+}
+
+// sqliteDatabase is a migrated Queue on a new SQLite file, and the file.
+func sqliteDatabase(t *testing.T, opts riverqueue.Options) (*riverqueue.Queue[*sql.Tx], *sql.DB) {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
@@ -56,10 +67,12 @@ func sqliteQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[*s
 	if err := q.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return q
+	return q, db
 }
 
-func postgresQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[pgx.Tx] {
+// postgresDatabase is a migrated Queue on a new PostgreSQL database, and
+// a pool on the database.
+func postgresDatabase(t *testing.T, opts riverqueue.Options) (*riverqueue.Queue[pgx.Tx], *pgxpool.Pool) {
 	pool, err := pgxpool.New(context.Background(), testservers.PostgresDatabase(t))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +85,7 @@ func postgresQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[
 	if err := q.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return q
+	return q, pool
 }
 
 func TestConformance(t *testing.T) {
@@ -235,19 +248,7 @@ type database struct {
 
 var databases = []database{
 	{"SQLite", func(t *testing.T, opts riverqueue.Options) (upscale.JobQueue, func(string, ...any) (int64, error)) {
-		db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.SetMaxOpenConns(1)
-		t.Cleanup(func() { db.Close() })
-		q, err := riverqueue.NewSQLite(db, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		q, db := sqliteDatabase(t, opts)
 		return q, func(query string, args ...any) (n int64, err error) {
 			if err = db.QueryRow(query, args...).Scan(&n); errors.Is(err, sql.ErrNoRows) {
 				err = nil
@@ -256,18 +257,7 @@ var databases = []database{
 		}
 	}, `UPDATE river_job SET state = 'running', attempt = $2, attempted_at = datetime('now', '-1 hour'), attempted_by = json('["dead"]') WHERE id = $1`},
 	{"PostgreSQL", func(t *testing.T, opts riverqueue.Options) (upscale.JobQueue, func(string, ...any) (int64, error)) {
-		pool, err := pgxpool.New(context.Background(), testservers.PostgresDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		q, err := riverqueue.NewPostgres(pool, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		q, pool := postgresDatabase(t, opts)
 		return q, func(query string, args ...any) (n int64, err error) {
 			if err = pool.QueryRow(context.Background(), query, args...).Scan(&n); errors.Is(err, pgx.ErrNoRows) {
 				err = nil
