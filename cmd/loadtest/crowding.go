@@ -168,7 +168,9 @@ const (
 // a new caller's would be. The job is canceled at the end, so its unit
 // is given back.
 func waiters(r *rig) (row, error) {
-	before, srv, err := r.begin("-job-workers", "-1", "-max-connections", fmt.Sprint(waitersMaxConnections))
+	// The default account share (half of the places): the rig's others
+	// lift it, as their load comes from one account.
+	before, srv, err := r.begin("-job-workers", "-1", "-max-connections", fmt.Sprint(waitersMaxConnections), "-account-share", "0")
 	if err != nil {
 		return row{}, err
 	}
@@ -202,13 +204,14 @@ func waiters(r *rig) (row, error) {
 	}
 	time.Sleep(time.Second)
 	beside := r.callEach(caller, otherKey, srv.base, otherCalls)
-	var replays []request
-	for range waiterCount {
-		replays = append(replays, <-waited...)
-	}
+	// The job's end, its cancellation, answers the waiters at once.
 	canceled, err := r.cancel(caller, key, srv.base, first.id)
 	if err != nil {
 		return row{}, err
+	}
+	var replays []request
+	for range waiterCount {
+		replays = append(replays, <-waited...)
 	}
 	if err := srv.stop(); err != nil {
 		return row{}, err
