@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"path"
 	"runtime"
 	"strings"
@@ -186,9 +187,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	c.IdleRelease = cmp.Or(c.IdleRelease, 5*time.Second)
 
 	cfg.Path = cmp.Or(cfg.Path, "/api/v1/upscale")
+	// A path that escaping changes would not be matched as written.
 	if cfg.Path != path.Clean(cfg.Path) || !strings.HasPrefix(cfg.Path, "/") || cfg.Path == "/" ||
-		strings.IndexFunc(cfg.Path, func(r rune) bool { return r <= ' ' || r == '{' || r == '}' || r == 0x7f }) >= 0 {
-		return cfg, fmt.Errorf("upscale: Config.Path %q is not a clean absolute path without a trailing slash, braces or spaces, such as /api/v1/upscale", cfg.Path)
+		(&url.URL{Path: cfg.Path}).EscapedPath() != cfg.Path || strings.ContainsAny(cfg.Path, "{}") {
+		return cfg, fmt.Errorf("upscale: Config.Path %q is not a clean absolute path without a trailing slash, braces, spaces or characters a URL escapes, such as /api/v1/upscale", cfg.Path)
 	}
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
 	if cfg.IdempotencyTTL > CommitMemory {

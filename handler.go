@@ -41,7 +41,7 @@ type Handler struct {
 	// its roles fail together anyway.
 	keys, ledger, blobs, idempotency *breaker
 	draining                         atomic.Bool // set by Drain
-	inFlight                         atomic.Int64
+	inFlight, jobWaiters             atomic.Int64
 	jobs                             *jobForm // nil when the stores cannot hold jobs
 	jobDepth                         jobDepth
 
@@ -96,16 +96,18 @@ func (h *Handler) routeTable() *http.ServeMux {
 // onRoutes returns r as the route table reads it. A host may mount the
 // Handler at another path than Config.Path, or strip a prefix off it, and
 // routes here only what it means for the API: a path other than the
-// table's is read as Config.Path's own, or, for a method other than POST
-// on ".../jobs/{id}", as that job's. The method tells the two apart, so a
-// mount path that holds "jobs" itself is no job. A job's Location is the
-// path the caller sent, whatever the table read (jobLocation).
+// table's is read as Config.Path's own, or as a job's when it ends in
+// "/jobs/{id}" and either its method is not POST or the ID is one (it
+// begins with "job_", as JobQueue.Submit's do). So a mount path that holds
+// "jobs" itself is no job, and a POST to a job is 405. A job's Location is
+// the path the caller sent, whatever the table read (jobLocation).
 func (h *Handler) onRoutes(r *http.Request) *http.Request {
 	if h.isRoute(r.URL.Path) {
 		return r
 	}
 	read := h.cfg.Path
-	if dir, id := path.Split(r.URL.Path); r.Method != http.MethodPost && strings.HasSuffix(dir, "/jobs/") && id != "" {
+	dir, id := path.Split(r.URL.Path)
+	if strings.HasSuffix(dir, "/jobs/") && id != "" && (r.Method != http.MethodPost || strings.HasPrefix(id, "job_")) {
 		read += "/jobs/" + id
 	}
 	mapped := new(http.Request)
@@ -178,7 +180,7 @@ func (h *Handler) Middleware(next http.Handler) http.Handler {
 func (h *Handler) Load() Load {
 	queued, inEngine := h.admission.load()
 	load := Load{
-		InFlight: int(h.inFlight.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity(),
+		InFlight: int(h.inFlight.Load()), JobWaiters: int(h.jobWaiters.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity(),
 		MemoryInUse: h.budget.inUse.Load(), MemoryBudget: h.budget.total,
 		JobsQueued: -1, JobsRunning: -1,
 	}

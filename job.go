@@ -124,11 +124,15 @@ type JobOutcome struct {
 // the job is canceled or the worker stops; it must then stop soon, and
 // settle what it started (the job's unit and any stored result).
 //
-// A queue also calls it, once more, for a job that ended without a run to
-// settle it, with its context done already: with the cause ErrJobCanceled
-// for a job canceled while no live run had it (its worker died), and
+// A queue also calls it, once more, for a job that ended without a run
+// that settled it, with its context done already: with the cause
+// ErrJobCanceled for a job canceled while no live run had it (it waited to
+// run, or its worker died) or whose canceled run asked to Retry, and
 // ErrJobGivenUp for a job given up after its attempts. The run settles
-// the job and returns its outcome, doing no other work.
+// the job and returns its outcome, doing no other work but delivering a
+// result its job had prepared (Job.Prepared); one that asks to Retry is
+// called again later. A job may be settled more than once: by its
+// canceler and its queue, or by two processes at once.
 type JobRunner func(ctx context.Context, job Job) JobOutcome
 
 // ErrJobGivenUp is the cause (context.Cause) of the run a JobQueue asks
@@ -155,6 +159,8 @@ type JobQueue interface {
 	// kept: with the ID the queue gave it (an ID it was given is
 	// replaced), its Status queued and its Position. An ID is unguessable:
 	// it is all that stands between a job and a caller who only has a key.
+	// It begins with "job_", and holds no "/": the handler tells a job's
+	// path from its own by it.
 	//
 	// When the queue keeps a job of job.AccountID with job.Submission set
 	// and the same, Submit adds nothing and returns that job, as it
@@ -168,8 +174,10 @@ type JobQueue interface {
 	Get(ctx context.Context, accountID, id string) (Job, error)
 	// Cancel ends the job id of accountID if it has not ended: a job
 	// waiting to run, whether it never ran or waits to run again (after a
-	// Retry, or a worker's stop), is canceled at once and runs no more;
-	// its canceler settles it (gives its unit back, deletes its source).
+	// Retry, or a worker's stop), is canceled at once and runs no more but
+	// to be settled: its canceler settles it (gives its unit back, deletes
+	// its source), and Work's runs do again (see JobRunner), which
+	// finishes what the canceler could not.
 	// A running one's JobRunner has its context done, with the cause
 	// ErrJobCanceled, and the job ends as Work says when the run returns.
 	// A job that has ended stays as it ended, and so does a waiting job
@@ -191,9 +199,10 @@ type JobQueue interface {
 	//
 	// A run's outcome ends its job: succeeded with a Result, whatever else
 	// happened (its unit was charged); canceled if Cancel was asked while
-	// it ran; queued again if stop ended it, or, at least a second later,
-	// if it asked to Retry; else failed with its Problem (internal_error
-	// if it returned none). A job whose worker dies mid-run is run again,
+	// it ran (and settled by one more run if it asked to Retry); failed
+	// with its Problem, even if stop ended it (it settled the job); queued
+	// again if stop ended it, or, at least a second later, if it asked to
+	// Retry; else failed with internal_error. A job whose worker dies mid-run is run again,
 	// so run must be safe to repeat: it charges one unit for a job however
 	// often it runs. A queue whose workers can die runs a job at most
 	// MaxJobAttempts times that way, and settles the jobs its workers left
@@ -203,8 +212,10 @@ type JobQueue interface {
 
 // JobCounts is what a JobCounter counts of its queue's jobs.
 type JobCounts struct {
-	// Queued is how many jobs wait to run now, Running how many run, in
-	// every process that works the queue.
+	// Queued is how many jobs wait to run, Running how many run, in every
+	// process that works the queue. A queue may count among Queued the
+	// jobs that wait out a Retry's delay (MemoryJobQueue does; riverqueue
+	// counts them once their delay is over).
 	Queued, Running int
 	// OldestQueued is when the queued job submitted first was submitted;
 	// zero while none is queued.

@@ -462,6 +462,10 @@ func TestJobFormWhereverMounted(t *testing.T) {
 			mux.Handle("/", h.Middleware(http.NotFoundHandler()))
 			return "/api/v1/upscale"
 		}},
+		{"SubtreeWithTrailingSlash", "", func(mux *http.ServeMux, h *upscale.Handler) string {
+			mux.Handle("/enlarge/", h)
+			return "/enlarge/"
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, func(c *upscale.Config) {
@@ -492,7 +496,7 @@ func TestJobFormWhereverMounted(t *testing.T) {
 			}
 			resp, b := call("POST", post, "respond-async", body(e.url("/small.png")))
 			location := resp.Header.Get("Location")
-			if resp.StatusCode != http.StatusAccepted || !strings.HasPrefix(location, post+"/jobs/job_") {
+			if resp.StatusCode != http.StatusAccepted || !strings.HasPrefix(location, strings.TrimSuffix(post, "/")+"/jobs/job_") {
 				t.Fatalf("POST %s as a job: %d at %q, %s; want 202 at %s/jobs/...", post, resp.StatusCode, location, b, post)
 			}
 			if resp, b := call("GET", location, "", ""); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"status":"queued"`) {
@@ -501,8 +505,10 @@ func TestJobFormWhereverMounted(t *testing.T) {
 			if resp, b := call("DELETE", location, "", ""); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"status":"canceled"`) {
 				t.Errorf("DELETE %s: %d %s, want the job, canceled", location, resp.StatusCode, b)
 			}
-			if resp, _ := call("PATCH", location, "", ""); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, DELETE" {
-				t.Errorf("PATCH %s: %d, Allow %q; want 405, GET and DELETE", location, resp.StatusCode, resp.Header.Get("Allow"))
+			for _, method := range []string{"PATCH", "POST"} {
+				if resp, _ := call(method, location, "", ""); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, DELETE" {
+					t.Errorf("%s %s: %d, Allow %q; want 405, GET and DELETE", method, location, resp.StatusCode, resp.Header.Get("Allow"))
+				}
 			}
 			if b := e.balance("free"); b.Free != 2 {
 				t.Errorf("%d free images left, want 2: the request charged, the job's unit back", b.Free)
@@ -514,7 +520,7 @@ func TestJobFormWhereverMounted(t *testing.T) {
 // TestConfigPathRefused: a Config.Path the route table cannot hold is
 // refused by New, named.
 func TestConfigPathRefused(t *testing.T) {
-	for _, path := range []string{"api/v1/upscale", "/api/v1/upscale/", "/", "/api//upscale", "/api/{v}/upscale", "/api v1"} {
+	for _, path := range []string{"api/v1/upscale", "/api/v1/upscale/", "/", "/api//upscale", "/api/{v}/upscale", "/api v1", "/api/100%/upscale", "/api/été", "/api?v=1"} {
 		_, err := upscale.New(upscale.Config{Keys: upscale.NewMemoryKeyStore(), Ledger: upscale.NewMemoryLedger(upscale.LedgerOptions{}),
 			Upscaler: upscaletest.PixelUpscaler{}, Blobs: withoutReads{}, Path: path})
 		if err == nil || !strings.Contains(err.Error(), "Config.Path") {
@@ -756,7 +762,7 @@ func TestJobWaitersHoldTheShare(t *testing.T) {
 	for range 2 {
 		go func() { answered <- send("3") }()
 	}
-	for deadline := time.Now().Add(10 * time.Second); e.handler.Load().InFlight < 2; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); e.handler.Load().JobWaiters < 2; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the two waiters did not wait")
 		}
@@ -823,8 +829,12 @@ func TestJobLeavesNoOrphanResult(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); images.Load() == 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // past the first run
-	blobs.lose.Store(false)
+	for deadline := time.Now().Add(10 * time.Second); e.job(location, keyFree).Status != upscale.JobQueued; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first run did not end")
+		}
+	}
+	blobs.lose.Store(false) // the run after it
 	j := e.waitJob(location, keyFree)
 	if j.Status != upscale.JobSucceeded || images.Load() != 2 || e.blobs.Len() != 1 || e.balance("free").Free != 2 {
 		t.Errorf("job %s, %d images made, %d items stored, %d free left; want succeeded, 2, 1 (the delivered result) and 2",
@@ -1003,5 +1013,77 @@ func TestJobEstimatedStart(t *testing.T) {
 	close(u.gate)
 	if j := e.waitJob(queued, keyFree); j.Position != nil || !j.EstimatedStart.IsZero() {
 		t.Errorf("an ended job: position %v, estimatedStart %v; want neither", j.Position, j.EstimatedStart)
+	}
+}
+
+// TestCancelSettledOnceTheLedgerAnswers: a job canceled while it waits,
+// whose unit the ledger could not give back then, is settled by its
+// queue's workers once the ledger answers: its unit back, its source
+// deleted, counted once.
+func TestCancelSettledOnceTheLedgerAnswers(t *testing.T) {
+	metrics := newJobMetrics()
+	e, _, ledger, _ := newFlakyEnv(t, func(c *upscale.Config) { c.Metrics, c.SettleTimeout = metrics, 50*time.Millisecond })
+	if err := e.handler.StopJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	ledger.releaseFailures.Store(1 << 30)
+	if w := e.sendJob("DELETE", location, keyFree, "", ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"status":"canceled"`) {
+		t.Fatalf("DELETE: %d %s, want canceled", w.Code, w.Body)
+	}
+	if b := e.balance("free"); b.Free != 2 {
+		t.Fatalf("%d free images while the ledger is down, want 2: the unit still held", b.Free)
+	}
+	ledger.releaseFailures.Store(0)
+	if err := e.handler.StartJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); e.balance("free").Free != 3 || e.blobs.Len() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d free images, %d items stored; want 3 and none", e.balance("free").Free, e.blobs.Len())
+		}
+	}
+	if n := metrics.done(upscale.JobCanceled); n != 1 {
+		t.Errorf("the canceled job counted %d times, want once", n)
+	}
+}
+
+// TestCancelAfterAnUnsettledCharge: a job canceled while its charge's
+// outcome is unknown (the ledger committed, its answer lost) keeps its
+// result: the run asks to Retry, and the run that settles it delivers the
+// result, charged once, rather than deleting what was paid for.
+func TestCancelAfterAnUnsettledCharge(t *testing.T) {
+	var queue *upscale.MemoryJobQueue
+	var jobID atomic.Value
+	e, _, ledger, _ := newFlakyEnv(t, func(c *upscale.Config) {
+		queue = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now})
+		c.Jobs, c.SettleTimeout = queue, time.Millisecond
+	})
+	ledger.commitFailures.Store(1)
+	ledger.commitLostAnswer = true
+	ledger.onCommitFailure = func() {
+		if _, err := queue.Cancel(context.Background(), "free", jobID.Load().(string)); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := e.handler.StopJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	location, job := e.submit(keyFree, body(e.url("/small.png")))
+	jobID.Store(job["id"].(string))
+	if err := e.handler.StartJobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got upscale.Job
+	for deadline := time.Now().Add(10 * time.Second); !got.Status.Done() || got.Status == upscale.JobCanceled; time.Sleep(5 * time.Millisecond) {
+		if got = e.job(location, keyFree); time.Now().After(deadline) {
+			break
+		}
+	}
+	if got.Status != upscale.JobSucceeded || got.Result == nil {
+		t.Fatalf("job %+v, want succeeded with the result it was charged for", got)
+	}
+	if b := e.balance("free"); b.Free != 2 || e.blobs.Len() != 1 {
+		t.Errorf("%d free images, %d items stored; want 2 and the result", b.Free, e.blobs.Len())
 	}
 }

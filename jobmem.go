@@ -41,6 +41,9 @@ type memoryJob struct {
 	Job
 	stop     context.CancelCauseFunc // the running run's, while it runs
 	canceled bool                    // Cancel was asked while it ran
+	// settle is, for a job that ended canceled with no run that settled
+	// it, the cause a run that settles it gets (see JobRunner).
+	settle error
 }
 
 var _ JobQueue = (*MemoryJobQueue)(nil)
@@ -182,7 +185,8 @@ func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job,
 		j.Status, j.Finished = JobCanceled, now
 		l := level(j.Priority)
 		q.queued[l] = slices.DeleteFunc(q.queued[l], func(queued string) bool { return queued == id })
-	case j.Status == JobRunning:
+		q.settleLater(j, 0)
+	case j.Status == JobRunning && j.settle == nil:
 		j.canceled = true
 		j.stop(ErrJobCanceled)
 	}
@@ -309,11 +313,15 @@ func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx co
 			for len(q.queued[l]) > 0 {
 				j = q.jobs[q.queued[l][0]]
 				q.queued[l] = q.queued[l][1:]
-				if j == nil || j.Status != JobQueued || !now.Before(j.Expires) {
+				if j == nil || (j.Status != JobQueued && j.settle == nil) || j.stop != nil || !now.Before(j.Expires) {
 					continue
 				}
 				runCtx, j.stop = context.WithCancelCause(context.Background())
-				j.Status, j.Started, j.canceled = JobRunning, now, false
+				if j.settle != nil {
+					j.stop(j.settle) // a run that only settles
+				} else {
+					j.Status, j.Started, j.canceled = JobRunning, now, false
+				}
 				q.signal() // another worker may take the next
 				return true
 			}
@@ -344,19 +352,35 @@ func waitToTake(stopping, wake <-chan struct{}, take func() bool) bool {
 }
 
 // finish ends a run as JobQueue.Work says: a Result always stands (the
-// unit was charged); else a run asked to cancel ends canceled, one the
-// queue stopped goes back to the front of the queue, and the rest fail.
+// unit was charged); a run asked to cancel, or one that only settled a
+// canceled job, ends it canceled, or, if it asked to Retry, has it
+// settled by another run a while later (running meanwhile if that run
+// delivers a stored result); then a Problem ends the job failed; a run
+// the queue stopped goes back to the front of the queue, and one that
+// asked to Retry waits a while to run again.
 func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context.Context) {
 	now := q.lock()
 	defer q.mu.Unlock()
 	stopped := runCtx.Err() != nil
 	j.stop(nil)
 	j.stop = nil
+	canceled := j.canceled || j.settle != nil
+	j.canceled, j.settle = false, nil
 	switch {
 	case outcome.Result != nil:
 		j.Status, j.Result, j.Engine = JobSucceeded, outcome.Result, outcome.Engine
-	case j.canceled:
+	case canceled && outcome.Retry:
 		j.Status = JobCanceled
+		if j.Prepared.Delivers(now) {
+			j.Status = JobRunning
+		}
+		q.settleLater(j, retryDelay)
+		j.Finished = cmp.Or(j.Finished, now)
+		return
+	case canceled:
+		j.Status = JobCanceled
+	case outcome.Problem != nil:
+		j.Status, j.Problem = JobFailed, outcome.Problem
 	case stopped:
 		j.Status = JobQueued
 		l := level(j.Priority)
@@ -374,9 +398,22 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 		})
 		return
 	default:
-		j.Status, j.Problem = JobFailed, cmp.Or(outcome.Problem, RunnerProblem())
+		j.Status, j.Problem = JobFailed, RunnerProblem()
 	}
-	j.Finished, j.Prepared = now, nil
+	j.Finished, j.Prepared = cmp.Or(j.Finished, now), nil
+}
+
+// settleLater has a worker settle the canceled job j after delay, with a
+// run whose context is done with the cause ErrJobCanceled, ahead of every
+// queued job: its canceler may have failed to. The caller holds q.mu.
+func (q *MemoryJobQueue) settleLater(j *memoryJob, delay time.Duration) {
+	j.settle = ErrJobCanceled
+	time.AfterFunc(delay, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.queued[0] = slices.Insert(q.queued[0], 0, j.ID)
+		q.signal()
+	})
 }
 
 // retryDelay is how long a run that asked to Retry waits to run again.

@@ -221,9 +221,11 @@ var errEngineBusy = errors.New("the engine stayed busy until the run's deadline"
 // started: a job that ends gives its unit back unless charged, its source
 // is deleted, and its webhook is queued; a run its worker's stop cuts
 // short leaves the unit held and the source kept for the run that takes
-// the job over; a store out of reach, or an engine busy until the run's
-// deadline, has the job run again later. A run whose context is done from
-// the start only settles (see JobRunner).
+// the job over; a store out of reach, an engine busy until the run's
+// deadline, or a charge or settlement whose outcome is unknown, has the
+// job run again later, whatever else ended the run (a canceled job's
+// next run only settles it). A run whose context is done from the start
+// only settles (see JobRunner).
 func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	resp, err := h.workJob(ctx, job)
 	cause := context.Cause(ctx)
@@ -232,6 +234,11 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	switch {
 	case err == nil:
 		ended.Status, ended.Result, ended.Engine = JobSucceeded, &resp, resp.engine
+	case errors.Is(err, errChargeUnsettled):
+		// Its result is recorded, maybe charged: the next run delivers
+		// it, or settles it if it was not.
+		h.cfg.Logger.Warn("upscale: job run again later, to settle its charge", "job", job.ID, "err", err)
+		return JobOutcome{Retry: true}
 	case errors.Is(cause, ErrJobGivenUp):
 		ended.Status, ended.Problem = JobFailed, GivenUpProblem()
 	case errors.Is(cause, ErrJobCanceled):
@@ -258,7 +265,10 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 		}
 		h.cfg.Logger.Error("upscale: queue a canceled job's webhook; it is not sent", "job", job.ID, "err", err)
 	}
-	h.settleEnd(ctx, ended, job.Started.Sub(job.Created), ended.Finished.Sub(job.Started))
+	if err := h.settleEnd(ctx, ended); err != nil {
+		h.cfg.Logger.Warn("upscale: job run again later, to settle it", "job", job.ID, "err", err)
+		return JobOutcome{Retry: true}
+	}
 	switch ended.Status {
 	case JobSucceeded:
 		return JobOutcome{Result: ended.Result, Engine: ended.Engine}
@@ -276,11 +286,14 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 // settleEnd settles a job that ended, once its webhook is queued: its
 // unit given back unless it succeeded (a success's was charged), its
 // source and any result it did not deliver deleted, and its end counted.
-// Every step is safe to repeat, and a settlement counts the job only when
-// it gave the unit back (or delivered the result): a job settled twice, by
-// a DELETE sent again or by a queue settling what a dead worker left, is
-// counted once.
-func (h *Handler) settleEnd(ctx context.Context, ended Job, waited, ran time.Duration) {
+// It returns the ledger's error when the unit's release failed, and
+// then deletes and counts nothing: the job is settled again later. Every
+// step is safe to repeat, and a settlement that did not end the job
+// failed or canceled itself counts nothing: a job settled twice, by a
+// DELETE and by its queue, is counted once. (A success is counted by each
+// run that delivers it, which is one unless two processes settle the
+// same job at once.)
+func (h *Handler) settleEnd(ctx context.Context, ended Job) error {
 	counted := true
 	if ended.Status != JobSucceeded {
 		err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
@@ -288,7 +301,7 @@ func (h *Handler) settleEnd(ctx context.Context, ended Job, waited, ran time.Dur
 		})
 		counted = !errors.Is(err, ErrNotFound) // someone gave it back already
 		if err != nil && counted {
-			h.cfg.Logger.Error("upscale: release an ended job's unit; the ledger gives it back when its hold ends", "job", ended.ID, "err", err)
+			return fmt.Errorf("release the job's unit: %w", err)
 		}
 		if p := ended.Prepared; p != nil && p.Key != "" {
 			h.deleteBlob(ctx, "uncharged result", p.Key, p.LinkExpires)
@@ -296,8 +309,13 @@ func (h *Handler) settleEnd(ctx context.Context, ended Job, waited, ran time.Dur
 	}
 	h.deleteBlob(ctx, "job source", ended.Source, ended.Expires)
 	if counted {
+		waited, ran := ended.Finished.Sub(ended.Created), time.Duration(0)
+		if !ended.Started.IsZero() {
+			waited, ran = ended.Started.Sub(ended.Created), ended.Finished.Sub(ended.Started)
+		}
 		h.cfg.Metrics.JobDone(ended.Status, waited, ran)
 	}
+	return nil
 }
 
 // workJob enlarges a job's source, stores the result, records it with

@@ -85,6 +85,8 @@ func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer pre
 		if err != nil {
 			prefer.wait = 0
 		} else {
+			h.jobWaiters.Add(1)
+			defer h.jobWaiters.Add(-1)
 			defer leave()
 		}
 	}
@@ -113,13 +115,14 @@ func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer pre
 
 // jobLocation is the path of job id's resource as the caller reaches it:
 // the path it sent its POST to, as it sent it (RequestURI, which a host's
-// http.StripPrefix leaves alone), then "/jobs/" and the ID.
+// http.StripPrefix leaves alone) less a trailing slash, then "/jobs/" and
+// the ID.
 func jobLocation(r *http.Request, id string) string {
 	path := r.URL.EscapedPath()
 	if sent, err := url.ParseRequestURI(r.RequestURI); err == nil && r.RequestURI != "" {
 		path = sent.EscapedPath()
 	}
-	return path + "/jobs/" + id
+	return strings.TrimSuffix(path, "/") + "/jobs/" + id
 }
 
 // submit admits a request as upscale does and queues it as a job: once
@@ -243,21 +246,25 @@ func (h *Handler) jobOfCaller(r *http.Request, id string) (Job, error) {
 
 // cancelJob cancels job and returns it as it stands. A job the queue
 // cancels at once (one waiting to run, whether it never ran or waits to
-// run again) is settled here: its webhook, its unit and its source; a
-// DELETE sent again settles it again, which changes and counts nothing
-// more. A running one is returned once its run has stopped (its JobRunner
-// settles it), or after a few seconds still running, to end as its run
-// does.
+// run again) is settled here, by the run its queue would settle it with
+// (see JobRunner): its webhook, its unit and its source. The queue settles
+// it too, which changes and counts nothing more, and finishes what this
+// settlement could not; so does a DELETE sent again. A running one is
+// returned once its run has stopped (its JobRunner settles it), or after a
+// few seconds still running, to end as its run does.
 func (h *Handler) cancelJob(ctx context.Context, job Job) (Job, error) {
 	job, err := h.cfg.Jobs.Cancel(ctx, job.AccountID, job.ID)
 	if err != nil {
 		return Job{}, err
 	}
 	if job.Status == JobCanceled {
-		if err := h.notify(ctx, job); err != nil {
-			h.cfg.Logger.Error("upscale: queue a canceled job's webhook; it is not sent", "job", job.ID, "err", err)
+		settling, settle := context.WithCancelCause(ctx)
+		settle(ErrJobCanceled)
+		if outcome := h.runJob(settling, job); outcome.Result != nil {
+			// It had stored its result, and charged for it, before the
+			// cancel: the result stands, as it does for the queue.
+			job.Status, job.Result, job.Engine = JobSucceeded, outcome.Result, outcome.Engine
 		}
-		h.settleEnd(ctx, job, job.Finished.Sub(job.Created), 0)
 		return job, nil
 	}
 	if job.Status.Done() || job.Status == JobQueued {

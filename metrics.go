@@ -39,8 +39,10 @@ const (
 
 // Load is what a Handler is doing at one moment.
 type Load struct {
-	// InFlight is how many requests are being served, in any step.
-	InFlight int
+	// InFlight is how many requests are being served, in any step;
+	// JobWaiters how many of them are answers held open for their job
+	// (Prefer: wait), each holding a place of its account's share.
+	InFlight, JobWaiters int
 	// Queued is how many admitted requests are fetching their source or
 	// waiting for the engine; InEngine how many the Upscaler works on.
 	Queued, InEngine int

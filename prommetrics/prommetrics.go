@@ -105,6 +105,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		m.requests, m.requestDuration, m.stepDuration, m.sourceBytes, m.outputBytes, m.jobDuration,
 		gauge("upscale_in_flight_requests", "Requests being served, in any step.",
 			func(l upscale.Load) float64 { return float64(l.InFlight) }),
+		gauge("upscale_job_waiters", "Answers held open for their job (Prefer: wait), each holding a place of its account's share.",
+			func(l upscale.Load) float64 { return float64(l.JobWaiters) }),
 		gauge("upscale_queued_requests", "Admitted requests fetching their source or waiting for the engine.",
 			func(l upscale.Load) float64 { return float64(l.Queued) }),
 		gauge("upscale_engine_requests", "Requests the engine is working on.",

@@ -102,6 +102,7 @@ func TestMetrics(t *testing.T) {
 		{"upscale_oldest_queued_job_age_seconds", nil, 0},
 		{"upscale_queued_job_source_megapixels", nil, 0},
 		{"upscale_in_flight_requests", nil, 0},
+		{"upscale_job_waiters", nil, 0},
 		{"upscale_queued_requests", nil, 0},
 		{"upscale_engine_requests", nil, 0},
 		{"upscale_admission_capacity_requests", nil, 5},

@@ -47,8 +47,10 @@ type Options struct {
 	// RunTimeout bounds one run of a job: past it River cancels the run
 	// and gives the job back, and a run whose worker died is given back
 	// this long after it started (plus a minute). Zero means 10 minutes,
-	// far above a run's work (the handler's EngineTimeout and
-	// SettleTimeout).
+	// far above a run's work. It must be above the handler's
+	// EngineTimeout and SettleTimeout together: a run waiting its turn
+	// for the engine gives it up in time only then (else its wait may
+	// overrun, which counts as an attempt).
 	RunTimeout time.Duration
 	// Retention is how long River keeps ended jobs: the handler's JobTTL.
 	// Zero means 24 hours.
@@ -334,12 +336,8 @@ func (q *Queue[TTx]) Cancel(ctx context.Context, accountID, id string) (upscale.
 	if row, err = q.client.JobCancel(ctx, row.ID); err != nil {
 		return upscale.Job{}, classify(ctx, fmt.Errorf("riverqueue: cancel job %q: %w", id, err))
 	}
-	if row.State == rivertype.JobStateCancelled {
-		// Canceled while it waited: its canceler settles it, not the
-		// sweep. Should this not be recorded, the sweep settles it again,
-		// which changes nothing.
-		q.client.JobUpdate(ctx, row.ID, &river.JobUpdateParams{Output: output{Settled: true}})
-	}
+	// A job canceled while it waited is settled by its canceler and, in
+	// case that failed, by the sweep too, which then changes nothing.
 	return q.job(row)
 }
 
@@ -430,13 +428,16 @@ func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 		return upscale.Job{}, err
 	}
 	// A Result always stands, however River ended the job: its unit was
-	// charged.
+	// charged. A job River ended with a stored result and no run to
+	// settle it yet is running: its settlement delivers that result.
 	switch {
 	case row.State == rivertype.JobStateRunning:
 		job.Status = upscale.JobRunning
 	case !finalized(row.State):
 	case out.Result != nil:
 		job.Status, job.Result, job.Engine = upscale.JobSucceeded, out.Result, out.Engine
+	case !out.Settled && out.Prepared != nil && out.Prepared.Result != nil && q.opts.Now().Before(out.Prepared.LinkExpires):
+		job.Status = upscale.JobRunning
 	case row.State == rivertype.JobStateCancelled:
 		job.Status = upscale.JobCanceled
 	case row.State == rivertype.JobStateDiscarded && out.Problem == nil:
@@ -493,10 +494,17 @@ func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobR
 			q.opts.Logger.Warn("riverqueue: settle the jobs River ended; tried again later", "err", err)
 		}
 	}
-	sweep()
+	// The first sweep runs now, beside the workers, rather than after
+	// one SettleInterval; Work does not wait for it.
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		sweep()
+	}()
 	sweeper := periodic.Start(q.opts.SettleInterval, sweep)
 	return func(drain context.Context) error {
 		sweeper.Stop()
+		<-first
 		return stop(drain)
 	}, nil
 }
@@ -601,12 +609,15 @@ var errExpired = errors.New("riverqueue: the job expired before it ran")
 
 // Work runs one job: a run ended by the job's cancellation is given the
 // cause upscale.ErrJobCanceled, and River's deadline (RunTimeout) is the
-// run's. The run's outcome is recorded as the job's output, settled (a
-// Result always stands), and its cancellation ends the job cancelled. A
-// run that overran is an error: River runs the job again, as it does one
-// whose worker died, up to upscale.MaxJobAttempts times. A Retry, or a
-// run its worker's stop cut short, is snoozed, which River does not count
-// as an attempt.
+// run's. The run's outcome is recorded as the job's output, settled: a
+// Result always stands; a canceled run ends the job cancelled, and a
+// Problem ends it completed, even when its worker's stop or its deadline
+// ended the run (the run settled it). A Retry is snoozed, which River
+// does not count as an attempt; a canceled job's Retry (its settlement
+// failed) leaves it cancelled and unsettled, with what it prepared, for
+// the sweep. A run that overran is an error: River runs the job again, as
+// it does one whose worker died, up to upscale.MaxJobAttempts times. A run
+// its worker's stop cut short runs again at once.
 func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 	job, err := w.job(rj.JobRow)
 	if err != nil {
@@ -641,19 +652,23 @@ func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 	switch {
 	case outcome.Result != nil:
 		return river.RecordOutput(ctx, output{Result: outcome.Result, Engine: outcome.Engine, Settled: true})
+	case errors.Is(cause, upscale.ErrJobCanceled) && outcome.Retry:
+		return river.JobCancel(upscale.ErrJobCanceled)
 	case errors.Is(cause, upscale.ErrJobCanceled):
 		if err := river.RecordOutput(ctx, output{Settled: true}); err != nil {
 			return err
 		}
 		return river.JobCancel(upscale.ErrJobCanceled)
+	case outcome.Problem != nil:
+		return river.RecordOutput(ctx, output{Problem: outcome.Problem, Settled: true})
+	case outcome.Retry:
+		return river.JobSnooze(backoff(snoozes(rj.JobRow)))
 	case errors.Is(cause, context.DeadlineExceeded):
 		return fmt.Errorf("riverqueue: the run overran RunTimeout: %w", cause)
 	case runCtx.Err() != nil:
 		return river.JobSnooze(0)
-	case outcome.Retry:
-		return river.JobSnooze(backoff(snoozes(rj.JobRow)))
 	}
-	return river.RecordOutput(ctx, output{Problem: cmp.Or(outcome.Problem, upscale.RunnerProblem()), Settled: true})
+	return river.RecordOutput(ctx, output{Problem: upscale.RunnerProblem(), Settled: true})
 }
 
 // snoozes is how often River has snoozed the job so far.

@@ -34,12 +34,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // sqliteQueue is a migrated Queue on a new SQLite file.
 func sqliteQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
-	return sqliteQueueWith(t, riverqueue.Options{Now: clock.Now, Logger: quiet})
+	return sqliteQueueWith(t, riverqueue.Options{Now: clock.Now, Logger: quiet, SettleInterval: 200 * time.Millisecond})
 }
 
 // postgresQueue is a migrated Queue on a new PostgreSQL database.
 func postgresQueue(t *testing.T, clock *upscaletest.Clock) upscale.JobQueue {
-	return postgresQueueWith(t, riverqueue.Options{Now: clock.Now, Logger: quiet})
+	return postgresQueueWith(t, riverqueue.Options{Now: clock.Now, Logger: quiet, SettleInterval: 200 * time.Millisecond})
 }
 
 func sqliteQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[*sql.Tx] {
@@ -301,17 +301,8 @@ func TestSettlesWhatDeadWorkersLeft(t *testing.T) {
 			if got, err := q.Cancel(ctx, "acme", canceled.ID); err != nil || got.Status != upscale.JobRunning {
 				t.Fatalf("Cancel of a job whose worker is dead = %+v, %v; want it running, its cancel asked", got, err)
 			}
-			var mu sync.Mutex
-			runs := map[string][]error{}
-			stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-				mu.Lock()
-				runs[j.Source] = append(runs[j.Source], context.Cause(ctx))
-				mu.Unlock()
-				if errors.Is(context.Cause(ctx), upscale.ErrJobGivenUp) {
-					return upscale.JobOutcome{Problem: upscale.GivenUpProblem()}
-				}
-				return upscale.JobOutcome{}
-			})
+			var settled settlements
+			stop, err := q.Work(ctx, 1, settled.settle)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -321,22 +312,7 @@ func TestSettlesWhatDeadWorkersLeft(t *testing.T) {
 				want  upscale.JobStatus
 				cause error
 			}{{canceled.ID, upscale.JobCanceled, upscale.ErrJobCanceled}, {givenUp.ID, upscale.JobFailed, upscale.ErrJobGivenUp}} {
-				var got upscale.Job
-				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-					if got, err = q.Get(ctx, "acme", tc.id); err != nil {
-						t.Fatal(err)
-					}
-					mu.Lock()
-					n := len(runs[got.Source])
-					mu.Unlock()
-					if (got.Status.Done() && n > 0) || time.Now().After(deadline) {
-						break
-					}
-				}
-				time.Sleep(300 * time.Millisecond) // a sweep or two more
-				mu.Lock()
-				causes := runs[got.Source]
-				mu.Unlock()
+				got, causes := awaitSettled(t, q, tc.id, 1, settled.of)
 				if got.Status != tc.want || len(causes) != 1 || !errors.Is(causes[0], tc.cause) {
 					t.Errorf("%s: %s, runs with causes %v; want %s, settled by one run with %v", got.Source, got.Status, causes, tc.want, tc.cause)
 				}
@@ -345,6 +321,51 @@ func TestSettlesWhatDeadWorkersLeft(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// settlements is a JobRunner for runs that only settle their job: it
+// records each run's cause by the job's Source, and ends a job given up
+// with its problem, a canceled one with none.
+type settlements struct {
+	mu     sync.Mutex
+	causes map[string][]error
+}
+
+func (s *settlements) settle(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.causes == nil {
+		s.causes = map[string][]error{}
+	}
+	s.causes[j.Source] = append(s.causes[j.Source], context.Cause(ctx))
+	if errors.Is(context.Cause(ctx), upscale.ErrJobGivenUp) {
+		return upscale.JobOutcome{Problem: upscale.GivenUpProblem()}
+	}
+	return upscale.JobOutcome{}
+}
+
+// of returns the causes of the runs that settled the job source.
+func (s *settlements) of(source string) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.causes[source]
+}
+
+// awaitSettled waits up to 30 s for acme's job id to end after at least
+// settles runs that settled it (as settledBy says of its Source), and a
+// sweep or two more, and returns it with those runs' causes.
+func awaitSettled(t *testing.T, q upscale.JobQueue, id string, settles int, settledBy func(source string) []error) (upscale.Job, []error) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got, err := q.Get(context.Background(), "acme", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (got.Status.Done() && len(settledBy(got.Source)) >= settles) || time.Now().After(deadline) {
+			time.Sleep(300 * time.Millisecond) // a sweep or two more
+			return got, settledBy(got.Source)
+		}
 	}
 }
 
@@ -401,6 +422,110 @@ func TestRetriesAreNoAttempts(t *testing.T) {
 			}
 			if got.Status != upscale.JobSucceeded || attempts != 1 {
 				t.Errorf("after a Retry, a run cut short and one that succeeded: %s, %d attempts counted; want succeeded, 1", got.Status, attempts)
+			}
+		})
+	}
+}
+
+// TestLastAttempt: on a job's last attempt, a run that overran RunTimeout
+// ends the job given up, settled by one run with the cause ErrJobGivenUp;
+// one canceled ends the job canceled, not given up.
+func TestLastAttempt(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			q, exec := d.queue(t, riverqueue.Options{Logger: quiet, RunTimeout: 300 * time.Millisecond, SettleInterval: 100 * time.Millisecond})
+			now := time.Now()
+			ids := map[string]string{}
+			for _, name := range []string{"overran", "canceled"} {
+				j, err := q.Submit(ctx, upscale.Job{AccountID: "acme", Source: name, Reservation: "r-" + name, Created: now, Expires: now.Add(time.Hour)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := exec(`UPDATE river_job SET attempt = $2 WHERE id = $1`, riverID(t, j.ID), upscale.MaxJobAttempts-1); err != nil {
+					t.Fatal(err)
+				}
+				ids[name] = j.ID
+			}
+			var settled settlements
+			started := make(chan string, 2)
+			stop, err := q.Work(ctx, 2, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+				if ctx.Err() != nil {
+					return settled.settle(ctx, j)
+				}
+				started <- j.Source
+				<-ctx.Done() // overran, or canceled
+				return upscale.JobOutcome{}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop(ctx)
+			for range 2 {
+				if name := <-started; name == "canceled" {
+					if _, err := q.Cancel(ctx, "acme", ids[name]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, tc := range []struct {
+				name    string
+				want    upscale.JobStatus
+				settled int
+			}{{"overran", upscale.JobFailed, 1}, {"canceled", upscale.JobCanceled, 0}} {
+				got, causes := awaitSettled(t, q, ids[tc.name], tc.settled, settled.of)
+				if got.Status != tc.want || len(causes) != tc.settled {
+					t.Errorf("%s: %s, settled by runs with causes %v; want %s, settled by %d", tc.name, got.Status, causes, tc.want, tc.settled)
+				}
+				if tc.want == upscale.JobFailed && (got.Problem == nil || got.Problem.Code != "upstream_error") {
+					t.Errorf("%s: problem %+v, want the given-up problem", tc.name, got.Problem)
+				}
+			}
+		})
+	}
+}
+
+// TestCanceledWithAStoredResult: a job River canceled while its dead
+// worker's run had stored its result (maybe charged) reads as running,
+// not canceled, until the run that settles it delivers the result.
+func TestCanceledWithAStoredResult(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			q, exec := d.queue(t, riverqueue.Options{Logger: quiet, SettleInterval: 100 * time.Millisecond})
+			now := time.Now()
+			j, err := q.Submit(ctx, upscale.Job{AccountID: "acme", Source: "s", Reservation: "r", Created: now, Expires: now.Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := &upscale.Response{URL: "https://results.example/r", Via: upscale.PoolFree}
+			if err := q.Prepare(ctx, "acme", j.ID, upscale.PreparedResult{Key: "r", Result: stored, Engine: "learned", LinkExpires: now.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := exec(d.leftRunning, riverID(t, j.ID), 1); err != nil {
+				t.Fatal(err)
+			}
+			// What River's rescuer does with a job canceled while its
+			// worker is dead.
+			if _, err := exec(`UPDATE river_job SET state = 'cancelled', finalized_at = attempted_at WHERE id = $1`, riverID(t, j.ID)); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := q.Get(ctx, "acme", j.ID); err != nil || got.Status != upscale.JobRunning {
+				t.Fatalf("before its settlement: %+v, %v; want running", got, err)
+			}
+			stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+				if j.Prepared.Delivers(time.Now()) {
+					return upscale.JobOutcome{Result: j.Prepared.Result, Engine: j.Prepared.Engine}
+				}
+				return upscale.JobOutcome{}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop(ctx)
+			got, _ := awaitSettled(t, q, j.ID, 0, func(string) []error { return nil })
+			if got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != stored.URL || got.Engine != "learned" {
+				t.Errorf("after its settlement: %+v, want succeeded with the stored result", got)
 			}
 		})
 	}

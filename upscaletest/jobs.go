@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,6 +83,9 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			got.Reservation != want.Reservation || got.Pool != want.Pool || got.Webhook != want.Webhook || !got.Created.Equal(want.Created) ||
 			!got.Expires.Equal(want.Expires) || got.Status != upscale.JobQueued || !got.Started.IsZero() {
 			t.Errorf("Get = %+v, want %+v, queued", got, want)
+		}
+		if !strings.HasPrefix(id, "job_") || strings.Contains(id, "/") {
+			t.Errorf("ID %q: want one that begins with job_ and holds no /", id)
 		}
 		other := submit(t, q, job("two", "a"))["two"]
 		if other == id {
@@ -298,6 +302,35 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 	})
 
+	// settles is a runner that runs jobs to a Result, and sends on
+	// settled the job and cause of each run that only settles.
+	settles := func(ran chan<- string, settled chan<- string) upscale.JobRunner {
+		return func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			if ctx.Err() != nil {
+				settled <- fmt.Sprintf("%s %v", j.Source, context.Cause(ctx))
+				return upscale.JobOutcome{}
+			}
+			ran <- j.Source
+			return upscale.JobOutcome{Result: result(j.Source)}
+		}
+	}
+	// awaitSettled waits for the run that settles the job name with the
+	// cause ErrJobCanceled, and checks that the job stays canceled.
+	awaitSettled := func(t *testing.T, q upscale.JobQueue, settled <-chan string, name, id string) {
+		t.Helper()
+		select {
+		case got := <-settled:
+			if want := fmt.Sprintf("%s %v", name, upscale.ErrJobCanceled); got != want {
+				t.Errorf("settled %q, want %q", got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s: no run settled it", name)
+		}
+		if got, _ := q.Get(ctx, "a", id); got.Status != upscale.JobCanceled || got.Finished.IsZero() || got.Result != nil {
+			t.Errorf("%s now %+v, want canceled with its end time", name, got)
+		}
+	}
+
 	t.Run("CancelQueued", func(t *testing.T) {
 		q := newQueue(t, NewClock(start))
 		id := submit(t, q, job("canceled", "a"))["canceled"]
@@ -305,18 +338,33 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		if err != nil || got.Status != upscale.JobCanceled || !got.Started.IsZero() {
 			t.Fatalf("Cancel = %+v, %v; want canceled, never started", got, err)
 		}
-		ran := make(chan string, 2)
-		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-			ran <- j.Source
-			return upscale.JobOutcome{Result: result(j.Source)}
-		})
+		ran, settled := make(chan string, 2), make(chan string, 2)
+		work(t, q, 1, settles(ran, settled))
 		waitDone(t, q, "a", submit(t, q, job("after", "a"))["after"])
 		if name := <-ran; name != "after" {
 			t.Errorf("the canceled job ran")
 		}
-		if got, _ := q.Get(ctx, "a", id); got.Status != upscale.JobCanceled || got.Finished.IsZero() {
-			t.Errorf("canceled job now %+v, want canceled with its end time", got)
+		awaitSettled(t, q, settled, "canceled", id)
+	})
+
+	t.Run("CanceledRunRetriesItsSettlement", func(t *testing.T) {
+		q := newQueue(t, NewClock(start))
+		id := submit(t, q, job("unsettled", "a"))["unsettled"]
+		started, settled := make(chan struct{}), make(chan string, 2)
+		var runs atomic.Int32
+		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			if runs.Add(1) == 1 {
+				close(started)
+				<-ctx.Done()
+				return upscale.JobOutcome{Retry: true} // its settlement failed
+			}
+			return settles(make(chan string, 1), settled)(ctx, j)
+		})
+		<-started
+		if _, err := q.Cancel(ctx, "a", id); err != nil {
+			t.Fatal(err)
 		}
+		awaitSettled(t, q, settled, "unsettled", id)
 	})
 
 	t.Run("CancelWaitingToRunAgain", func(t *testing.T) {
@@ -339,13 +387,21 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 				t.Errorf("Cancel(%s) waiting to run again = %+v, %v; want canceled at once, started before", name, got, err)
 			}
 		}
-		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-			runs <- j.Source
-			return upscale.JobOutcome{Result: result(j.Source)}
-		})
+		settled := make(chan string, 2)
+		work(t, q, 1, settles(runs, settled))
 		waitDone(t, q, "a", submit(t, q, job("after", "a"))["after"])
 		if name := <-runs; name != "after" {
 			t.Errorf("%s ran again after it was canceled", name)
+		}
+		for range 2 {
+			select {
+			case got := <-settled:
+				if !strings.HasSuffix(got, " "+upscale.ErrJobCanceled.Error()) {
+					t.Errorf("settled %q, want the cause ErrJobCanceled", got)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the canceled jobs were not settled")
+			}
 		}
 	})
 

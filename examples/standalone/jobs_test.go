@@ -140,9 +140,9 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	bin := buildStandalone(t)
 	stores := newSharedStores(t)
 	origin := newButterflyOrigin(t)
-	// A run is given back 10 s after it started if its worker is alive,
+	// A run is given back 26 s after it started if its worker is alive,
 	// and River rescues a dead worker's a minute after that.
-	engine := append(stores.flags, "-engine", "onnx", "-engine-timeout", "10s", "-job-run-timeout", "10s")
+	engine := append(stores.flags, "-engine", "onnx", "-engine-timeout", "10s", "-job-run-timeout", "26s")
 	var apis []*client.Client
 	for range 2 {
 		api := startStandalone(t, bin, append(engine, "-data", t.TempDir(), "-job-workers", "-1")...)

@@ -129,6 +129,11 @@ func (st storage) open(ctx context.Context) (*sqlstore.Store, error) {
 	return sqlstore.Open(ctx, dsn, sqlstore.Options{})
 }
 
+// settleTimeout is how long the server keeps trying to settle a charge
+// (upscale.Config.SettleTimeout); a job's run keeps that much of its time
+// for it.
+const settleTimeout = 15 * time.Second
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("standalone", flag.ContinueOnError)
@@ -171,8 +176,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.jobRunTimeout == 0 {
 		o.jobRunTimeout = 2*o.engineTimeout + time.Minute
 	}
-	if o.jobRunTimeout < o.engineTimeout {
-		return o, fmt.Errorf("-job-run-timeout %v is below -engine-timeout %v: a run could not use the engine's time", o.jobRunTimeout, o.engineTimeout)
+	if least := o.engineTimeout + settleTimeout; o.jobRunTimeout <= least {
+		return o, fmt.Errorf("-job-run-timeout %v is not above -engine-timeout %v and the %v a charge may take to settle: a run could not use the engine's time, nor give up its turn in time", o.jobRunTimeout, o.engineTimeout, settleTimeout)
 	}
 	if o.memoryBudget < 1 {
 		return o, errors.New("-memory-budget must be a positive number of bytes")
@@ -336,6 +341,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		WebhookSecrets:       store,
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
+		SettleTimeout:        settleTimeout,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
 		Capacity:             upscale.Capacity{QueueLength: o.queueLength, AccountShare: o.accountShare, MemoryBudget: o.memoryBudget},
 		Fetch:                upscale.FetchPolicy{BuiltinSources: builtin, AllowPrivateNetworks: o.allowPrivateSources},

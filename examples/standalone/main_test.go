@@ -677,6 +677,7 @@ func TestEngineFlags(t *testing.T) {
 		{[]string{"-engine", "onnx", "-onnx-runtime", "tensorflow"}, "-onnx-runtime"},
 		{[]string{"-engine", "onnx", "-onnxruntime-lib", "/opt/ort.so"}, "-onnx-runtime onnxruntime"},
 		{[]string{"-engine-timeout", "2m", "-job-run-timeout", "1m"}, "-job-run-timeout"},
+		{[]string{"-engine-timeout", "10s", "-job-run-timeout", "25s"}, "-job-run-timeout"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%q) = %v; want an error naming %s", tc.args, err, tc.want)
