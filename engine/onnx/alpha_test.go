@@ -109,8 +109,8 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 		return nil, err
 	}
 	out := px.Like(2*px.Width, 2*px.Height)
-	in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, max: px.Max()}
-	o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, max: px.Max()}
+	in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands}
+	o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands}
 	if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 	}
 	alpha := decodeRGBA(tb, classical.Data).alpha
 	for i, a := range alpha {
-		out.Pix[i*out.Bands+3] = float32(a) * px.Max() / 255
+		out.Pix[i*out.Bands+3] = uint16(a) * 257
 	}
 	img, err := e.codec.Encode(ctx, out, 1, upscale.Photo)
 	return img.Data, err

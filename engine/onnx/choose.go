@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"math"
 	"strings"
 
 	"github.com/upscalekit/upscale"
@@ -122,7 +123,7 @@ func flatness(px *libvips.Pixels, noise float64) float64 {
 	if px.Alpha {
 		colour--
 	}
-	scale := 255 / float64(px.Max())
+	const scale = 255.0 / math.MaxUint16 // in 8-bit grey levels
 	luma := func(i int) float64 {
 		if colour < 3 {
 			return float64(px.Pix[i]) * scale
@@ -137,7 +138,7 @@ func flatness(px *libvips.Pixels, noise float64) float64 {
 			for y := by; y < by+8; y++ {
 				for x := bx; x < bx+8; x++ {
 					i := (y*px.Width + x) * px.Bands
-					if px.Alpha && px.Pix[i+px.Bands-1] != px.Max() {
+					if px.Alpha && px.Pix[i+px.Bands-1] != math.MaxUint16 {
 						continue block
 					}
 					v := luma(i)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/onnx/models"
 	"github.com/upscalekit/upscale/internal/quality"
 )
@@ -66,7 +67,7 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := e.enlargeAll(context.Background(), px, 2, upscale.Photo, upscale.DenoiseNone)
+	plain, err := e.enlargeAll(context.Background(), px, 2, 1, upscale.Photo, upscale.DenoiseNone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestOpaqueAlphaStaysOpaque(t *testing.T) {
 	if !px.Alpha || opaque(px) {
 		t.Fatalf("source: alpha %v, opaque %v; want an alpha band, not all opaque", px.Alpha, opaque(px))
 	}
-	px.Pix[3] = px.Max()
+	px.Pix[3] = math.MaxUint16
 	if !opaque(px) {
 		t.Fatal("all opaque, and opaque says it is not")
 	}
@@ -157,11 +158,11 @@ func TestCancelBetweenTiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	const w, h, tile = 200, 50, 64 // 4 tiles of 50 across, one down
-	in := planes{pix: make([]float32, w*h*3), width: w, height: h, bands: 3, max: 255}
+	in := planes{pix: make([]uint16, w*h*3), width: w, height: h, bands: 3}
 	for i := range in.pix {
-		in.pix[i] = 128
+		in.pix[i] = 128 * 257
 	}
-	out := planes{pix: make([]float32, 4*w*h*3), width: 2 * w, height: 2 * h, bands: 3, max: 255}
+	out := planes{pix: make([]uint16, 4*w*h*3), width: 2 * w, height: 2 * h, bands: 3}
 	ctx := &doneAfter{Context: context.Background(), n: 3, done: make(chan struct{})}
 	if err := m.run(ctx, network, in, out, tile); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
@@ -177,61 +178,67 @@ func TestCancelBetweenTiles(t *testing.T) {
 	}
 }
 
-// TestLearnedPasses: learned ×2 passes while the result stays within the
-// budget, the rest classical.
+// TestLearnedPasses: learned ×2 passes while what the engine holds fits
+// its memory budget, the rest classical; no pixel count decides.
 func TestLearnedPasses(t *testing.T) {
-	e := &Engine{opts: Options{LearnedPixels: 2048 * 2048}}
-	for _, tc := range []struct{ w, h, scale, passes int }{
-		{512, 512, 16, 2},  // to 2048², then ×4 classically
-		{512, 512, 2, 1},   //
-		{1024, 1024, 2, 1}, // exactly the budget
-		{1025, 1024, 2, 0}, // past it: all classical
-		{100, 100, 16, 4},  // learned to the end
-		{3000, 10, 8, 3},
+	e := &Engine{opts: Options{MemoryBudget: DefaultMemoryBudget}}
+	for _, tc := range []struct {
+		name             string
+		w, h, scale, png int
+		passes           int
+	}{
+		{"PhonePhoto×2", 4032, 3024, 2, 0, 1},          // 366 MB of samples, 146 MB of JPEG twice
+		{"TwoMegapixels×4", 1632, 1224, 4, 0, 2},       // 240 MB and 96 MB at the second pass
+		{"OneMegapixel×16", 1000, 960, 16, 0, 2},       // a third pass would hold 1.2 GB with the result
+		{"Thumbnail×16", 100, 100, 16, 0, 4},           // learned to the end
+		{"SixtyFourMegapixels×2", 8000, 8000, 2, 1, 0}, // 1.9 GB of samples: all classical
 	} {
-		if got := e.mostLearnedPasses(tc.w, tc.h, tc.scale); got != tc.passes {
-			t.Errorf("%d×%d ×%d: %d learned passes, want %d", tc.w, tc.h, tc.scale, got, tc.passes)
+		h := libvips.Header{Width: tc.w, Height: tc.h, Bands: 3, SampleBytes: 1, PNG: tc.png == 1}
+		if got := e.mostLearnedPasses(h, tc.scale); got != tc.passes {
+			t.Errorf("%s: %d learned passes, want %d", tc.name, got, tc.passes)
+		}
+		if got := learnedMemory(h, tc.scale, tc.passes); tc.passes > 0 && got > e.opts.MemoryBudget {
+			t.Errorf("%s: %d bytes held, over the budget", tc.name, got)
 		}
 	}
 }
 
-// TestLearnedPassesFitTheDeadline: a request makes the learned passes
-// whose estimated time fits in learnedShare of the time left before its
-// deadline, at the pace the engine measured, and the rest classically.
-func TestLearnedPassesFitTheDeadline(t *testing.T) {
-	e := &Engine{opts: Options{LearnedPixels: DefaultLearnedPixels}}
+// TestPassFitsTheDeadline: a learned pass runs when its estimated time
+// fits in learnedShare of the time left before the request's deadline, at
+// the pace the engine measured; else the rest is classical.
+func TestPassFitsTheDeadline(t *testing.T) {
+	e := &Engine{}
 	e.pace.set(1.2e-6)
-	// 512² ×16 at 1.2 µs per result pixel: ×2 takes 1.26 s, ×4 5.0 s
-	// more, ×8 20.1 s more.
+	// At 1.2 µs per result pixel a pass over 512² takes 1.26 s, over
+	// 1024² 5.0 s, over 2048² 20.1 s.
 	for _, tc := range []struct {
-		name   string
-		left   time.Duration
-		passes int
+		name string
+		left time.Duration
+		side int
+		runs int
+		fits bool
 	}{
-		{"NoTime", 0, 0},
-		{"OnePass", 5 * time.Second, 1},    // 3 s for learning
-		{"TwoPasses", 20 * time.Second, 2}, // 12 s
-		{"ThreePasses", time.Minute, 3},    // 36 s: to 4096², the pixel cap
-		{"NoMoreThanTheCap", time.Hour, 3}, // ×16 would be 8192²
+		{"NoTime", 0, 512, 1, false},
+		{"Small", 5 * time.Second, 512, 1, true},           // 3 s for learning
+		{"TooLarge", 5 * time.Second, 1024, 1, false},      //
+		{"Larger", 20 * time.Second, 1024, 1, true},        // 12 s
+		{"LargerStill", 20 * time.Second, 2048, 1, false},  //
+		{"AlphaRunsTwice", 2 * time.Second, 512, 2, false}, // 2.5 s against 1.2
+		{"Alpha", 5 * time.Second, 512, 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), tc.left)
 			defer cancel()
-			if got := e.learnedPasses(ctx, 512, 512, 1, 16); got != tc.passes {
-				t.Errorf("%d learned passes, want %d", got, tc.passes)
+			if got := e.passFits(ctx, tc.side, tc.side, tc.runs); got != tc.fits {
+				t.Errorf("fits %v, want %v", got, tc.fits)
 			}
 		})
 	}
-	if got := e.learnedPasses(context.Background(), 512, 512, 1, 16); got != 3 {
-		t.Errorf("without a deadline: %d learned passes, want 3, the cap's", got)
+	if !e.passFits(context.Background(), 1<<14, 1<<14, 2) {
+		t.Error("without a deadline a pass does not fit")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// A translucent alpha runs the network twice a pass: 52.8 s for
-	// three passes does not fit 36 s, two (12.6 s) do.
-	if got := e.learnedPasses(ctx, 512, 512, 2, 16); got != 2 {
-		t.Errorf("with alpha: %d learned passes, want 2", got)
-	}
 	// A pass moves the pace by a third of the way for a megapixel, less
 	// for fewer pixels: a 64² pass at 10 µs a pixel moves it 0.14%...
 	e.pace.observe(10e-6, 64*64)
@@ -239,12 +246,13 @@ func TestLearnedPassesFitTheDeadline(t *testing.T) {
 		t.Errorf("pace %.4g after a 64² pass, want %.4g", got, want)
 	}
 	// ...while large passes at 10 µs a pixel bring it there: a minute
-	// holds only the first pass (10.5 s; the second would end at 52 s).
+	// (36 s to learn) holds a pass over 512² (10.5 s), not one over 1024²
+	// (41.9 s).
 	for range 20 {
 		e.pace.observe(10e-6, 4<<20)
 	}
-	if got := e.learnedPasses(ctx, 512, 512, 1, 16); got != 1 {
-		t.Errorf("at a slower measured pace: %d learned passes, want 1", got)
+	if !e.passFits(ctx, 512, 512, 1) || e.passFits(ctx, 1024, 1024, 1) {
+		t.Errorf("at a slower measured pace %.3g, the passes that fit a minute are not 512²'s alone", e.pace.seconds())
 	}
 	// A pass cut short by its deadline raises the pace to at least what
 	// it took a pixel; a faster reading never lowers it.

@@ -14,9 +14,11 @@
 // # Scales
 //
 // The networks enlarge ×2. Scale 2 is one pass and 4 two. Learned passes
-// run while a pass's result stays within Options.LearnedPixels and its
-// estimated time fits the request's deadline (learnedPasses), and
-// libvips's classical enlargement does the rest. Image.Engine says which
+// run while what the engine holds for them fits Options.MemoryBudget
+// (mostLearnedPasses) and each pass's estimated time fits the request's
+// deadline (passFits), and libvips's classical enlargement does the rest:
+// no pixel count decides. A pass holds its source and its result whole,
+// as 16-bit samples; floats live only per tile. Image.Engine says which
 // did what. Each pass runs tile by tile (Options.Tile), each tile read
 // with the network's receptive field around it, so tiles join without
 // seams.
@@ -50,10 +52,11 @@ import (
 	"github.com/upscalekit/upscale/engine/vips"
 )
 
-// DefaultLearnedPixels admits learned passes up to a 4096×4096
-// result, such as ×2 of a 4-megapixel photo; the time left before a
-// request's deadline decides how many of them run (learnedPasses).
-const DefaultLearnedPixels = 4096 * 4096
+// DefaultMemoryBudget is Options.MemoryBudget's default: 1 GiB, the
+// default of upscale.Capacity.MemoryBudget. Within it learned passes make
+// RGB results of up to about 90 megapixels (a JPEG), such as ×2 of a
+// 12-megapixel phone photo (49 megapixels, 440 MB held).
+const DefaultMemoryBudget = 1 << 30
 
 // Precision is the arithmetic the networks run in.
 type Precision string
@@ -99,10 +102,11 @@ type Options struct {
 	// Tile is the side of the tiles, in source pixels. Zero means the
 	// runtime's Tile().
 	Tile int
-	// LearnedPixels caps the result of a learned pass, in pixels; what is
-	// left of the scale is done classically. Zero means
-	// DefaultLearnedPixels.
-	LearnedPixels int64
+	// MemoryBudget caps what one image's learned passes may hold (see
+	// EstimateMemory): a pass that would hold more is done classically.
+	// Set it to the handler's upscale.Capacity.MemoryBudget, so that every
+	// estimate fits it. Zero means DefaultMemoryBudget.
+	MemoryBudget int64
 	// Precision is the networks' arithmetic, one of the runtime's
 	// Precisions(). Empty means the first of them.
 	Precision Precision
@@ -148,8 +152,8 @@ func New(opts Options) (*Engine, error) {
 	if opts.Tile == 0 {
 		opts.Tile = opts.Runtime.Tile()
 	}
-	if opts.LearnedPixels == 0 {
-		opts.LearnedPixels = DefaultLearnedPixels
+	if opts.MemoryBudget == 0 {
+		opts.MemoryBudget = DefaultMemoryBudget
 	}
 	offered := opts.Runtime.Precisions()
 	if opts.Precision == "" {
@@ -191,6 +195,10 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 		return upscale.Image{}, ctx.Err()
 	}
 	defer func() { <-e.slots }()
+	h, err := e.codec.Header(src, opts.Scale)
+	if err != nil {
+		return upscale.Image{}, err
+	}
 	px, err := e.codec.Decode(ctx, src, opts.Scale)
 	if err != nil {
 		return upscale.Image{}, err
@@ -199,32 +207,40 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	if err != nil {
 		return upscale.Image{}, err
 	}
-	if e.mostLearnedPasses(px.Width, px.Height, opts.Scale) > 0 {
+	most := e.mostLearnedPasses(h, opts.Scale)
+	if most > 0 {
 		if err := e.measurePace(ctx, e.models[level]); err != nil {
 			return upscale.Image{}, err
 		}
 	}
-	return e.enlargeAll(ctx, px, opts.Scale, opts.ImageType, level)
+	return e.enlargeAll(ctx, px, opts.Scale, most, opts.ImageType, level)
 }
 
-// EstimateMemory implements upscale.MemoryEstimator from src's header. At
-// its peak the engine holds the float samples of its last learned pass's
-// input and output (or of the decoded source, without one), and the
-// encoded result twice, as engine/vips does. The runtime's buffers for one
-// tile are the same for every image and belong to the process's constant.
+// EstimateMemory implements upscale.MemoryEstimator from src's header:
+// learnedMemory for the passes the budget allows.
 func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
 	h, err := e.codec.Header(src, opts.Scale)
 	if err != nil {
 		return 0, err
 	}
+	return learnedMemory(h, opts.Scale, e.mostLearnedPasses(h, opts.Scale)), nil
+}
+
+// learnedMemory is the most the engine holds enlarging h's image by scale
+// with passes learned passes: the 16-bit samples of the last pass's input
+// and output, or, without one, of the decoded source twice (libvips's and
+// its copy), and the encoded result twice, as engine/vips does. The
+// runtime's buffers for one tile are the same for every image and belong
+// to the process's constant.
+func learnedMemory(h libvips.Header, scale, passes int) int64 {
+	const sampleBytes = 2
 	pixels := int64(h.Width) * int64(h.Height)
-	floats := pixels
-	for range e.mostLearnedPasses(h.Width, h.Height, opts.Scale) {
-		floats = pixels + 4*pixels
-		pixels *= 4
+	held := 2 * pixels
+	if passes > 0 {
+		input := pixels << (2 * (passes - 1))
+		held = input + 4*input
 	}
-	const floatBytes = 4
-	return floats*int64(h.Bands)*floatBytes + 2*h.EncodedBytes(opts.Scale), nil
+	return held*int64(h.Bands)*sampleBytes + 2*h.EncodedBytes(scale)
 }
 
 // SourceSize implements upscale.SizeReader, as engine/vips does.
@@ -242,12 +258,12 @@ func (e *Engine) ReleaseMemory() {
 	}
 }
 
-// enlargeAll enlarges px by scale: learned passes, the first denoising at
-// level, then the classical rest, and encodes the result.
-func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
+// enlargeAll enlarges px by scale: at most most learned passes, the first
+// denoising at level, then the classical rest, and encodes the result.
+func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
 	// Each pass is decided as it comes, at the pace the last one measured.
 	runs, passes := networkRuns(px), 0
-	for e.learnedPasses(ctx, px.Width, px.Height, runs, scale>>passes) > 0 {
+	for passes < most && e.passFits(ctx, px.Width, px.Height, runs) {
 		var err error
 		if px, err = e.enlarge(ctx, px, e.models[level]); err != nil {
 			return upscale.Image{}, err
@@ -266,38 +282,29 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale int, 
 	return img, err
 }
 
-// mostLearnedPasses is how many ×2 passes of scale the network may make:
-// as many as keep each result within LearnedPixels.
-func (e *Engine) mostLearnedPasses(w, h, scale int) int {
+// mostLearnedPasses is how many ×2 passes of scale the network may make
+// for h's image: as many as keep what the engine holds (learnedMemory)
+// within Options.MemoryBudget.
+func (e *Engine) mostLearnedPasses(h libvips.Header, scale int) int {
 	passes := 0
-	for scale > 1 && int64(w)*int64(h)*4 <= e.opts.LearnedPixels {
-		w, h, scale = 2*w, 2*h, scale/2
+	for scale>>passes > 1 && learnedMemory(h, scale, passes+1) <= e.opts.MemoryBudget {
 		passes++
 	}
 	return passes
 }
 
-// learnedPasses is how many of the mostLearnedPasses the network makes
-// for a request: those whose estimated time (each pass's result pixels,
-// times the network's runs a pass, at the measured pace) fits within
-// learnedShare of the time left before ctx's deadline, so that the rest
-// is enlarged classically rather than the request timing out. Without a
-// deadline, all of them.
-func (e *Engine) learnedPasses(ctx context.Context, w, h, runs, scale int) int {
-	most := e.mostLearnedPasses(w, h, scale)
+// passFits reports whether a learned pass over a w × h image fits the
+// request's time: its estimated time (its result pixels, times the
+// network's runs, at the measured pace) within learnedShare of the time
+// left before ctx's deadline, so that the rest is enlarged classically
+// rather than the request timing out. Without a deadline, it fits.
+func (e *Engine) passFits(ctx context.Context, w, h, runs int) bool {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		return most
+		return true
 	}
-	budget := time.Until(deadline).Seconds() * learnedShare
-	pace, spent := e.pace.seconds(), 0.0
-	for passes := range most {
-		w, h = 2*w, 2*h
-		if spent += float64(w) * float64(h) * float64(runs) * pace; spent > budget {
-			return passes
-		}
-	}
-	return most
+	estimate := 4 * float64(w) * float64(h) * float64(runs) * e.pace.seconds()
+	return estimate <= time.Until(deadline).Seconds()*learnedShare
 }
 
 // networkRuns is how many times a pass runs the network over px: once for
@@ -336,15 +343,15 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 		layers = append(layers, colour)
 	case px.Alpha: // opaque
 		for i := colour; i < len(out.Pix); i += out.Bands {
-			out.Pix[i] = px.Max()
+			out.Pix[i] = math.MaxUint16
 		}
 	}
 	start := time.Now()
 	work := float64(out.Width) * float64(out.Height) * float64(len(layers)) // result pixels the network makes
 	for _, first := range layers {
 		grey := first != 0 || colour == 1
-		in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, first: first, grey: grey, max: px.Max()}
-		o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, first: first, grey: grey, max: px.Max()}
+		in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, first: first, grey: grey}
+		o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, first: first, grey: grey}
 		if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				// Cut short by the deadline: the whole pass would have
@@ -361,7 +368,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 // opaque reports whether px's alpha is the largest value everywhere.
 func opaque(px *libvips.Pixels) bool {
 	for i := px.Bands - 1; i < len(px.Pix); i += px.Bands {
-		if px.Pix[i] != px.Max() {
+		if px.Pix[i] != math.MaxUint16 {
 			return false
 		}
 	}

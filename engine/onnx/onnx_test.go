@@ -64,24 +64,24 @@ func TestNewRefusesBadLibrary(t *testing.T) {
 	newEngine(t, onnx.Options{})
 }
 
-// TestEstimateMemory: the estimate holds the float samples of the last
-// learned pass's input and output and the encoded result twice; with the
-// learned passes limited, the classical rest adds only to the result.
+// TestEstimateMemory: the estimate holds the 16-bit samples of the last
+// learned pass's input and output and the encoded result twice; with no
+// learned pass in the budget, the decoded source twice.
 func TestEstimateMemory(t *testing.T) {
 	src := upscaletest.TestImagePNG(t, 40, 30)
-	const pixels, bands, floatBytes = 40 * 30, 3, 4
+	const pixels, bands, sampleBytes = 40 * 30, 3, 2
 	cases := []struct {
 		name  string
 		opts  onnx.Options
 		scale int
 		want  int64
 	}{
-		// One pass: source and ×2 floats; a ×2 PNG result, twice.
-		{"×2", onnx.Options{}, 2, (pixels+4*pixels)*bands*floatBytes + 2*4*pixels*bands},
+		// One pass: source and ×2; a ×2 PNG result, twice.
+		{"×2", onnx.Options{}, 2, (pixels+4*pixels)*bands*sampleBytes + 2*4*pixels*bands},
 		// Two passes: the second's input (×2) and output (×4).
-		{"×4", onnx.Options{}, 4, (4*pixels+16*pixels)*bands*floatBytes + 2*16*pixels*bands},
-		// No learned pass allowed: the decoded source's floats only.
-		{"×2Classical", onnx.Options{LearnedPixels: pixels}, 2, pixels*bands*floatBytes + 2*4*pixels*bands},
+		{"×4", onnx.Options{}, 4, (4*pixels+16*pixels)*bands*sampleBytes + 2*16*pixels*bands},
+		// No learned pass fits: the decoded source, twice, only.
+		{"×2Classical", onnx.Options{MemoryBudget: 1000}, 2, 2*pixels*bands*sampleBytes + 2*4*pixels*bands},
 	}
 	for _, c := range cases {
 		got, err := newEngine(t, c.opts).EstimateMemory(src, upscale.Params{Scale: c.scale})
@@ -106,7 +106,10 @@ func TestNewRefusesUnknownPrecision(t *testing.T) {
 // precision the networks ran in.
 func TestEngineSaysWhatRan(t *testing.T) {
 	src := upscaletest.TestImagePNG(t, 64, 48)
-	e := newEngine(t, onnx.Options{LearnedPixels: 4 * 64 * 48, Precision: onnx.INT8})
+	// A budget that holds one learned pass of ×8 over 64×48 (the pass's
+	// 5 × 64×48 samples of 3 bands, 2 bytes each, and the ×8 PNG result
+	// twice), not two, nor the pass of ×2 over 160×150.
+	e := newEngine(t, onnx.Options{MemoryBudget: 5*64*48*3*2 + 2*(8*64)*(8*48)*3, Precision: onnx.INT8})
 	for _, tc := range []struct {
 		name  string
 		src   []byte
@@ -115,7 +118,7 @@ func TestEngineSaysWhatRan(t *testing.T) {
 	}{
 		{"×2Learned", src, 2, "learned;passes=1;runtime=onnxruntime;precision=int8"},
 		{"×8LearnedThenClassical", src, 8, "learned;passes=1;runtime=onnxruntime;precision=int8, classical;scale=4"},
-		{"TooLargeForLearned", upscaletest.TestImagePNG(t, 65, 48), 2, "classical;scale=2"},
+		{"TooLargeForLearned", upscaletest.TestImagePNG(t, 160, 150), 2, "classical;scale=2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img, err := e.Upscale(context.Background(), tc.src, upscale.Params{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
@@ -133,7 +136,7 @@ func TestEngineSaysWhatRan(t *testing.T) {
 	for _, tc := range []struct {
 		src     []byte
 		learned bool
-	}{{upscaletest.TestImagePNG(t, 65, 48), false}, {src, true}} {
+	}{{upscaletest.TestImagePNG(t, 160, 150), false}, {src, true}} {
 		params := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
 		ours, err := e.Upscale(context.Background(), tc.src, params)
 		if err != nil {

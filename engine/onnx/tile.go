@@ -3,6 +3,7 @@ package onnx
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/upscalekit/upscale"
 )
@@ -10,14 +11,13 @@ import (
 // planes are the bands of an interleaved image that a model reads or
 // writes as its three input or output channels: three bands from First
 // (RGB), or band First alone (Grey), read as three equal channels and
-// written as their mean.
+// written as their mean. The model sees a sample of 65535 as 1.
 type planes struct {
-	pix           []float32
+	pix           []uint16
 	width, height int
 	bands         int
 	first         int
 	grey          bool
-	max           float32 // the sample value the model sees as 1
 }
 
 func (p planes) band(c int) int {
@@ -88,9 +88,9 @@ func (m *model) run(ctx context.Context, network Network, in, out planes, tileSi
 }
 
 // gather fills x (3 planes of w × h) with in's pixels from (left, top),
-// repeating the edge pixels beyond the image, divided by in.max.
+// repeating the edge pixels beyond the image, from 0 to 1.
 func (m *model) gather(in planes, x []float32, left, top, w, h int) {
-	scale := 1 / in.max
+	const scale = 1.0 / math.MaxUint16
 	for c := range 3 {
 		band := in.band(c)
 		plane := x[c*w*h : (c+1)*w*h]
@@ -100,14 +100,14 @@ func (m *model) gather(in planes, x []float32, left, top, w, h int) {
 			dst := plane[row*w : (row+1)*w]
 			for col := range dst {
 				sx := min(max(left+col, 0), in.width-1)
-				dst[col] = src[sx*in.bands+band] * scale
+				dst[col] = float32(src[sx*in.bands+band]) * scale
 			}
 		}
 	}
 }
 
 // scatter writes the part of one tile's result y (3 planes of w × h) that
-// lies inside out, at (left, top), clipped to 0-1 and times out.max.
+// lies inside out, at (left, top), clipped to 0-1 and rounded to 16 bits.
 func scatter(y []float32, w, h int, out planes, left, top int) {
 	rows, cols := min(h, out.height-top), min(w, out.width-left)
 	for row := range rows {
@@ -116,14 +116,15 @@ func scatter(y []float32, w, h int, out planes, left, top int) {
 			i := row*w + col
 			if out.grey {
 				v := (y[i] + y[w*h+i] + y[2*w*h+i]) / 3
-				dst[col*out.bands+out.first] = clip(v) * out.max
+				dst[col*out.bands+out.first] = sample(v)
 				continue
 			}
 			for c := range 3 {
-				dst[col*out.bands+out.first+c] = clip(y[c*w*h+i]) * out.max
+				dst[col*out.bands+out.first+c] = sample(y[c*w*h+i])
 			}
 		}
 	}
 }
 
-func clip(v float32) float32 { return min(max(v, 0), 1) }
+// sample is v, clipped to 0-1, as a 16-bit sample.
+func sample(v float32) uint16 { return uint16(min(max(v, 0), 1)*math.MaxUint16 + 0.5) }

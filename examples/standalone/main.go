@@ -204,7 +204,8 @@ func (o options) openEngine() (upscale.Upscaler, error) {
 	if o.engine != "onnx" {
 		return vips.New(vips.Options{}), nil
 	}
-	opts := onnx.Options{Library: o.onnxRuntimeLib, Precision: onnx.Precision(o.onnxPrecision)}
+	// Learned passes fit the same budget as the requests that hold them.
+	opts := onnx.Options{Library: o.onnxRuntimeLib, Precision: onnx.Precision(o.onnxPrecision), MemoryBudget: o.memoryBudget}
 	if o.onnxRuntime == "onednn" {
 		rt, err := onednn.New()
 		if err != nil {

@@ -191,7 +191,7 @@ func copyUnlessDone[T any](ctx context.Context, dst, src []T) error {
 }
 
 // decodePixels decodes src strictly into memory: upright, sRGB or grey,
-// premultiplied float.
+// premultiplied, 16-bit.
 func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata) (*Pixels, error) {
 	cancelled, stop := cancelOn(ctx)
 	defer stop()
@@ -207,12 +207,12 @@ func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata) (*Pi
 		Height:         int(px.height),
 		Bands:          int(px.bands),
 		Alpha:          px.alpha != 0,
-		Pix:            make([]float32, n),
+		Pix:            make([]uint16, n),
 		sampleFormat:   px.format,
 		interpretation: px.interpretation,
 		resolution:     [2]C.double{px.xres, px.yres},
 	}
-	if err := copyUnlessDone(ctx, out.Pix, unsafe.Slice((*float32)(unsafe.Pointer(px.data)), n)); err != nil {
+	if err := copyUnlessDone(ctx, out.Pix, unsafe.Slice((*uint16)(unsafe.Pointer(px.data)), n)); err != nil {
 		return nil, err
 	}
 	if px.profile != nil {
@@ -227,7 +227,7 @@ func cPixels(px *Pixels) (in *C.pixels, unpin func()) {
 	var pinner runtime.Pinner
 	pinner.Pin(unsafe.SliceData(px.Pix))
 	in = &C.pixels{
-		data:           (*C.float)(unsafe.Pointer(unsafe.SliceData(px.Pix))),
+		data:           (*C.ushort)(unsafe.Pointer(unsafe.SliceData(px.Pix))),
 		width:          C.int(px.Width),
 		height:         C.int(px.Height),
 		bands:          C.int(px.Bands),

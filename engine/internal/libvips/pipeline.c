@@ -353,7 +353,7 @@ done:
 
 int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, pixels *out) {
 	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 1);
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
 	VipsImage *x;
 	int status = -1;
 	memset(out, 0, sizeof(*out));
@@ -371,9 +371,13 @@ int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, 
 		out->profile = g_memdup2(profile, profile_len);
 		out->profile_len = profile_len;
 	}
-	if (to_working(x, &t[0]))
+	// Rounded to 16 bits: exact for 16-bit and 8-bit sources, and an
+	// 8-bit colour premultiplied by alpha keeps 8 bits more than its own.
+	if (to_working(x, &t[0]) ||
+		vips_linear1(t[0], &t[1], 257.0 / unit_of(out->format), 0.5, NULL) ||
+		vips_cast(t[1], &t[2], VIPS_FORMAT_USHORT, NULL))
 		goto done;
-	x = t[0];
+	x = t[2];
 	size_t size;
 	if (!(out->data = vips_image_write_to_memory(x, &size)))
 		goto done;
@@ -390,16 +394,19 @@ done:
 	return status;
 }
 
-// wrap_pixels makes an image of in's samples, without copying them.
+// wrap_pixels makes an image of in's samples, without copying them: the
+// working image of the pipeline (float, in the range of the source's
+// format), made from them strip by strip as it is read.
 static int wrap_pixels(VipsObject *ctx, const pixels *in, VipsImage **out) {
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 2);
-	size_t size = (size_t) in->width * in->height * in->bands * sizeof(float);
-	if (!(t[0] = vips_image_new_from_memory(in->data, size, in->width, in->height, in->bands, VIPS_FORMAT_FLOAT)) ||
-		vips_copy(t[0], &t[1], "interpretation", in->interpretation, "xres", in->xres, "yres", in->yres, NULL))
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
+	size_t size = (size_t) in->width * in->height * in->bands * sizeof(unsigned short);
+	if (!(t[0] = vips_image_new_from_memory(in->data, size, in->width, in->height, in->bands, VIPS_FORMAT_USHORT)) ||
+		vips_linear1(t[0], &t[1], unit_of(in->format) / 257.0, 0.0, NULL) ||
+		vips_copy(t[1], &t[2], "interpretation", in->interpretation, "xres", in->xres, "yres", in->yres, NULL))
 		return -1;
 	if (in->profile)
-		vips_image_set_blob_copy(t[1], VIPS_META_ICC_NAME, in->profile, in->profile_len);
-	*out = t[1];
+		vips_image_set_blob_copy(t[2], VIPS_META_ICC_NAME, in->profile, in->profile_len);
+	*out = t[2];
 	return 0;
 }
 

@@ -47,10 +47,10 @@ int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p
 	gint *cancelled, void **out, size_t *outlen);
 
 // pixels is a decoded image in memory: upright, sRGB or grey, with colour
-// premultiplied by alpha, as interleaved float samples in the range of its
-// source's format (0-255, or 0-65535 for 16-bit).
+// premultiplied by alpha, as interleaved 16-bit samples, 0-65535 whatever
+// the source's depth (an 8-bit source's times 257).
 typedef struct {
-	float *data; // width * height * bands samples
+	unsigned short *data; // width * height * bands samples
 	int width, height, bands;
 	int alpha;                         // the last band is alpha
 	VipsBandFormat format;             // the source's sample format: results are written in it

@@ -16,8 +16,10 @@ import (
 // Pixels is a decoded image in memory, for engines of other kinds that
 // enlarge pixels themselves and leave decoding and encoding to this
 // package: upright (its EXIF orientation applied), sRGB or grey (CMYK is
-// converted), with colour premultiplied by alpha, as interleaved float32
-// samples in the range of the source's format, 0 to Max().
+// converted), with colour premultiplied by alpha, as interleaved 16-bit
+// samples from 0 to 65535 (math.MaxUint16) whatever the source's depth.
+// Two bytes a sample, half of float32's: an engine's passes hold their
+// source and result whole, and a 48-megapixel RGB result is 290 MB.
 type Pixels struct {
 	Width, Height int
 	// Bands is 1 (grey), 2 (grey and alpha), 3 (RGB) or 4 (RGBA).
@@ -25,7 +27,7 @@ type Pixels struct {
 	// Alpha says the last band is alpha.
 	Alpha bool
 	// Pix holds Width × Height × Bands samples, row by row.
-	Pix []float32
+	Pix []uint16
 
 	// How to write the result: the source's file format, sample format,
 	// colour interpretation, resolution and ICC profile.
@@ -37,20 +39,12 @@ type Pixels struct {
 	jpegQuality    int // 0 unless the source is a JPEG with tables
 }
 
-// Max is the largest sample value: 255, or 65535 for a 16-bit source.
-func (p *Pixels) Max() float32 {
-	if p.sampleFormat == C.VIPS_FORMAT_USHORT {
-		return 65535
-	}
-	return 255
-}
-
 // Like returns a Width × Height image of zero samples with the same bands
 // and the same way of writing it as p.
 func (p *Pixels) Like(width, height int) *Pixels {
 	out := *p
 	out.Width, out.Height = width, height
-	out.Pix = make([]float32, width*height*p.Bands)
+	out.Pix = make([]uint16, width*height*p.Bands)
 	return &out
 }
 
