@@ -296,10 +296,24 @@ func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, 
 		}
 		return Image{}, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
+	ctx, cancel := h.jobEngineDeadline(ctx)
 	defer cancel()
 	img, err := h.runUpscaler(ctx, slot, src, params, memory)
 	return img, engineTimeout(ctx, err)
+}
+
+// jobEngineDeadline is the context a job's enlargement runs in: a job has
+// no gateway to answer in time, so its engine has what is left of its
+// run's time (the queue's RunTimeout) but SettleTimeout, for storing and
+// charging the result; an engine that decides by its deadline (learned
+// passes or classical) enlarges a job wholly learned where a request's
+// EngineTimeout would not allow it. A run without a deadline gives the
+// engine EngineTimeout.
+func (h *Handler) jobEngineDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok {
+		return context.WithDeadlineCause(ctx, deadline.Add(-h.cfg.SettleTimeout), ErrUpstreamTimeout)
+	}
+	return context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 }
 
 // engineTimeout is err as the caller is answered: ErrUpstreamTimeout for

@@ -204,9 +204,10 @@ type JobQueue interface {
 	// again if stop ended it, or, at least a second later, if it asked to
 	// Retry; else failed with internal_error. A job whose worker dies mid-run is run again,
 	// so run must be safe to repeat: it charges one unit for a job however
-	// often it runs. A queue whose workers can die runs a job at most
-	// MaxJobAttempts times that way, and settles the jobs its workers left
-	// (see JobRunner).
+	// often it runs. A queue bounds one run's time (its context's
+	// deadline); a job whose runs overrun it, or whose workers die, runs
+	// MaxJobAttempts times at most, then is given up and settled (see
+	// JobRunner).
 	Work(ctx context.Context, concurrency int, run JobRunner) (stop func(drain context.Context) error, err error)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	_ "image/png"
@@ -1085,5 +1086,79 @@ func TestCancelAfterAnUnsettledCharge(t *testing.T) {
 	}
 	if b := e.balance("free"); b.Free != 2 || e.blobs.Len() != 1 {
 		t.Errorf("%d free images, %d items stored; want 2 and the result", b.Free, e.blobs.Len())
+	}
+}
+
+// deadlineUpscaler records how long each Upscale had before its deadline.
+type deadlineUpscaler struct {
+	upscaletest.PixelUpscaler
+	left chan time.Duration
+}
+
+func (u deadlineUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
+	deadline, _ := ctx.Deadline()
+	u.left <- time.Until(deadline)
+	return u.PixelUpscaler.Upscale(ctx, src, opts)
+}
+
+// TestJobEngineHasTheRunsTime: a request's engine has EngineTimeout; a
+// job's has what its run has left but SettleTimeout, so that an engine
+// deciding by its deadline (learned or classical passes) makes a job's
+// result learned where a request's would not be.
+func TestJobEngineHasTheRunsTime(t *testing.T) {
+	u := deadlineUpscaler{left: make(chan time.Duration, 2)}
+	e := newEnv(t, func(c *upscale.Config) {
+		c.Upscaler, c.EngineTimeout, c.SettleTimeout = u, 2*time.Second, 15*time.Second
+		c.Jobs = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now, RunTimeout: 5 * time.Minute})
+	})
+	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
+	if left := <-u.left; left > 2*time.Second {
+		t.Errorf("a request's engine had %v, want EngineTimeout's 2s at most", left)
+	}
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	if left := <-u.left; left < 4*time.Minute || left > 5*time.Minute-15*time.Second {
+		t.Errorf("a job's engine had %v, want its run's 5 minutes but the 15 s to settle", left)
+	}
+	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded {
+		t.Errorf("job %s, want succeeded", j.Status)
+	}
+}
+
+// TestMemoryJobQueueGivesUpOverruns: a run that overruns RunTimeout runs
+// again, MaxJobAttempts times at most; then the job is given up, settled
+// by a run of its own with the cause ErrJobGivenUp, and failed.
+func TestMemoryJobQueueGivesUpOverruns(t *testing.T) {
+	q := upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{RunTimeout: 20 * time.Millisecond})
+	now := time.Now()
+	job, err := q.Submit(context.Background(), upscale.Job{AccountID: "a", Source: "s", Reservation: "r", Created: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overruns atomic.Int32
+	settled := make(chan error, 2)
+	stop, err := q.Work(context.Background(), 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+		if ctx.Err() != nil {
+			settled <- context.Cause(ctx)
+			return upscale.JobOutcome{Problem: upscale.GivenUpProblem()}
+		}
+		<-ctx.Done() // never ends in time
+		overruns.Add(1)
+		return upscale.JobOutcome{}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(context.Background())
+	select {
+	case cause := <-settled:
+		if !errors.Is(cause, upscale.ErrJobGivenUp) {
+			t.Errorf("settled with the cause %v, want ErrJobGivenUp", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job was not given up")
+	}
+	got, err := q.Get(context.Background(), "a", job.ID)
+	if err != nil || got.Status != upscale.JobFailed || got.Problem == nil || got.Problem.Code != "upstream_error" || overruns.Load() != upscale.MaxJobAttempts {
+		t.Errorf("%+v, %v after %d overruns; want failed, upstream_error, after %d", got, err, overruns.Load(), upscale.MaxJobAttempts)
 	}
 }

@@ -16,13 +16,25 @@ import (
 type MemoryJobQueueOptions struct {
 	// Now is the queue's clock. Nil means time.Now.
 	Now func() time.Time
+	// RunTimeout bounds one run of a job: past it the run's context is
+	// done (context.DeadlineExceeded) and the job runs again, up to
+	// MaxJobAttempts runs, then is given up (see JobRunner). A job's
+	// engine has what is left of it. Zero means DefaultRunTimeout.
+	RunTimeout time.Duration
 }
+
+// DefaultRunTimeout is how long one run of a job may take by default:
+// long enough for learned passes to make the largest result a server
+// makes on a small CPU (×2 of a 12-megapixel photo took 4 minutes on two
+// cores), far above a synchronous request's EngineTimeout.
+const DefaultRunTimeout = 10 * time.Minute
 
 // MemoryJobQueue is a JobQueue held in process memory, for one process and
 // for tests: its jobs are lost when the process ends (their units come
 // back when their holds end). It is safe for concurrent use.
 type MemoryJobQueue struct {
-	now func() time.Time
+	now        func() time.Time
+	runTimeout time.Duration
 
 	mu          sync.Mutex
 	jobs        map[string]*memoryJob
@@ -41,8 +53,10 @@ type memoryJob struct {
 	Job
 	stop     context.CancelCauseFunc // the running run's, while it runs
 	canceled bool                    // Cancel was asked while it ran
-	// settle is, for a job that ended canceled with no run that settled
-	// it, the cause a run that settles it gets (see JobRunner).
+	overruns int                     // runs that overran RunTimeout
+	// settle is, for a job that ended with no run that settled it
+	// (canceled, or given up), the cause a run that settles it gets (see
+	// JobRunner).
 	settle error
 }
 
@@ -51,7 +65,8 @@ var _ JobQueue = (*MemoryJobQueue)(nil)
 // NewMemoryJobQueue returns an empty MemoryJobQueue.
 func NewMemoryJobQueue(opts MemoryJobQueueOptions) *MemoryJobQueue {
 	return &MemoryJobQueue{
-		now: clock(opts.Now), jobs: map[string]*memoryJob{}, submissions: map[submission]string{}, wake: make(chan struct{}, 1),
+		now: clock(opts.Now), runTimeout: cmp.Or(opts.RunTimeout, DefaultRunTimeout),
+		jobs: map[string]*memoryJob{}, submissions: map[submission]string{}, wake: make(chan struct{}, 1),
 	}
 }
 
@@ -185,7 +200,7 @@ func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job,
 		j.Status, j.Finished = JobCanceled, now
 		l := level(j.Priority)
 		q.queued[l] = slices.DeleteFunc(q.queued[l], func(queued string) bool { return queued == id })
-		q.settleLater(j, 0)
+		q.settleLater(j, ErrJobCanceled, 0) // its canceler may have failed to
 	case j.Status == JobRunning && j.settle == nil:
 		j.canceled = true
 		j.stop(ErrJobCanceled)
@@ -316,7 +331,10 @@ func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx co
 				if j == nil || (j.Status != JobQueued && j.settle == nil) || j.stop != nil || !now.Before(j.Expires) {
 					continue
 				}
-				runCtx, j.stop = context.WithCancelCause(context.Background())
+				deadlined, release := context.WithTimeout(context.Background(), q.runTimeout)
+				var cancel context.CancelCauseFunc
+				runCtx, cancel = context.WithCancelCause(deadlined)
+				j.stop = func(cause error) { cancel(cause); release() }
 				if j.settle != nil {
 					j.stop(j.settle) // a run that only settles
 				} else {
@@ -361,33 +379,40 @@ func waitToTake(stopping, wake <-chan struct{}, take func() bool) bool {
 func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context.Context) {
 	now := q.lock()
 	defer q.mu.Unlock()
-	stopped := runCtx.Err() != nil
+	stopped, overran := runCtx.Err() != nil, errors.Is(runCtx.Err(), context.DeadlineExceeded)
 	j.stop(nil)
 	j.stop = nil
-	canceled := j.canceled || j.settle != nil
+	settled := j.settle
+	if j.canceled {
+		settled = ErrJobCanceled
+	}
 	j.canceled, j.settle = false, nil
+	if overran && settled == nil && outcome.Result == nil && outcome.Problem == nil && !outcome.Retry {
+		if j.overruns++; j.overruns >= MaxJobAttempts {
+			settled, outcome = ErrJobGivenUp, JobOutcome{Retry: true} // settled by a run of its own
+		}
+	}
 	switch {
 	case outcome.Result != nil:
 		j.Status, j.Result, j.Engine = JobSucceeded, outcome.Result, outcome.Engine
-	case canceled && outcome.Retry:
-		j.Status = JobCanceled
+	case settled != nil && outcome.Retry:
+		j.Status, j.Problem = JobCanceled, nil
+		if settled == ErrJobGivenUp {
+			j.Status, j.Problem = JobFailed, GivenUpProblem()
+		}
 		if j.Prepared.Delivers(now) {
 			j.Status = JobRunning
 		}
-		q.settleLater(j, retryDelay)
+		q.settleLater(j, settled, retryDelay)
 		j.Finished = cmp.Or(j.Finished, now)
 		return
-	case canceled:
+	case settled == ErrJobGivenUp:
+		j.Status, j.Problem = JobFailed, cmp.Or(outcome.Problem, GivenUpProblem())
+	case settled != nil:
 		j.Status = JobCanceled
 	case outcome.Problem != nil:
 		j.Status, j.Problem = JobFailed, outcome.Problem
-	case stopped:
-		j.Status = JobQueued
-		l := level(j.Priority)
-		q.queued[l] = slices.Insert(q.queued[l], 0, j.ID)
-		q.signal()
-		return
-	case outcome.Retry:
+	case outcome.Retry || overran:
 		j.Status = JobQueued
 		time.AfterFunc(retryDelay, func() {
 			q.mu.Lock()
@@ -397,17 +422,24 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 			}
 		})
 		return
+	case stopped:
+		j.Status = JobQueued
+		l := level(j.Priority)
+		q.queued[l] = slices.Insert(q.queued[l], 0, j.ID)
+		q.signal()
+		return
 	default:
 		j.Status, j.Problem = JobFailed, RunnerProblem()
 	}
 	j.Finished, j.Prepared = cmp.Or(j.Finished, now), nil
 }
 
-// settleLater has a worker settle the canceled job j after delay, with a
-// run whose context is done with the cause ErrJobCanceled, ahead of every
-// queued job: its canceler may have failed to. The caller holds q.mu.
-func (q *MemoryJobQueue) settleLater(j *memoryJob, delay time.Duration) {
-	j.settle = ErrJobCanceled
+// settleLater has a worker settle the job j, canceled or given up, after
+// delay, with a run whose context is done with the cause settle
+// (ErrJobCanceled or ErrJobGivenUp), ahead of every queued job. The caller
+// holds q.mu.
+func (q *MemoryJobQueue) settleLater(j *memoryJob, settle error, delay time.Duration) {
+	j.settle = settle
 	time.AfterFunc(delay, func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()

@@ -46,8 +46,9 @@ import (
 type Options struct {
 	// RunTimeout bounds one run of a job: past it River cancels the run
 	// and gives the job back, and a run whose worker died is given back
-	// this long after it started (plus a minute). Zero means 10 minutes,
-	// far above a run's work. It must be above the handler's
+	// this long after it started (plus a minute). A job's engine has what
+	// is left of it less the handler's SettleTimeout. Zero means
+	// upscale.DefaultRunTimeout. It must be above the handler's
 	// EngineTimeout and SettleTimeout together: a run waiting its turn
 	// for the engine gives it up in time only then (else its wait may
 	// overrun, which counts as an attempt).
@@ -104,7 +105,7 @@ func NewPostgres(pool *pgxpool.Pool, opts Options) (*Queue[pgx.Tx], error) {
 
 func newQueue[TTx any](driver riverdriver.Driver[TTx], opts Options) (*Queue[TTx], error) {
 	if opts.RunTimeout == 0 {
-		opts.RunTimeout = 10 * time.Minute
+		opts.RunTimeout = upscale.DefaultRunTimeout
 	}
 	if opts.Retention == 0 {
 		opts.Retention = 24 * time.Hour

@@ -156,7 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
 	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
 	fs.IntVar(&o.jobWorkers, "job-workers", 0, "jobs of the job form (Prefer: respond-async) this process runs at once, from the queue in the database (default the engine's concurrency; -1 none, for an API replica beside worker processes)")
-	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", 0, "longest one run of a job may take before it is stopped and run again; a job whose worker died is run again a minute after this (default twice -engine-timeout and a minute, for the engine's time and the source's and result's transfers around it)")
+	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", upscale.DefaultRunTimeout, "longest one run of a job may take before it is stopped and run again; a job's engine has this less the time to settle its charge, for learned passes at every size; a job whose worker died is run again a minute after this")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
@@ -172,9 +172,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.engine != "vips" && o.engine != "onnx" {
 		return o, fmt.Errorf("-engine %q: want vips or onnx", o.engine)
-	}
-	if o.jobRunTimeout == 0 {
-		o.jobRunTimeout = 2*o.engineTimeout + time.Minute
 	}
 	if least := o.engineTimeout + settleTimeout; o.jobRunTimeout <= least {
 		return o, fmt.Errorf("-job-run-timeout %v is not above -engine-timeout %v and the %v a charge may take to settle: a run could not use the engine's time, nor give up its turn in time", o.jobRunTimeout, o.engineTimeout, settleTimeout)

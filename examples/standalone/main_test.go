@@ -687,11 +687,11 @@ func TestEngineFlags(t *testing.T) {
 	if err != nil || o.engine != "onnx" {
 		t.Errorf("parseFlags(-engine onnx) = %+v, %v", o, err)
 	}
-	// A run has the engine's time twice, for the fetch of its source and
-	// the store of its result, and a minute.
+	// A run has the queue's default time, whatever a request's engine has:
+	// a job's learned passes use it.
 	o, err = parseFlags([]string{"-engine-timeout", "30s"}, io.Discard)
-	if err != nil || o.jobRunTimeout != 2*time.Minute {
-		t.Errorf("parseFlags(-engine-timeout 30s): -job-run-timeout %v, %v; want 2m", o.jobRunTimeout, err)
+	if err != nil || o.jobRunTimeout != upscale.DefaultRunTimeout {
+		t.Errorf("parseFlags(-engine-timeout 30s): -job-run-timeout %v, %v; want %v", o.jobRunTimeout, err, upscale.DefaultRunTimeout)
 	}
 	o, err = parseFlags([]string{"-engine", "onnx", "-onnx-precision", "fp32"}, io.Discard)
 	if err != nil || o.onnxPrecision != "fp32" {
