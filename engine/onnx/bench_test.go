@@ -2,6 +2,7 @@ package onnx_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -135,7 +136,8 @@ const childEnv = "UPSCALE_ONNX_CHILD"
 
 // TestMain lets benchmarks run requests in a process of their own, to read
 // that process's peak RSS and its whole time, as the ncnn binary's are
-// read: UPSCALE_ONNX_CHILD=scale:file:runtime:precision:tile.
+// read: UPSCALE_ONNX_CHILD=form:scale:file:runtime:precision:tile, form
+// request or job.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
@@ -143,71 +145,106 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild serves two requests for the spec's file through the whole
-// handler, as a server does (the file fetched from a loopback origin,
-// enlarged, stored in memory, answered), one after the other, and prints
-// the seconds each took: the first loads the network and measures its
-// pace, the second is what a running server takes.
+// runChild serves two requests of the spec's form for the spec's file
+// through the whole handler, as a server does (the file fetched from a
+// loopback origin, enlarged, stored in memory, answered), one after the
+// other, and prints the seconds each took: the first loads the network
+// and measures its pace, the second is what a running server takes. A job
+// warms up on a 256² photo instead, and prints its engine.
 func runChild(spec string) int {
+	if err := serveChild(spec); err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q: %v\n", childEnv, spec, err)
+		return 1
+	}
+	return 0
+}
+
+func serveChild(spec string) error {
 	fields := strings.Split(spec, ":")
-	if len(fields) != 5 {
-		fmt.Fprintf(os.Stderr, "%s=%q: want scale:file:runtime:precision:tile\n", childEnv, spec)
-		return 2
+	if len(fields) != 6 {
+		return errors.New("want form:scale:file:runtime:precision:tile")
 	}
-	src, err := os.ReadFile(fields[1])
+	form, scale, file := fields[0], fields[1], fields[2]
+	src, err := os.ReadFile(file)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	rt, err := namedRuntime(fields[2])
+	warmup := src
+	if form == "job" {
+		if warmup, err = enginebench.MakePhotoJPEG(256); err != nil {
+			return err
+		}
+	}
+	rt, err := namedRuntime(fields[3])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	opts := onnx.Options{Runtime: rt, Precision: onnx.Precision(fields[3])}
-	opts.Tile, _ = strconv.Atoi(fields[4])
+	opts := onnx.Options{Runtime: rt, Precision: onnx.Precision(fields[4])}
+	opts.Tile, _ = strconv.Atoi(fields[5])
 	e, err := onnx.New(opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(src) }))
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/warmup.jpg" {
+			w.Write(warmup)
+			return
+		}
+		w.Write(src)
+	}))
 	defer origin.Close()
 	server, err := enginebench.StartServer(e)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
 	defer server.Close()
-	body := fmt.Sprintf(`{"imageUrl": %q, "scale": %s, "imageType": "photo", "denoise": "none"}`, origin.URL+"/"+filepath.Base(fields[1]), fields[0])
-	for range 2 {
+	for _, name := range []string{"warmup.jpg", filepath.Base(file)} {
+		body := fmt.Sprintf(`{"imageUrl": %q, "scale": %s, "imageType": "photo", "denoise": "none"}`, origin.URL+"/"+name, scale)
 		start := time.Now()
-		if err := enginebench.Post(server.URL, body); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+		if form != "job" {
+			err = enginebench.Post(server.URL, body)
+		} else {
+			var engine string
+			if engine, err = enginebench.PostJob(server.URL, body); err == nil {
+				fmt.Printf("engine %s\n", engine)
+			}
+		}
+		if err != nil {
+			return err
 		}
 		fmt.Printf("request-s %f\n", time.Since(start).Seconds())
 	}
-	return 0
+	return nil
 }
 
 // child runs requests for file at scale in a fresh process, on config
 // ("runtime:precision:tile"), and returns the process's wall time and peak
 // RSS and the time of its second request.
 func child(b *testing.B, scale int, file, config string) (process time.Duration, peakRSS int64, request time.Duration) {
+	process, peakRSS, request, _ = childOfForm(b, "request", scale, file, config)
+	return process, peakRSS, request
+}
+
+// childOfForm is child for requests of form, request or job, and returns
+// the engine of the last job too.
+func childOfForm(b *testing.B, form string, scale int, file, config string) (process time.Duration, peakRSS int64, request time.Duration, engine string) {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s:%s", childEnv, scale, file, config))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%s:%s", childEnv, form, scale, file, config))
 	process, peakRSS, out := enginebench.Process(b, cmd)
 	for line := range strings.Lines(string(out)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "request-s "); ok {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "request-s "); ok {
 			seconds, _ := strconv.ParseFloat(v, 64)
 			request = time.Duration(seconds * float64(time.Second))
+		}
+		if v, ok := strings.CutPrefix(line, "engine "); ok {
+			engine = v
 		}
 	}
 	if request == 0 {
 		b.Fatalf("the child printed no request time:\n%s", out)
 	}
-	return process, peakRSS, request
+	return process, peakRSS, request, engine
 }
 
 // defaultConfig is the child's config for the flags' runtime and
@@ -359,28 +396,50 @@ func BenchmarkThroughput(b *testing.B) {
 	enginebench.Throughput(b, benchEngine(b), enginebench.PhotoJPEG(b, 512), []int{2}, []int{1, 2})
 }
 
-// BenchmarkFourMegapixels enlarges a 2048² JPEG ×2 (a phone photo's
-// 4 megapixels) with the handler's default 60-second engine deadline,
-// and reports its time and how many of its passes were learned (from
-// Image.Engine, the Upscale-Engine header).
-func BenchmarkFourMegapixels(b *testing.B) {
+// BenchmarkPhotoSizes enlarges 4:3 JPEG photos of 1, 4 and 12 megapixels
+// (a phone's 4032×3024) ×2 and one of 2 megapixels ×4, each twice: in a
+// warm engine with no deadline (engine-s, and per source megapixel), and
+// as a job through the whole handler over HTTP in a process of its own,
+// warmed on a small photo (job-s, its ratio to engine-s, and the process's
+// peak RSS). learned-passes is what the job's engine (the Upscale-Engine
+// header) says, logged whole; a job must be wholly learned.
+func BenchmarkPhotoSizes(b *testing.B) {
 	e := benchEngine(b)
-	src := enginebench.PhotoJPEG(b, 2048)
-	for range b.N {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		start := time.Now()
-		img, err := e.Upscale(ctx, src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
-		cancel()
-		if err != nil {
+	for _, tc := range []struct {
+		name          string
+		width, height int
+		scale         int
+	}{
+		{"1MP/x2", 1152, 864, 2}, {"4MP/x2", 2304, 1728, 2}, {"12MP/x2", 4032, 3024, 2}, {"2MP/x4", 1632, 1224, 4},
+	} {
+		src := enginebench.PhotoJPEGSized(b, tc.width, tc.height)
+		file := filepath.Join(b.TempDir(), "photo.jpg")
+		if err := os.WriteFile(file, src, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(time.Since(start).Seconds(), "s")
-		learned := 0.0
-		if strings.HasPrefix(img.Engine, "learned;passes=1") {
-			learned = 1
-		}
-		b.ReportMetric(learned, "learned-passes")
-		b.Logf("Upscale-Engine: %s", img.Engine)
+		megapixels := float64(tc.width*tc.height) / 1e6
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				start := time.Now()
+				img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: tc.scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+				if err != nil {
+					b.Fatal(err)
+				}
+				engineTime := time.Since(start).Seconds()
+				_, rss, job, engine := childOfForm(b, "job", tc.scale, file, defaultConfig())
+				passes := 0
+				if _, err := fmt.Sscanf(engine, "learned;passes=%d", &passes); err != nil || strings.Contains(engine, "classical") {
+					b.Errorf("the job's engine %q (the engine alone: %q), want wholly learned", engine, img.Engine)
+				}
+				b.ReportMetric(engineTime, "engine-s")
+				b.ReportMetric(engineTime/megapixels, "engine-s/MP")
+				b.ReportMetric(job.Seconds(), "job-s")
+				b.ReportMetric(job.Seconds()/engineTime, "job/engine")
+				b.ReportMetric(float64(rss)/(1<<20), "job-peakRSS-MiB")
+				b.ReportMetric(float64(passes), "learned-passes")
+				b.Logf("%dx%d ×%d: Upscale-Engine %s", tc.width, tc.height, tc.scale, engine)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ package enginebench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -31,7 +32,12 @@ import (
 // PhotoJPEG returns a side×side JPEG (quality 90) of Set14's baboon, whose
 // fur is about as costly to encode as photos get.
 func PhotoJPEG(tb testing.TB, side int) []byte {
-	out, err := MakePhotoJPEG(side)
+	return PhotoJPEGSized(tb, side, side)
+}
+
+// PhotoJPEGSized is PhotoJPEG at width×height, such as a phone's 4:3.
+func PhotoJPEGSized(tb testing.TB, width, height int) []byte {
+	out, err := makePhotoJPEG(width, height)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -39,12 +45,14 @@ func PhotoJPEG(tb testing.TB, side int) []byte {
 }
 
 // MakePhotoJPEG is PhotoJPEG for a program.
-func MakePhotoJPEG(side int) ([]byte, error) {
+func MakePhotoJPEG(side int) ([]byte, error) { return makePhotoJPEG(side, side) }
+
+func makePhotoJPEG(width, height int) ([]byte, error) {
 	src, err := os.ReadFile(quality.SetDir() + "/Set14/baboon.png")
 	if err != nil {
 		return nil, err
 	}
-	return bimg.NewImage(src).Process(bimg.Options{Width: side, Height: side, Force: true, Enlarge: true, Type: bimg.JPEG, Quality: 90})
+	return bimg.NewImage(src).Process(bimg.Options{Width: width, Height: height, Force: true, Enlarge: true, Type: bimg.JPEG, Quality: 90})
 }
 
 // Measured is what one run of n images on one path took.
@@ -201,29 +209,75 @@ func StartServer(engine upscale.Upscaler) (*httptest.Server, error) {
 		return nil, err
 	}
 	handler, err := upscale.New(upscale.Config{Keys: keys, Ledger: ledger, Upscaler: engine, Blobs: blobs, Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, LinkTTL: time.Second})
+	if err == nil {
+		err = handler.StartJobs(ctx) // for PostJob; the process's end stops them
+	}
 	if err != nil {
 		server.Close()
 		return nil, err
 	}
 	mux.Handle("/api/v1/upscale", handler)
+	mux.Handle("/api/v1/upscale/jobs/", handler)
 	mux.Handle("/results/", blobs)
 	return server, nil
 }
 
 // Post asks the server at base to upscale as body says.
 func Post(base, body string) error {
-	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/upscale", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer bench-key-0123456789")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := send(http.MethodPost, base+"/api/v1/upscale", body, "")
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("status %s", resp.Status)
 	}
 	return nil
+}
+
+// PostJob asks the server at base to upscale as body says as a job (the
+// job form), polls the job every 100 ms until it has ended, and returns
+// how its image was made (the job's engine).
+func PostJob(base, body string) (engine string, err error) {
+	resp, err := send(http.MethodPost, base+"/api/v1/upscale", body, "respond-async")
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("submission: status %s", resp.Status)
+	}
+	location := base + resp.Header.Get("Location")
+	for {
+		time.Sleep(100 * time.Millisecond)
+		resp, err := send(http.MethodGet, location, "", "")
+		if err != nil {
+			return "", err
+		}
+		var job upscale.Job
+		err = json.NewDecoder(resp.Body).Decode(&job)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("the job: %w", err)
+		case job.Status == upscale.JobSucceeded:
+			return job.Engine, nil
+		case job.Status.Done():
+			return "", fmt.Errorf("the job ended %s: %+v", job.Status, job.Problem)
+		}
+	}
+}
+
+// send sends a request of the bench's key, with the Prefer header prefer
+// unless it is empty.
+func send(method, url, body, prefer string) (*http.Response, error) {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer bench-key-0123456789")
+	req.Header.Set("Content-Type", "application/json")
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
+	}
+	return http.DefaultClient.Do(req)
 }
 
 // StartPeakRSS resets the kernel's peak-RSS mark for this process and
