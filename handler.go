@@ -197,8 +197,10 @@ func (h *Handler) Load() Load {
 type Response struct {
 	// URL is the temporary link to the enlarged image.
 	URL string `json:"url"`
-	// ResizedTo is always null in this version of the API.
-	ResizedTo *struct{} `json:"resizedTo"`
+	// ResizedTo is the result's size when it is not the source's times
+	// the scale asked for: the engine fitted it, the largest it makes with
+	// the source's aspect ratio (Image.Fitted). Null otherwise.
+	ResizedTo *Size `json:"resizedTo"`
 	// Via names the pool that paid.
 	Via Pool `json:"via"`
 
@@ -535,7 +537,17 @@ func (h *Handler) storeResult(ctx context.Context, blobKey string, img Image, ex
 	if err != nil {
 		return Response{}, fmt.Errorf("store result: %w", err)
 	}
-	return Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine}, nil
+	resp := Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine}
+	if img.Fitted {
+		resp.ResizedTo = &Size{Width: img.Width, Height: img.Height}
+	}
+	return resp, nil
+}
+
+// Size is an image's size in pixels.
+type Size struct {
+	Width  int `json:"width"`
+	Height int `json:"height"`
 }
 
 // fetchSource reserves a unit for req and downloads its source under the

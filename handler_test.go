@@ -1017,3 +1017,37 @@ func TestForAccount(t *testing.T) {
 		t.Errorf("no key and an empty account: %d, want 401", w.Code)
 	}
 }
+
+// TestResizedTo: a result past the engine's largest is fitted, not
+// refused: 200, charged one unit, with resizedTo the delivered size, in
+// the request's answer and in a job's result; a result that fits keeps
+// resizedTo null (checkOK).
+func TestResizedTo(t *testing.T) {
+	// small.png is 16×12: ×4 would be 64×48, 3072 pixels; 1000 fit 36×27.
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = upscaletest.PixelUpscaler{MaxOutputPixels: 1000} })
+	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree) // ×2: 768 pixels
+	w := e.post(keyPro, `{"imageUrl": "`+e.url("/small.png")+`", "scale": 4}`)
+	var resp upscale.Response
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || w.Code != http.StatusOK {
+		t.Fatalf("×4: %d %s", w.Code, w.Body)
+	}
+	if resp.ResizedTo == nil || *resp.ResizedTo != (upscale.Size{Width: 36, Height: 27}) {
+		t.Fatalf("×4: resizedTo %+v, want 36×27, the size delivered", resp.ResizedTo)
+	}
+	got, err := http.Get(resp.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Body.Close()
+	img, err := png.Decode(got.Body)
+	if err != nil || img.Bounds().Dx() != 36 || img.Bounds().Dy() != 27 {
+		t.Errorf("the result: %v, %v; want 36×27", img.Bounds(), err)
+	}
+	location, _ := e.submit(keyPro, `{"imageUrl": "`+e.url("/small.png")+`", "scale": 4}`)
+	if j := e.waitJob(location, keyPro); j.Status != upscale.JobSucceeded || j.Result.ResizedTo == nil || *j.Result.ResizedTo != (upscale.Size{Width: 36, Height: 27}) {
+		t.Errorf("the job: %s, result %+v; want succeeded, resized to 36×27", j.Status, j.Result)
+	}
+	if b := e.balance("free"); b.Free != 2 {
+		t.Errorf("%d free images left, want 2: one unit for the request", b.Free)
+	}
+}

@@ -70,6 +70,11 @@ type Image struct {
 	ContentType string // "image/jpeg", "image/png" or "image/webp"
 	Width       int
 	Height      int
+	// Fitted reports that the result is not Scale times the source but the
+	// largest the Upscaler makes with the source's aspect ratio: the
+	// source enlarged by Scale would exceed its limits. The response's
+	// resizedTo gives Width and Height.
+	Fitted bool
 	// Engine says how the image was enlarged, for the Upscale-Engine
 	// response header: comma-separated steps in the order they ran, each
 	// a name and parameters, such as
@@ -84,11 +89,14 @@ type Image struct {
 type Upscaler interface {
 	// Upscale decodes src, enlarges it by params.Scale and encodes the result
 	// in the source's format. The result is exactly Scale times the
-	// upright (EXIF-oriented) source in each dimension.
+	// upright (EXIF-oriented) source in each dimension, or, where that
+	// would exceed the Upscaler's largest result, the largest it makes
+	// with the source's aspect ratio (Image.Fitted).
 	//
 	// It returns an error wrapping ErrUnsupportedImage when src is not an
-	// image it can decode, ErrImageTooLarge when the source or output
-	// exceeds its pixel limits (checked before pixels are decoded), and
+	// image it can decode, ErrImageTooLarge when the source exceeds its
+	// pixel limits, or even a result of the source's own size would
+	// (checked before pixels are decoded), and
 	// ErrUpstream for any other failure. When ctx is done it stops waiting
 	// and returns ctx.Err(), so a deadline surfaces as
 	// context.DeadlineExceeded; it should stop working on the image too,

@@ -62,10 +62,20 @@ type Request struct {
 	WebhookURL string `json:"webhookUrl,omitempty"`
 }
 
+// Size is an image's size in pixels.
+type Size struct {
+	Width  int `json:"width"`
+	Height int `json:"height"`
+}
+
 // Response is a successful answer.
 type Response struct {
 	// URL is the temporary link to the enlarged image.
 	URL string `json:"url"`
+	// ResizedTo is the image's size when it is not the source's times
+	// the scale asked for: the largest the server makes, with the
+	// source's aspect ratio. Nil otherwise.
+	ResizedTo *Size `json:"resizedTo"`
 	// Via names the pool that paid: free_pool, share_bonus, credit or
 	// unlimited.
 	Via string `json:"via"`

@@ -231,3 +231,18 @@ func TestPath(t *testing.T) {
 		t.Errorf("path %v, want /v2/enlarge", got)
 	}
 }
+
+// TestResizedTo: a fitted result's size reaches the caller; one at the
+// scale asked for leaves ResizedTo nil.
+func TestResizedTo(t *testing.T) {
+	srv, _ := scripted(t, ok(false), func(w http.ResponseWriter) {
+		w.Write([]byte(`{"url":"https://x.test/r.png","resizedTo":{"width":10206,"height":9797},"via":"credit"}`))
+	})
+	c := &client.Client{BaseURL: srv.URL, Key: key}
+	for _, want := range []*client.Size{nil, {Width: 10206, Height: 9797}} {
+		resp, err := c.Upscale(context.Background(), client.Request{ImageURL: "https://x.test/a.png", Scale: 16})
+		if err != nil || (want == nil) != (resp.ResizedTo == nil) || (want != nil && *resp.ResizedTo != *want) {
+			t.Errorf("ResizedTo %+v, %v; want %+v", resp.ResizedTo, err, want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"math"
 	"testing"
 	"time"
 
@@ -122,8 +123,11 @@ func encode(t *testing.T, format string, img image.Image) []byte {
 // PixelUpscaler is a pure-Go Upscaler that enlarges PNG and JPEG by
 // repeating pixels. It is for tests of code that needs an Upscaler without
 // libvips; its output is exact in size and crude in looks, and its
-// Image.Engine "repeat;scale=N".
-type PixelUpscaler struct{}
+// Image.Engine "repeat;scale=N". A result over MaxOutputPixels (zero: no
+// limit) is fitted, as the engines fit theirs (Image.Fitted).
+type PixelUpscaler struct {
+	MaxOutputPixels int64
+}
 
 var _ upscale.SizeReader = PixelUpscaler{}
 
@@ -137,7 +141,7 @@ func (PixelUpscaler) SourceSize(src []byte) (width, height int, err error) {
 }
 
 // Upscale implements upscale.Upscaler.
-func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
+func (u PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	if err := ctx.Err(); err != nil {
 		return upscale.Image{}, err
 	}
@@ -146,10 +150,15 @@ func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Param
 		return upscale.Image{}, fmt.Errorf("%w: %v", upscale.ErrUnsupportedImage, err)
 	}
 	b := img.Bounds()
-	out := image.NewNRGBA(image.Rect(0, 0, b.Dx()*opts.Scale, b.Dy()*opts.Scale))
-	for y := range out.Bounds().Dy() {
-		for x := range out.Bounds().Dx() {
-			out.Set(x, y, img.At(b.Min.X+x/opts.Scale, b.Min.Y+y/opts.Scale))
+	w, h, fitted := b.Dx()*opts.Scale, b.Dy()*opts.Scale, false
+	if most := u.MaxOutputPixels; most > 0 && int64(w)*int64(h) > most {
+		factor := math.Sqrt(float64(most) / float64(b.Dx()*b.Dy()))
+		w, h, fitted = int(float64(b.Dx())*factor), int(float64(b.Dy())*factor), true
+	}
+	out := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			out.Set(x, y, img.At(b.Min.X+x*b.Dx()/w, b.Min.Y+y*b.Dy()/h))
 		}
 	}
 	var buf bytes.Buffer
@@ -163,6 +172,6 @@ func (PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Param
 	if err != nil {
 		return upscale.Image{}, fmt.Errorf("%w: encode: %v", upscale.ErrUpstream, err)
 	}
-	return upscale.Image{Data: buf.Bytes(), ContentType: contentType, Width: out.Bounds().Dx(), Height: out.Bounds().Dy(),
+	return upscale.Image{Data: buf.Bytes(), ContentType: contentType, Width: w, Height: h, Fitted: fitted,
 		Engine: fmt.Sprintf("repeat;scale=%d", opts.Scale)}, nil
 }

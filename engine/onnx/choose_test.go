@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"image"
 	"math"
 	"slices"
 	"testing"
@@ -193,11 +194,11 @@ func TestLearnedPasses(t *testing.T) {
 		{"Thumbnail×16", 100, 100, 16, 0, 4},           // learned to the end
 		{"SixtyFourMegapixels×2", 8000, 8000, 2, 1, 0}, // 1.9 GB of samples: all classical
 	} {
-		h := libvips.Header{Width: tc.w, Height: tc.h, Bands: 3, SampleBytes: 1, PNG: tc.png == 1}
-		if got := e.mostLearnedPasses(h, tc.scale); got != tc.passes {
+		h := libvips.Header{Width: tc.w, Height: tc.h, Scale: tc.scale, Result: image.Pt(tc.w*tc.scale, tc.h*tc.scale), Bands: 3, SampleBytes: 1, PNG: tc.png == 1}
+		if got := e.mostLearnedPasses(h); got != tc.passes {
 			t.Errorf("%s: %d learned passes, want %d", tc.name, got, tc.passes)
 		}
-		if got := learnedMemory(h, tc.scale, tc.passes); tc.passes > 0 && got > e.opts.MemoryBudget {
+		if got := learnedMemory(h, tc.passes); tc.passes > 0 && got > e.opts.MemoryBudget {
 			t.Errorf("%s: %d bytes held, over the budget", tc.name, got)
 		}
 	}

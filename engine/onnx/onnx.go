@@ -207,13 +207,13 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	if err != nil {
 		return upscale.Image{}, err
 	}
-	most := e.mostLearnedPasses(h, opts.Scale)
+	most := e.mostLearnedPasses(h)
 	if most > 0 {
 		if err := e.measurePace(ctx, e.models[level]); err != nil {
 			return upscale.Image{}, err
 		}
 	}
-	return e.enlargeAll(ctx, px, opts.Scale, most, opts.ImageType, level)
+	return e.enlargeAll(ctx, px, h.Scale, most, opts.ImageType, level)
 }
 
 // EstimateMemory implements upscale.MemoryEstimator from src's header:
@@ -223,16 +223,16 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	if err != nil {
 		return 0, err
 	}
-	return learnedMemory(h, opts.Scale, e.mostLearnedPasses(h, opts.Scale)), nil
+	return learnedMemory(h, e.mostLearnedPasses(h)), nil
 }
 
-// learnedMemory is the most the engine holds enlarging h's image by scale
-// with passes learned passes: the 16-bit samples of the last pass's input
-// and output, or, without one, of the decoded source twice (libvips's and
-// its copy), and the encoded result twice, as engine/vips does. The
-// runtime's buffers for one tile are the same for every image and belong
-// to the process's constant.
-func learnedMemory(h libvips.Header, scale, passes int) int64 {
+// learnedMemory is the most the engine holds making h's result with
+// passes learned passes: the 16-bit samples of the last pass's input and
+// output, or, without one, of the decoded source twice (libvips's and its
+// copy), and the encoded result twice, as engine/vips does. The runtime's
+// buffers for one tile are the same for every image and belong to the
+// process's constant.
+func learnedMemory(h libvips.Header, passes int) int64 {
 	const sampleBytes = 2
 	pixels := int64(h.Width) * int64(h.Height)
 	held := 2 * pixels
@@ -240,7 +240,7 @@ func learnedMemory(h libvips.Header, scale, passes int) int64 {
 		input := pixels << (2 * (passes - 1))
 		held = input + 4*input
 	}
-	return held*int64(h.Bands)*sampleBytes + 2*h.EncodedBytes(scale)
+	return held*int64(h.Bands)*sampleBytes + 2*h.EncodedBytes()
 }
 
 // SourceSize implements upscale.SizeReader, as engine/vips does.
@@ -282,12 +282,12 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most
 	return img, err
 }
 
-// mostLearnedPasses is how many ×2 passes of scale the network may make
-// for h's image: as many as keep what the engine holds (learnedMemory)
-// within Options.MemoryBudget.
-func (e *Engine) mostLearnedPasses(h libvips.Header, scale int) int {
+// mostLearnedPasses is how many ×2 passes of h.Scale (the enlargement its
+// result is made by, fitted or not) the network may make: as many as
+// keep what the engine holds (learnedMemory) within Options.MemoryBudget.
+func (e *Engine) mostLearnedPasses(h libvips.Header) int {
 	passes := 0
-	for scale>>passes > 1 && learnedMemory(h, scale, passes+1) <= e.opts.MemoryBudget {
+	for h.Scale>>passes > 1 && learnedMemory(h, passes+1) <= e.opts.MemoryBudget {
 		passes++
 	}
 	return passes

@@ -159,3 +159,19 @@ func TestEngineSaysWhatRan(t *testing.T) {
 		t.Errorf("FP32 engine %q, want %q", img.Engine, want)
 	}
 }
+
+// TestFitted: a result past the engine's largest is fitted: learned
+// passes up to the largest power of two within the fit, then resized to
+// the largest size with the source's aspect ratio.
+func TestFitted(t *testing.T) {
+	e := newEngine(t, onnx.Options{Vips: vips.Options{MaxOutputPixels: 20_000}, Precision: onnx.INT8})
+	img, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 64, 48), upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ×4 would be 256×192, 49152 pixels: 20000 fit ×2.55, 163×122.
+	want := "learned;passes=1;runtime=onnxruntime;precision=int8, fit;width=163;height=122"
+	if !img.Fitted || img.Width != 163 || img.Height != 122 || img.Engine != want {
+		t.Errorf("%dx%d, fitted %v, engine %q; want 163x122, fitted, %q", img.Width, img.Height, img.Fitted, img.Engine, want)
+	}
+}

@@ -93,7 +93,7 @@ func TestDenoisedJPEGStaysConsistent(t *testing.T) {
 		}
 		var planes [2][]float64 // as libvips decodes the file, and denoised; as stored
 		for i, level := range []upscale.Denoise{upscale.DenoiseNone, upscale.DenoiseMax} {
-			out, err := run(context.Background(), src, pngFormat, 1, recipe{interpolator: "bicubic", denoise: denoiseLevels[level]}, meta)
+			out, err := run(context.Background(), src, pngFormat, geometry{scale: 1}, recipe{interpolator: "bicubic", denoise: denoiseLevels[level]}, meta)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +195,7 @@ func TestDenoiseLeavesAlphaAndTinyImages(t *testing.T) {
 		src.Pix[i], src.Pix[i+1], src.Pix[i+2], src.Pix[i+3] = uint8(rng.IntN(256)), 128, 64, uint8(i/4%40*6)
 	}
 	alphaOf := func(level upscale.Denoise, img image.Image) []uint8 {
-		out, err := run(context.Background(), quality.EncodePNG(t, img), pngFormat, 2, recipeFor(upscale.Params{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
+		out, err := run(context.Background(), quality.EncodePNG(t, img), pngFormat, geometry{scale: 2}, recipeFor(upscale.Params{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func BenchmarkEncoders(b *testing.B) {
 	}
 	r := recipeFor(upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 	for _, src := range sources {
-		lossless, err := run(context.Background(), src.png, pngFormat, 2, r, bimg.ImageMetadata{})
+		lossless, err := run(context.Background(), src.png, pngFormat, geometry{scale: 2}, r, bimg.ImageMetadata{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func BenchmarkEncoders(b *testing.B) {
 			b.Run(src.name+"/"+s.name, func(b *testing.B) {
 				for range b.N {
 					start := time.Now()
-					out, err := run(context.Background(), src.png, s.f, 2, r, bimg.ImageMetadata{})
+					out, err := run(context.Background(), src.png, s.f, geometry{scale: 2}, r, bimg.ImageMetadata{})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -59,7 +59,7 @@ func TestEstimateMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bound := header.EncodedBytes(4); int64(len(img.Data)) > bound {
+	if bound := header.EncodedBytes(); int64(len(img.Data)) > bound {
 		t.Errorf("butterfly ×4 encodes to %d bytes, more than the %d the estimate allows", len(img.Data), bound)
 	}
 }

@@ -95,14 +95,17 @@ func (f format) saveParams(pixels int64) C.save_params {
 // enlargeParams is r at scale in C. src, the encoded source, gives a JPEG's
 // quantisation tables to the denoiser, and meta its orientation. Call free
 // once the C call is over.
-func (r recipe) enlargeParams(scale int, src []byte, meta bimg.ImageMetadata) (p C.enlarge_params, free func()) {
+func (r recipe) enlargeParams(g geometry, src []byte, meta bimg.ImageMetadata) (p C.enlarge_params, free func()) {
 	interpolator := C.CString(r.interpolator)
 	p = C.enlarge_params{
-		scale:         C.int(scale),
+		scale:         C.int(g.scale),
 		interpolator:  interpolator,
 		sharpen:       C.double(r.sharpen),
 		sharpen_sigma: C.double(r.sharpenSigma),
 		clamp:         cBool(r.clamp),
+	}
+	if g.fitted {
+		p.width, p.height = C.int(g.size.X), C.int(g.size.Y)
 	}
 	if d := r.denoise; d.step > 0 {
 		p.denoise = C.denoise_params{noise_threshold: C.double(d.noise), quant_threshold: C.double(d.quant), step: C.int(d.step)}
@@ -148,10 +151,10 @@ func sequential(meta bimg.ImageMetadata) C.int {
 // returns the encoded result. meta is what src's header says. Once ctx is
 // done, the pipeline stops within milliseconds (pipeline.c's watch) and run
 // fails.
-func run(ctx context.Context, src []byte, f format, scale int, r recipe, meta bimg.ImageMetadata) ([]byte, error) {
-	params, free := r.enlargeParams(scale, src, meta)
+func run(ctx context.Context, src []byte, f format, g geometry, r recipe, meta bimg.ImageMetadata) ([]byte, error) {
+	params, free := r.enlargeParams(g, src, meta)
 	defer free()
-	save := f.saveParams(int64(meta.Size.Width) * int64(meta.Size.Height) * int64(scale*scale))
+	save := f.saveParams(int64(g.size.X) * int64(g.size.Y))
 	cancelled, stop := cancelOn(ctx)
 	defer stop()
 	var out unsafe.Pointer
@@ -257,10 +260,10 @@ func cBool(b bool) C.int {
 
 // encodePixels enlarges px by scale following r (1: not at all) and
 // encodes it as f says.
-func encodePixels(ctx context.Context, px *Pixels, f format, scale int, r recipe) ([]byte, error) {
-	params, free := r.enlargeParams(scale, nil, bimg.ImageMetadata{})
+func encodePixels(ctx context.Context, px *Pixels, f format, g geometry, r recipe) ([]byte, error) {
+	params, free := r.enlargeParams(g, nil, bimg.ImageMetadata{})
 	defer free()
-	save := f.saveParams(int64(px.Width) * int64(px.Height) * int64(scale*scale))
+	save := f.saveParams(int64(g.size.X) * int64(g.size.Y))
 	cancelled, stop := cancelOn(ctx)
 	defer stop()
 	in, unpin := cPixels(px)

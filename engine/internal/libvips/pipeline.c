@@ -243,6 +243,21 @@ static int enlarge(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const 
 		VipsBandFormat result = format == VIPS_FORMAT_UCHAR && !vips_image_hasalpha(x) ? VIPS_FORMAT_UCHAR : VIPS_FORMAT_FLOAT;
 		STEP(upsample_bicubic(ctx, x, p->scale, p->clamp ? source : NULL, result, &t[i]));
 	}
+	if (p->width > 0 && (x->Xsize != p->width || x->Ysize != p->height)) {
+		// Fitted: resized by less than two, bicubic, with centred
+		// sampling, to exactly the size asked for.
+		VipsInterpolate *interpolate = vips_interpolate_new("bicubic");
+		if (!interpolate)
+			return -1;
+		double a = (double) p->width / x->Xsize, d = (double) p->height / x->Ysize;
+		VipsArrayInt *area = vips_array_int_newv(4, 0, 0, p->width, p->height);
+		int status = vips_affine(x, &t[i], a, 0.0, 0.0, d,
+			"interpolate", interpolate, "odx", (a - 1) / 2.0, "ody", (d - 1) / 2.0,
+			"oarea", area, "extend", VIPS_EXTEND_COPY, NULL);
+		vips_area_unref(VIPS_AREA(area));
+		g_object_unref(interpolate);
+		STEP(status);
+	}
 	*out = x;
 	return 0;
 }

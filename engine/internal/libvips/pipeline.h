@@ -36,6 +36,7 @@ typedef struct {
 	double sharpen;           // unsharp-mask amount, applied to the source; 0 is off
 	double sharpen_sigma;
 	int clamp;                // clamp each result pixel to the range of its 3x3 source pixels (bicubic only)
+	int width, height;        // once enlarged by scale, resize to this size (a fitted result); 0: leave it
 } enlarge_params;
 
 // upscale decodes buf strictly (with sequential access when sequential is

@@ -37,6 +37,9 @@ type Pixels struct {
 	resolution     [2]C.double
 	profile        []byte
 	jpegQuality    int // 0 unless the source is a JPEG with tables
+	// fit is the result's size when it is fitted to the engine's largest
+	// (Header.Fitted), whatever the passes made of the pixels before.
+	fit image.Point
 }
 
 // Like returns a Width × Height image of zero samples with the same bands
@@ -53,7 +56,7 @@ func (p *Pixels) Like(width, height int) *Pixels {
 // limits before decoding any pixel, and decodes as strictly. It does not
 // wait for one of the Engine's slots: the caller admits its own work.
 func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, error) {
-	f, meta, err := e.inspect(src, scale)
+	f, meta, g, err := e.inspect(src, scale)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +68,9 @@ func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, er
 		return nil, fmt.Errorf("%w: decoded %dx%d, header says %v", upscale.ErrUpstream, px.Width, px.Height, want)
 	}
 	px.format = f
+	if g.fitted {
+		px.fit = g.size
+	}
 	if luma, _, ok := quantTables(src); ok {
 		px.jpegQuality = ijgQuality(luma)
 	}
@@ -96,9 +102,10 @@ func (p *Pixels) JPEGQuality() (quality int, ok bool) {
 }
 
 // Encode enlarges p by scale the way Upscale enlarges an image of
-// imageType without denoising (scale 1: not at all), and encodes it in its
-// source's file and sample format with its colour profile and no other
-// metadata. It does not wait for a slot either.
+// imageType without denoising (scale 1: not at all), fits it to the size
+// Decode planned when its source's result was fitted (Header.Fitted), and
+// encodes it in its source's file and sample format with its colour
+// profile and no other metadata. It does not wait for a slot either.
 func (e *Engine) Encode(ctx context.Context, p *Pixels, scale int, imageType upscale.ImageType) (upscale.Image, error) {
 	if len(p.Pix) != p.Width*p.Height*p.Bands {
 		return upscale.Image{}, fmt.Errorf("%w: %d samples for %dx%d×%d", upscale.ErrUpstream, len(p.Pix), p.Width, p.Height, p.Bands)
@@ -107,12 +114,16 @@ func (e *Engine) Encode(ctx context.Context, p *Pixels, scale int, imageType ups
 	if scale > 1 {
 		r = recipeFor(upscale.Params{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
 	}
-	out, err := encodePixels(ctx, p, p.format, scale, r)
+	g := geometry{scale: scale, size: image.Pt(p.Width*scale, p.Height*scale)}
+	if p.fit != (image.Point{}) {
+		g.size, g.fitted = p.fit, true
+	}
+	out, err := encodePixels(ctx, p, p.format, g, r)
 	if err != nil {
 		if err := ctx.Err(); err != nil {
 			return upscale.Image{}, err
 		}
 		return upscale.Image{}, fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
 	}
-	return result(out, p.format, image.Pt(p.Width*scale, p.Height*scale), scale)
+	return result(out, p.format, g)
 }

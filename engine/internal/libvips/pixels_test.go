@@ -113,15 +113,23 @@ func TestDecodeUpright(t *testing.T) {
 }
 
 // TestDecodeChecksLimits: the limits apply to the final scale before
-// any pixel is decoded, and a corrupt file is the caller's fault.
+// any pixel is decoded, a result past them is fitted when Encode makes it,
+// and a corrupt file is the caller's fault.
 func TestDecodeChecksLimits(t *testing.T) {
 	e := vips.New(vips.Options{MaxOutputPixels: 1000})
 	src := encodePNG(t, gradient(12, 9, 255))
 	if _, err := e.Decode(context.Background(), src, 2); err != nil {
 		t.Errorf("24x18 result: %v", err)
 	}
-	if _, err := e.Decode(context.Background(), src, 4); !errors.Is(err, upscale.ErrImageTooLarge) {
-		t.Errorf("48x36 result past 1000 pixels: err = %v, want ErrImageTooLarge", err)
+	px, err := e.Decode(context.Background(), src, 4)
+	if err != nil {
+		t.Fatalf("48x36 result past 1000 pixels: %v, want it fitted", err)
+	}
+	if img, err := e.Encode(context.Background(), px, 2, upscale.Photo); err != nil || !img.Fitted || img.Width != 36 || img.Height != 27 {
+		t.Errorf("48x36 result past 1000 pixels: %dx%d, fitted %v, %v; want 36x27, fitted", img.Width, img.Height, img.Fitted, err)
+	}
+	if _, err := vips.New(vips.Options{MaxOutputPixels: 100}).Decode(context.Background(), src, 2); !errors.Is(err, upscale.ErrImageTooLarge) {
+		t.Errorf("12x9 with results of 100 pixels at most: err = %v, want ErrImageTooLarge", err)
 	}
 	if _, err := e.Decode(context.Background(), src[:len(src)/2], 2); !errors.Is(err, upscale.ErrUnsupportedImage) {
 		t.Errorf("truncated PNG: err = %v, want ErrUnsupportedImage", err)

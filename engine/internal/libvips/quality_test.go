@@ -17,7 +17,7 @@ import (
 // returns the mean PSNR and SSIM (the protocol of package quality).
 func score(tb testing.TB, set []*quality.Image, scale int, d quality.Degradation, r recipe) (meanPSNR, meanSSIM float64) {
 	return quality.Score(tb, set, scale, d, func(src []byte) ([]byte, error) {
-		return run(context.Background(), src, pngFormat, scale, r, bimg.ImageMetadata{})
+		return run(context.Background(), src, pngFormat, geometry{scale: scale}, r, bimg.ImageMetadata{})
 	})
 }
 
@@ -41,7 +41,7 @@ func TestDenoiseIsMonotonic(t *testing.T) {
 	var plain *quality.Image
 	previous := -1.0
 	for _, level := range quality.Levels {
-		out, err := run(context.Background(), noisy, pngFormat, 2, recipeFor(upscale.Params{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
+		out, err := run(context.Background(), noisy, pngFormat, geometry{scale: 2}, recipeFor(upscale.Params{Scale: 2, Denoise: level}), bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ func BenchmarkSteps(b *testing.B) {
 		var paths []enginebench.Path
 		for _, step := range steps {
 			paths = append(paths, enginebench.Path{Name: step.name, Run: func() error {
-				_, err := run(context.Background(), src, jpegFormat, scale, step.r, meta)
+				_, err := run(context.Background(), src, jpegFormat, geometry{scale: scale}, step.r, meta)
 				return err
 			}})
 		}

@@ -56,7 +56,7 @@ func TestUpsampleIsCentredCatmullRom(t *testing.T) {
 	}
 	data := quality.EncodePNG(t, src)
 	for _, scale := range []int{2, 3, 4, 8, 16} {
-		out, err := run(context.Background(), data, pngFormat, scale, recipe{interpolator: "bicubic"}, bimg.ImageMetadata{})
+		out, err := run(context.Background(), data, pngFormat, geometry{scale: scale}, recipe{interpolator: "bicubic"}, bimg.ImageMetadata{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestCleanSourceNotFiltered(t *testing.T) {
 			}
 			r := recipeFor(upscale.Params{Scale: 2, ImageType: upscale.Photo})
 			r.denoise = level
-			if results[i], err = run(context.Background(), src, pngFormat, 2, r, meta); err != nil {
+			if results[i], err = run(context.Background(), src, pngFormat, geometry{scale: 2}, r, meta); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"math"
 	"runtime"
 	"strings"
 
@@ -235,7 +236,7 @@ var denoiseLevels = map[upscale.Denoise]denoising{
 }
 
 func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
-	f, meta, err := e.inspect(src, opts.Scale)
+	f, meta, g, err := e.inspect(src, opts.Scale)
 	if err != nil {
 		return upscale.Image{}, err
 	}
@@ -248,17 +249,26 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	if err := ctx.Err(); err != nil { // the wait may have used up the deadline
 		return upscale.Image{}, err
 	}
-	out, err := run(ctx, src, f, opts.Scale, recipeFor(opts), meta)
+	out, err := run(ctx, src, f, g, recipeFor(opts), meta)
 	if err != nil {
 		return upscale.Image{}, failure(ctx, src, err)
 	}
-	return result(out, f, uprightSize(meta).Mul(opts.Scale), opts.Scale)
+	return result(out, f, g)
 }
 
 // Header is what a source's header says, once its EXIF orientation is
-// applied.
+// applied, and the result it makes for a scale.
 type Header struct {
 	Width, Height int
+	// Scale is the enlargement the result is made by, a power of two:
+	// the scale asked for, or, for a Fitted result, the largest power of
+	// two within the fit. Result is the result's size.
+	Scale  int
+	Result image.Point
+	// Fitted reports whether the result is the largest the engine makes
+	// with the source's aspect ratio, smaller than the scale asked for
+	// would make it.
+	Fitted bool
 	// Bands counts the samples of a pixel, alpha included.
 	Bands int
 	// SampleBytes is 2 for 16-bit sources, else 1.
@@ -274,12 +284,15 @@ type Header struct {
 // Header reads src's header with the checks and errors of Upscale for a
 // result scale times its size; no pixel is decoded.
 func (e *Engine) Header(src []byte, scale int) (Header, error) {
-	f, meta, err := e.inspect(src, scale)
+	f, meta, g, err := e.inspect(src, scale)
 	if err != nil {
 		return Header{}, err
 	}
 	size := uprightSize(meta)
-	h := Header{Width: size.X, Height: size.Y, Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat, Turned: sequential(meta) == 0}
+	h := Header{
+		Width: size.X, Height: size.Y, Scale: g.scale, Result: g.size, Fitted: g.fitted,
+		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat, Turned: sequential(meta) == 0,
+	}
 	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
 		h.SampleBytes = 2
 	}
@@ -293,12 +306,12 @@ func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
 	return h.Width, h.Height, err
 }
 
-// EncodedBytes bounds the size of h's pixels enlarged by scale once
-// encoded, and so what libvips' output buffer and its copy in Go memory
-// each hold: the raw size for PNG (photographs compress little
-// losslessly), half of it for JPEG and WebP at quality 90.
-func (h Header) EncodedBytes(scale int) int64 {
-	raw := int64(h.Width*scale) * int64(h.Height*scale) * int64(h.Bands*h.SampleBytes)
+// EncodedBytes bounds the size of h's result once encoded, and so what
+// libvips' output buffer and its copy in Go memory each hold: the raw size
+// for PNG (photographs compress little losslessly), half of it for JPEG
+// and WebP at quality 90.
+func (h Header) EncodedBytes() int64 {
+	raw := int64(h.Result.X) * int64(h.Result.Y) * int64(h.Bands*h.SampleBytes)
 	if !h.PNG {
 		raw /= 2
 	}
@@ -316,7 +329,7 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	if err != nil {
 		return 0, err
 	}
-	need := 2 * h.EncodedBytes(opts.Scale)
+	need := 2 * h.EncodedBytes()
 	if h.Turned || recipeFor(opts).denoise.step > 0 {
 		need += int64(h.Width) * int64(h.Height) * int64(h.Bands*h.SampleBytes)
 	}
@@ -326,20 +339,20 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 // inspect decides src's format from its signature and reads its header,
 // and checks e's limits for a result scale times its upright size: no pixel
 // is decoded before the limits are checked.
-func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, error) {
+func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geometry, error) {
 	f, ok := sniff(src)
 	if !ok {
-		return format{}, bimg.ImageMetadata{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG or WebP image.")
+		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG or WebP image.")
 	}
 	meta, err := bimg.NewImage(src).Metadata()
 	if err != nil {
-		return format{}, bimg.ImageMetadata{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image header could not be read; the file may be truncated or corrupt."), err)
+		return format{}, bimg.ImageMetadata{}, geometry{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image header could not be read; the file may be truncated or corrupt."), err)
 	}
-	size := uprightSize(meta)
-	if err := e.checkLimits(f, size.X, size.Y, size.X*scale, size.Y*scale); err != nil {
-		return format{}, bimg.ImageMetadata{}, err
+	g, err := e.plan(f, uprightSize(meta), scale)
+	if err != nil {
+		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
-	return f, meta, nil
+	return f, meta, g, nil
 }
 
 // uprightSize is the size of the source once its EXIF orientation is
@@ -364,26 +377,57 @@ func failure(ctx context.Context, src []byte, err error) error {
 }
 
 // result checks that an encoded result has the size it must have.
-func result(out []byte, f format, want image.Point, scale int) (upscale.Image, error) {
+func result(out []byte, f format, g geometry) (upscale.Image, error) {
 	size, err := bimg.Size(out)
-	if err != nil || size.Width != want.X || size.Height != want.Y {
-		return upscale.Image{}, fmt.Errorf("%w: libvips made %dx%d, want %v (%v)", upscale.ErrUpstream, size.Width, size.Height, want, err)
+	if err != nil || size.Width != g.size.X || size.Height != g.size.Y {
+		return upscale.Image{}, fmt.Errorf("%w: libvips made %dx%d, want %v (%v)", upscale.ErrUpstream, size.Width, size.Height, g.size, err)
 	}
-	img := upscale.Image{Data: out, ContentType: f.contentType, Width: want.X, Height: want.Y}
-	if scale > 1 {
-		img.Engine = fmt.Sprintf("classical;scale=%d", scale)
+	img := upscale.Image{Data: out, ContentType: f.contentType, Width: g.size.X, Height: g.size.Y, Fitted: g.fitted}
+	var steps []string
+	if g.scale > 1 {
+		steps = append(steps, fmt.Sprintf("classical;scale=%d", g.scale))
 	}
+	if g.fitted {
+		steps = append(steps, fmt.Sprintf("fit;width=%d;height=%d", g.size.X, g.size.Y))
+	}
+	img.Engine = strings.Join(steps, ", ")
 	return img, nil
 }
 
-func (e *Engine) checkLimits(f format, w, h, outW, outH int) error {
+// geometry is how a result is made from an upright source: enlarged by
+// scale, a power of two, and, when the source enlarged by the scale asked
+// for would exceed the engine's largest result (Options.MaxOutputPixels,
+// MaxSide, the format's side), fitted: resized to the largest size within
+// them with the source's aspect ratio, scale being the largest power of
+// two the fit still enlarges by.
+type geometry struct {
+	scale  int
+	size   image.Point // the result's
+	fitted bool
+}
+
+// plan refuses a source over the engine's source limits and returns how
+// its result is made for scale.
+func (e *Engine) plan(f format, source image.Point, scale int) (geometry, error) {
+	w, h := source.X, source.Y
 	switch {
 	case w <= 0 || h <= 0:
-		return upscale.Explain(upscale.ErrUnsupportedImage, "The image has no pixels.")
+		return geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image has no pixels.")
 	case max(w, h) > e.opts.MaxSide || int64(w)*int64(h) > e.opts.MaxSourcePixels:
-		return upscale.Explain(upscale.ErrImageTooLarge, "The image is %d×%d pixels; at most %d pixels and %d per side are accepted.", w, h, e.opts.MaxSourcePixels, e.opts.MaxSide)
-	case max(outW, outH) > min(e.opts.MaxSide, f.maxSide) || int64(outW)*int64(outH) > e.opts.MaxOutputPixels:
-		return upscale.Explain(upscale.ErrImageTooLarge, "The result would be %d×%d pixels; at most %d pixels and %d per side are produced. Use a smaller scale or image.", outW, outH, e.opts.MaxOutputPixels, min(e.opts.MaxSide, f.maxSide))
+		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "The image is %d×%d pixels; at most %d pixels and %d per side are accepted.", w, h, e.opts.MaxSourcePixels, e.opts.MaxSide)
 	}
-	return nil
+	side := min(e.opts.MaxSide, f.maxSide)
+	if max(w, h)*scale <= side && int64(w)*int64(h)*int64(scale*scale) <= e.opts.MaxOutputPixels {
+		return geometry{scale: scale, size: source.Mul(scale)}, nil
+	}
+	factor := min(float64(side)/float64(max(w, h)), math.Sqrt(float64(e.opts.MaxOutputPixels)/(float64(w)*float64(h))))
+	fit := image.Pt(int(float64(w)*factor), int(float64(h)*factor))
+	if factor < 1 || fit.X < w || fit.Y < h {
+		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "The image is %d×%d pixels; a result at least as large is over the %d pixels and %d per side produced.", w, h, e.opts.MaxOutputPixels, side)
+	}
+	g := geometry{scale: 1, size: fit, fitted: true}
+	for 2*g.scale <= int(factor) {
+		g.scale *= 2
+	}
+	return g, nil
 }

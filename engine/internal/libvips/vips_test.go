@@ -132,13 +132,39 @@ func TestLimits(t *testing.T) {
 		scale int
 	}{
 		{"SourcePixels", vips.Options{MaxSourcePixels: 9_999}, 2},
-		{"OutputPixels", vips.Options{MaxOutputPixels: 100 * 100 * 16}, 8},
-		{"Side", vips.Options{MaxSide: 399}, 4},
+		{"NoResultAsLargeAsTheSource", vips.Options{MaxOutputPixels: 9_999}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := vips.New(tc.opts).Upscale(context.Background(), small, upscale.Params{Scale: tc.scale})
 			if !errors.Is(err, upscale.ErrImageTooLarge) {
 				t.Errorf("err = %v, want ErrImageTooLarge", err)
+			}
+		})
+	}
+	// A result past the largest is fitted: the largest within the limits
+	// with the source's aspect ratio, enlarged by the largest power of two
+	// within the fit, then resized.
+	wide := encodePNG(t, gradient(100, 60, 255))
+	for _, tc := range []struct {
+		name   string
+		opts   vips.Options
+		scale  int
+		w, h   int
+		engine string
+	}{
+		{"OutputPixels", vips.Options{MaxOutputPixels: 100 * 60 * 16}, 8, 400, 240, "classical;scale=4, fit;width=400;height=240"},
+		{"Side", vips.Options{MaxSide: 399}, 4, 399, 239, "classical;scale=2, fit;width=399;height=239"},
+		{"LessThanTwice", vips.Options{MaxOutputPixels: 100 * 60 * 3}, 2, 173, 103, "fit;width=173;height=103"},
+	} {
+		t.Run("Fitted"+tc.name, func(t *testing.T) {
+			img, err := vips.New(tc.opts).Upscale(context.Background(), wide, upscale.Params{Scale: tc.scale})
+			if err != nil {
+				t.Fatal(err)
+			}
+			size, err := bimg.Size(img.Data)
+			if err != nil || !img.Fitted || img.Width != tc.w || img.Height != tc.h || size.Width != tc.w || size.Height != tc.h || img.Engine != tc.engine {
+				t.Errorf("%dx%d (encoded %dx%d, %v), fitted %v, engine %q; want %dx%d, fitted, %q",
+					img.Width, img.Height, size.Width, size.Height, err, img.Fitted, img.Engine, tc.w, tc.h, tc.engine)
 			}
 		})
 	}
