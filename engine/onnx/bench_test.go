@@ -1,6 +1,7 @@
 package onnx_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -204,9 +205,12 @@ func serveChild(spec string) error {
 		if form != "job" {
 			err = enginebench.Post(server.URL, body)
 		} else {
-			var engine string
-			if engine, err = enginebench.PostJob(server.URL, body); err == nil {
-				fmt.Printf("engine %s\n", engine)
+			var job upscale.Job
+			if job, err = enginebench.PostJob(server.URL, body); err == nil {
+				fmt.Printf("engine %s\n", job.Engine)
+				if to := job.Result.ResizedTo; to != nil {
+					fmt.Printf("resized-to %dx%d\n", to.Width, to.Height)
+				}
 			}
 		}
 		if err != nil {
@@ -221,13 +225,13 @@ func serveChild(spec string) error {
 // ("runtime:precision:tile"), and returns the process's wall time and peak
 // RSS and the time of its second request.
 func child(b *testing.B, scale int, file, config string) (process time.Duration, peakRSS int64, request time.Duration) {
-	process, peakRSS, request, _ = childOfForm(b, "request", scale, file, config)
+	process, peakRSS, request, _, _ = childOfForm(b, "request", scale, file, config)
 	return process, peakRSS, request
 }
 
 // childOfForm is child for requests of form, request or job, and returns
-// the engine of the last job too.
-func childOfForm(b *testing.B, form string, scale int, file, config string) (process time.Duration, peakRSS int64, request time.Duration, engine string) {
+// the engine of the last job too, and its resizedTo, if any, as "WxH".
+func childOfForm(b *testing.B, form string, scale int, file, config string) (process time.Duration, peakRSS int64, request time.Duration, engine, resizedTo string) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%s:%s", childEnv, form, scale, file, config))
 	process, peakRSS, out := enginebench.Process(b, cmd)
@@ -240,11 +244,14 @@ func childOfForm(b *testing.B, form string, scale int, file, config string) (pro
 		if v, ok := strings.CutPrefix(line, "engine "); ok {
 			engine = v
 		}
+		if v, ok := strings.CutPrefix(line, "resized-to "); ok {
+			resizedTo = v
+		}
 	}
 	if request == 0 {
 		b.Fatalf("the child printed no request time:\n%s", out)
 	}
-	return process, peakRSS, request, engine
+	return process, peakRSS, request, engine, resizedTo
 }
 
 // defaultConfig is the child's config for the flags' runtime and
@@ -397,20 +404,25 @@ func BenchmarkThroughput(b *testing.B) {
 }
 
 // BenchmarkPhotoSizes enlarges 4:3 JPEG photos of 1, 4 and 12 megapixels
-// (a phone's 4032×3024) ×2 and one of 2 megapixels ×4, each twice: in a
-// warm engine with no deadline (engine-s, and per source megapixel), and
-// as a job through the whole handler over HTTP in a process of its own,
-// warmed on a small photo (job-s, its ratio to engine-s, and the process's
-// peak RSS). learned-passes is what the job's engine (the Upscale-Engine
-// header) says, logged whole; a job must be wholly learned.
+// (a phone's 4032×3024) ×2, one of 2 megapixels ×4 and one of 1000×960
+// ×16 (fitted to 100 megapixels), each twice: in a warm engine with no
+// deadline (engine-s, and per source megapixel), and as a job through the
+// whole handler over HTTP in a process of its own, warmed on a small
+// photo (job-s, its ratio to engine-s, and the process's peak RSS).
+// learned-passes is what the job's engine (the Upscale-Engine header)
+// says, logged whole with resizedTo; a job must be wholly learned, bar
+// the fit's last resize.
 func BenchmarkPhotoSizes(b *testing.B) {
 	e := benchEngine(b)
+	if _, err := e.Upscale(context.Background(), enginebench.PhotoJPEG(b, 256), upscale.Params{Scale: 2}); err != nil {
+		b.Fatal(err) // loads the network: the rows time a warm engine
+	}
 	for _, tc := range []struct {
 		name          string
 		width, height int
 		scale         int
 	}{
-		{"1MP/x2", 1152, 864, 2}, {"4MP/x2", 2304, 1728, 2}, {"12MP/x2", 4032, 3024, 2}, {"2MP/x4", 1632, 1224, 4},
+		{"1MP/x2", 1152, 864, 2}, {"4MP/x2", 2304, 1728, 2}, {"12MP/x2", 4032, 3024, 2}, {"2MP/x4", 1632, 1224, 4}, {"1MP/x16", 1000, 960, 16},
 	} {
 		src := enginebench.PhotoJPEGSized(b, tc.width, tc.height)
 		file := filepath.Join(b.TempDir(), "photo.jpg")
@@ -426,7 +438,7 @@ func BenchmarkPhotoSizes(b *testing.B) {
 					b.Fatal(err)
 				}
 				engineTime := time.Since(start).Seconds()
-				_, rss, job, engine := childOfForm(b, "job", tc.scale, file, defaultConfig())
+				_, rss, job, engine, resizedTo := childOfForm(b, "job", tc.scale, file, defaultConfig())
 				passes := 0
 				if _, err := fmt.Sscanf(engine, "learned;passes=%d", &passes); err != nil || strings.Contains(engine, "classical") {
 					b.Errorf("the job's engine %q (the engine alone: %q), want wholly learned", engine, img.Engine)
@@ -437,7 +449,7 @@ func BenchmarkPhotoSizes(b *testing.B) {
 				b.ReportMetric(job.Seconds()/engineTime, "job/engine")
 				b.ReportMetric(float64(rss)/(1<<20), "job-peakRSS-MiB")
 				b.ReportMetric(float64(passes), "learned-passes")
-				b.Logf("%dx%d ×%d: Upscale-Engine %s", tc.width, tc.height, tc.scale, engine)
+				b.Logf("%dx%d ×%d: Upscale-Engine %s, resizedTo %s", tc.width, tc.height, tc.scale, engine, cmp.Or(resizedTo, "null"))
 			}
 		})
 	}

@@ -236,34 +236,34 @@ func Post(base, body string) error {
 }
 
 // PostJob asks the server at base to upscale as body says as a job (the
-// job form), polls the job every 100 ms until it has ended, and returns
-// how its image was made (the job's engine).
-func PostJob(base, body string) (engine string, err error) {
+// job form), polls the job every 100 ms until it has ended, and returns it
+// succeeded.
+func PostJob(base, body string) (upscale.Job, error) {
 	resp, err := send(http.MethodPost, base+"/api/v1/upscale", body, "respond-async")
 	if err != nil {
-		return "", err
+		return upscale.Job{}, err
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		return "", fmt.Errorf("submission: status %s", resp.Status)
+		return upscale.Job{}, fmt.Errorf("submission: status %s", resp.Status)
 	}
 	location := base + resp.Header.Get("Location")
 	for {
 		time.Sleep(100 * time.Millisecond)
 		resp, err := send(http.MethodGet, location, "", "")
 		if err != nil {
-			return "", err
+			return upscale.Job{}, err
 		}
 		var job upscale.Job
 		err = json.NewDecoder(resp.Body).Decode(&job)
 		resp.Body.Close()
 		switch {
 		case err != nil:
-			return "", fmt.Errorf("the job: %w", err)
+			return upscale.Job{}, fmt.Errorf("the job: %w", err)
 		case job.Status == upscale.JobSucceeded:
-			return job.Engine, nil
+			return job, nil
 		case job.Status.Done():
-			return "", fmt.Errorf("the job ended %s: %+v", job.Status, job.Problem)
+			return upscale.Job{}, fmt.Errorf("the job ended %s: %+v", job.Status, job.Problem)
 		}
 	}
 }
