@@ -414,7 +414,7 @@ func BenchmarkThroughput(b *testing.B) {
 // the fit's last resize.
 func BenchmarkPhotoSizes(b *testing.B) {
 	e := benchEngine(b)
-	if _, err := e.Upscale(context.Background(), enginebench.PhotoJPEG(b, 256), upscale.Params{Scale: 2}); err != nil {
+	if _, err := e.Upscale(context.Background(), enginebench.PhotoJPEG(b, 256), upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); err != nil {
 		b.Fatal(err) // loads the network: the rows time a warm engine
 	}
 	for _, tc := range []struct {
