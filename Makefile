@@ -7,7 +7,8 @@
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ARGS ?=
 FUZZRUNS ?= 1000000
-FUZZ_TARGETS := FuzzDecodeRequest FuzzImageURL FuzzAddressPolicy
+# Each fuzz target as package:name.
+FUZZ_TARGETS := .:FuzzDecodeRequest .:FuzzImageURL .:FuzzAddressPolicy ./engine/internal/libvips:FuzzUpscaleImage
 # The S3-compatible server the s3store tests start. Building it takes about
 # three minutes on two cores, once: the binary is kept outside the clone.
 TOOLS := $(HOME)/.cache/upscale-tools
@@ -174,6 +175,7 @@ loadtest: test-deps
 # is capped at 2s so one slow input cannot stretch the run.
 fuzz:
 	@for target in $(FUZZ_TARGETS); do \
-		echo "fuzzing $$target for $(FUZZRUNS) inputs"; \
-		go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZRUNS)x -fuzzminimizetime 2s . || exit 1; \
+		pkg=$${target%%:*}; name=$${target#*:}; \
+		echo "fuzzing $$name in $$pkg for $(FUZZRUNS) inputs"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZRUNS)x -fuzzminimizetime 2s $$pkg || exit 1; \
 	done

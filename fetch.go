@@ -344,7 +344,7 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 		return nil, Explain(ErrInvalidImageURL, msgImageURLUnusable)
 	}
 	req.Header.Set("User-Agent", "upscale (+https://github.com/upscalekit/upscale)")
-	req.Header.Set("Accept", "image/jpeg, image/png, image/webp")
+	req.Header.Set("Accept", "image/jpeg, image/png, image/webp, image/avif, image/heic, image/heif, image/tiff, image/gif")
 	resp, err := f.client.Do(req)
 	if err != nil {
 		return nil, f.classify(parent, err)

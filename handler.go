@@ -596,6 +596,8 @@ func extension(contentType string) string {
 		return ".png"
 	case "image/webp":
 		return ".webp"
+	case "image/avif":
+		return ".avif"
 	}
 	return ""
 }

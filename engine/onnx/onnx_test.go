@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/h2non/bimg"
+
 	"github.com/upscalekit/upscale"
 	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/onnx"
@@ -173,5 +175,26 @@ func TestFitted(t *testing.T) {
 	want := "learned;passes=1;runtime=onnxruntime;precision=int8, fit;width=163;height=122"
 	if !img.Fitted || img.Width != 163 || img.Height != 122 || img.Engine != want {
 		t.Errorf("%dx%d, fitted %v, engine %q; want 163x122, fitted, %q", img.Width, img.Height, img.Fitted, img.Engine, want)
+	}
+}
+
+// TestPhoneAndWebFormats: HEIC, AVIF and TIFF sources are learned like
+// any other and written as engine/vips writes them: HEIC and TIFF as JPEG,
+// AVIF as AVIF.
+func TestPhoneAndWebFormats(t *testing.T) {
+	e := newEngine(t, onnx.Options{Precision: onnx.INT8})
+	png := upscaletest.TestImagePNG(t, 64, 48)
+	for _, tc := range []struct {
+		kind bimg.ImageType
+		want string
+	}{{bimg.HEIF, "image/jpeg"}, {bimg.AVIF, "image/avif"}, {bimg.TIFF, "image/jpeg"}} {
+		src, err := bimg.NewImage(png).Process(bimg.Options{Type: tc.kind, Quality: 90})
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+		if err != nil || img.ContentType != tc.want || img.Width != 128 || !strings.HasPrefix(img.Engine, "learned;passes=1") {
+			t.Errorf("%s: %s %dx%d by %q, %v; want %s 128x96, learned", bimg.ImageTypeName(tc.kind), img.ContentType, img.Width, img.Height, img.Engine, err, tc.want)
+		}
 	}
 }

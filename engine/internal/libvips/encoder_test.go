@@ -103,7 +103,7 @@ func TestWebPEffortBySize(t *testing.T) {
 		pixels int64
 		want   int
 	}{{1, 4}, {effortPixels, 4}, {effortPixels + 1, 2}, {64 << 20, 2}} {
-		if got := webpFormat.webpEffort(tc.pixels); got != tc.want {
+		if got := webpFormat.effortFor(tc.pixels); got != tc.want {
 			t.Errorf("%d pixels: effort %d, want %d", tc.pixels, got, tc.want)
 		}
 	}

@@ -71,7 +71,18 @@ const (
 	saveJPEG = C.SAVE_JPEG
 	savePNG  = C.SAVE_PNG
 	saveWebP = C.SAVE_WEBP
+	saveAVIF = C.SAVE_AVIF
 )
+
+// pages is how many pages src's header says it holds: an animation's
+// frames, a TIFF's pages.
+func pages(src []byte) (int, error) {
+	n := C.count_pages(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
+	if n < 0 {
+		return 0, vipsError()
+	}
+	return int(n), nil
+}
 
 // JPEG chroma subsampling modes: libvips's automatic choice (none from
 // quality 90 up), always 4:2:0, or never.
@@ -88,7 +99,7 @@ func (f format) saveParams(pixels int64) C.save_params {
 		quality:     C.int(f.quality),
 		subsample:   C.int(f.subsample),
 		compression: C.int(f.compression),
-		effort:      C.int(f.webpEffort(pixels)),
+		effort:      C.int(f.effortFor(pixels)),
 	}
 }
 

@@ -23,6 +23,18 @@ void configure_libvips(void) {
 	vips_operation_block_set("VipsForeignLoadJpeg", FALSE);
 	vips_operation_block_set("VipsForeignLoadPng", FALSE);
 	vips_operation_block_set("VipsForeignLoadWebp", FALSE);
+	vips_operation_block_set("VipsForeignLoadNsgif", FALSE);
+	vips_operation_block_set("VipsForeignLoadHeif", FALSE);
+	vips_operation_block_set("VipsForeignLoadTiff", FALSE);
+}
+
+int count_pages(const void *buf, size_t len) {
+	VipsImage *in = vips_image_new_from_buffer(buf, len, "", NULL);
+	if (!in)
+		return -1;
+	int pages = vips_image_get_n_pages(in);
+	g_object_unref(in);
+	return pages;
 }
 
 int decode_strictly(const void *buf, size_t len) {
@@ -318,6 +330,10 @@ static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const sav
 		break;
 	case SAVE_PNG:
 		status = vips_pngsave_target(x, VIPS_TARGET(target), "compression", s->compression, NULL);
+		break;
+	case SAVE_AVIF:
+		status = vips_heifsave_target(x, VIPS_TARGET(target), "Q", s->quality, "effort", s->effort,
+			"compression", VIPS_FOREIGN_HEIF_COMPRESSION_AV1, NULL);
 		break;
 	default:
 		vips_error("upscale", "unknown saver %d", s->saver);

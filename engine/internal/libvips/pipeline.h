@@ -5,7 +5,8 @@
 
 #include "denoise.h"
 
-// configure_libvips blocks every loader but JPEG, PNG and WebP, turns the
+// configure_libvips blocks every loader but JPEG, PNG, WebP, GIF, HEIF
+// (HEIC and AVIF) and TIFF, turns the
 // operation cache off and routes libvips's log to Go.
 void configure_libvips(void);
 
@@ -14,7 +15,11 @@ void configure_libvips(void);
 // 0 on success; on failure the message is in vips_error_buffer().
 int decode_strictly(const void *buf, size_t len);
 
-enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP };
+// count_pages reads buf's header and returns how many pages (frames of an
+// animation, pages of a TIFF) it holds, or -1 as upscale does.
+int count_pages(const void *buf, size_t len);
+
+enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP, SAVE_AVIF };
 
 // save_params says how to encode a result.
 typedef struct {

@@ -12,6 +12,7 @@ package libvips
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"image"
 	"math"
@@ -106,8 +107,8 @@ type format struct {
 	quality     int // JPEG and WebP
 	subsample   int // JPEG chroma subsampling, a VipsForeignSubsample
 	compression int // PNG zlib level
-	effort      int // WebP, for results of up to effortPixels
-	largeEffort int // WebP, for larger results
+	effort      int // WebP and AVIF, for results of up to effortPixels
+	largeEffort int // WebP and AVIF, for larger results
 }
 
 // effortPixels is the largest WebP result encoded at format.effort. From
@@ -118,8 +119,8 @@ type format struct {
 // against 3-5 s at effort 2 (the gaps grow faster than the image).
 const effortPixels = 1 << 20
 
-// webpEffort is the WebP effort for a result of pixels.
-func (f format) webpEffort(pixels int64) int {
+// effortFor is the WebP or AVIF effort for a result of pixels.
+func (f format) effortFor(pixels int64) int {
 	if pixels > effortPixels {
 		return f.largeEffort
 	}
@@ -147,21 +148,103 @@ var (
 	// costs about 0.02 dB, and it can be stopped within tens of
 	// milliseconds.
 	webpFormat = format{contentType: "image/webp", maxSide: webpMaxSide, saver: saveWebP, quality: 90, effort: 4, largeEffort: 2}
+	// AVIF (AV1 in HEIF) at libvips's default quality, 50 on AVIF's
+	// scale, and effort 4 up to a megapixel, 2 above: AV1 encoding is
+	// slow (not yet measured by BenchmarkEncoders). 16384 a side keeps
+	// within what decoders take.
+	avifFormat = format{contentType: "image/avif", maxSide: 16384, saver: saveAVIF, quality: 50, effort: 4, largeEffort: 2}
 )
 
-// sniff decides the format from the file's signature alone, never from a
-// Content-Type or a URL, so no other libvips loader ever sees the bytes.
-func sniff(src []byte) (format, bool) {
+// sniff decides the source's kind from the file's signature alone, never
+// from a Content-Type or a URL, so no other libvips loader ever sees the
+// bytes: JPEG, PNG, WebP, GIF, TIFF, and HEIF files that are HEIC or AVIF
+// (ISO BMFF, an ftyp box whose brands name one of them).
+func sniff(src []byte) (source, bool) {
 	switch {
 	case bytes.HasPrefix(src, []byte{0xFF, 0xD8, 0xFF}):
-		return jpegFormat, true
+		return sourceJPEG, true
 	case bytes.HasPrefix(src, []byte("\x89PNG\r\n\x1a\n")):
-		return pngFormat, true
+		return sourcePNG, true
 	case len(src) >= 12 && string(src[:4]) == "RIFF" && string(src[8:12]) == "WEBP":
-		return webpFormat, true
+		return sourceWebP, true
+	case bytes.HasPrefix(src, []byte("GIF87a")) || bytes.HasPrefix(src, []byte("GIF89a")):
+		return sourceGIF, true
+	case bytes.HasPrefix(src, []byte("II*\x00")) || bytes.HasPrefix(src, []byte("MM\x00*")):
+		return sourceTIFF, true
 	}
-	return format{}, false
+	return sniffHEIF(src)
 }
+
+// sniffHEIF reads an ISO BMFF file's ftyp box: its major brand, then its
+// compatible ones, the first that is AVIF's or HEIC's deciding.
+func sniffHEIF(src []byte) (source, bool) {
+	if len(src) < 16 || string(src[4:8]) != "ftyp" {
+		return 0, false
+	}
+	size := int(binary.BigEndian.Uint32(src[:4]))
+	if size < 16 || size > len(src) || size%4 != 0 {
+		return 0, false
+	}
+	brands := []string{string(src[8:12])}
+	for at := 16; at+4 <= size; at += 4 {
+		brands = append(brands, string(src[at:at+4]))
+	}
+	for _, brand := range brands {
+		switch brand {
+		case "avif", "avis":
+			return sourceAVIF, true
+		case "heic", "heix", "heim", "heis", "hevc", "hevx":
+			return sourceHEIC, true
+		}
+	}
+	return 0, false
+}
+
+// source is a kind of file the engine reads.
+type source int
+
+const (
+	sourceJPEG source = iota
+	sourcePNG
+	sourceWebP
+	sourceGIF
+	sourceTIFF
+	sourceHEIC
+	sourceAVIF
+)
+
+// output is the format a result of a src source is written in: a
+// browser's, the source's own where browsers show it; HEIC and TIFF as
+// JPEG, or PNG when they have alpha; GIF, a still here, as PNG. An
+// animation (a GIF or WebP of more than one frame) is refused, never
+// flattened to one frame.
+func output(kind source, src []byte, meta bimg.ImageMetadata) (format, error) {
+	if kind == sourceGIF || kind == sourceWebP {
+		n, err := pages(src)
+		if err != nil {
+			return format{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, msgUnreadable), err)
+		}
+		if n > 1 {
+			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image is an animation of %d frames; animations are not enlarged yet. Send one frame as a still image.", n)
+		}
+	}
+	switch kind {
+	case sourceJPEG:
+		return jpegFormat, nil
+	case sourceWebP:
+		return webpFormat, nil
+	case sourceAVIF:
+		return avifFormat, nil
+	case sourceHEIC, sourceTIFF:
+		if !meta.Alpha {
+			return jpegFormat, nil
+		}
+	}
+	return pngFormat, nil
+}
+
+// msgUnreadable is the refusal of a header that cannot be read.
+const msgUnreadable = "The image header could not be read; the file may be truncated or corrupt."
 
 // recipe is how one imageType and denoise level enlarge an image.
 type recipe struct {
@@ -340,13 +423,17 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 // and checks e's limits for a result scale times its upright size: no pixel
 // is decoded before the limits are checked.
 func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geometry, error) {
-	f, ok := sniff(src)
+	kind, ok := sniff(src)
 	if !ok {
-		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG or WebP image.")
+		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG, WebP, GIF, HEIC, AVIF or TIFF image.")
 	}
 	meta, err := bimg.NewImage(src).Metadata()
 	if err != nil {
-		return format{}, bimg.ImageMetadata{}, geometry{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image header could not be read; the file may be truncated or corrupt."), err)
+		return format{}, bimg.ImageMetadata{}, geometry{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, msgUnreadable), err)
+	}
+	f, err := output(kind, src, meta)
+	if err != nil {
+		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
 	g, err := e.plan(f, uprightSize(meta), scale)
 	if err != nil {

@@ -1,0 +1,168 @@
+package libvips_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"image"
+	"image/color"
+	"image/gif"
+	"testing"
+	"time"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+	vips "github.com/upscalekit/upscale/engine/internal/libvips"
+)
+
+// convert makes src (a PNG) into a file of kind with libvips's own savers,
+// as a camera or a CDN would make one.
+func convert(t *testing.T, src []byte, kind bimg.ImageType) []byte {
+	t.Helper()
+	out, err := bimg.NewImage(src).Process(bimg.Options{Type: kind, Quality: 90})
+	if err != nil {
+		t.Fatalf("make a %s: %v", bimg.ImageTypeName(kind), err)
+	}
+	return out
+}
+
+// render decodes an image with libvips, as a PNG, so that a source and a
+// result compare as libvips itself renders them.
+func render(t *testing.T, data []byte) image.Image {
+	t.Helper()
+	png, err := bimg.NewImage(data).Process(bimg.Options{Type: bimg.PNG})
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	img, _, err := image.Decode(bytes.NewReader(png))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// TestPhoneAndWebFormats: HEIC, AVIF, TIFF and GIF sources are enlarged ×2 and
+// written as a browser shows them (AVIF as AVIF; HEIC and TIFF as JPEG, or
+// PNG with alpha; a still GIF as PNG), each pixel within 12 levels of how
+// libvips renders the source's.
+func TestPhoneAndWebFormats(t *testing.T) {
+	opaque, translucent := encodePNG(t, gradient(48, 32, 255)), encodePNG(t, gradient(48, 32, 64))
+	e := vips.New(vips.Options{})
+	for _, tc := range []struct {
+		name, want string
+		src        []byte
+	}{
+		{"HEIC", "image/jpeg", convert(t, opaque, bimg.HEIF)},
+		{"HEICWithAlpha", "image/png", convert(t, translucent, bimg.HEIF)},
+		{"AVIF", "image/avif", convert(t, opaque, bimg.AVIF)},
+		{"TIFF", "image/jpeg", convert(t, opaque, bimg.TIFF)},
+		{"TIFFWithAlpha", "image/png", convert(t, translucent, bimg.TIFF)},
+		{"GIF", "image/png", convert(t, opaque, bimg.GIF)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img, err := e.Upscale(context.Background(), tc.src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img.ContentType != tc.want || img.Width != 96 || img.Height != 64 {
+				t.Fatalf("%s %dx%d, want %s 96x64", img.ContentType, img.Width, img.Height, tc.want)
+			}
+			if got := bimg.NewImage(img.Data).Type(); "image/"+got != tc.want && !(got == "jpeg" && tc.want == "image/jpeg") {
+				t.Errorf("the result's bytes are %s, want %s", got, tc.want)
+			}
+			source, result := render(t, tc.src), render(t, img.Data)
+			worst := 0
+			for y := range 32 {
+				for x := range 48 {
+					a := color.NRGBAModel.Convert(source.At(x, y)).(color.NRGBA)
+					b := color.NRGBAModel.Convert(result.At(2*x, 2*y)).(color.NRGBA)
+					for _, d := range []int{int(a.R) - int(b.R), int(a.G) - int(b.G), int(a.B) - int(b.B), int(a.A) - int(b.A)} {
+						worst = max(worst, d, -d)
+					}
+				}
+			}
+			if worst > 12 {
+				t.Errorf("a pixel %d levels from the source's, want at most 12", worst)
+			}
+		})
+	}
+}
+
+// TestAnimationRefused: an animated GIF is refused with a clear 400, not
+// flattened to its first frame.
+func TestAnimationRefused(t *testing.T) {
+	palette := color.Palette{color.Black, color.White}
+	anim := &gif.GIF{LoopCount: 0}
+	for i := range 3 {
+		frame := image.NewPaletted(image.Rect(0, 0, 8, 8), palette)
+		frame.SetColorIndex(i, i, 1)
+		anim.Image, anim.Delay = append(anim.Image, frame), append(anim.Delay, 10)
+	}
+	var b bytes.Buffer
+	if err := gif.EncodeAll(&b, anim); err != nil {
+		t.Fatal(err)
+	}
+	_, err := vips.New(vips.Options{}).Upscale(context.Background(), b.Bytes(), upscale.Params{Scale: 2, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
+	if !errors.Is(err, upscale.ErrUnsupportedImage) {
+		t.Errorf("an animated GIF: %v, want ErrUnsupportedImage", err)
+	}
+}
+
+// tiffHeader is a little-endian grey TIFF of w×h 8-bit pixels in one
+// uncompressed strip of rowsPerStrip rows, whose data is a few bytes: a
+// pixel flood, or a strip that claims far more than the file holds.
+func tiffHeader(w, h, rowsPerStrip uint32) []byte {
+	entries := [][3]uint32{ // tag, type (3 SHORT, 4 LONG), value
+		{256, 4, w}, {257, 4, h}, {258, 3, 8}, {259, 3, 1}, {262, 3, 1},
+		{273, 4, 8 + 2 + 9*12 + 4}, {277, 3, 1}, {278, 4, rowsPerStrip}, {279, 4, w * rowsPerStrip},
+	}
+	b := []byte("II*\x00\x08\x00\x00\x00")
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(entries)))
+	for _, e := range entries {
+		b = binary.LittleEndian.AppendUint16(b, uint16(e[0]))
+		b = binary.LittleEndian.AppendUint16(b, uint16(e[1]))
+		b = binary.LittleEndian.AppendUint32(b, 1)
+		b = binary.LittleEndian.AppendUint32(b, e[2])
+	}
+	b = binary.LittleEndian.AppendUint32(b, 0) // no next IFD
+	return append(b, 1, 2, 3, 4, 5, 6, 7, 8)
+}
+
+// TestHostileNewFormats: corrupt or hostile HEIC and TIFF files are
+// refused with a 400 (unsupported_image or image_too_large), quickly, and
+// the sizes a header claims are refused before any pixel is decoded.
+func TestHostileNewFormats(t *testing.T) {
+	heic := convert(t, encodePNG(t, gradient(64, 48, 255)), bimg.HEIF)
+	bomb := bytes.Clone(heic)
+	at := bytes.Index(bomb, []byte("ispe"))
+	if at < 0 {
+		t.Fatal("the HEIC has no ispe box")
+	}
+	binary.BigEndian.PutUint32(bomb[at+8:], 60000) // width, after the box's version and flags
+	binary.BigEndian.PutUint32(bomb[at+12:], 60000)
+	e := vips.New(vips.Options{})
+	for _, tc := range []struct {
+		name string
+		src  []byte
+	}{
+		{"TruncatedHEIC", heic[:len(heic)/2]},
+		{"HEICBomb", bomb},
+		{"TIFFFlood", tiffHeader(100_000, 100_000, 100_000)},
+		{"TIFFHugeStrip", tiffHeader(4000, 4000, 4000)},
+		{"NotAnyFormat", []byte("\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := e.Upscale(context.Background(), tc.src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+			if !errors.Is(err, upscale.ErrUnsupportedImage) && !errors.Is(err, upscale.ErrImageTooLarge) {
+				t.Errorf("err = %v, want unsupported_image or image_too_large", err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("refused after %v", took)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}
