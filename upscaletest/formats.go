@@ -3,6 +3,7 @@ package upscaletest
 import (
 	"bytes"
 	"context"
+	"embed"
 	"encoding/binary"
 	"image"
 	"image/color"
@@ -132,6 +133,83 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 			t.Errorf("top luma %#x, bottom luma %#x: want black on top, white below", topY, bottomY)
 		}
 	})
+
+	t.Run("PhoneAndWeb", func(t *testing.T) { testPhoneAndWebFormats(t, newUpscaler(t)) })
+}
+
+// formatFiles are small images as phones, cameras and the web make them
+// (written by libvips's savers), each beside its rendering by libvips as
+// a PNG ("photo.heic.png"), which the results are compared with.
+//
+//go:embed testdata/formats
+var formatFiles embed.FS
+
+// testPhoneAndWebFormats: HEIC, AVIF, TIFF and a still GIF are enlarged ×2
+// and written as a browser shows them (AVIF as AVIF; HEIC and TIFF as
+// JPEG, or PNG with alpha; GIF as PNG), every pixel within 12 levels of
+// libvips's rendering of the source. An AVIF result's size is read from
+// its header (Go has no AVIF decoder); its pixels are not compared.
+func testPhoneAndWebFormats(t *testing.T, u upscale.Upscaler) {
+	for _, tc := range []struct{ file, want string }{
+		{"photo.heic", "image/jpeg"}, {"cutout.heic", "image/png"}, {"photo.avif", "image/avif"},
+		{"photo.tiff", "image/jpeg"}, {"cutout.tiff", "image/png"}, {"drawing.gif", "image/png"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			src, err := formatFiles.ReadFile("testdata/formats/" + tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rendering, err := formatFiles.ReadFile("testdata/formats/" + tc.file + ".png")
+			if err != nil {
+				t.Fatal(err)
+			}
+			source, err := png.Decode(bytes.NewReader(rendering))
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := u.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := source.Bounds().Size().Mul(2)
+			if img.ContentType != tc.want || img.Width != want.X || img.Height != want.Y {
+				t.Fatalf("%s %dx%d, want %s %v", img.ContentType, img.Width, img.Height, tc.want, want)
+			}
+			if tc.want == "image/avif" {
+				if got, ok := avifSize(img.Data); !ok || got != want {
+					t.Errorf("the AVIF's header says %v (%v), want %v", got, ok, want)
+				}
+				return
+			}
+			result, _, err := image.Decode(bytes.NewReader(img.Data))
+			if err != nil || result.Bounds().Size() != want {
+				t.Fatalf("the result: %v, %v; want a %s of %v", result, err, tc.want, want)
+			}
+			worst := 0
+			for y := range want.Y / 2 {
+				for x := range want.X / 2 {
+					a := color.NRGBAModel.Convert(source.At(x, y)).(color.NRGBA)
+					b := color.NRGBAModel.Convert(result.At(2*x, 2*y)).(color.NRGBA)
+					for _, d := range []int{int(a.R) - int(b.R), int(a.G) - int(b.G), int(a.B) - int(b.B), int(a.A) - int(b.A)} {
+						worst = max(worst, d, -d)
+					}
+				}
+			}
+			if worst > 12 {
+				t.Errorf("a pixel %d levels from the source's, want at most 12", worst)
+			}
+		})
+	}
+}
+
+// avifSize reads an AVIF's size from its first image spatial extents
+// (ispe) property: after the box's version and flags, width and height.
+func avifSize(data []byte) (image.Point, bool) {
+	at := bytes.Index(data, []byte("ispe"))
+	if at < 0 || at+16 > len(data) {
+		return image.Point{}, false
+	}
+	return image.Pt(int(binary.BigEndian.Uint32(data[at+8:])), int(binary.BigEndian.Uint32(data[at+12:]))), true
 }
 
 // UpscalePNG has u enlarge src, given as a PNG, and decodes the result,
