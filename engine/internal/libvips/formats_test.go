@@ -28,68 +28,6 @@ func convert(t *testing.T, src []byte, kind bimg.ImageType) []byte {
 	return out
 }
 
-// render decodes an image with libvips, as a PNG, so that a source and a
-// result compare as libvips itself renders them.
-func render(t *testing.T, data []byte) image.Image {
-	t.Helper()
-	png, err := bimg.NewImage(data).Process(bimg.Options{Type: bimg.PNG})
-	if err != nil {
-		t.Fatalf("render: %v", err)
-	}
-	img, _, err := image.Decode(bytes.NewReader(png))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-// TestPhoneAndWebFormats: HEIC, AVIF, TIFF and GIF sources are enlarged ×2 and
-// written as a browser shows them (AVIF as AVIF; HEIC and TIFF as JPEG, or
-// PNG with alpha; a still GIF as PNG), each pixel within 12 levels of how
-// libvips renders the source's.
-func TestPhoneAndWebFormats(t *testing.T) {
-	opaque, translucent := encodePNG(t, gradient(48, 32, 255)), encodePNG(t, gradient(48, 32, 64))
-	e := vips.New(vips.Options{})
-	for _, tc := range []struct {
-		name, want string
-		src        []byte
-	}{
-		{"HEIC", "image/jpeg", convert(t, opaque, bimg.HEIF)},
-		{"HEICWithAlpha", "image/png", convert(t, translucent, bimg.HEIF)},
-		{"AVIF", "image/avif", convert(t, opaque, bimg.AVIF)},
-		{"TIFF", "image/jpeg", convert(t, opaque, bimg.TIFF)},
-		{"TIFFWithAlpha", "image/png", convert(t, translucent, bimg.TIFF)},
-		{"GIF", "image/png", convert(t, opaque, bimg.GIF)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			img, err := e.Upscale(context.Background(), tc.src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if img.ContentType != tc.want || img.Width != 96 || img.Height != 64 {
-				t.Fatalf("%s %dx%d, want %s 96x64", img.ContentType, img.Width, img.Height, tc.want)
-			}
-			if got := bimg.NewImage(img.Data).Type(); "image/"+got != tc.want && !(got == "jpeg" && tc.want == "image/jpeg") {
-				t.Errorf("the result's bytes are %s, want %s", got, tc.want)
-			}
-			source, result := render(t, tc.src), render(t, img.Data)
-			worst := 0
-			for y := range 32 {
-				for x := range 48 {
-					a := color.NRGBAModel.Convert(source.At(x, y)).(color.NRGBA)
-					b := color.NRGBAModel.Convert(result.At(2*x, 2*y)).(color.NRGBA)
-					for _, d := range []int{int(a.R) - int(b.R), int(a.G) - int(b.G), int(a.B) - int(b.B), int(a.A) - int(b.A)} {
-						worst = max(worst, d, -d)
-					}
-				}
-			}
-			if worst > 12 {
-				t.Errorf("a pixel %d levels from the source's, want at most 12", worst)
-			}
-		})
-	}
-}
-
 // TestAnimationRefused: an animated GIF is refused with a clear 400, not
 // flattened to its first frame.
 func TestAnimationRefused(t *testing.T) {
