@@ -308,10 +308,14 @@ func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, 
 // charging the result; an engine that decides by its deadline (learned
 // passes or classical) enlarges a job wholly learned where a request's
 // EngineTimeout would not allow it. A run without a deadline gives the
-// engine EngineTimeout.
+// engine EngineTimeout; a run too short to keep SettleTimeout gives it
+// all it has.
 func (h *Handler) jobEngineDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if deadline, ok := ctx.Deadline(); ok {
-		return context.WithDeadlineCause(ctx, deadline.Add(-h.cfg.SettleTimeout), ErrUpstreamTimeout)
+		if engineEnds := deadline.Add(-h.cfg.SettleTimeout); engineEnds.After(time.Now()) {
+			deadline = engineEnds
+		}
+		return context.WithDeadlineCause(ctx, deadline, ErrUpstreamTimeout)
 	}
 	return context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 }

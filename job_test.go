@@ -1122,6 +1122,20 @@ func TestJobEngineHasTheRunsTime(t *testing.T) {
 	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded {
 		t.Errorf("job %s, want succeeded", j.Status)
 	}
+	// A run shorter than SettleTimeout gives its engine all it has, not a
+	// deadline already past.
+	short := deadlineUpscaler{left: make(chan time.Duration, 1)}
+	e = newEnv(t, func(c *upscale.Config) {
+		c.Upscaler, c.SettleTimeout = short, 15*time.Second
+		c.Jobs = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now, RunTimeout: 10 * time.Second})
+	})
+	location, _ = e.submit(keyFree, body(e.url("/small.png")))
+	if left := <-short.left; left < 5*time.Second {
+		t.Errorf("a job in a 10 s run had %v for its engine, want about 10 s", left)
+	}
+	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded {
+		t.Errorf("the job in a short run: %s, want succeeded", j.Status)
+	}
 }
 
 // TestMemoryJobQueueGivesUpOverruns: a run that overruns RunTimeout runs

@@ -19,7 +19,9 @@ type MemoryJobQueueOptions struct {
 	// RunTimeout bounds one run of a job: past it the run's context is
 	// done (context.DeadlineExceeded) and the job runs again, up to
 	// MaxJobAttempts runs, then is given up (see JobRunner). A job's
-	// engine has what is left of it. Zero means DefaultRunTimeout.
+	// engine has what is left of it less the handler's SettleTimeout, so
+	// it should exceed EngineTimeout and SettleTimeout together. Zero
+	// means DefaultRunTimeout.
 	RunTimeout time.Duration
 }
 

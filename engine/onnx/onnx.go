@@ -229,7 +229,8 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 // learnedMemory is the most the engine holds making h's result with
 // passes learned passes: the 16-bit samples of the last pass's input and
 // output, or, without one, of the decoded source twice (libvips's and its
-// copy), and the encoded result twice, as engine/vips does. The runtime's
+// copy), and what encoding the result holds (Header.OutputBytes), as
+// engine/vips does. The runtime's
 // buffers for one tile are the same for every image and belong to the
 // process's constant.
 func learnedMemory(h libvips.Header, passes int) int64 {
@@ -240,7 +241,7 @@ func learnedMemory(h libvips.Header, passes int) int64 {
 		input := pixels << (2 * (passes - 1))
 		held = input + 4*input
 	}
-	return held*int64(h.Bands)*sampleBytes + 2*h.EncodedBytes()
+	return held*int64(h.Bands)*sampleBytes + h.OutputBytes()
 }
 
 // SourceSize implements upscale.SizeReader, as engine/vips does.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/h2non/bimg"
+
 	"github.com/upscalekit/upscale"
 	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -61,5 +63,28 @@ func TestEstimateMemory(t *testing.T) {
 	}
 	if bound := header.EncodedBytes(); int64(len(img.Data)) > bound {
 		t.Errorf("butterfly ×4 encodes to %d bytes, more than the %d the estimate allows", len(img.Data), bound)
+	}
+}
+
+// TestEstimateWholeDecoders: an AVIF source is decoded whole by libheif
+// and its AVIF result encoded whole, so its estimate holds the raw source
+// and the raw result on top of what a JPEG of the same size needs.
+func TestEstimateWholeDecoders(t *testing.T) {
+	png := encodePNG(t, gradient(40, 30, 255))
+	e := vips.New(vips.Options{})
+	estimate := func(kind bimg.ImageType) int64 {
+		src, err := bimg.NewImage(png).Process(bimg.Options{Type: kind, Quality: 90})
+		if err != nil {
+			t.Fatal(err)
+		}
+		need, err := e.EstimateMemory(src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return need
+	}
+	const source, result = 40 * 30 * 3, 80 * 60 * 3
+	if jpeg, avif := estimate(bimg.JPEG), estimate(bimg.AVIF); avif-jpeg != source+result {
+		t.Errorf("AVIF needs %d bytes, a JPEG %d: want %d more, the raw source and result", avif, jpeg, source+result)
 	}
 }

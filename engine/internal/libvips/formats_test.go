@@ -48,13 +48,15 @@ func TestAnimationRefused(t *testing.T) {
 	}
 }
 
-// tiffHeader is a little-endian grey TIFF of w×h 8-bit pixels in one
-// uncompressed strip of rowsPerStrip rows, whose data is a few bytes: a
-// pixel flood, or a strip that claims far more than the file holds.
-func tiffHeader(w, h, rowsPerStrip uint32) []byte {
+// tiffHeader is a little-endian grey TIFF of w×h pixels of bits bits and
+// sampleFormat (1 unsigned, 3 float) in one uncompressed strip of
+// rowsPerStrip rows, whose data is a few bytes: a pixel flood, a strip
+// that claims far more than the file holds, or samples the pipeline does
+// not read.
+func tiffHeader(w, h, rowsPerStrip, bits, sampleFormat uint32) []byte {
 	entries := [][3]uint32{ // tag, type (3 SHORT, 4 LONG), value
-		{256, 4, w}, {257, 4, h}, {258, 3, 8}, {259, 3, 1}, {262, 3, 1},
-		{273, 4, 8 + 2 + 9*12 + 4}, {277, 3, 1}, {278, 4, rowsPerStrip}, {279, 4, w * rowsPerStrip},
+		{256, 4, w}, {257, 4, h}, {258, 3, bits}, {259, 3, 1}, {262, 3, 1},
+		{273, 4, 8 + 2 + 10*12 + 4}, {277, 3, 1}, {278, 4, rowsPerStrip}, {279, 4, w * rowsPerStrip * bits / 8}, {339, 3, sampleFormat},
 	}
 	b := []byte("II*\x00\x08\x00\x00\x00")
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(entries)))
@@ -68,7 +70,8 @@ func tiffHeader(w, h, rowsPerStrip uint32) []byte {
 	return append(b, 1, 2, 3, 4, 5, 6, 7, 8)
 }
 
-// TestHostileNewFormats: corrupt or hostile HEIC and TIFF files are
+// TestHostileNewFormats: corrupt or hostile HEIC and TIFF files, TIFFs of
+// samples the pipeline does not read (floats) and AVIF animations are
 // refused with a 400 (unsupported_image or image_too_large), quickly, and
 // the sizes a header claims are refused before any pixel is decoded.
 func TestHostileNewFormats(t *testing.T) {
@@ -80,6 +83,8 @@ func TestHostileNewFormats(t *testing.T) {
 	}
 	binary.BigEndian.PutUint32(bomb[at+8:], 60000) // width, after the box's version and flags
 	binary.BigEndian.PutUint32(bomb[at+12:], 60000)
+	avifSequence := convert(t, encodePNG(t, gradient(64, 48, 255)), bimg.AVIF)
+	copy(avifSequence[8:12], "avis") // the major brand of an AVIF animation
 	e := vips.New(vips.Options{})
 	for _, tc := range []struct {
 		name string
@@ -87,8 +92,10 @@ func TestHostileNewFormats(t *testing.T) {
 	}{
 		{"TruncatedHEIC", heic[:len(heic)/2]},
 		{"HEICBomb", bomb},
-		{"TIFFFlood", tiffHeader(100_000, 100_000, 100_000)},
-		{"TIFFHugeStrip", tiffHeader(4000, 4000, 4000)},
+		{"TIFFFlood", tiffHeader(100_000, 100_000, 100_000, 8, 1)},
+		{"TIFFHugeStrip", tiffHeader(4000, 4000, 4000, 8, 1)},
+		{"FloatTIFF", tiffHeader(8, 8, 8, 32, 3)},
+		{"AVIFSequence", avifSequence},
 		{"NotAnyFormat", []byte("\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

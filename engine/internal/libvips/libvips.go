@@ -74,14 +74,31 @@ const (
 	saveAVIF = C.SAVE_AVIF
 )
 
-// pages is how many pages src's header says it holds: an animation's
-// frames, a TIFF's pages.
-func pages(src []byte) (int, error) {
-	n := C.count_pages(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
-	if n < 0 {
-		return 0, vipsError()
+// layout is what src's header says of its pages (an animation's frames, a
+// TIFF's pages) and samples, for the formats that vary in them.
+type layout struct {
+	pages int
+	// samples reports whether the samples are ones the pipeline reads:
+	// 8- or 16-bit unsigned, sRGB, grey or CMYK, as JPEG, PNG and WebP
+	// always are. A TIFF or HEIF may hold floats, signed or 32-bit
+	// integers, or CIELAB.
+	samples bool
+}
+
+func readLayout(src []byte) (layout, error) {
+	var pages C.int
+	var format C.VipsBandFormat
+	var interpretation C.VipsInterpretation
+	if C.read_layout(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), &pages, &format, &interpretation) != 0 {
+		return layout{}, vipsError()
 	}
-	return int(n), nil
+	l := layout{pages: int(pages)}
+	switch interpretation {
+	case C.VIPS_INTERPRETATION_sRGB, C.VIPS_INTERPRETATION_RGB16, C.VIPS_INTERPRETATION_B_W, C.VIPS_INTERPRETATION_GREY16,
+		C.VIPS_INTERPRETATION_CMYK, C.VIPS_INTERPRETATION_RGB, C.VIPS_INTERPRETATION_MULTIBAND:
+		l.samples = format == C.VIPS_FORMAT_UCHAR || format == C.VIPS_FORMAT_USHORT
+	}
+	return l, nil
 }
 
 // JPEG chroma subsampling modes: libvips's automatic choice (none from

@@ -28,13 +28,15 @@ void configure_libvips(void) {
 	vips_operation_block_set("VipsForeignLoadTiff", FALSE);
 }
 
-int count_pages(const void *buf, size_t len) {
+int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format, VipsInterpretation *interpretation) {
 	VipsImage *in = vips_image_new_from_buffer(buf, len, "", NULL);
 	if (!in)
 		return -1;
-	int pages = vips_image_get_n_pages(in);
+	*pages = vips_image_get_n_pages(in);
+	*format = in->BandFmt;
+	*interpretation = in->Type;
 	g_object_unref(in);
-	return pages;
+	return 0;
 }
 
 int decode_strictly(const void *buf, size_t len) {

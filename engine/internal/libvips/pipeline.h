@@ -15,9 +15,10 @@ void configure_libvips(void);
 // 0 on success; on failure the message is in vips_error_buffer().
 int decode_strictly(const void *buf, size_t len);
 
-// count_pages reads buf's header and returns how many pages (frames of an
-// animation, pages of a TIFF) it holds, or -1 as upscale does.
-int count_pages(const void *buf, size_t len);
+// read_layout reads buf's header: how many pages it holds (frames of an
+// animation, pages of a TIFF), its sample format and its interpretation.
+// It returns 0, or -1 as upscale does.
+int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format, VipsInterpretation *interpretation);
 
 enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP, SAVE_AVIF };
 

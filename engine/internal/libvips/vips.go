@@ -191,7 +191,9 @@ func sniffHEIF(src []byte) (source, bool) {
 	}
 	for _, brand := range brands {
 		switch brand {
-		case "avif", "avis":
+		case "avis": // a sequence: an animation
+			return sourceAVIFSequence, true
+		case "avif":
 			return sourceAVIF, true
 		case "heic", "heix", "heim", "heis", "hevc", "hevx":
 			return sourceHEIC, true
@@ -211,6 +213,7 @@ const (
 	sourceTIFF
 	sourceHEIC
 	sourceAVIF
+	sourceAVIFSequence
 )
 
 // output is the format a result of a src source is written in: a
@@ -219,13 +222,18 @@ const (
 // animation (a GIF or WebP of more than one frame) is refused, never
 // flattened to one frame.
 func output(kind source, src []byte, meta bimg.ImageMetadata) (format, error) {
-	if kind == sourceGIF || kind == sourceWebP {
-		n, err := pages(src)
-		if err != nil {
+	if kind == sourceAVIFSequence {
+		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, msgAnimation)
+	}
+	if kind != sourceJPEG && kind != sourcePNG {
+		l, err := readLayout(src)
+		switch {
+		case err != nil:
 			return format{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, msgUnreadable), err)
-		}
-		if n > 1 {
-			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image is an animation of %d frames; animations are not enlarged yet. Send one frame as a still image.", n)
+		case l.pages > 1 && (kind == sourceGIF || kind == sourceWebP): // a TIFF or HEIF is its first or primary image
+			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, msgAnimation)
+		case !l.samples:
+			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image's samples are floating-point, signed, 32-bit or CIELAB; only 8- and 16-bit RGB, grey or CMYK images are read.")
 		}
 	}
 	switch kind {
@@ -242,6 +250,9 @@ func output(kind source, src []byte, meta bimg.ImageMetadata) (format, error) {
 	}
 	return pngFormat, nil
 }
+
+// msgAnimation refuses an animated GIF, WebP or AVIF.
+const msgAnimation = "The image is an animation; animations are not enlarged yet. Send one frame as a still image."
 
 // msgUnreadable is the refusal of a header that cannot be read.
 const msgUnreadable = "The image header could not be read; the file may be truncated or corrupt."
@@ -359,9 +370,11 @@ type Header struct {
 	// PNG reports whether the result is saved losslessly, and so is about
 	// as large as its raw pixels.
 	PNG bool
-	// Turned reports whether the source must be turned for its EXIF
-	// orientation, and so decoded whole rather than streamed.
-	Turned bool
+	// WholeSource reports whether the source is decoded whole rather than
+	// streamed: turned for its EXIF orientation, or a HEIC, AVIF or GIF,
+	// whose decoders make the whole image. WholeResult, whether the
+	// encoder holds the whole raw result (AVIF's, libheif's).
+	WholeSource, WholeResult bool
 }
 
 // Header reads src's header with the checks and errors of Upscale for a
@@ -372,9 +385,12 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 		return Header{}, err
 	}
 	size := uprightSize(meta)
+	kind, _ := sniff(src)
 	h := Header{
 		Width: size.X, Height: size.Y, Scale: g.scale, Result: g.size, Fitted: g.fitted,
-		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat, Turned: sequential(meta) == 0,
+		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat,
+		WholeSource: sequential(meta) == 0 || kind == sourceHEIC || kind == sourceAVIF || kind == sourceGIF,
+		WholeResult: f == avifFormat,
 	}
 	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
 		h.SampleBytes = 2
@@ -389,31 +405,46 @@ func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
 	return h.Width, h.Height, err
 }
 
-// EncodedBytes bounds the size of h's result once encoded, and so what
-// libvips' output buffer and its copy in Go memory each hold: the raw size
-// for PNG (photographs compress little losslessly), half of it for JPEG
-// and WebP at quality 90.
+// EncodedBytes bounds the size of h's result once encoded: the raw size
+// for PNG (photographs compress little losslessly), half of it for JPEG,
+// WebP and AVIF.
 func (h Header) EncodedBytes() int64 {
-	raw := int64(h.Result.X) * int64(h.Result.Y) * int64(h.Bands*h.SampleBytes)
+	raw := h.resultBytes()
 	if !h.PNG {
 		raw /= 2
 	}
 	return raw
 }
 
+// OutputBytes bounds what encoding h's result holds at its peak: the
+// encoded result twice (libvips' output buffer and its copy in Go
+// memory), and, for AVIF, the whole raw result, which libheif holds to
+// encode it.
+func (h Header) OutputBytes() int64 {
+	need := 2 * h.EncodedBytes()
+	if h.WholeResult {
+		need += h.resultBytes()
+	}
+	return need
+}
+
+// resultBytes is the size of h's result's raw pixels.
+func (h Header) resultBytes() int64 {
+	return int64(h.Result.X) * int64(h.Result.Y) * int64(h.Bands*h.SampleBytes)
+}
+
 // EstimateMemory implements upscale.MemoryEstimator. The pipeline streams
-// from decoder to encoder, so what it holds whole is the encoded result,
-// twice (libvips' buffer and its copy into Go memory), and the decoded
-// source when it is read twice to denoise or turned for its EXIF
-// orientation. Each worker's strips, a few MiB, belong to the process's
+// from decoder to encoder, so what it holds whole is what encoding holds
+// (OutputBytes), and the decoded source when it is read twice to denoise
+// or decoded whole (WholeSource). Each worker's strips, a few MiB, belong to the process's
 // constant (README, "Memory").
 func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
 	h, err := e.Header(src, opts.Scale)
 	if err != nil {
 		return 0, err
 	}
-	need := 2 * h.EncodedBytes()
-	if h.Turned || recipeFor(opts).denoise.step > 0 {
+	need := h.OutputBytes()
+	if h.WholeSource || recipeFor(opts).denoise.step > 0 {
 		need += int64(h.Width) * int64(h.Height) * int64(h.Bands*h.SampleBytes)
 	}
 	return need, nil
@@ -507,8 +538,16 @@ func (e *Engine) plan(f format, source image.Point, scale int) (geometry, error)
 	if max(w, h)*scale <= side && int64(w)*int64(h)*int64(scale*scale) <= e.opts.MaxOutputPixels {
 		return geometry{scale: scale, size: source.Mul(scale)}, nil
 	}
-	factor := min(float64(side)/float64(max(w, h)), math.Sqrt(float64(e.opts.MaxOutputPixels)/(float64(w)*float64(h))))
+	bySide, byPixels := float64(side)/float64(max(w, h)), math.Sqrt(float64(e.opts.MaxOutputPixels)/(float64(w)*float64(h)))
+	factor := min(bySide, byPixels)
 	fit := image.Pt(int(float64(w)*factor), int(float64(h)*factor))
+	if bySide <= byPixels { // the long side is exactly the limit, whatever floats round to
+		if w >= h {
+			fit = image.Pt(side, int(int64(h)*int64(side)/int64(w)))
+		} else {
+			fit = image.Pt(int(int64(w)*int64(side)/int64(h)), side)
+		}
+	}
 	if factor < 1 || fit.X < w || fit.Y < h {
 		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "The image is %d×%d pixels; a result at least as large is over the %d pixels and %d per side produced.", w, h, e.opts.MaxOutputPixels, side)
 	}

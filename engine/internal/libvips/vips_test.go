@@ -168,6 +168,18 @@ func TestLimits(t *testing.T) {
 			}
 		})
 	}
+	// A fit by a side is exactly that side, however the factor rounds:
+	// 16383/1110 × 1110 is 16382.99… in floats.
+	t.Run("FittedToTheSideExactly", func(t *testing.T) {
+		long, err := bimg.NewImage(encodePNG(t, gradient(1110, 10, 255))).Convert(bimg.WEBP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := vips.New(vips.Options{}).Upscale(context.Background(), long, upscale.Params{Scale: 16})
+		if err != nil || img.Width != 16383 || img.Height != 147 {
+			t.Errorf("%dx%d, %v; want 16383x147, WebP's largest side", img.Width, img.Height, err)
+		}
+	})
 	t.Run("HeaderOnly", func(t *testing.T) {
 		// A PNG header claiming 100000×100000 pixels and no pixel data: it
 		// must be refused from the header, quickly.
