@@ -78,6 +78,10 @@ const (
 // TIFF's pages) and samples, for the formats that vary in them.
 type layout struct {
 	pages int
+	// orientation is the EXIF orientation libvips reads and vips_autorot
+	// applies, which a malformed EXIF block can make differ from what
+	// other parsers read.
+	orientation int
 	// samples reports whether the samples are ones the pipeline reads:
 	// 8- or 16-bit unsigned, sRGB, grey or CMYK, as JPEG, PNG and WebP
 	// always are. A TIFF or HEIF may hold floats, signed or 32-bit
@@ -89,10 +93,11 @@ func readLayout(src []byte) (layout, error) {
 	var pages C.int
 	var format C.VipsBandFormat
 	var interpretation C.VipsInterpretation
-	if C.read_layout(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), &pages, &format, &interpretation) != 0 {
+	var orientation C.int
+	if C.read_layout(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), &pages, &format, &interpretation, &orientation) != 0 {
 		return layout{}, vipsError()
 	}
-	l := layout{pages: int(pages)}
+	l := layout{pages: int(pages), orientation: int(orientation)}
 	switch interpretation {
 	case C.VIPS_INTERPRETATION_sRGB, C.VIPS_INTERPRETATION_RGB16, C.VIPS_INTERPRETATION_B_W, C.VIPS_INTERPRETATION_GREY16,
 		C.VIPS_INTERPRETATION_CMYK, C.VIPS_INTERPRETATION_RGB, C.VIPS_INTERPRETATION_MULTIBAND:

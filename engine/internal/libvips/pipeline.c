@@ -28,13 +28,15 @@ void configure_libvips(void) {
 	vips_operation_block_set("VipsForeignLoadTiff", FALSE);
 }
 
-int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format, VipsInterpretation *interpretation) {
+int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format, VipsInterpretation *interpretation,
+	int *orientation) {
 	VipsImage *in = vips_image_new_from_buffer(buf, len, "", NULL);
 	if (!in)
 		return -1;
 	*pages = vips_image_get_n_pages(in);
 	*format = in->BandFmt;
 	*interpretation = in->Type;
+	*orientation = vips_image_get_orientation(in);
 	g_object_unref(in);
 	return 0;
 }

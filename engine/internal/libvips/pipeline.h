@@ -16,9 +16,11 @@ void configure_libvips(void);
 int decode_strictly(const void *buf, size_t len);
 
 // read_layout reads buf's header: how many pages it holds (frames of an
-// animation, pages of a TIFF), its sample format and its interpretation.
-// It returns 0, or -1 as upscale does.
-int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format, VipsInterpretation *interpretation);
+// animation, pages of a TIFF), its sample format, its interpretation and
+// the orientation vips_autorot will apply. It returns 0, or -1 as upscale
+// does.
+int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format, VipsInterpretation *interpretation,
+	int *orientation);
 
 enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP, SAVE_AVIF };
 

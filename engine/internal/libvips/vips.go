@@ -221,20 +221,12 @@ const (
 // JPEG, or PNG when they have alpha; GIF, a still here, as PNG. An
 // animation (a GIF or WebP of more than one frame) is refused, never
 // flattened to one frame.
-func output(kind source, src []byte, meta bimg.ImageMetadata) (format, error) {
-	if kind == sourceAVIFSequence {
+func output(kind source, l layout, meta bimg.ImageMetadata) (format, error) {
+	switch {
+	case kind == sourceAVIFSequence || (l.pages > 1 && (kind == sourceGIF || kind == sourceWebP)): // a TIFF or HEIF is its first or primary image
 		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, msgAnimation)
-	}
-	if kind != sourceJPEG && kind != sourcePNG {
-		l, err := readLayout(src)
-		switch {
-		case err != nil:
-			return format{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, msgUnreadable), err)
-		case l.pages > 1 && (kind == sourceGIF || kind == sourceWebP): // a TIFF or HEIF is its first or primary image
-			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, msgAnimation)
-		case !l.samples:
-			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image's samples are floating-point, signed, 32-bit or CIELAB; only 8- and 16-bit RGB, grey or CMYK images are read.")
-		}
+	case !l.samples:
+		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image's samples are floating-point, signed, 32-bit or CIELAB; only 8- and 16-bit RGB, grey or CMYK images are read.")
 	}
 	switch kind {
 	case sourceJPEG:
@@ -462,7 +454,15 @@ func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geo
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, msgUnreadable), err)
 	}
-	f, err := output(kind, src, meta)
+	l, err := readLayout(src)
+	if err != nil {
+		return format{}, bimg.ImageMetadata{}, geometry{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, msgUnreadable), err)
+	}
+	// The orientation libvips turns the image by, not another parser's
+	// reading of it: they differ on a malformed EXIF block, and the
+	// result's size must be what libvips makes.
+	meta.Orientation = l.orientation
+	f, err := output(kind, l, meta)
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
