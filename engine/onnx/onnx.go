@@ -112,7 +112,8 @@ type Options struct {
 	Precision Precision
 }
 
-// Engine enlarges JPEG, PNG and WebP images with waifu2x networks. It is
+// Engine enlarges the images engine/vips reads (JPEG, PNG, WebP, still
+// GIF, HEIC, AVIF, TIFF) with waifu2x networks. It is
 // safe for concurrent use.
 type Engine struct {
 	opts   Options

@@ -23,7 +23,8 @@ const (
 	DefaultMaxSide         = libvips.DefaultMaxSide
 )
 
-// Engine enlarges JPEG, PNG and WebP images with libvips. It is safe for
+// Engine enlarges JPEG, PNG, WebP, GIF (stills), HEIC, AVIF and TIFF
+// images with libvips. It is safe for
 // concurrent use. When an image's context is done, the work on it stops
 // within milliseconds (libwebp, encoding a WebP result, at its next percent
 // of progress) and Upscale returns ctx.Err(), so a caller who has gone or a
@@ -38,7 +39,7 @@ var (
 )
 
 // New returns an Engine. The first call restricts libvips, for the whole
-// process, to its JPEG, PNG and WebP loaders, turns its operation cache
+// process, to its JPEG, PNG, WebP, GIF, HEIF and TIFF loaders, turns its operation cache
 // off and sends what it logs to slog.Default() at debug level instead of
 // stderr; a program that also uses libvips for other formats should not
 // share the process with an Engine.
