@@ -56,16 +56,16 @@ define npm_fetch
 endef
 
 # libvips-dev for the default engine (cgo), with gcc and pkg-config to build
-# it, oneDNN (libdnnl-dev, built with OpenMP) for engine/onednn, and ONNX
+# it and libexif-dev for the EXIF tags results keep, oneDNN (libdnnl-dev, built with OpenMP) for engine/onednn, and ONNX
 # Runtime's library for engine/onnx (kept outside the clone);
 # for the tests also PostgreSQL's server binaries and versitygw, from which
 # the tests start throwaway servers of their own (the system PostgreSQL
 # cluster is not used), and the original waifu2x models.
 deps: $(ORT_LIB)
-	@if ! pkg-config --exists vips 2>/dev/null || ! command -v gcc >/dev/null || [ ! -f /usr/include/dnnl.h ]; then \
-		echo "installing libvips-dev, libdnnl-dev, gcc and pkg-config (Debian/Ubuntu packages)"; \
+	@if ! pkg-config --exists vips libexif 2>/dev/null || ! command -v gcc >/dev/null || [ ! -f /usr/include/dnnl.h ]; then \
+		echo "installing libvips-dev, libexif-dev, libdnnl-dev, gcc and pkg-config (Debian/Ubuntu packages)"; \
 		$(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libvips-dev libdnnl-dev gcc pkg-config libc6-dev; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libvips-dev libexif-dev libdnnl-dev gcc pkg-config libc6-dev; \
 	fi
 
 $(ORT_LIB):

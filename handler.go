@@ -598,6 +598,8 @@ func extension(contentType string) string {
 		return ".webp"
 	case "image/avif":
 		return ".avif"
+	case "image/gif":
+		return ".gif"
 	}
 	return ""
 }

@@ -67,7 +67,7 @@ type Params struct {
 // Image is an encoded image with its pixel size.
 type Image struct {
 	Data        []byte
-	ContentType string // "image/jpeg", "image/png", "image/webp" or "image/avif"
+	ContentType string // "image/jpeg", "image/png", "image/webp", "image/avif" or "image/gif"
 	Width       int
 	Height      int
 	// Fitted reports that the result is not Scale times the source but the

@@ -9,6 +9,7 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
+	"slices"
 	"testing"
 
 	"github.com/upscalekit/upscale"
@@ -135,6 +136,7 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 	})
 
 	t.Run("PhoneAndWeb", func(t *testing.T) { testPhoneAndWebFormats(t, newUpscaler(t)) })
+	t.Run("Animations", func(t *testing.T) { testAnimations(t, newUpscaler(t)) })
 }
 
 // formatFiles are small images as phones, cameras and the web make them
@@ -155,18 +157,7 @@ func testPhoneAndWebFormats(t *testing.T, u upscale.Upscaler) {
 		{"photo.tiff", "image/jpeg"}, {"cutout.tiff", "image/png"}, {"drawing.gif", "image/png"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			src, err := formatFiles.ReadFile("testdata/formats/" + tc.file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rendering, err := formatFiles.ReadFile("testdata/formats/" + tc.file + ".png")
-			if err != nil {
-				t.Fatal(err)
-			}
-			source, err := png.Decode(bytes.NewReader(rendering))
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, source := formatFile(t, tc.file)
 			img, err := u.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 			if err != nil {
 				t.Fatal(err)
@@ -185,18 +176,71 @@ func testPhoneAndWebFormats(t *testing.T, u upscale.Upscaler) {
 			if err != nil || result.Bounds().Size() != want {
 				t.Fatalf("the result: %v, %v; want a %s of %v", result, err, tc.want, want)
 			}
-			worst := 0
-			for y := range want.Y / 2 {
-				for x := range want.X / 2 {
-					a := color.NRGBAModel.Convert(source.At(x, y)).(color.NRGBA)
-					b := color.NRGBAModel.Convert(result.At(2*x, 2*y)).(color.NRGBA)
-					for _, d := range []int{int(a.R) - int(b.R), int(a.G) - int(b.G), int(a.B) - int(b.B), int(a.A) - int(b.A)} {
-						worst = max(worst, d, -d)
-					}
-				}
-			}
-			if worst > 12 {
+			if worst := worstLevels(source, result, 2); worst > 12 {
 				t.Errorf("a pixel %d levels from the source's, want at most 12", worst)
+			}
+		})
+	}
+}
+
+// formatFile returns one of formatFiles and its rendering by libvips.
+func formatFile(t *testing.T, name string) (src []byte, rendering image.Image) {
+	t.Helper()
+	src, err := formatFiles.ReadFile("testdata/formats/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := formatFiles.ReadFile("testdata/formats/" + name + ".png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendering, err = png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, rendering
+}
+
+// testAnimations: an animated GIF and an animated WebP (three frames, one
+// with a transparent corner, 100 to 300 ms each, played three times) are
+// enlarged ×2 into animations of their own format with the source's
+// frames, delays and loop count, each frame within 12 levels of libvips's
+// rendering of the source's, whose frames are one above the other.
+func testAnimations(t *testing.T, u upscale.Upscaler) {
+	for _, tc := range []struct{ file, want string }{{"motion.gif", "image/gif"}, {"motion.webp", "image/webp"}} {
+		t.Run(tc.file, func(t *testing.T) {
+			src, rendering := formatFile(t, tc.file)
+			source, err := decodeAnimation(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := source.frames[0].Bounds().Size()
+			want := size.Mul(2)
+			img, err := u.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img.ContentType != tc.want || img.Width != want.X || img.Height != want.Y {
+				t.Fatalf("%s %dx%d, want %s %v", img.ContentType, img.Width, img.Height, tc.want, want)
+			}
+			result, err := decodeAnimation(img.Data)
+			if err != nil {
+				t.Fatalf("the result is no animation: %v", err)
+			}
+			if len(result.frames) != len(source.frames) || !slices.Equal(result.delays, source.delays) || result.loop != source.loop {
+				t.Fatalf("%d frames of %v ms, loop %d; want %d of %v ms, loop %d",
+					len(result.frames), result.delays, result.loop, len(source.frames), source.delays, source.loop)
+			}
+			for k, frame := range result.frames {
+				if frame.Bounds().Size() != want {
+					t.Fatalf("frame %d is %v, want %v", k, frame.Bounds().Size(), want)
+				}
+				rendered := rendering.(interface {
+					SubImage(image.Rectangle) image.Image
+				}).SubImage(image.Rect(0, k*size.Y, size.X, (k+1)*size.Y))
+				if worst := worstLevels(rendered, frame, 2); worst > 12 {
+					t.Errorf("frame %d: a pixel %d levels from the source's, want at most 12", k, worst)
+				}
 			}
 		})
 	}

@@ -180,21 +180,24 @@ func TestCancelBetweenTiles(t *testing.T) {
 }
 
 // TestLearnedPasses: learned ×2 passes while what the engine holds fits
-// its memory budget, the rest classical; no pixel count decides.
+// its memory budget, the rest classical; no pixel count decides. An
+// animation's frames all count.
 func TestLearnedPasses(t *testing.T) {
 	e := &Engine{opts: Options{MemoryBudget: DefaultMemoryBudget}}
 	for _, tc := range []struct {
-		name             string
-		w, h, scale, png int
-		passes           int
+		name                     string
+		w, h, scale, png, frames int
+		passes                   int
 	}{
-		{"PhonePhoto×2", 4032, 3024, 2, 0, 1},          // 366 MB of samples, 146 MB of JPEG twice
-		{"TwoMegapixels×4", 1632, 1224, 4, 0, 2},       // 240 MB and 96 MB at the second pass
-		{"OneMegapixel×16", 1000, 960, 16, 0, 2},       // a third pass would hold 1.2 GB with the result
-		{"Thumbnail×16", 100, 100, 16, 0, 4},           // learned to the end
-		{"SixtyFourMegapixels×2", 8000, 8000, 2, 1, 0}, // 1.9 GB of samples: all classical
+		{"PhonePhoto×2", 4032, 3024, 2, 0, 1, 1},          // 366 MB of samples, 146 MB of JPEG twice
+		{"TwoMegapixels×4", 1632, 1224, 4, 0, 1, 2},       // 240 MB and 96 MB at the second pass
+		{"OneMegapixel×16", 1000, 960, 16, 0, 1, 2},       // a third pass would hold 1.2 GB with the result
+		{"Thumbnail×16", 100, 100, 16, 0, 1, 4},           // learned to the end
+		{"SixtyFourMegapixels×2", 8000, 8000, 2, 1, 1, 0}, // 1.9 GB of samples: all classical
+		{"Sticker×4", 512, 512, 4, 0, 24, 2},              // 24 frames: 755 MB of samples and 302 MB of results at the second pass
+		{"LongAnimation×2", 640, 480, 2, 0, 400, 0},       // 400 frames: 3.7 GB of samples
 	} {
-		h := libvips.Header{Width: tc.w, Height: tc.h, Scale: tc.scale, Result: image.Pt(tc.w*tc.scale, tc.h*tc.scale), Bands: 3, SampleBytes: 1, PNG: tc.png == 1}
+		h := libvips.Header{Width: tc.w, Height: tc.h, Frames: tc.frames, Scale: tc.scale, Result: image.Pt(tc.w*tc.scale, tc.h*tc.scale), Bands: 3, SampleBytes: 1, PNG: tc.png == 1}
 		if got := e.mostLearnedPasses(h); got != tc.passes {
 			t.Errorf("%s: %d learned passes, want %d", tc.name, got, tc.passes)
 		}

@@ -5,7 +5,7 @@
 // and results written exactly as the default engine does (formats, pixel
 // limits, EXIF orientation, colour profile, alpha, grey and 16-bit).
 //
-// It needs cgo, libvips (Debian: libvips-dev) and, for the default
+// It needs cgo, libvips and libexif (Debian: libvips-dev, libexif-dev) and, for the default
 // runtime, ONNX Runtime 1.24.x's libonnxruntime.so.1, which `make deps`
 // installs in ~/.cache/upscale-tools; NewONNXRuntime loads it with dlopen
 // and fails with an error that says what to do when it is missing or of
@@ -230,13 +230,13 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 // learnedMemory is the most the engine holds making h's result with
 // passes learned passes: the 16-bit samples of the last pass's input and
 // output, or, without one, of the decoded source twice (libvips's and its
-// copy), and what encoding the result holds (Header.OutputBytes), as
-// engine/vips does. The runtime's
-// buffers for one tile are the same for every image and belong to the
-// process's constant.
+// copy), every frame's for an animation, and what encoding the result
+// holds (Header.OutputBytes), as engine/vips does. The runtime's buffers
+// for one tile are the same for every image and belong to the process's
+// constant.
 func learnedMemory(h libvips.Header, passes int) int64 {
 	const sampleBytes = 2
-	pixels := int64(h.Width) * int64(h.Height)
+	pixels := int64(h.Width) * int64(h.Height) * int64(h.Frames)
 	held := 2 * pixels
 	if passes > 0 {
 		input := pixels << (2 * (passes - 1))
@@ -352,15 +352,18 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 	work := float64(out.Width) * float64(out.Height) * float64(len(layers)) // result pixels the network makes
 	for _, first := range layers {
 		grey := first != 0 || colour == 1
-		in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands, first: first, grey: grey}
-		o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands, first: first, grey: grey}
-		if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				// Cut short by the deadline: the whole pass would have
-				// taken longer than this, so the pace is at least that.
-				e.pace.atLeast(time.Since(start).Seconds() / work)
+		for k := range px.Frames { // an animation's frames each alone
+			from, to := px.Frame(k), out.Frame(k)
+			in := planes{pix: from.Pix, width: from.Width, height: from.Height, bands: from.Bands, first: first, grey: grey}
+			o := planes{pix: to.Pix, width: to.Width, height: to.Height, bands: to.Bands, first: first, grey: grey}
+			if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					// Cut short by the deadline: the whole pass would have
+					// taken longer than this, so the pace is at least that.
+					e.pace.atLeast(time.Since(start).Seconds() / work)
+				}
+				return nil, err
 			}
-			return nil, err
 		}
 	}
 	e.pace.observe(time.Since(start).Seconds()/work, work)

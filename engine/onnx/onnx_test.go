@@ -13,6 +13,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	vips "github.com/upscalekit/upscale/engine/internal/libvips"
+	"github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -195,6 +196,28 @@ func TestPhoneAndWebFormats(t *testing.T) {
 		img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 		if err != nil || img.ContentType != tc.want || img.Width != 128 || !strings.HasPrefix(img.Engine, "learned;passes=1") {
 			t.Errorf("%s: %s %dx%d by %q, %v; want %s 128x96, learned", bimg.ImageTypeName(tc.kind), img.ContentType, img.Width, img.Height, img.Engine, err, tc.want)
+		}
+	}
+}
+
+// TestAnimationsLearned: an animation's frames are learned, each alone,
+// and it stays an animation of as many frames.
+func TestAnimationsLearned(t *testing.T) {
+	e := newEngine(t, onnx.Options{Precision: onnx.INT8})
+	for _, tc := range []struct{ file, want string }{{"motion.gif", "image/gif"}, {"motion.webp", "image/webp"}} {
+		src, err := os.ReadFile("../../upscaletest/testdata/formats/" + tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img.ContentType != tc.want || img.Width != 32 || img.Height != 24 || !strings.HasPrefix(img.Engine, "learned;passes=1") {
+			t.Errorf("%s: %s %dx%d by %q; want a learned %s of 32x24", tc.file, img.ContentType, img.Width, img.Height, img.Engine, tc.want)
+		}
+		if h, err := libvips.New(libvips.Options{}).Header(img.Data, 1); err != nil || h.Frames != 3 {
+			t.Errorf("%s: the result has %d frames (%v), want 3", tc.file, h.Frames, err)
 		}
 	}
 }

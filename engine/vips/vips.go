@@ -1,8 +1,9 @@
 // Package vips is the default upscale.Upscaler, on libvips: a pipeline that
 // streams from the decoder to the encoder, with a centred enlargement,
 // a denoiser for noisy photos and a sharper pass for drawn images. It
-// needs cgo and libvips (Debian: libvips-dev). The implementation, and the
-// codec engine/onnx shares with it, are in engine/internal/libvips.
+// needs cgo, libvips and libexif (Debian: libvips-dev, libexif-dev). The
+// implementation, and the codec engine/onnx shares with it, are in
+// engine/internal/libvips.
 package vips
 
 import (
@@ -21,14 +22,16 @@ const (
 	DefaultMaxSourcePixels = libvips.DefaultMaxSourcePixels
 	DefaultMaxOutputPixels = libvips.DefaultMaxOutputPixels
 	DefaultMaxSide         = libvips.DefaultMaxSide
+	DefaultMaxFrames       = libvips.DefaultMaxFrames
 )
 
-// Engine enlarges JPEG, PNG, WebP, GIF (stills), HEIC, AVIF and TIFF
-// images with libvips. It is safe for
+// Engine enlarges JPEG, PNG, WebP, GIF, HEIC, AVIF and TIFF images with
+// libvips, animated GIFs and WebPs frame by frame. It is safe for
 // concurrent use. When an image's context is done, the work on it stops
-// within milliseconds (libwebp, encoding a WebP result, at its next percent
-// of progress) and Upscale returns ctx.Err(), so a caller who has gone or a
-// deadline that has passed frees the slot at once.
+// within milliseconds (libwebp, encoding a WebP result, at its next
+// percent of progress; libheif, encoding an AVIF result, only once it is
+// done: BENCHMARKS.md) and Upscale returns ctx.Err(), so a caller who has
+// gone or a deadline that has passed frees the slot at once.
 type Engine struct{ impl *libvips.Engine }
 
 var (
@@ -39,10 +42,10 @@ var (
 )
 
 // New returns an Engine. The first call restricts libvips, for the whole
-// process, to its JPEG, PNG, WebP, GIF, HEIF and TIFF loaders, turns its operation cache
-// off and sends what it logs to slog.Default() at debug level instead of
-// stderr; a program that also uses libvips for other formats should not
-// share the process with an Engine.
+// process, to its JPEG, PNG, WebP, GIF, HEIF and TIFF loaders, turns its
+// operation cache off and sends what it logs to slog.Default() at debug
+// level instead of stderr; a program that also uses libvips for other
+// formats should not share the process with an Engine.
 func New(opts Options) *Engine { return &Engine{libvips.New(opts)} }
 
 // Upscale implements upscale.Upscaler.

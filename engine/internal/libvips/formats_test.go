@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"image"
 	"image/color"
 	"image/gif"
@@ -28,23 +29,114 @@ func convert(t *testing.T, src []byte, kind bimg.ImageType) []byte {
 	return out
 }
 
-// TestAnimationRefused: an animated GIF is refused with a clear 400, not
-// flattened to its first frame.
-func TestAnimationRefused(t *testing.T) {
-	palette := color.Palette{color.Black, color.White}
+// solidAnimation is an animated GIF of w×h frames, each of one grey
+// level of levels, 100 ms each, played for ever.
+func solidAnimation(t *testing.T, w, h int, levels ...uint8) []byte {
+	t.Helper()
 	anim := &gif.GIF{LoopCount: 0}
-	for i := range 3 {
-		frame := image.NewPaletted(image.Rect(0, 0, 8, 8), palette)
-		frame.SetColorIndex(i, i, 1)
+	for _, level := range levels {
+		frame := image.NewPaletted(image.Rect(0, 0, w, h), color.Palette{color.Gray{level}})
 		anim.Image, anim.Delay = append(anim.Image, frame), append(anim.Delay, 10)
 	}
 	var b bytes.Buffer
 	if err := gif.EncodeAll(&b, anim); err != nil {
 		t.Fatal(err)
 	}
-	_, err := vips.New(vips.Options{}).Upscale(context.Background(), b.Bytes(), upscale.Params{Scale: 2, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone})
-	if !errors.Is(err, upscale.ErrUnsupportedImage) {
-		t.Errorf("an animated GIF: %v, want ErrUnsupportedImage", err)
+	return b.Bytes()
+}
+
+// TestAnimationFramesAlone: each frame of an animation is enlarged alone,
+// by Upscale and by Decode and Encode, so a black frame between white ones
+// stays black to its edges rather than taking grey from its neighbours.
+func TestAnimationFramesAlone(t *testing.T) {
+	e := vips.New(vips.Options{})
+	src := solidAnimation(t, 8, 6, 255, 0, 255)
+	px, err := e.Decode(context.Background(), src, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if px.Frames != 3 || px.Width != 8 || px.Height != 18 || px.Frame(1).Height != 6 || px.Frame(1).Pix[0] != 0 {
+		t.Fatalf("decoded %d frames of %dx%d (frame 1 %d rows from %d), want 3 of 8x6 from 0",
+			px.Frames, px.Width, px.Height, px.Frame(1).Height, px.Frame(1).Pix[0])
+	}
+	viaPixels, err := e.Encode(context.Background(), px, 2, upscale.Photo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, img := range map[string]upscale.Image{"Encode": viaPixels, "Upscale": whole} {
+		g, err := gif.DecodeAll(bytes.NewReader(img.Data))
+		if err != nil || img.ContentType != "image/gif" || img.Width != 16 || img.Height != 12 || len(g.Image) != 3 {
+			t.Fatalf("%s: %s %dx%d, %v; want a GIF of 3 frames of 16x12", name, img.ContentType, img.Width, img.Height, err)
+		}
+		if err := solidFrame(g.Image[0], 255); err != nil {
+			t.Errorf("%s: frame 0: %v", name, err)
+		}
+		if err := solidFrame(g.Image[1], 0); err != nil { // a later frame may cover only what changed: here, all of it
+			t.Errorf("%s: frame 1: %v", name, err)
+		}
+	}
+}
+
+// solidFrame checks that every pixel of a frame covering 16x12 is level.
+func solidFrame(frame *image.Paletted, level uint8) error {
+	if frame.Bounds() != image.Rect(0, 0, 16, 12) {
+		return fmt.Errorf("covers %v", frame.Bounds())
+	}
+	for y := range 12 {
+		for x := range 16 {
+			if r, g, b, _ := frame.At(x, y).RGBA(); r>>8 != uint32(level) || g>>8 != uint32(level) || b>>8 != uint32(level) {
+				return fmt.Errorf("pixel (%d,%d) is %d,%d,%d", x, y, r>>8, g>>8, b>>8)
+			}
+		}
+	}
+	return nil
+}
+
+// TestAnimationLimits: the limits count every frame. An animation of more
+// frames than MaxFrames, or whose frames hold more than MaxSourcePixels in
+// all, is refused with a 400 before it is decoded; one whose result would
+// be over MaxOutputPixels in all is fitted, every frame, and stays an
+// animation, never a still.
+func TestAnimationLimits(t *testing.T) {
+	src := solidAnimation(t, 100, 50, 0, 128, 255) // 15000 pixels in all
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts vips.Options
+	}{
+		{"MaxFrames", vips.Options{MaxFrames: 2}},
+		{"MaxSourcePixels", vips.Options{MaxSourcePixels: 14999}},
+	} {
+		_, err := vips.New(tc.opts).Upscale(ctx, src, upscale.Params{Scale: 2})
+		if !errors.Is(err, upscale.ErrImageTooLarge) {
+			t.Errorf("%s: %v, want ErrImageTooLarge", tc.name, err)
+		}
+	}
+	e := vips.New(vips.Options{MaxOutputPixels: 4 * 15000}) // ×2 fits exactly, ×4 does not
+	h, err := e.Header(src, 4)
+	if err != nil || h.Frames != 3 || !h.Fitted || h.Result != image.Pt(200, 100) {
+		t.Fatalf("header: %+v, %v; want 3 frames fitted to 200x100", h, err)
+	}
+	img, err := e.Upscale(ctx, src, upscale.Params{Scale: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gif.DecodeAll(bytes.NewReader(img.Data))
+	if err != nil || len(g.Image) != 3 || !img.Fitted || g.Config.Width != 200 || g.Config.Height != 100 {
+		t.Errorf("×4: %d frames of %dx%d, fitted %v, %v; want 3 of 200x100, fitted", len(g.Image), g.Config.Width, g.Config.Height, img.Fitted, err)
+	}
+	e = vips.New(vips.Options{})
+	two, err := e.EstimateMemory(solidAnimation(t, 100, 50, 0, 255), upscale.Params{Scale: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	four, err := e.EstimateMemory(solidAnimation(t, 100, 50, 0, 255, 0, 255), upscale.Params{Scale: 2})
+	if err != nil || four != 2*two {
+		t.Errorf("EstimateMemory: %d for four frames (%v), want twice the %d of two", four, err, two)
 	}
 }
 

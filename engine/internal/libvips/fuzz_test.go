@@ -3,6 +3,7 @@ package libvips_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // FuzzUpscaleImage feeds the decoders (JPEG, PNG, WebP, GIF, HEIC, AVIF,
-// TIFF) mutations of a small file of each: whatever the bytes, Upscale
+// TIFF, animated GIF and WebP) mutations of a small file of each: whatever the bytes, Upscale
 // answers a result or a caller's error (unsupported_image,
 // image_too_large), never an engine failure, a crash or a hang. The
 // limits are small so that every input is cheap.
@@ -25,6 +26,13 @@ func FuzzUpscaleImage(f *testing.F) {
 		src, err := bimg.NewImage(png).Process(bimg.Options{Type: kind, Quality: 50})
 		if err != nil {
 			f.Fatalf("make a %s: %v", bimg.ImageTypeName(kind), err)
+		}
+		f.Add(src)
+	}
+	for _, animation := range []string{"motion.gif", "motion.webp"} {
+		src, err := os.ReadFile("../../../upscaletest/testdata/formats/" + animation)
+		if err != nil {
+			f.Fatal(err)
 		}
 		f.Add(src)
 	}

@@ -1,7 +1,7 @@
 package libvips
 
 /*
-#cgo pkg-config: vips libwebp libwebpmux
+#cgo pkg-config: vips libwebp libwebpmux libexif
 #cgo CFLAGS: -O3
 #cgo LDFLAGS: -lm
 #include <stdlib.h>
@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -32,11 +33,11 @@ import (
 // imported, with one worker thread per image, which is kept (the Engine
 // runs Concurrency images at once instead).
 //
-//   - It loads JPEG, PNG and WebP and nothing else: every other loader (SVG,
-//     PDF, TIFF, HEIF, JXL, GIF, FITS, Matlab, ...) is blocked, the
-//     untrusted ones first of all. sniff already refuses those formats
-//     before libvips sees them; this is the second line, should a file ever
-//     get past it.
+//   - It loads JPEG, PNG, WebP, GIF, HEIF (HEIC and AVIF) and TIFF and
+//     nothing else: every other loader (SVG, PDF, JXL, FITS, Matlab,
+//     ImageMagick's, ...) is blocked, the untrusted ones first of all.
+//     sniff already refuses those formats before libvips sees them; this
+//     is the second line, should a file ever get past it.
 //   - What libvips logs goes to slog.Default() (logFromLibvips), not to
 //     stderr.
 //   - The operation cache is off. Every request brings new pixels, so it
@@ -72,6 +73,7 @@ const (
 	savePNG  = C.SAVE_PNG
 	saveWebP = C.SAVE_WEBP
 	saveAVIF = C.SAVE_AVIF
+	saveGIF  = C.SAVE_GIF
 )
 
 // layout is what src's header says of its pages (an animation's frames, a
@@ -192,7 +194,7 @@ func run(ctx context.Context, src []byte, f format, g geometry, r recipe, meta b
 	defer stop()
 	var out unsafe.Pointer
 	var n C.size_t
-	if C.upscale(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), sequential(meta), &params, &save, cancelled, &out, &n) != 0 {
+	if C.upscale(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(g.frames), sequential(meta), &params, &save, cancelled, &out, &n) != 0 {
 		return nil, vipsError()
 	}
 	return takeBuffer(ctx, out, n)
@@ -226,17 +228,19 @@ func copyUnlessDone[T any](ctx context.Context, dst, src []T) error {
 	return nil
 }
 
-// decodePixels decodes src strictly into memory: upright, sRGB or grey,
-// premultiplied, 16-bit.
-func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata) (*Pixels, error) {
+// decodePixels decodes src, of frames frames, strictly into memory:
+// upright, sRGB or grey, premultiplied, 16-bit.
+func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata, frames int) (*Pixels, error) {
 	cancelled, stop := cancelOn(ctx)
 	defer stop()
 	var px C.pixels
-	if C.decode_pixels(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), sequential(meta), cancelled, &px) != 0 {
+	if C.decode_pixels(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(frames), sequential(meta), cancelled, &px) != 0 {
 		return nil, vipsError()
 	}
 	defer C.g_free(C.gpointer(px.data))
 	defer C.g_free(C.gpointer(px.profile))
+	defer C.g_free(C.gpointer(px.delays))
+	defer C.free_kept_exif(&px.exif)
 	n := int(px.width) * int(px.height) * int(px.bands)
 	out := &Pixels{
 		Width:          int(px.width),
@@ -244,6 +248,8 @@ func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata) (*Pi
 		Bands:          int(px.bands),
 		Alpha:          px.alpha != 0,
 		Pix:            make([]uint16, n),
+		Frames:         int(px.pages),
+		loop:           px.loop,
 		sampleFormat:   px.format,
 		interpretation: px.interpretation,
 		resolution:     [2]C.double{px.xres, px.yres},
@@ -254,6 +260,10 @@ func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata) (*Pi
 	if px.profile != nil {
 		out.profile = C.GoBytes(px.profile, C.int(px.profile_len))
 	}
+	if px.delays != nil {
+		out.delays = slices.Clone(unsafe.Slice(px.delays, px.pages))
+	}
+	out.exif = goEXIF(&px.exif)
 	return out, nil
 }
 
@@ -262,6 +272,9 @@ func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata) (*Pi
 func cPixels(px *Pixels) (in *C.pixels, unpin func()) {
 	var pinner runtime.Pinner
 	pinner.Pin(unsafe.SliceData(px.Pix))
+	if len(px.delays) > 0 {
+		pinner.Pin(unsafe.SliceData(px.delays))
+	}
 	in = &C.pixels{
 		data:           (*C.ushort)(unsafe.Pointer(unsafe.SliceData(px.Pix))),
 		width:          C.int(px.Width),
@@ -272,15 +285,60 @@ func cPixels(px *Pixels) (in *C.pixels, unpin func()) {
 		interpretation: px.interpretation,
 		xres:           px.resolution[0],
 		yres:           px.resolution[1],
+		pages:          C.int(px.Frames),
+		delays:         (*C.int)(unsafe.SliceData(px.delays)),
+		loop:           px.loop,
 	}
 	var profile unsafe.Pointer
 	if len(px.profile) > 0 {
 		profile = C.CBytes(px.profile)
 		in.profile, in.profile_len = profile, C.size_t(len(px.profile))
 	}
+	freeEXIF := px.exif.toC(&in.exif)
 	return in, func() {
 		pinner.Unpin()
 		C.free(profile)
+		freeEXIF()
+	}
+}
+
+// keptEXIF is C's kept_exif in Go memory: the EXIF a result keeps
+// (metadata.h), an empty field being one the source lacks.
+type keptEXIF struct {
+	block  []byte
+	fields [len(C.kept_exif{}.fields)]string
+}
+
+func goEXIF(c *C.kept_exif) keptEXIF {
+	var k keptEXIF
+	if c.block != nil {
+		k.block = C.GoBytes(c.block, C.int(c.len))
+	}
+	for i, field := range c.fields {
+		if field != nil {
+			k.fields[i] = C.GoString(field)
+		}
+	}
+	return k
+}
+
+// toC fills c with copies in C memory, which free frees.
+func (k keptEXIF) toC(c *C.kept_exif) (free func()) {
+	var allocated []unsafe.Pointer
+	if len(k.block) > 0 {
+		c.block, c.len = C.CBytes(k.block), C.size_t(len(k.block))
+		allocated = append(allocated, c.block)
+	}
+	for i, field := range k.fields {
+		if field != "" {
+			c.fields[i] = C.CString(field)
+			allocated = append(allocated, unsafe.Pointer(c.fields[i]))
+		}
+	}
+	return func() {
+		for _, p := range allocated {
+			C.free(p)
+		}
 	}
 }
 

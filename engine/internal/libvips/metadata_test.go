@@ -15,39 +15,52 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-// The colour profile survives enlargement byte for byte in every format, so
-// colours look the same enlarged; nothing else of the source's metadata
-// does. EXIF, XMP and PNG text can say who took a photo, where and with
-// which camera, and a result is served to whoever holds its link.
-func TestProfileKeptMetadataDropped(t *testing.T) {
+// TestMetadataOnPurpose: the colour profile survives enlargement byte for
+// byte in every format, so colours look the same enlarged, and so do the
+// EXIF tags that say who made the image and on what terms (Artist,
+// Copyright). Nothing else does: not the camera (Make, maker notes), not
+// where it was taken (GPS), not XMP or PNG text, since a result is served
+// to whoever holds its link. Upscale and Encode of Decode's pixels (other
+// engines' path) keep the same.
+func TestMetadataOnPurpose(t *testing.T) {
+	e := vips.New(vips.Options{})
+	paths := map[string]func(src []byte) (upscale.Image, error){
+		"Upscale": func(src []byte) (upscale.Image, error) {
+			return e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
+		},
+		"DecodeEncode": func(src []byte) (upscale.Image, error) {
+			px, err := e.Decode(context.Background(), src, 2)
+			if err != nil {
+				return upscale.Image{}, err
+			}
+			return e.Encode(context.Background(), px, 2, upscale.Photo)
+		},
+	}
 	profile := iccProfile(t)
-	const secret = "Jane Doe, 48.8584 N 2.2945 E"
-	exif := exifWithArtist(secret)
-	xmp := []byte(`<x:xmpmeta xmlns:x="adobe:ns:meta/">` + secret + `</x:xmpmeta>`)
+	const artist, copyright, place = "Jane Doe", "(c) 2026 Jane Doe", "48.8584 N 2.2945 E"
+	exif := exifBlock(artist, copyright, place)
+	xmp := []byte(`<x:xmpmeta xmlns:x="adobe:ns:meta/">` + place + `</x:xmpmeta>`)
 	src := gradient(40, 30, 255)
 	webp, err := bimg.NewImage(encodePNG(t, src)).Convert(bimg.WEBP)
 	if err != nil {
 		t.Fatal(err)
 	}
+	jpg := upscaletest.WithSegment(upscaletest.WithSegment(upscaletest.WithSegment(encodeJPEG(t, src),
+		0xE1, append([]byte("http://ns.adobe.com/xap/1.0/\x00"), xmp...)),
+		0xE2, append([]byte("ICC_PROFILE\x00\x01\x01"), profile...)),
+		0xE1, append([]byte("Exif\x00\x00"), exif...)) // EXIF first, as cameras write it
 	for _, tc := range []struct {
 		name    string
 		src     []byte
-		profile func(t *testing.T, file []byte) []byte // the profile the file carries, or nil
+		profile func(t *testing.T, file []byte) []byte // the profile the file carries; nil: not checked
 	}{
-		{
-			"JPEG",
-			upscaletest.WithSegment(upscaletest.WithSegment(upscaletest.WithSegment(encodeJPEG(t, src),
-				0xE1, append([]byte("http://ns.adobe.com/xap/1.0/\x00"), xmp...)),
-				0xE2, append([]byte("ICC_PROFILE\x00\x01\x01"), profile...)),
-				0xE1, append([]byte("Exif\x00\x00"), exif...)), // EXIF first, as cameras write it
-			jpegProfile,
-		},
+		{"JPEG", jpg, jpegProfile},
 		{
 			"PNG",
 			pngWith(encodePNG(t, src),
 				pngChunk{typ: "iCCP", data: append([]byte("test\x00\x00"), deflate(t, profile)...)},
 				pngChunk{typ: "eXIf", data: exif},
-				pngChunk{typ: "tEXt", data: []byte("Author\x00" + secret)},
+				pngChunk{typ: "tEXt", data: []byte("Comment\x00" + place)},
 				pngChunk{typ: "iTXt", data: append([]byte("XML:com.adobe.xmp\x00\x00\x00\x00\x00"), xmp...)}),
 			pngProfile,
 		},
@@ -56,40 +69,100 @@ func TestProfileKeptMetadataDropped(t *testing.T) {
 			webpWith(t, webp, 40, 30, profile, exif, xmp),
 			webpProfile,
 		},
+		// libvips's HEIF saver keeps the JPEG's EXIF and profile.
+		{"HEIC", convert(t, jpg, bimg.HEIF), nil},
+		{"AVIF", convert(t, jpg, bimg.AVIF), nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		if tc.profile != nil {
 			if got := tc.profile(t, tc.src); !bytes.Equal(got, profile) {
-				t.Fatalf("the test's source carries profile %q", got)
+				t.Fatalf("%s: the test's source carries profile %q", tc.name, got)
 			}
-			if meta, err := bimg.NewImage(tc.src).Metadata(); err != nil || !meta.Profile {
-				t.Fatalf("libvips does not read the test's source's profile (%v)", err)
-			}
-			img, err := vips.New(vips.Options{}).Upscale(context.Background(), tc.src, upscale.Params{Scale: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := tc.profile(t, img.Data); !bytes.Equal(got, profile) {
-				t.Errorf("result's profile is %d bytes, not the source's %d", len(got), len(profile))
-			}
-			if bytes.Contains(img.Data, []byte("Jane Doe")) || bytes.Contains(img.Data, []byte("xmpmeta")) {
-				t.Errorf("the source's EXIF, XMP or text is in the result")
-			}
-		})
+		}
+		if meta, err := bimg.NewImage(tc.src).Metadata(); err != nil || !meta.Profile || meta.EXIF.Make != "SecretCam" || meta.EXIF.GPSLatitudeRef != "N" {
+			t.Fatalf("%s: libvips does not read the test's source's profile or EXIF: %+v, %v", tc.name, meta.EXIF, err)
+		}
+		for path, enlarge := range paths {
+			t.Run(tc.name+"/"+path, func(t *testing.T) {
+				img, err := enlarge(tc.src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.profile != nil {
+					if got := tc.profile(t, img.Data); !bytes.Equal(got, profile) {
+						t.Errorf("result's profile is %d bytes, not the source's %d", len(got), len(profile))
+					}
+				}
+				for _, kept := range []string{artist, copyright} {
+					if !bytes.Contains(img.Data, []byte(kept)) {
+						t.Errorf("the result lost %q", kept)
+					}
+				}
+				for _, dropped := range []string{place, "xmpmeta", "SecretCam", "SECRET MAKER NOTE"} {
+					if bytes.Contains(img.Data, []byte(dropped)) {
+						t.Errorf("%q is in the result", dropped)
+					}
+				}
+				meta, err := bimg.NewImage(img.Data).Metadata()
+				if err != nil || meta.EXIF.Make != "" || meta.EXIF.GPSLatitudeRef != "" || meta.EXIF.GPSLatitude != "" {
+					t.Errorf("the result's EXIF: %+v, %v; want no camera and no place", meta.EXIF, err)
+				}
+			})
+		}
 	}
 }
 
-// exifWithArtist returns an EXIF block (a TIFF structure) whose one tag,
-// Artist, is artist.
-func exifWithArtist(artist string) []byte {
-	value := append([]byte(artist), 0)
-	tiff := []byte("MM\x00\x2a\x00\x00\x00\x08")                   // big-endian, IFD0 at 8
-	tiff = binary.BigEndian.AppendUint16(tiff, 1)                  // one entry
-	tiff = binary.BigEndian.AppendUint16(tiff, 0x013B)             // Artist
-	tiff = binary.BigEndian.AppendUint16(tiff, 2)                  // ASCII
-	tiff = binary.BigEndian.AppendUint32(tiff, uint32(len(value))) // count
-	tiff = binary.BigEndian.AppendUint32(tiff, 8+2+12+4)           // the value follows the IFD
-	tiff = binary.BigEndian.AppendUint32(tiff, 0)                  // no next IFD
-	return append(tiff, value...)
+// exifBlock returns an EXIF block (a TIFF structure) as a camera writes
+// one: IFD0 with the camera's make, artist and copyright, an EXIF IFD with
+// a maker note, and a GPS IFD whose latitude reference is N and whose
+// map datum (an ASCII tag) is place.
+func exifBlock(artist, copyright, place string) []byte {
+	type entry struct {
+		tag, typ uint16
+		value    []byte // ASCII or UNDEFINED bytes, or a LONG
+	}
+	ascii := func(s string) []byte { return append([]byte(s), 0) }
+	// ifd lays out an IFD at off, with its values longer than 4 bytes
+	// after it.
+	ifd := func(off uint32, entries []entry) []byte {
+		var b, values []byte
+		b = binary.BigEndian.AppendUint16(b, uint16(len(entries)))
+		valuesAt := off + 2 + 12*uint32(len(entries)) + 4
+		for _, e := range entries {
+			b = binary.BigEndian.AppendUint16(b, e.tag)
+			b = binary.BigEndian.AppendUint16(b, e.typ)
+			count := uint32(len(e.value))
+			if e.typ == 4 { // LONG
+				count = 1
+			}
+			b = binary.BigEndian.AppendUint32(b, count)
+			if len(e.value) <= 4 {
+				b = append(b, append(e.value, make([]byte, 4-len(e.value))...)...)
+				continue
+			}
+			b = binary.BigEndian.AppendUint32(b, valuesAt+uint32(len(values)))
+			values = append(values, e.value...)
+			if len(values)%2 == 1 {
+				values = append(values, 0)
+			}
+		}
+		b = binary.BigEndian.AppendUint32(b, 0) // no next IFD
+		return append(b, values...)
+	}
+	ifd0 := func(exifAt, gpsAt uint32) []byte {
+		return ifd(8, []entry{
+			{0x010F, 2, ascii("SecretCam")},
+			{0x013B, 2, ascii(artist)},
+			{0x8298, 2, ascii(copyright)},
+			{0x8769, 4, binary.BigEndian.AppendUint32(nil, exifAt)},
+			{0x8825, 4, binary.BigEndian.AppendUint32(nil, gpsAt)},
+		})
+	}
+	exifAt := 8 + uint32(len(ifd0(0, 0)))
+	exifIFD := ifd(exifAt, []entry{{0x927C, 7, []byte("SECRET MAKER NOTE")}})
+	gpsAt := exifAt + uint32(len(exifIFD))
+	gps := ifd(gpsAt, []entry{{0x0001, 2, ascii("N")}, {0x0012, 2, ascii(place)}})
+	tiff := append([]byte("MM\x00\x2a\x00\x00\x00\x08"), ifd0(exifAt, gpsAt)...)
+	return append(append(tiff, exifIFD...), gps...)
 }
 
 // iccProfile returns libvips's own sRGB profile, marked as a different one

@@ -78,16 +78,31 @@ static void watch(VipsImage *root, gint *cancelled) {
 }
 
 // open_upright loads buf strictly, turns it upright as its EXIF
-// orientation says and converts CMYK to sRGB.
-static int open_upright(VipsObject *ctx, const void *buf, size_t len, int sequential, gint *cancelled, VipsImage **out) {
+// orientation says and converts CMYK to sRGB. An animation (pages above 1)
+// is loaded whole into memory, its frames one above the other, each of
+// which enlarge_pages reads on its own: frames are not turned, as browsers
+// do not turn them.
+static int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages, int sequential, gint *cancelled,
+	VipsImage **out) {
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
 	VipsImage *x;
 	int i = 0;
-	STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "",
-		"access", sequential ? VIPS_ACCESS_SEQUENTIAL : VIPS_ACCESS_RANDOM,
-		"fail_on", VIPS_FAIL_ON_ERROR, NULL)));
-	watch(x, cancelled);
-	STEP(vips_autorot(x, &t[i], NULL));
+	if (pages > 1) {
+		STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "", "n", -1, "fail_on", VIPS_FAIL_ON_ERROR, NULL)));
+		watch(x, cancelled);
+		if (vips_image_get_n_pages(x) != pages || vips_image_get_page_height(x) * pages != x->Ysize) {
+			vips_error("upscale", "the animation's frames differ from its header");
+			return -1;
+		}
+		STEP(!(t[i] = vips_image_copy_memory(x)));
+		watch(x, cancelled); // a copy is a new root
+	} else {
+		STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "",
+			"access", sequential ? VIPS_ACCESS_SEQUENTIAL : VIPS_ACCESS_RANDOM,
+			"fail_on", VIPS_FAIL_ON_ERROR, NULL)));
+		watch(x, cancelled);
+		STEP(vips_autorot(x, &t[i], NULL));
+	}
 	if (x->Type == VIPS_INTERPRETATION_CMYK)
 		STEP(vips_icc_transform(x, &t[i], "srgb", "input_profile", "cmyk", "embedded", TRUE, NULL));
 	*out = x;
@@ -278,17 +293,28 @@ static int enlarge(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const 
 	return 0;
 }
 
-// keep_only_profile removes every metadata field of image but its colour
-// profile. EXIF, XMP, IPTC and PNG text can say who took a photo, where and
-// with which camera, and the orientation has been applied. Removing the EXIF
-// block is not enough: the savers rebuild EXIF from the exif-* fields
-// libvips parsed out of it, GPS position included.
-static void keep_only_profile(VipsImage *image) {
-	gchar **fields = vips_image_get_fields(image);
-	for (gchar **f = fields; *f; f++)
-		if (strcmp(*f, VIPS_META_ICC_NAME) != 0)
-			vips_image_remove(image, *f); // header fields, such as width, stay
-	g_strfreev(fields);
+// enlarge_pages runs enlarge on each of in's pages (an animation's frames,
+// one above the other) on its own, so that no frame's pixels reach into
+// another's, and stacks the results as in's are.
+static int enlarge_pages(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const enlarge_params *p,
+	const gint *cancelled, VipsImage **out) {
+	if (pages <= 1)
+		return enlarge(ctx, in, format, p, cancelled, out);
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, pages + 2);
+	VipsImage **frames = VIPS_ARRAY(ctx, pages, VipsImage *); // enlarge's results, which ctx owns already
+	if (!frames)
+		return -1;
+	int height = in->Ysize / pages;
+	for (int k = 0; k < pages; k++)
+		if (vips_extract_area(in, &t[k], 0, k * height, in->Xsize, height, NULL) ||
+			enlarge(ctx, t[k], format, p, cancelled, &frames[k]))
+			return -1;
+	if (vips_arrayjoin(frames, &t[pages], pages, "across", 1, NULL) ||
+		vips_copy(t[pages], &t[pages + 1], NULL))
+		return -1;
+	vips_image_set_int(t[pages + 1], VIPS_META_PAGE_HEIGHT, frames[0]->Ysize);
+	*out = t[pages + 1];
+	return 0;
 }
 
 // output collects what an encoder writes, in memory, until *cancelled is
@@ -308,10 +334,10 @@ static gint64 write_output(VipsTargetCustom *target, const void *data, gint64 le
 	return length;
 }
 
-// save turns a working image back into format (undoing the
-// premultiplication, rounding, clipping to the format's range), keeps only
-// its colour profile and encodes it as s says.
-static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const save_params *s, gint *cancelled,
+// save turns a working image of pages frames back into format (undoing
+// the premultiplication, rounding, clipping to the format's range), keeps
+// only the metadata keep_metadata keeps and encodes it as s says.
+static int save(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const save_params *s, gint *cancelled,
 	void **out, size_t *outlen) {
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 4);
 	VipsImage *x = in;
@@ -321,7 +347,7 @@ static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const sav
 	STEP(vips_round(x, &t[i], VIPS_OPERATION_ROUND_RINT, NULL));
 	STEP(vips_cast(x, &t[i], format, NULL)); // clips to the format's range
 	STEP(vips_copy(x, &t[i], NULL));
-	keep_only_profile(x);
+	keep_metadata(x, pages);
 	if (s->saver == SAVE_WEBP)
 		return webp_save(x, s->quality, s->effort, cancelled, out, outlen);
 	output o = {g_string_new(NULL), cancelled};
@@ -334,6 +360,9 @@ static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const sav
 		break;
 	case SAVE_PNG:
 		status = vips_pngsave_target(x, VIPS_TARGET(target), "compression", s->compression, NULL);
+		break;
+	case SAVE_GIF:
+		status = vips_gifsave_target(x, VIPS_TARGET(target), "effort", s->effort, NULL);
 		break;
 	case SAVE_AVIF:
 		status = vips_heifsave_target(x, VIPS_TARGET(target), "Q", s->quality, "effort", s->effort,
@@ -352,17 +381,17 @@ static int save(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const sav
 	return 0;
 }
 
-int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p, const save_params *s,
+int upscale(const void *buf, size_t len, int pages, int sequential, const enlarge_params *p, const save_params *s,
 	gint *cancelled, void **out, size_t *outlen) {
 	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 4);
 	VipsImage *x;
 	int i = 0, status = -1;
-	if (open_upright(ctx, buf, len, sequential, cancelled, &x))
+	if (open_upright(ctx, buf, len, pages, sequential, cancelled, &x))
 		goto done;
 	VipsBandFormat format = x->BandFmt;
 	enlarge_params params = *p;
-	if (p->denoise.step > 0) { // read twice: to measure the noise, then to filter
+	if (p->denoise.step > 0 && pages <= 1) { // read twice: to measure the noise, then to filter (an animation is in memory)
 		if (!(t[i] = vips_image_copy_memory(x)))
 			goto done;
 		x = t[i++];
@@ -378,22 +407,32 @@ int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p
 		if (sigma < p->clean_below)
 			params.denoise.step = 0; // nothing to remove: the filter would only cost detail
 	}
-	if (enlarge(ctx, x, format, &params, cancelled, &x))
+	if (enlarge_pages(ctx, x, pages, format, &params, cancelled, &x))
 		goto done;
-	status = save(ctx, x, format, s, cancelled, out, outlen);
+	status = save(ctx, x, pages, format, s, cancelled, out, outlen);
 done:
 	g_object_unref(ctx);
 	return status;
 }
 
-int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, pixels *out) {
+int decode_pixels(const void *buf, size_t len, int pages, int sequential, gint *cancelled, pixels *out) {
 	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
 	VipsImage *x;
 	int status = -1;
 	memset(out, 0, sizeof(*out));
-	if (open_upright(ctx, buf, len, sequential, cancelled, &x))
+	if (open_upright(ctx, buf, len, pages, sequential, cancelled, &x))
 		goto done;
+	out->pages = pages;
+	keep_metadata(x, pages);
+	get_kept_exif(x, &out->exif);
+	if (pages > 1) {
+		int *delays, n = 0;
+		if (vips_image_get_typeof(x, "delay") && !vips_image_get_array_int(x, "delay", &delays, &n) && n == pages)
+			out->delays = g_memdup2(delays, n * sizeof(int));
+		if (vips_image_get_typeof(x, "loop"))
+			vips_image_get_int(x, "loop", &out->loop);
+	}
 	out->format = x->BandFmt;
 	out->interpretation = x->Type;
 	out->alpha = vips_image_hasalpha(x);
@@ -423,7 +462,10 @@ int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, 
 done:
 	if (status) {
 		g_free(out->profile);
+		g_free(out->delays);
+		free_kept_exif(&out->exif);
 		out->profile = NULL;
+		out->delays = NULL;
 	}
 	g_object_unref(ctx);
 	return status;
@@ -441,6 +483,11 @@ static int wrap_pixels(VipsObject *ctx, const pixels *in, VipsImage **out) {
 		return -1;
 	if (in->profile)
 		vips_image_set_blob_copy(t[2], VIPS_META_ICC_NAME, in->profile, in->profile_len);
+	set_kept_exif(t[2], &in->exif);
+	if (in->delays)
+		vips_image_set_array_int(t[2], "delay", in->delays, in->pages);
+	if (in->pages > 1)
+		vips_image_set_int(t[2], "loop", in->loop);
 	*out = t[2];
 	return 0;
 }
@@ -463,9 +510,9 @@ int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *
 	if (wrap_pixels(ctx, in, &x))
 		goto done;
 	watch(x, cancelled);
-	if (enlarge(ctx, x, in->format, p, cancelled, &x))
+	if (enlarge_pages(ctx, x, in->pages, in->format, p, cancelled, &x))
 		goto done;
-	status = save(ctx, x, in->format, s, cancelled, out, outlen);
+	status = save(ctx, x, in->pages, in->format, s, cancelled, out, outlen);
 done:
 	g_object_unref(ctx);
 	return status;

@@ -4,6 +4,7 @@
 #include <vips/vips.h>
 
 #include "denoise.h"
+#include "metadata.h"
 
 // configure_libvips blocks every loader but JPEG, PNG, WebP, GIF, HEIF
 // (HEIC and AVIF) and TIFF, turns the
@@ -22,7 +23,7 @@ int decode_strictly(const void *buf, size_t len);
 int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format, VipsInterpretation *interpretation,
 	int *orientation);
 
-enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP, SAVE_AVIF };
+enum { SAVE_JPEG, SAVE_PNG, SAVE_WEBP, SAVE_AVIF, SAVE_GIF };
 
 // save_params says how to encode a result.
 typedef struct {
@@ -30,7 +31,7 @@ typedef struct {
 	int quality;     // JPEG and WebP
 	int subsample;   // a VipsForeignSubsample, JPEG
 	int compression; // PNG
-	int effort;      // WebP
+	int effort;      // WebP, AVIF and GIF
 } save_params;
 
 // enlarge_params is one classical enlargement, as recipe() in Go chooses
@@ -49,10 +50,12 @@ typedef struct {
 
 // upscale decodes buf strictly (with sequential access when sequential is
 // set, which the caller does unless the source must be turned), enlarges it
-// as p says and encodes the result as s says into *out (g_free it). It
-// returns 0, or -1 with the reason in vips_error_buffer(); setting
-// *cancelled makes it stop early and fail.
-int upscale(const void *buf, size_t len, int sequential, const enlarge_params *p, const save_params *s,
+// as p says and encodes the result as s says into *out (g_free it). With
+// pages above 1, buf is an animation of that many frames: each is enlarged
+// alone (p's width and height are a frame's) and the result keeps the
+// frames' delays and loop count. It returns 0, or -1 with the reason in
+// vips_error_buffer(); setting *cancelled makes it stop early and fail.
+int upscale(const void *buf, size_t len, int pages, int sequential, const enlarge_params *p, const save_params *s,
 	gint *cancelled, void **out, size_t *outlen);
 
 // pixels is a decoded image in memory: upright, sRGB or grey, with colour
@@ -67,11 +70,16 @@ typedef struct {
 	double xres, yres;                 // pixels per millimetre, which the savers write
 	void *profile;                     // the ICC profile, or NULL
 	size_t profile_len;
+	int pages;                         // frames, one above the other, each height / pages rows
+	int *delays;                       // with pages above 1: each frame's time in milliseconds
+	int loop;                          // and how many times the animation plays; 0: for ever
+	kept_exif exif;                    // the EXIF tags a result keeps (metadata.h)
 } pixels;
 
-// decode_pixels decodes buf strictly into *out, whose data and profile the
-// caller frees with g_free. It returns 0, or -1 as upscale does.
-int decode_pixels(const void *buf, size_t len, int sequential, gint *cancelled, pixels *out);
+// decode_pixels decodes buf strictly into *out, as upscale does (pages
+// included), and the caller frees out's data, profile and delays with
+// g_free, and its exif with free_kept_exif. It returns 0, or -1 as upscale does.
+int decode_pixels(const void *buf, size_t len, int pages, int sequential, gint *cancelled, pixels *out);
 
 // encode_pixels enlarges in as p says (p->scale 1: not at all) and encodes
 // it as s says, like upscale. It reads in->data only during the call.

@@ -20,8 +20,15 @@ import (
 // samples from 0 to 65535 (math.MaxUint16) whatever the source's depth.
 // Two bytes a sample, half of float32's: an engine's passes hold their
 // source and result whole, and a 48-megapixel RGB result is 290 MB.
+//
+// An animation's frames are one above the other, each Height/Frames rows
+// (Frame), and must each be enlarged alone, so that no frame's pixels
+// reach into another's.
 type Pixels struct {
+	// Width and Height are the whole image's, every frame's rows.
 	Width, Height int
+	// Frames counts the frames: 1 for a still image.
+	Frames int
 	// Bands is 1 (grey), 2 (grey and alpha), 3 (RGB) or 4 (RGBA).
 	Bands int
 	// Alpha says the last band is alpha.
@@ -36,19 +43,32 @@ type Pixels struct {
 	interpretation C.VipsInterpretation
 	resolution     [2]C.double
 	profile        []byte
-	jpegQuality    int // 0 unless the source is a JPEG with tables
+	exif           keptEXIF
+	delays         []C.int // an animation's, each frame's time in milliseconds
+	loop           C.int   // how many times an animation plays; 0: for ever
+	jpegQuality    int     // 0 unless the source is a JPEG with tables
 	// fit is the result's size when it is fitted to the engine's largest
 	// (Header.Fitted), whatever the passes made of the pixels before.
 	fit image.Point
 }
 
-// Like returns a Width × Height image of zero samples with the same bands
-// and the same way of writing it as p.
+// Like returns a Width × Height image of zero samples with the same bands,
+// frames and way of writing it as p.
 func (p *Pixels) Like(width, height int) *Pixels {
 	out := *p
 	out.Width, out.Height = width, height
 	out.Pix = make([]uint16, width*height*p.Bands)
 	return &out
+}
+
+// Frame returns frame i of p, sharing p's samples: a still image of its
+// own, for an engine's passes.
+func (p *Pixels) Frame(i int) *Pixels {
+	rows := p.Height / p.Frames
+	n := p.Width * rows * p.Bands
+	frame := *p
+	frame.Height, frame.Frames, frame.Pix = rows, 1, p.Pix[i*n:(i+1)*n]
+	return &frame
 }
 
 // Decode decodes src as Upscale does for a result scale times its size:
@@ -60,12 +80,12 @@ func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, er
 	if err != nil {
 		return nil, err
 	}
-	px, err := decodePixels(ctx, src, meta)
+	px, err := decodePixels(ctx, src, meta, g.frames)
 	if err != nil {
 		return nil, failure(ctx, src, err)
 	}
-	if want := uprightSize(meta); px.Width != want.X || px.Height != want.Y {
-		return nil, fmt.Errorf("%w: decoded %dx%d, header says %v", upscale.ErrUpstream, px.Width, px.Height, want)
+	if want := uprightSize(meta); px.Width != want.X || px.Height != want.Y*g.frames {
+		return nil, fmt.Errorf("%w: decoded %dx%d, header says %d frames of %v", upscale.ErrUpstream, px.Width, px.Height, g.frames, want)
 	}
 	px.format = f
 	if g.fitted {
@@ -102,10 +122,10 @@ func (p *Pixels) JPEGQuality() (quality int, ok bool) {
 }
 
 // Encode enlarges p by scale the way Upscale enlarges an image of
-// imageType without denoising (scale 1: not at all), fits it to the size
-// Decode planned when its source's result was fitted (Header.Fitted), and
-// encodes it in its source's file and sample format with its colour
-// profile and no other metadata. It does not wait for a slot either.
+// imageType without denoising (scale 1: not at all), each frame alone,
+// fits it to the size Decode planned when its source's result was fitted
+// (Header.Fitted), and encodes it in its source's file and sample format
+// with the metadata Upscale keeps. It does not wait for a slot either.
 func (e *Engine) Encode(ctx context.Context, p *Pixels, scale int, imageType upscale.ImageType) (upscale.Image, error) {
 	if len(p.Pix) != p.Width*p.Height*p.Bands {
 		return upscale.Image{}, fmt.Errorf("%w: %d samples for %dx%d×%d", upscale.ErrUpstream, len(p.Pix), p.Width, p.Height, p.Bands)
@@ -114,7 +134,10 @@ func (e *Engine) Encode(ctx context.Context, p *Pixels, scale int, imageType ups
 	if scale > 1 {
 		r = recipeFor(upscale.Params{Scale: scale, ImageType: imageType, Denoise: upscale.DenoiseNone})
 	}
-	g := geometry{scale: scale, size: image.Pt(p.Width*scale, p.Height*scale)}
+	if p.Frames < 1 || p.Height%p.Frames != 0 {
+		return upscale.Image{}, fmt.Errorf("%w: %d rows are not %d frames", upscale.ErrUpstream, p.Height, p.Frames)
+	}
+	g := geometry{scale: scale, size: image.Pt(p.Width*scale, p.Height/p.Frames*scale), frames: p.Frames}
 	if p.fit != (image.Point{}) {
 		g.size, g.fitted = p.fit, true
 	}

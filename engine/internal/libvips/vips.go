@@ -3,10 +3,12 @@
 // internal so that the codec is no part of either engine's public API. bimg
 // starts libvips and reads image headers; the enlargement itself is one
 // libvips pipeline driven from cgo (pipeline.c, with the enlargement pass
-// in upsample.c, the denoiser in denoise.c, the noise estimate in noise.c
-// and the WebP encoder in webp.c), because bimg cannot sample centred,
+// in upsample.c, the denoiser in denoise.c, the noise estimate in noise.c,
+// the WebP encoder in webp.c and what results keep of their sources'
+// metadata in metadata.c), because bimg cannot sample centred,
 // stream with sequential access, premultiply alpha, decode strictly or
-// stop an encoder. It needs cgo and libvips (Debian: libvips-dev).
+// stop an encoder. It needs cgo, libvips and libexif (Debian: libvips-dev,
+// libexif-dev).
 package libvips
 
 import (
@@ -34,33 +36,45 @@ const (
 	DefaultMaxOutputPixels = 100_000_000
 	// DefaultMaxSide caps each side of source and result.
 	DefaultMaxSide = 32768
+	// DefaultMaxFrames admits an animation of 1000 frames, 40 seconds at
+	// 25 frames a second.
+	DefaultMaxFrames = 1000
 )
+
+// maxStripHeight is the tallest image libvips makes (VIPS_MAX_COORD): an
+// animation is enlarged as one, its frames one above the other.
+const maxStripHeight = 10_000_000
 
 // webpMaxSide is the largest side the WebP format can store.
 const webpMaxSide = 16383
 
 // Options configures an Engine. Every zero field means the default beside it.
 type Options struct {
-	// MaxSourcePixels caps width×height of a source. Zero means
-	// DefaultMaxSourcePixels.
+	// MaxSourcePixels caps width×height of a source, times its frames
+	// for an animation. Zero means DefaultMaxSourcePixels.
 	MaxSourcePixels int64
-	// MaxOutputPixels caps width×height of a result. Zero means
-	// DefaultMaxOutputPixels.
+	// MaxOutputPixels caps width×height of a result, times its frames
+	// for an animation. Zero means DefaultMaxOutputPixels.
 	MaxOutputPixels int64
 	// MaxSide caps each side of a source and of a result. Zero means
 	// DefaultMaxSide.
 	MaxSide int
+	// MaxFrames caps the frames of an animation. Zero means
+	// DefaultMaxFrames.
+	MaxFrames int
 	// Concurrency is how many images are enlarged at once; further
 	// requests queue, and their wait counts against their deadline. Zero
 	// means the number of CPUs.
 	Concurrency int
 }
 
-// Engine enlarges JPEG, PNG and WebP images with libvips. It is safe for
+// Engine enlarges JPEG, PNG, WebP, GIF, HEIC, AVIF and TIFF images with
+// libvips, animated GIFs and WebPs frame by frame. It is safe for
 // concurrent use. When an image's context is done, the work on it stops
-// within milliseconds (libwebp, encoding a WebP result, at its next percent
-// of progress) and Upscale returns ctx.Err(), so a caller who has gone or a
-// deadline that has passed frees the slot at once.
+// within milliseconds (libwebp, encoding a WebP result, at its next
+// percent of progress; libheif, encoding an AVIF result, only once it is
+// done: BENCHMARKS.md) and Upscale returns ctx.Err(), so a caller who has
+// gone or a deadline that has passed frees the slot at once.
 type Engine struct {
 	opts  Options
 	slots chan struct{}
@@ -77,10 +91,10 @@ var (
 func (e *Engine) Concurrency() int { return e.opts.Concurrency }
 
 // New returns an Engine. The first call restricts libvips, for the whole
-// process, to its JPEG, PNG and WebP loaders, turns its operation cache
-// off and sends what it logs to slog.Default() at debug level instead of
-// stderr; a program that also uses libvips for other formats should not
-// share the process with an Engine.
+// process, to its JPEG, PNG, WebP, GIF, HEIF and TIFF loaders, turns its
+// operation cache off and sends what it logs to slog.Default() at debug
+// level instead of stderr; a program that also uses libvips for other
+// formats should not share the process with an Engine.
 func New(opts Options) *Engine {
 	configureLibvips()
 	if opts.MaxSourcePixels == 0 {
@@ -91,6 +105,9 @@ func New(opts Options) *Engine {
 	}
 	if opts.MaxSide == 0 {
 		opts.MaxSide = DefaultMaxSide
+	}
+	if opts.MaxFrames == 0 {
+		opts.MaxFrames = DefaultMaxFrames
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = runtime.NumCPU()
@@ -107,8 +124,8 @@ type format struct {
 	quality     int // JPEG and WebP
 	subsample   int // JPEG chroma subsampling, a VipsForeignSubsample
 	compression int // PNG zlib level
-	effort      int // WebP and AVIF, for results of up to effortPixels
-	largeEffort int // WebP and AVIF, for larger results
+	effort      int // WebP, AVIF and GIF, for results of up to effortPixels
+	largeEffort int // WebP, AVIF and GIF, for larger results
 }
 
 // effortPixels is the largest WebP result encoded at format.effort. From
@@ -119,7 +136,7 @@ type format struct {
 // against 3-5 s at effort 2 (the gaps grow faster than the image).
 const effortPixels = 1 << 20
 
-// effortFor is the WebP or AVIF effort for a result of pixels.
+// effortFor is the effort for a result (an animation: a frame) of pixels.
 func (f format) effortFor(pixels int64) int {
 	if pixels > effortPixels {
 		return f.largeEffort
@@ -153,6 +170,12 @@ var (
 	// slow (not yet measured by BenchmarkEncoders). 16384 a side keeps
 	// within what decoders take.
 	avifFormat = format{contentType: "image/avif", maxSide: 16384, saver: saveAVIF, quality: 50, effort: 4, largeEffort: 2}
+	// GIF, for an animated GIF: each frame's palette chosen by
+	// libimagequant at effort 4 and dithered, as libvips does by default
+	// at effort 7, which took 1.8 times as long (391 against 214 ms a
+	// 640×480 frame) for 0.36 dB of luma (BenchmarkAnimations). GIF
+	// stores sides up to 65535.
+	gifFormat = format{contentType: "image/gif", maxSide: 65535, saver: saveGIF, effort: 4, largeEffort: 4}
 )
 
 // sniff decides the source's kind from the file's signature alone, never
@@ -202,6 +225,61 @@ func sniffHEIF(src []byte) (source, bool) {
 	return 0, false
 }
 
+// gifTruncated reports whether a GIF stream ends inside one of its blocks:
+// its decoder then shows the frames before the cut as the whole
+// animation, silently one or more short. The blocks are walked, not
+// decoded. A stream that ends between blocks without its trailer is
+// taken as it is, as browsers take it.
+func gifTruncated(src []byte) bool {
+	const header = 6 + 7 // signature and version, logical screen descriptor
+	if len(src) < header {
+		return true
+	}
+	at := header + colourTable(src[10])
+	// subBlocks skips data sub-blocks up to their terminator.
+	subBlocks := func() bool {
+		for at < len(src) {
+			n := int(src[at])
+			at += 1 + n
+			if n == 0 {
+				return at <= len(src)
+			}
+		}
+		return false
+	}
+	for at < len(src) {
+		switch src[at] {
+		case 0x3B: // trailer
+			return false
+		case 0x21: // extension: its label, then sub-blocks
+			at += 2
+			if !subBlocks() {
+				return true
+			}
+		case 0x2C: // image descriptor, colour table, LZW code size, sub-blocks
+			if at+10 > len(src) {
+				return true
+			}
+			at += 10 + colourTable(src[at+9]) + 1
+			if !subBlocks() {
+				return true
+			}
+		default: // not a block: the decoder judges the rest
+			return false
+		}
+	}
+	return at > len(src)
+}
+
+// colourTable is the size of the colour table a GIF descriptor's packed
+// fields announce.
+func colourTable(packed byte) int {
+	if packed&0x80 == 0 {
+		return 0
+	}
+	return 3 << (packed&7 + 1)
+}
+
 // source is a kind of file the engine reads.
 type source int
 
@@ -216,15 +294,25 @@ const (
 	sourceAVIFSequence
 )
 
+// frames is how many frames of a source the engine enlarges: every frame
+// of an animated GIF or WebP, one of anything else (a TIFF's first page, a
+// HEIF's primary image).
+func frames(kind source, l layout) int {
+	if kind == sourceGIF || kind == sourceWebP {
+		return max(l.pages, 1)
+	}
+	return 1
+}
+
 // output is the format a result of a src source is written in: a
 // browser's, the source's own where browsers show it; HEIC and TIFF as
-// JPEG, or PNG when they have alpha; GIF, a still here, as PNG. An
-// animation (a GIF or WebP of more than one frame) is refused, never
-// flattened to one frame.
+// JPEG, or PNG when they have alpha; a still GIF as PNG, an animated one
+// as GIF. An AVIF animation (a sequence) is refused, never flattened to
+// one frame.
 func output(kind source, l layout, meta bimg.ImageMetadata) (format, error) {
 	switch {
-	case kind == sourceAVIFSequence || (l.pages > 1 && (kind == sourceGIF || kind == sourceWebP)): // a TIFF or HEIF is its first or primary image
-		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, msgAnimation)
+	case kind == sourceAVIFSequence:
+		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, msgAVIFSequence)
 	case !l.samples:
 		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image's samples are floating-point, signed, 32-bit or CIELAB; only 8- and 16-bit RGB, grey or CMYK images are read.")
 	}
@@ -235,6 +323,10 @@ func output(kind source, l layout, meta bimg.ImageMetadata) (format, error) {
 		return webpFormat, nil
 	case sourceAVIF:
 		return avifFormat, nil
+	case sourceGIF:
+		if frames(kind, l) > 1 {
+			return gifFormat, nil
+		}
 	case sourceHEIC, sourceTIFF:
 		if !meta.Alpha {
 			return jpegFormat, nil
@@ -243,8 +335,8 @@ func output(kind source, l layout, meta bimg.ImageMetadata) (format, error) {
 	return pngFormat, nil
 }
 
-// msgAnimation refuses an animated GIF, WebP or AVIF.
-const msgAnimation = "The image is an animation; animations are not enlarged yet. Send one frame as a still image."
+// msgAVIFSequence refuses an animated AVIF.
+const msgAVIFSequence = "The image is an AVIF animation; AVIF animations are not enlarged. Send it as an animated GIF or WebP, or one frame as a still image."
 
 // msgUnreadable is the refusal of a header that cannot be read.
 const msgUnreadable = "The image header could not be read; the file may be truncated or corrupt."
@@ -345,10 +437,13 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 // Header is what a source's header says, once its EXIF orientation is
 // applied, and the result it makes for a scale.
 type Header struct {
+	// Width and Height are a frame's; Frames counts an animation's
+	// frames, 1 for a still image.
 	Width, Height int
+	Frames        int
 	// Scale is the enlargement the result is made by, a power of two:
 	// the scale asked for, or, for a Fitted result, the largest power of
-	// two within the fit. Result is the result's size.
+	// two within the fit. Result is the size of the result's frames.
 	Scale  int
 	Result image.Point
 	// Fitted reports whether the result is the largest the engine makes
@@ -363,9 +458,9 @@ type Header struct {
 	// as large as its raw pixels.
 	PNG bool
 	// WholeSource reports whether the source is decoded whole rather than
-	// streamed: turned for its EXIF orientation, or a HEIC, AVIF or GIF,
-	// whose decoders make the whole image. WholeResult, whether the
-	// encoder holds the whole raw result (AVIF's, libheif's).
+	// streamed: turned for its EXIF orientation, an animation, or a HEIC,
+	// AVIF or GIF, whose decoders make the whole image. WholeResult,
+	// whether the encoder holds the whole raw result (AVIF's, libheif's).
 	WholeSource, WholeResult bool
 }
 
@@ -379,9 +474,9 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 	size := uprightSize(meta)
 	kind, _ := sniff(src)
 	h := Header{
-		Width: size.X, Height: size.Y, Scale: g.scale, Result: g.size, Fitted: g.fitted,
+		Width: size.X, Height: size.Y, Frames: g.frames, Scale: g.scale, Result: g.size, Fitted: g.fitted,
 		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat,
-		WholeSource: sequential(meta) == 0 || kind == sourceHEIC || kind == sourceAVIF || kind == sourceGIF,
+		WholeSource: sequential(meta) == 0 || g.frames > 1 || kind == sourceHEIC || kind == sourceAVIF || kind == sourceGIF,
 		WholeResult: f == avifFormat,
 	}
 	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
@@ -420,9 +515,14 @@ func (h Header) OutputBytes() int64 {
 	return need
 }
 
-// resultBytes is the size of h's result's raw pixels.
+// resultBytes is the size of h's result's raw pixels, every frame's.
 func (h Header) resultBytes() int64 {
-	return int64(h.Result.X) * int64(h.Result.Y) * int64(h.Bands*h.SampleBytes)
+	return int64(h.Result.X) * int64(h.Result.Y) * int64(h.Frames) * int64(h.Bands*h.SampleBytes)
+}
+
+// SourceBytes is the size of h's source's raw pixels, every frame's.
+func (h Header) SourceBytes() int64 {
+	return int64(h.Width) * int64(h.Height) * int64(h.Frames) * int64(h.Bands*h.SampleBytes)
 }
 
 // EstimateMemory implements upscale.MemoryEstimator. The pipeline streams
@@ -437,7 +537,7 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	}
 	need := h.OutputBytes()
 	if h.WholeSource || recipeFor(opts).denoise.step > 0 {
-		need += int64(h.Width) * int64(h.Height) * int64(h.Bands*h.SampleBytes)
+		need += h.SourceBytes()
 	}
 	return need, nil
 }
@@ -466,7 +566,14 @@ func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geo
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
-	g, err := e.plan(f, uprightSize(meta), scale)
+	if kind == sourceGIF && gifTruncated(src) {
+		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The GIF ends inside one of its frames; the file is truncated.")
+	}
+	n := frames(kind, l)
+	if n > 1 {
+		meta.Orientation = 1 // an animation's frames are not turned, as browsers do not turn them
+	}
+	g, err := e.plan(f, uprightSize(meta), n, scale)
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
@@ -494,11 +601,17 @@ func failure(ctx context.Context, src []byte, err error) error {
 	return fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
 }
 
-// result checks that an encoded result has the size it must have.
+// result checks that an encoded result has the size and frames it must
+// have.
 func result(out []byte, f format, g geometry) (upscale.Image, error) {
 	size, err := bimg.Size(out)
 	if err != nil || size.Width != g.size.X || size.Height != g.size.Y {
 		return upscale.Image{}, fmt.Errorf("%w: libvips made %dx%d, want %v (%v)", upscale.ErrUpstream, size.Width, size.Height, g.size, err)
+	}
+	if g.frames > 1 {
+		if l, err := readLayout(out); err != nil || l.pages != g.frames {
+			return upscale.Image{}, fmt.Errorf("%w: libvips made %d frames, want %d (%v)", upscale.ErrUpstream, l.pages, g.frames, err)
+		}
 	}
 	img := upscale.Image{Data: out, ContentType: f.contentType, Width: g.size.X, Height: g.size.Y, Fitted: g.fitted}
 	var steps []string
@@ -517,28 +630,51 @@ func result(out []byte, f format, g geometry) (upscale.Image, error) {
 // for would exceed the engine's largest result (Options.MaxOutputPixels,
 // MaxSide, the format's side), fitted: resized to the largest size within
 // them with the source's aspect ratio, scale being the largest power of
-// two the fit still enlarges by.
+// two the fit still enlarges by. An animation's frames are each made so.
 type geometry struct {
 	scale  int
-	size   image.Point // the result's
+	size   image.Point // a frame's of the result
+	frames int
 	fitted bool
 }
 
-// plan refuses a source over the engine's source limits and returns how
-// its result is made for scale.
-func (e *Engine) plan(f format, source image.Point, scale int) (geometry, error) {
+// plan refuses a source of frames frames over the engine's source limits
+// and returns how its result is made for scale.
+func (e *Engine) plan(f format, source image.Point, frames, scale int) (geometry, error) {
 	w, h := source.X, source.Y
+	pixels := int64(w) * int64(h) * int64(frames)
+	what := fmt.Sprintf("The image is %d×%d pixels", w, h)
+	if frames > 1 {
+		what = fmt.Sprintf("The animation is %d frames of %d×%d pixels, %d in all", frames, w, h, pixels)
+	}
 	switch {
 	case w <= 0 || h <= 0:
 		return geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image has no pixels.")
-	case max(w, h) > e.opts.MaxSide || int64(w)*int64(h) > e.opts.MaxSourcePixels:
-		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "The image is %d×%d pixels; at most %d pixels and %d per side are accepted.", w, h, e.opts.MaxSourcePixels, e.opts.MaxSide)
+	case frames > e.opts.MaxFrames:
+		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "The animation has %d frames; at most %d are accepted.", frames, e.opts.MaxFrames)
+	case max(w, h) > e.opts.MaxSide || pixels > e.opts.MaxSourcePixels:
+		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "%s; at most %d pixels and %d per side are accepted.", what, e.opts.MaxSourcePixels, e.opts.MaxSide)
 	}
+	g, ok := e.fit(f, source, pixels, scale)
+	if !ok {
+		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "%s; a result at least as large is over the %d pixels and %d per side produced.", what, e.opts.MaxOutputPixels, min(e.opts.MaxSide, f.maxSide))
+	}
+	if int64(frames)*int64(g.size.Y) > maxStripHeight {
+		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "%s; its enlarged frames, one above the other, would be over the %d rows the engine makes.", what, maxStripHeight)
+	}
+	g.frames = frames
+	return g, nil
+}
+
+// fit is plan's geometry for a source whose frames hold pixels in all,
+// or false when even a result of the source's own size would not fit.
+func (e *Engine) fit(f format, source image.Point, pixels int64, scale int) (geometry, bool) {
+	w, h := source.X, source.Y
 	side := min(e.opts.MaxSide, f.maxSide)
-	if max(w, h)*scale <= side && int64(w)*int64(h)*int64(scale*scale) <= e.opts.MaxOutputPixels {
-		return geometry{scale: scale, size: source.Mul(scale)}, nil
+	if max(w, h)*scale <= side && pixels*int64(scale*scale) <= e.opts.MaxOutputPixels {
+		return geometry{scale: scale, size: source.Mul(scale)}, true
 	}
-	bySide, byPixels := float64(side)/float64(max(w, h)), math.Sqrt(float64(e.opts.MaxOutputPixels)/(float64(w)*float64(h)))
+	bySide, byPixels := float64(side)/float64(max(w, h)), math.Sqrt(float64(e.opts.MaxOutputPixels)/float64(pixels))
 	factor := min(bySide, byPixels)
 	fit := image.Pt(int(float64(w)*factor), int(float64(h)*factor))
 	if bySide <= byPixels { // the long side is exactly the limit, whatever floats round to
@@ -549,11 +685,11 @@ func (e *Engine) plan(f format, source image.Point, scale int) (geometry, error)
 		}
 	}
 	if factor < 1 || fit.X < w || fit.Y < h {
-		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "The image is %d×%d pixels; a result at least as large is over the %d pixels and %d per side produced.", w, h, e.opts.MaxOutputPixels, side)
+		return geometry{}, false
 	}
 	g := geometry{scale: 1, size: fit, fitted: true}
 	for 2*g.scale <= int(factor) {
 		g.scale *= 2
 	}
-	return g, nil
+	return g, true
 }

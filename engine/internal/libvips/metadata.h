@@ -1,0 +1,30 @@
+#ifndef UPSCALE_METADATA_H
+#define UPSCALE_METADATA_H
+
+#include <vips/vips.h>
+
+// keep_metadata removes every metadata field of image but its colour
+// profile, the two EXIF tags that say who made it and on what terms
+// (Artist and Copyright, in an EXIF block of their own) and, for an
+// animation (pages above 1), its frames' height, delays and loop count.
+// EXIF, XMP, IPTC and PNG text can say where a photo was taken and with
+// which camera, and a result is served to whoever holds its link; the
+// orientation has been applied.
+void keep_metadata(VipsImage *image, int pages);
+
+// kept_exif is the EXIF keep_metadata keeps, outside libvips: its block
+// and libvips's fields for its tags, which libvips's savers need beside
+// the block to write the tags.
+typedef struct {
+	void *block; // NULL when the image has none
+	size_t len;
+	char *fields[2]; // the values of exif-ifd0-Artist and exif-ifd0-Copyright, or NULL
+} kept_exif;
+
+// get_kept_exif copies what keep_metadata left of image's EXIF into *out,
+// which free_kept_exif frees; set_kept_exif puts it on image.
+void get_kept_exif(VipsImage *image, kept_exif *out);
+void set_kept_exif(VipsImage *image, const kept_exif *in);
+void free_kept_exif(kept_exif *exif);
+
+#endif
