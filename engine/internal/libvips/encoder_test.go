@@ -45,6 +45,11 @@ func BenchmarkEncoders(b *testing.B) {
 		{"webp/q90-effort2", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 2 })},
 		{"webp/q90-effort4", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 4 })},
 		{"webp/q90-effort6", withSetting(webpFormat, func(f *format) { f.quality, f.effort = 90, 6 })},
+		{"avif/q50-effort2", withSetting(avifFormat, func(f *format) { f.quality, f.effort = 50, 2 })},
+		{"avif/q50-effort4", withSetting(avifFormat, func(f *format) { f.quality, f.effort = 50, 4 })},
+		{"avif/q65-effort2", withSetting(avifFormat, func(f *format) { f.quality, f.effort = 65, 2 })},
+		{"avif/q65-effort4", withSetting(avifFormat, func(f *format) { f.quality, f.effort = 65, 4 })},
+		{"avif/q80-effort2", withSetting(avifFormat, func(f *format) { f.quality, f.effort = 80, 2 })},
 	}
 	r := recipeFor(upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 	for _, src := range sources {
