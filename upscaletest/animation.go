@@ -125,6 +125,20 @@ func stillWebP(frame []byte, width, height int) []byte {
 	return append(binary.LittleEndian.AppendUint32([]byte("RIFF"), uint32(len(body))), body...)
 }
 
+// decodeStill decodes a JPEG, PNG, GIF or WebP result, a WebP as
+// browsers show it (studioRGB).
+func decodeStill(data []byte) (image.Image, error) {
+	if len(data) >= 12 && string(data[8:12]) == "WEBP" {
+		img, err := webp.Decode(bytes.NewReader(data))
+		if err != nil {
+			return nil, err
+		}
+		return studioRGB(img), nil
+	}
+	img, _, err := image.Decode(bytes.NewReader(data))
+	return img, err
+}
+
 // studioRGB converts a lossy WebP's Y'CbCr as libwebp and browsers do:
 // VP8 stores BT.601's studio range (Y' from 16 to 235), where Go's
 // color.YCbCr reads JPEG's full range, which shifts colours by 10 levels

@@ -18,8 +18,11 @@ import (
 // TestUpscalerFormats checks what an Upscaler that writes each result in
 // its source's pixel format must keep: grey stays grey and 16-bit stays
 // 16-bit, alpha stays alpha without transparent pixels darkening the
-// visible edge, and a JPEG's EXIF orientation is applied. Engines that
-// convert everything to 8-bit RGB, as PixelUpscaler does, do not pass it.
+// visible edge, and a JPEG's EXIF orientation is applied; the files
+// phones and the web send (WebP, HEIC, AVIF, TIFF, GIF) come back as a
+// browser shows them, and animated GIFs and WebPs as animations of as many
+// frames, with their delays and loop count. Engines that convert
+// everything to 8-bit RGB, as PixelUpscaler does, do not pass it.
 func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler) {
 	upscalePNG := func(t *testing.T, src image.Image, scale int) image.Image {
 		t.Helper()
@@ -146,13 +149,16 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 //go:embed testdata/formats
 var formatFiles embed.FS
 
-// testPhoneAndWebFormats: HEIC, AVIF, TIFF and a still GIF are enlarged ×2
-// and written as a browser shows them (AVIF as AVIF; HEIC and TIFF as
-// JPEG, or PNG with alpha; GIF as PNG), every pixel within 12 levels of
-// libvips's rendering of the source. An AVIF result's size is read from
-// its header (Go has no AVIF decoder); its pixels are not compared.
+// testPhoneAndWebFormats: WebP, HEIC, AVIF, TIFF (each with and without
+// alpha where the format has it) and a still GIF are enlarged ×2 and
+// written as a browser shows them (WebP and AVIF as themselves; HEIC and
+// TIFF as JPEG, or PNG with alpha; GIF as PNG), within 12 levels of
+// libvips's rendering of the source (worstLevels). An AVIF result's size
+// is read from its header (Go has no AVIF decoder); its pixels are not
+// compared. JPEG and PNG both ways are the rest of TestUpscalerFormats.
 func testPhoneAndWebFormats(t *testing.T, u upscale.Upscaler) {
 	for _, tc := range []struct{ file, want string }{
+		{"photo.webp", "image/webp"}, {"cutout.webp", "image/webp"},
 		{"photo.heic", "image/jpeg"}, {"cutout.heic", "image/png"}, {"photo.avif", "image/avif"},
 		{"photo.tiff", "image/jpeg"}, {"cutout.tiff", "image/png"}, {"drawing.gif", "image/png"},
 	} {
@@ -172,7 +178,7 @@ func testPhoneAndWebFormats(t *testing.T, u upscale.Upscaler) {
 				}
 				return
 			}
-			result, _, err := image.Decode(bytes.NewReader(img.Data))
+			result, err := decodeStill(img.Data)
 			if err != nil || result.Bounds().Size() != want {
 				t.Fatalf("the result: %v, %v; want a %s of %v", result, err, tc.want, want)
 			}
