@@ -47,12 +47,12 @@ import (
 //     (BENCHMARKS.md).
 var configureLibvips = sync.OnceFunc(func() { C.configure_libvips() })
 
-// decodeStrictly decodes all of src and fails on any decoder error or
-// truncation. The pipeline decodes just as strictly; this runs only after
-// it failed, to tell a corrupt source (the caller's fault) from a failure
-// of the engine.
-func decodeStrictly(src []byte) error {
-	if C.decode_strictly(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src))) == 0 {
+// decodeStrictly decodes all of src, every frame of an animation of
+// frames frames, and fails on any decoder error or truncation. The
+// pipeline decodes just as strictly; this runs only after it failed, to
+// tell a corrupt source (the caller's fault) from a failure of the engine.
+func decodeStrictly(src []byte, frames int) error {
+	if C.decode_strictly(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(frames)) == 0 {
 		return nil
 	}
 	return vipsError()

@@ -41,10 +41,11 @@ int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format,
 	return 0;
 }
 
-int decode_strictly(const void *buf, size_t len) {
+int decode_strictly(const void *buf, size_t len, int pages) {
 	VipsImage *in = vips_image_new_from_buffer(buf, len, "",
 		"access", VIPS_ACCESS_SEQUENTIAL,
 		"fail_on", VIPS_FAIL_ON_ERROR,
+		"n", pages > 1 ? -1 : 1,
 		NULL);
 	if (!in)
 		return -1;

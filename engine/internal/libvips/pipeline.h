@@ -11,10 +11,11 @@
 // operation cache off and routes libvips's log to Go.
 void configure_libvips(void);
 
-// decode_strictly decodes every pixel of buf, top to bottom, failing on the
-// first decoder error or truncation instead of inventing pixels. It returns
-// 0 on success; on failure the message is in vips_error_buffer().
-int decode_strictly(const void *buf, size_t len);
+// decode_strictly decodes every pixel of buf, top to bottom, every frame
+// of an animation of pages frames, failing on the first decoder error or
+// truncation instead of inventing pixels. It returns 0 on success; on
+// failure the message is in vips_error_buffer().
+int decode_strictly(const void *buf, size_t len, int pages);
 
 // read_layout reads buf's header: how many pages it holds (frames of an
 // animation, pages of a TIFF), its sample format, its interpretation and

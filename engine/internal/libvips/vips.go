@@ -433,7 +433,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	}
 	out, err := run(ctx, src, f, g, recipeFor(opts), meta)
 	if err != nil {
-		return upscale.Image{}, failure(ctx, src, err)
+		return upscale.Image{}, failure(ctx, src, g.frames, err)
 	}
 	return result(out, f, g)
 }
@@ -593,13 +593,13 @@ func uprightSize(meta bimg.ImageMetadata) image.Point {
 	return image.Pt(meta.Size.Width, meta.Size.Height)
 }
 
-// failure tells why libvips failed on src: the caller went, the source is
-// corrupt (the caller's fault), or the engine failed.
-func failure(ctx context.Context, src []byte, err error) error {
+// failure tells why libvips failed on src, of frames frames: the caller
+// went, the source is corrupt (the caller's fault), or the engine failed.
+func failure(ctx context.Context, src []byte, frames int, err error) error {
 	if err := ctx.Err(); err != nil { // libvips stopped because the caller went
 		return err
 	}
-	if decodeErr := decodeStrictly(src); decodeErr != nil {
+	if decodeErr := decodeStrictly(src, frames); decodeErr != nil {
 		return fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
 	}
 	return fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
