@@ -202,11 +202,9 @@ func (h *Handler) checkSource(src []byte, params Params) (pixels int64, err erro
 		}
 	}
 	if sizer, ok := h.cfg.Upscaler.(SizeReader); ok {
-		width, height, err := sizer.SourceSize(src)
-		if err != nil {
+		if pixels, err = sizer.SourcePixels(src); err != nil {
 			return 0, err
 		}
-		pixels = int64(width) * int64(height)
 	}
 	return pixels, nil
 }

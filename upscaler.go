@@ -134,9 +134,10 @@ type MemoryEstimator interface {
 // engine/onnx implement it.
 type SizeReader interface {
 	Upscaler
-	// SourceSize returns the width and height of src as Upscale reads
-	// it, upright. It fails as Upscale would on a source it refuses.
-	SourceSize(src []byte) (width, height int, err error)
+	// SourcePixels returns how many pixels Upscale reads from src: its
+	// width times its height, times its frames for an animation. It fails
+	// as Upscale would on a source it refuses.
+	SourcePixels(src []byte) (int64, error)
 }
 
 // MemoryReleaser is an Upscaler that keeps memory outside the Go heap

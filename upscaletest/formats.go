@@ -208,10 +208,11 @@ func formatFile(t *testing.T, name string) (src []byte, rendering image.Image) {
 }
 
 // testAnimations: an animated GIF and an animated WebP (three frames, one
-// with a transparent corner, 100 to 300 ms each, played three times) are
-// enlarged ×2 into animations of their own format with the source's
-// frames, delays and loop count, each frame within 12 levels of libvips's
-// rendering of the source's, whose frames are one above the other.
+// with a transparent or fading corner, 100 to 300 ms each, played three
+// times) are enlarged ×2 into animations of their own format with the
+// source's frames, delays and loop count, each frame within 12 levels of
+// libvips's rendering of the source's, whose frames are one above the
+// other. A SizeReader counts every frame's pixels.
 func testAnimations(t *testing.T, u upscale.Upscaler) {
 	for _, tc := range []struct{ file, want string }{{"motion.gif", "image/gif"}, {"motion.webp", "image/webp"}} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -222,6 +223,11 @@ func testAnimations(t *testing.T, u upscale.Upscaler) {
 			}
 			size := source.frames[0].Bounds().Size()
 			want := size.Mul(2)
+			if sizer, ok := u.(upscale.SizeReader); ok {
+				if pixels, err := sizer.SourcePixels(src); err != nil || pixels != int64(size.X*size.Y*len(source.frames)) {
+					t.Errorf("SourcePixels: %d, %v; want %d frames of %v", pixels, err, len(source.frames), size)
+				}
+			}
 			img, err := u.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
 			if err != nil {
 				t.Fatal(err)

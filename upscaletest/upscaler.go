@@ -52,18 +52,18 @@ func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler)
 		}
 	}
 
-	t.Run("SourceSize", func(t *testing.T) {
+	t.Run("SourcePixels", func(t *testing.T) {
 		sizer, ok := newUpscaler(t).(upscale.SizeReader)
 		if !ok {
 			t.Skip("not a SizeReader")
 		}
 		for _, in := range inputs {
-			if w, h, err := sizer.SourceSize(in.data); err != nil || w != 24 || h != 16 {
-				t.Errorf("SourceSize(%s) = %d×%d, %v; want 24×16", in.name, w, h, err)
+			if pixels, err := sizer.SourcePixels(in.data); err != nil || pixels != 24*16 {
+				t.Errorf("SourcePixels(%s) = %d, %v; want 24×16", in.name, pixels, err)
 			}
 		}
-		if _, _, err := sizer.SourceSize([]byte("not an image at all")); !errors.Is(err, upscale.ErrUnsupportedImage) {
-			t.Errorf("SourceSize of a non-image: %v, want ErrUnsupportedImage", err)
+		if _, err := sizer.SourcePixels([]byte("not an image at all")); !errors.Is(err, upscale.ErrUnsupportedImage) {
+			t.Errorf("SourcePixels of a non-image: %v, want ErrUnsupportedImage", err)
 		}
 	})
 
@@ -131,13 +131,13 @@ type PixelUpscaler struct {
 
 var _ upscale.SizeReader = PixelUpscaler{}
 
-// SourceSize implements upscale.SizeReader.
-func (PixelUpscaler) SourceSize(src []byte) (width, height int, err error) {
+// SourcePixels implements upscale.SizeReader.
+func (PixelUpscaler) SourcePixels(src []byte) (int64, error) {
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(src))
 	if err != nil || (format != "png" && format != "jpeg") {
-		return 0, 0, fmt.Errorf("%w: %v", upscale.ErrUnsupportedImage, err)
+		return 0, fmt.Errorf("%w: %v", upscale.ErrUnsupportedImage, err)
 	}
-	return cfg.Width, cfg.Height, nil
+	return int64(cfg.Width) * int64(cfg.Height), nil
 }
 
 // Upscale implements upscale.Upscaler.

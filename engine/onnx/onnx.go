@@ -245,9 +245,9 @@ func learnedMemory(h libvips.Header, passes int) int64 {
 	return held*int64(h.Bands)*sampleBytes + h.OutputBytes()
 }
 
-// SourceSize implements upscale.SizeReader, as engine/vips does.
-func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
-	return e.codec.SourceSize(src)
+// SourcePixels implements upscale.SizeReader, as engine/vips does.
+func (e *Engine) SourcePixels(src []byte) (int64, error) {
+	return e.codec.SourcePixels(src)
 }
 
 // ReleaseMemory implements upscale.MemoryReleaser for the decoding and

@@ -62,9 +62,9 @@ func (e *Engine) EstimateMemory(src []byte, params upscale.Params) (int64, error
 	return e.impl.EstimateMemory(src, params)
 }
 
-// SourceSize implements upscale.SizeReader.
-func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
-	return e.impl.SourceSize(src)
+// SourcePixels implements upscale.SizeReader.
+func (e *Engine) SourcePixels(src []byte) (int64, error) {
+	return e.impl.SourcePixels(src)
 }
 
 // ReleaseMemory implements upscale.MemoryReleaser: it gives the C

@@ -489,11 +489,12 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 	return h, nil
 }
 
-// SourceSize implements upscale.SizeReader: src's upright size, read from
-// its header as Upscale reads it for the smallest scale.
-func (e *Engine) SourceSize(src []byte) (width, height int, err error) {
+// SourcePixels implements upscale.SizeReader: the pixels of src's
+// frames, read from its header as Upscale reads it for the smallest
+// scale.
+func (e *Engine) SourcePixels(src []byte) (int64, error) {
 	h, err := e.Header(src, upscale.Scales()[0])
-	return h.Width, h.Height, err
+	return int64(h.Width) * int64(h.Height) * int64(h.Frames), err
 }
 
 // EncodedBytes bounds the size of h's result once encoded: the raw size
