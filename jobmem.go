@@ -291,35 +291,6 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunne
 	return startWorkers(concurrency, work, cutShort), nil
 }
 
-// startWorkers runs concurrency workers until the stop it returns is
-// called: stop closes the channel each worker watches, lets the workers
-// finish until drain is done, then calls cutShort, which has their work's
-// contexts done, and returns once every worker has returned.
-func startWorkers(concurrency int, work func(stopping <-chan struct{}), cutShort func()) func(drain context.Context) error {
-	stopping := make(chan struct{})
-	var workers sync.WaitGroup
-	for range concurrency {
-		workers.Go(func() { work(stopping) })
-	}
-	var once sync.Once
-	return func(drain context.Context) error {
-		once.Do(func() { close(stopping) })
-		ended := make(chan struct{})
-		go func() {
-			workers.Wait()
-			close(ended)
-		}()
-		select {
-		case <-ended:
-			return nil
-		case <-drain.Done():
-		}
-		cutShort()
-		<-ended
-		return nil
-	}
-}
-
 // take waits for the oldest unexpired queued job and marks it running,
 // with the context its run gets; false once stopping is closed.
 func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx context.Context, ok bool) {
@@ -349,26 +320,6 @@ func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx co
 		return false
 	})
 	return j, runCtx, ok
-}
-
-// waitToTake calls take until it takes something, waiting for wake
-// between calls; false once stopping is closed.
-func waitToTake(stopping, wake <-chan struct{}, take func() bool) bool {
-	for {
-		select {
-		case <-stopping:
-			return false
-		default:
-		}
-		if take() {
-			return true
-		}
-		select {
-		case <-stopping:
-			return false
-		case <-wake:
-		}
-	}
 }
 
 // finish ends a run as JobQueue.Work says: a Result always stands (the

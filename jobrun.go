@@ -3,12 +3,10 @@ package upscale
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,110 +101,6 @@ func (h *Handler) warnIfUnstarted() {
 			h.cfg.Logger.Warn("upscale: a job was queued, but this Handler's workers were never started (Handler.StartJobs); it waits for another process's workers, or set Config.JobWorkers to -1 if that is meant")
 		})
 	}
-}
-
-// submitJob does at submission what can be judged then, as run does for a
-// request: the unit reserved and the source downloaded (fetchSource), the
-// source read as the engine will read it, then the source kept for the
-// worker, the unit held for the job's life, and the job queued. A job is
-// created only for work that can run; on every failure nothing is left
-// held or stored. When the queue keeps a job of submission already
-// (Job.Submission), that job is returned, and the unit and source taken
-// here are given back.
-func (h *Handler) submitJob(ctx context.Context, accountID string, req request, submission string) (Job, error) {
-	webhook, err := h.checkWebhook(ctx, accountID, req.webhook)
-	if err != nil {
-		return Job{}, err
-	}
-	priority, err := h.jobPriority(ctx, accountID)
-	if err != nil {
-		return Job{}, err
-	}
-	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
-	if err != nil {
-		return Job{}, err
-	}
-	defer memory.done()
-	settled := false
-	defer func() {
-		if !settled {
-			h.release(ctx, hold)
-		}
-	}()
-	pixels, err := h.checkSource(src, req.Params)
-	if err != nil {
-		return Job{}, err
-	}
-	now := h.cfg.Now()
-	job := Job{
-		AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Submission: submission, Webhook: webhook,
-		Priority: priority, Created: now, Expires: now.Add(h.cfg.JobTTL), Source: strings.ToLower(rand.Text()) + ".source", SourcePixels: pixels,
-	}
-	source := job.Source
-	err = h.blobs.call(func() error {
-		_, err := h.cfg.Blobs.Put(ctx, job.Source, src, "application/octet-stream", job.Expires)
-		return err
-	})
-	if err != nil {
-		return Job{}, fmt.Errorf("keep the job's source: %w", err)
-	}
-	expires := job.Expires
-	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, hold.ID, expires) })
-	if err == nil {
-		job, err = h.cfg.Jobs.Submit(ctx, job)
-	}
-	if err != nil || job.Reservation != hold.ID {
-		h.deleteBlob(ctx, "job source", source, expires)
-	}
-	if err != nil {
-		return Job{}, fmt.Errorf("queue the job: %w", err)
-	}
-	settled = job.Reservation == hold.ID
-	if settled {
-		h.warnIfUnstarted()
-	}
-	return h.estimate(job), nil
-}
-
-// jobPriority is the Priority of accountID's next job: 1 while the
-// account has fewer than Config.JobShare jobs queued or running, and one
-// more for each JobShare more, up to JobPriorities. An account that sends
-// many jobs at once thus has its share of the workers in turn with every
-// other account, and the rest of its jobs wait behind theirs. A queue that
-// cannot count (not a JobCounter) runs every job at 1, oldest first.
-func (h *Handler) jobPriority(ctx context.Context, accountID string) (int, error) {
-	counter, ok := h.cfg.Jobs.(JobCounter)
-	if !ok {
-		return 1, nil
-	}
-	n, err := counter.CountAccountJobs(ctx, accountID)
-	if err != nil {
-		return 0, fmt.Errorf("count the account's jobs: %w", err)
-	}
-	return 1 + min(n/h.cfg.JobShare, JobPriorities-1), nil
-}
-
-// checkSource reads src's header as the engine will (a MemoryEstimator),
-// so that a file the engine refuses, or whose working memory would not fit
-// the whole budget, is refused at submission as the request would be. It
-// returns the source's pixels when the Upscaler can read them (a
-// SizeReader), 0 otherwise.
-func (h *Handler) checkSource(src []byte, params Params) (pixels int64, err error) {
-	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
-		need, err := estimator.EstimateMemory(src, params)
-		if err != nil {
-			return 0, err
-		}
-		if need+int64(cap(src)) > h.budget.total {
-			return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, (need+int64(cap(src)))>>20, h.budget.total>>20)
-		}
-	}
-	if sizer, ok := h.cfg.Upscaler.(SizeReader); ok {
-		if pixels, err = sizer.SourcePixels(src); err != nil {
-			return 0, err
-		}
-	}
-	return pixels, nil
 }
 
 // errEngineBusy is why a job's run gave up waiting for the engine: the
@@ -405,51 +299,4 @@ func (h *Handler) jobTurn(ctx context.Context) (context.Context, context.CancelF
 		return context.WithCancel(ctx)
 	}
 	return context.WithDeadlineCause(ctx, turnEnds, errEngineBusy)
-}
-
-// jobDepth is the queue's latest count of its jobs, taken at most once a
-// second however often it is read (a metrics scrape reads it once per
-// gauge, and every GET of a queued job's estimate).
-type jobDepth struct {
-	mu     sync.Mutex
-	at     time.Time
-	counts JobCounts
-	ok     bool
-}
-
-// count returns the queue's counts, and false when it cannot count or its
-// count fails.
-func (d *jobDepth) count(queue JobQueue) (JobCounts, bool) {
-	counter, ok := queue.(JobCounter)
-	if !ok {
-		return JobCounts{}, false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if time.Since(d.at) >= time.Second {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		var err error
-		d.counts, err = counter.CountJobs(ctx)
-		d.ok, d.at = err == nil, time.Now()
-	}
-	return d.counts, d.ok
-}
-
-// estimate returns job with its EstimatedStart while it is queued: its
-// Position's turn among the workers the queue has running (all busy while
-// jobs wait), each taking the engine's measured time per image. Without a
-// measured pace, or with no worker running, it gives none.
-func (h *Handler) estimate(job Job) Job {
-	if job.Status != JobQueued || job.Position == nil {
-		return job
-	}
-	counts, ok := h.jobDepth.count(h.cfg.Jobs)
-	perImage := h.admission.imageTime()
-	if !ok || counts.Running == 0 || perImage == 0 {
-		return job
-	}
-	rounds := float64(*job.Position+1) / float64(counts.Running)
-	job.EstimatedStart = h.cfg.Now().Add(time.Duration(rounds * float64(perImage))).Truncate(time.Second)
-	return job
 }

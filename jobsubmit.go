@@ -2,6 +2,7 @@ package upscale
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,14 +12,6 @@ import (
 	"strings"
 	"time"
 )
-
-// errJobNotFound answers a job ID that is unknown, expired, or another
-// account's, alike.
-var errJobNotFound = errors.New("job not found")
-
-// maxWait bounds how long a submission with Prefer: wait=N is held open
-// for its job's end (RFC 7240 lets a server wait less than asked).
-const maxWait = 60 * time.Second
 
 // preference is what a request's Prefer headers ask for (RFC 7240):
 // respond-async, and how long the caller would wait for the result.
@@ -183,95 +176,106 @@ func (h *Handler) replayJob(ctx context.Context, accountID string, kept Idempote
 	return h.estimate(job), &kept, err
 }
 
-// awaitJob polls job until it has ended, for at most wait or until ctx is
-// done, and returns it as it stands then.
-func (h *Handler) awaitJob(ctx context.Context, job Job, wait time.Duration) Job {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for poll := 50 * time.Millisecond; !job.Status.Done(); poll = min(2*poll, time.Second) {
-		select {
-		case <-ctx.Done():
-			return job
-		case <-time.After(poll):
-		}
-		now, err := h.cfg.Jobs.Get(ctx, job.AccountID, job.ID)
-		if err != nil {
-			return job
-		}
-		job = now
+// submitJob does at submission what can be judged then, as run does for a
+// request: the unit reserved and the source downloaded (fetchSource), the
+// source read as the engine will read it, then the source kept for the
+// worker, the unit held for the job's life, and the job queued. A job is
+// created only for work that can run; on every failure nothing is left
+// held or stored. When the queue keeps a job of submission already
+// (Job.Submission), that job is returned, and the unit and source taken
+// here are given back.
+func (h *Handler) submitJob(ctx context.Context, accountID string, req request, submission string) (Job, error) {
+	webhook, err := h.checkWebhook(ctx, accountID, req.webhook)
+	if err != nil {
+		return Job{}, err
 	}
-	return job
-}
-
-// serveJob answers GET (the job as it stands) and DELETE (cancel it) of
-// one job of the caller's account.
-func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request) (code string, pool Pool) {
-	job, err := h.jobOfCaller(r, r.PathValue("id"))
-	if err == nil && r.Method == http.MethodDelete {
-		job, err = h.cancelJob(r.Context(), job)
+	priority, err := h.jobPriority(ctx, accountID)
+	if err != nil {
+		return Job{}, err
 	}
-	if errors.Is(err, ErrNotFound) {
-		err = errJobNotFound
+	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
+	if err != nil {
+		return Job{}, err
+	}
+	defer memory.done()
+	settled := false
+	defer func() {
+		if !settled {
+			h.release(ctx, hold)
+		}
+	}()
+	pixels, err := h.checkSource(src, req.Params)
+	if err != nil {
+		return Job{}, err
+	}
+	now := h.cfg.Now()
+	job := Job{
+		AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Submission: submission, Webhook: webhook,
+		Priority: priority, Created: now, Expires: now.Add(h.cfg.JobTTL), Source: strings.ToLower(rand.Text()) + ".source", SourcePixels: pixels,
+	}
+	source := job.Source
+	err = h.blobs.call(func() error {
+		_, err := h.cfg.Blobs.Put(ctx, job.Source, src, "application/octet-stream", job.Expires)
+		return err
+	})
+	if err != nil {
+		return Job{}, fmt.Errorf("keep the job's source: %w", err)
+	}
+	expires := job.Expires
+	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, hold.ID, expires) })
+	if err == nil {
+		job, err = h.cfg.Jobs.Submit(ctx, job)
+	}
+	if err != nil || job.Reservation != hold.ID {
+		h.deleteBlob(ctx, "job source", source, expires)
 	}
 	if err != nil {
-		return h.fail(w, r, err), ""
+		return Job{}, fmt.Errorf("queue the job: %w", err)
 	}
-	if job.Engine != "" {
-		w.Header().Set("Upscale-Engine", job.Engine)
+	settled = job.Reservation == hold.ID
+	if settled {
+		h.warnIfUnstarted()
 	}
-	writeJSON(w, http.StatusOK, jsonBody(h.estimate(job)))
-	return "ok", ""
+	return h.estimate(job), nil
 }
 
-// jobOfCaller authenticates the request's key and reads its account's job
-// id.
-func (h *Handler) jobOfCaller(r *http.Request, id string) (Job, error) {
-	ctx := r.Context()
-	key, ok := bearerKey(r.Header)
+// jobPriority is the Priority of accountID's next job: 1 while the
+// account has fewer than Config.JobShare jobs queued or running, and one
+// more for each JobShare more, up to JobPriorities. An account that sends
+// many jobs at once thus has its share of the workers in turn with every
+// other account, and the rest of its jobs wait behind theirs. A queue that
+// cannot count (not a JobCounter) runs every job at 1, oldest first.
+func (h *Handler) jobPriority(ctx context.Context, accountID string) (int, error) {
+	counter, ok := h.cfg.Jobs.(JobCounter)
 	if !ok {
-		return Job{}, ErrUnauthorized
+		return 1, nil
 	}
-	accountID, err := h.authenticate(ctx, key)
+	n, err := counter.CountAccountJobs(ctx, accountID)
 	if err != nil {
-		return Job{}, err
+		return 0, fmt.Errorf("count the account's jobs: %w", err)
 	}
-	if _, err := h.allowRate(ctx, DigestKey(key)); err != nil {
-		return Job{}, err
-	}
-	if h.jobs == nil {
-		return Job{}, errJobNotFound
-	}
-	return h.cfg.Jobs.Get(ctx, accountID, id)
+	return 1 + min(n/h.cfg.JobShare, JobPriorities-1), nil
 }
 
-// cancelJob cancels job and returns it as it stands. A job the queue
-// cancels at once (one waiting to run, whether it never ran or waits to
-// run again) is settled here, by the run its queue would settle it with
-// (see JobRunner): its webhook, its unit and its source. The queue settles
-// it too, which changes and counts nothing more, and finishes what this
-// settlement could not; so does a DELETE sent again. A running one is
-// returned once its run has stopped (its JobRunner settles it), or after a
-// few seconds still running, to end as its run does.
-func (h *Handler) cancelJob(ctx context.Context, job Job) (Job, error) {
-	job, err := h.cfg.Jobs.Cancel(ctx, job.AccountID, job.ID)
-	if err != nil {
-		return Job{}, err
-	}
-	if job.Status == JobCanceled {
-		settling, settle := context.WithCancelCause(ctx)
-		settle(ErrJobCanceled)
-		if outcome := h.runJob(settling, job); outcome.Result != nil {
-			// It had stored its result, and charged for it, before the
-			// cancel: the result stands, as it does for the queue.
-			job.Status, job.Result, job.Engine = JobSucceeded, outcome.Result, outcome.Engine
+// checkSource reads src's header as the engine will (a MemoryEstimator),
+// so that a file the engine refuses, or whose working memory would not fit
+// the whole budget, is refused at submission as the request would be. It
+// returns the source's pixels when the Upscaler can read them (a
+// SizeReader), 0 otherwise.
+func (h *Handler) checkSource(src []byte, params Params) (pixels int64, err error) {
+	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
+		need, err := estimator.EstimateMemory(src, params)
+		if err != nil {
+			return 0, err
 		}
-		return job, nil
+		if need+int64(cap(src)) > h.budget.total {
+			return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, (need+int64(cap(src)))>>20, h.budget.total>>20)
+		}
 	}
-	if job.Status.Done() || job.Status == JobQueued {
-		return job, nil // ended before, or its prepared result is on its way
+	if sizer, ok := h.cfg.Upscaler.(SizeReader); ok {
+		if pixels, err = sizer.SourcePixels(src); err != nil {
+			return 0, err
+		}
 	}
-	return h.awaitJob(ctx, job, cancelWait), nil
+	return pixels, nil
 }
-
-// cancelWait is how long a DELETE waits for a running job's run to stop.
-const cancelWait = 5 * time.Second

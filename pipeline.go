@@ -1,0 +1,162 @@
+package upscale
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// run charges one unit for req: reserve, fetch, enlarge, store, commit.
+// The unit is released on every path that does not reach the commit.
+// prepare, when not nil, is given the answer and the reservation that pays
+// for it before the commit; if it fails, the request stops uncharged. Once
+// it has succeeded, a commit whose outcome stays unknown (the ledger
+// unavailable for SettleTimeout) leaves result and reservation as they are
+// and returns errChargeUnsettled: whoever prepared them settles them.
+func (h *Handler) run(ctx context.Context, accountID string, req request, prepare func(context.Context, Response, Reservation) error) (Response, error) {
+	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer memory.done()
+	settled := false
+	defer func() {
+		if !settled {
+			h.release(ctx, hold)
+		}
+	}()
+
+	img, err := h.enlarge(ctx, src, req.Params, memory)
+	if err != nil {
+		return Response{}, err
+	}
+	blobKey := resultKey(img)
+	resp, err := h.storeResult(ctx, blobKey, img, h.cfg.Now().Add(h.cfg.LinkTTL), hold.Pool)
+	if err != nil {
+		return Response{}, err
+	}
+	expires := resp.linkExpires
+	if prepare != nil {
+		if err := prepare(ctx, resp, hold); err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				// Prepared or not, nobody can tell: the result and the
+				// unit stay for the claim's takeover, which commits them
+				// if the answer was prepared and otherwise runs afresh
+				// while the reservation expires.
+				settled = true
+				return Response{}, fmt.Errorf("prepare the answer: %w: %w", errChargeUnsettled, err)
+			}
+			h.deleteBlob(ctx, "uncharged result", blobKey, expires)
+			return Response{}, err
+		}
+	}
+	err = h.commit(ctx, hold.ID)
+	switch {
+	case err == nil:
+		settled = true
+		return resp, nil
+	case errors.Is(err, ErrNotFound):
+		h.deleteBlob(ctx, "uncharged result", blobKey, expires)
+		return Response{}, fmt.Errorf("commit reservation: %w: %w", errUnitGone, err)
+	case prepare != nil:
+		settled = true
+		return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnsettled, err)
+	}
+	// No claim can settle it later: find out now whether an attempt
+	// whose answer was lost did charge, and if so deliver what was paid.
+	settled = true
+	paid, checkErr := h.charged(ctx, hold.ID, false)
+	switch {
+	case checkErr != nil:
+		h.cfg.Logger.Error("upscale: a commit's outcome is unknown; the result stays until its link expires", "reservation", hold.ID, "account", accountID, "err", checkErr)
+		return Response{}, fmt.Errorf("commit reservation: %w: %w", Explain(ErrUnavailable, msgChargeUnknown), err)
+	case paid:
+		return resp, nil
+	}
+	h.deleteBlob(ctx, "uncharged result", blobKey, expires)
+	return Response{}, fmt.Errorf("commit reservation: %w", err)
+}
+
+// resultKey is a new BlobStore key for img: random letters and digits,
+// and the extension of its type.
+func resultKey(img Image) string {
+	return strings.ToLower(rand.Text()) + extension(img.ContentType)
+}
+
+// storeResult stores img under blobKey behind a link that lasts until
+// expires: the answer that names it, paid from via.
+func (h *Handler) storeResult(ctx context.Context, blobKey string, img Image, expires time.Time, via Pool) (Response, error) {
+	var link string
+	storeStart := time.Now()
+	err := h.blobs.call(func() (err error) {
+		link, err = h.cfg.Blobs.Put(ctx, blobKey, img.Data, img.ContentType, expires)
+		return err
+	})
+	h.cfg.Metrics.StepDone(StepStore, time.Since(storeStart))
+	if err != nil {
+		return Response{}, fmt.Errorf("store result: %w", err)
+	}
+	resp := Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine}
+	if img.Fitted {
+		resp.ResizedTo = &Size{Width: img.Width, Height: img.Height}
+	}
+	return resp, nil
+}
+
+// fetchSource reserves a unit for req and downloads its source under the
+// fetch policy, with the source's memory granted. Reserving before
+// fetching means an exhausted account costs no download; a file that
+// turns out to need paid capability has its unit exchanged for one that
+// has it. On success the caller settles hold and ends memory's grant; on
+// error nothing is held.
+func (h *Handler) fetchSource(ctx context.Context, accountID string, req request) (Reservation, []byte, *grant, error) {
+	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, 0))
+	if err != nil {
+		return Reservation{}, nil, nil, err
+	}
+	memory := h.budget.newGrant()
+	fail := func(err error) (Reservation, []byte, *grant, error) {
+		memory.done()
+		h.release(ctx, hold)
+		return Reservation{}, nil, nil, err
+	}
+	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
+	fetchStart := time.Now()
+	src, err := h.fetcher.fetch(ctx, req.source, maxBytes, func(ctx context.Context, n int64) error {
+		return memory.grow(ctx, n, h.admission.busy)
+	})
+	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
+	if err != nil {
+		return fail(err)
+	}
+	memory.shrinkTo(int64(cap(src)))
+	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
+		paid, err := h.reserve(ctx, accountID, true)
+		if err != nil {
+			return fail(err)
+		}
+		h.release(ctx, hold)
+		hold = paid
+	}
+	return hold, src, memory, nil
+}
+
+func extension(contentType string) string {
+	switch contentType {
+	case "image/jpeg":
+		return ".jpg"
+	case "image/png":
+		return ".png"
+	case "image/webp":
+		return ".webp"
+	case "image/avif":
+		return ".avif"
+	case "image/gif":
+		return ".gif"
+	}
+	return ""
+}
