@@ -58,7 +58,7 @@ type SignInOptions struct {
 }
 
 // LinkStore remembers which sign-in links were used. sqlstore.Store is
-// one (for replicas); upscaletest.TestLinkStore is the contract.
+// one (for replicas); dashboardtest.TestLinkStore is the contract.
 type LinkStore interface {
 	// UseLink records that the link id was used, and reports whether it
 	// is the first use. It may forget id once expires has passed, when
@@ -70,7 +70,7 @@ type LinkStore interface {
 // dashboard: SignIn refuses every session of the account that began at or
 // before then, so that signing out ends a copy of the cookie too, on every
 // replica. SignIn asks it once per request that carries a session.
-// sqlstore.Store is one (for replicas); upscaletest.TestSessionStore is
+// sqlstore.Store is one (for replicas); dashboardtest.TestSessionStore is
 // the contract.
 //
 // The times are the replicas' clocks, which must agree: a session begun

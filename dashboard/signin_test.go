@@ -17,6 +17,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/dashboard/dashboardtest"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -251,11 +252,11 @@ func TestSecureCookieBehindHTTPS(t *testing.T) {
 }
 
 func TestMemorySessions(t *testing.T) {
-	upscaletest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore { return dashboard.NewMemorySessions() })
+	dashboardtest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore { return dashboard.NewMemorySessions() })
 }
 
 func TestMemoryLinks(t *testing.T) {
-	upscaletest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
+	dashboardtest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
 		return dashboard.NewMemoryLinks(clock.Now)
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/dashboard/dashboardtest"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/sqlstore"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -68,12 +69,12 @@ func TestConformance(t *testing.T) {
 				})
 			})
 			t.Run("LinkStore", func(t *testing.T) {
-				upscaletest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
+				dashboardtest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
 				})
 			})
 			t.Run("SessionStore", func(t *testing.T) {
-				upscaletest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore {
+				dashboardtest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore {
 					return open(t, newDB(t), upscale.LedgerOptions{})
 				})
 			})

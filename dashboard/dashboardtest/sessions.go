@@ -1,4 +1,4 @@
-package upscaletest
+package dashboardtest
 
 import (
 	"context"

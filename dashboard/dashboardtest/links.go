@@ -1,4 +1,4 @@
-package upscaletest
+package dashboardtest
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // TestLinkStore checks that a dashboard.LinkStore reports exactly one
 // first use of each link, also when uses race, as replicas' would.
 // newStore must return an empty store on clock.
-func TestLinkStore(t *testing.T, newStore func(t *testing.T, clock *Clock) dashboard.LinkStore) {
+func TestLinkStore(t *testing.T, newStore func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore) {
 	ctx := context.Background()
 	start := time.Date(2026, time.November, 20, 12, 0, 0, 0, time.UTC)
 	use := func(t *testing.T, s dashboard.LinkStore, id string, expires time.Time, want bool) {
@@ -24,7 +25,7 @@ func TestLinkStore(t *testing.T, newStore func(t *testing.T, clock *Clock) dashb
 		}
 	}
 	t.Run("Once", func(t *testing.T) {
-		clock := NewClock(start)
+		clock := upscaletest.NewClock(start)
 		s := newStore(t, clock)
 		expires := start.Add(15 * time.Minute)
 		use(t, s, "link-1", expires, true)
@@ -34,7 +35,7 @@ func TestLinkStore(t *testing.T, newStore func(t *testing.T, clock *Clock) dashb
 		use(t, s, "link-1", expires, false)
 	})
 	t.Run("Race", func(t *testing.T) {
-		s := newStore(t, NewClock(start))
+		s := newStore(t, upscaletest.NewClock(start))
 		var firsts atomic.Int32
 		var wg sync.WaitGroup
 		for range 20 {
