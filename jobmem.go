@@ -269,16 +269,7 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunne
 	if concurrency < 1 {
 		return nil, fmt.Errorf("work on %d jobs at once: want at least 1", concurrency)
 	}
-	work := func(stopping <-chan struct{}) {
-		for {
-			j, runCtx, ok := q.take(stopping)
-			if !ok {
-				return
-			}
-			outcome := run(runCtx, j.Job)
-			q.finish(j, outcome, runCtx)
-		}
-	}
+	work := func(runCtx context.Context, j *memoryJob) { q.finish(j, run(runCtx, j.Job), runCtx) }
 	cutShort := func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -288,7 +279,7 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunne
 			}
 		}
 	}
-	return startWorkers(concurrency, work, cutShort), nil
+	return startWorkers(concurrency, q.take, work, cutShort), nil
 }
 
 // take waits for the oldest unexpired queued job and marks it running,

@@ -168,15 +168,7 @@ func (q *MemoryWebhookQueue) Deliver(ctx context.Context, concurrency int, deliv
 	q.mu.Lock()
 	q.share = WebhookAccountShare(concurrency)
 	q.mu.Unlock()
-	work := func(stopping <-chan struct{}) {
-		for {
-			w, attemptCtx, ok := q.take(stopping)
-			if !ok {
-				return
-			}
-			q.finish(w, deliver(attemptCtx, w.Webhook), attemptCtx)
-		}
-	}
+	work := func(attemptCtx context.Context, w *memoryWebhook) { q.finish(w, deliver(attemptCtx, w.Webhook), attemptCtx) }
 	cutShort := func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -186,7 +178,7 @@ func (q *MemoryWebhookQueue) Deliver(ctx context.Context, concurrency int, deliv
 			}
 		}
 	}
-	return startWorkers(concurrency, work, cutShort), nil
+	return startWorkers(concurrency, q.take, work, cutShort), nil
 }
 
 // take waits for the oldest due webhook that has not expired, of an

@@ -5,15 +5,26 @@ import (
 	"sync"
 )
 
-// startWorkers runs concurrency workers until the stop it returns is
-// called: stop closes the channel each worker watches, lets the workers
-// finish until drain is done, then calls cutShort, which has their work's
-// contexts done, and returns once every worker has returned.
-func startWorkers(concurrency int, work func(stopping <-chan struct{}), cutShort func()) func(drain context.Context) error {
+// startWorkers runs the in-memory queues' workers (MemoryJobQueue's and
+// MemoryWebhookQueue's): concurrency of them, each of which takes an item
+// with the context its work gets (take waits, and says false once stopping
+// is closed), works it, and takes the next, until the stop it returns is
+// called: stop closes stopping, lets the workers finish until drain is
+// done, then calls cutShort, which has their work's contexts done, and
+// returns once every worker has returned.
+func startWorkers[T any](concurrency int, take func(stopping <-chan struct{}) (T, context.Context, bool), work func(context.Context, T), cutShort func()) func(drain context.Context) error {
 	stopping := make(chan struct{})
 	var workers sync.WaitGroup
 	for range concurrency {
-		workers.Go(func() { work(stopping) })
+		workers.Go(func() {
+			for {
+				item, ctx, ok := take(stopping)
+				if !ok {
+					return
+				}
+				work(ctx, item)
+			}
+		})
 	}
 	var once sync.Once
 	return func(drain context.Context) error {
