@@ -43,8 +43,9 @@ var (
 	// source_unavailable, retrying later is safe, and an Idempotency-Key
 	// does not keep it.
 	ErrSourceUnavailable = errors.New("source unavailable")
-	// ErrUnsupportedImage means the bytes are not a JPEG, PNG or WebP image
-	// that can be decoded.
+	// ErrUnsupportedImage means the bytes are not an image of a format
+	// the Upscaler reads (engine/vips: JPEG, PNG, WebP, GIF, HEIC, AVIF,
+	// TIFF) that can be decoded.
 	ErrUnsupportedImage = errors.New("unsupported image")
 	// ErrImageTooLarge means the file or its pixel dimensions exceed a limit.
 	ErrImageTooLarge = errors.New("image too large")

@@ -42,7 +42,7 @@ var problems = []struct {
 	{ErrSourceForbidden, http.StatusBadRequest, "source_forbidden", "The image URL leads to an address or port this service does not fetch from; use a public http or https URL."},
 	{ErrSourceUnreachable, http.StatusBadRequest, "source_unreachable", "The image could not be downloaded from its URL; check that it is publicly reachable."},
 	{ErrSourceUnavailable, http.StatusBadGateway, "source_unavailable", "The image's server failed to deliver it for now; try again later. Nothing was charged."},
-	{ErrUnsupportedImage, http.StatusBadRequest, "unsupported_image", "The file is not a JPEG, PNG or WebP image that can be decoded."},
+	{ErrUnsupportedImage, http.StatusBadRequest, "unsupported_image", "The file is not a JPEG, PNG, WebP, GIF, HEIC, AVIF or TIFF image that can be decoded."},
 	{ErrImageTooLarge, http.StatusBadRequest, "image_too_large", "The image is too large for this service or your plan; send a smaller one."},
 	{ErrPaidPlanRequired, http.StatusForbidden, "paid_plan_required", "Scales " + scaleList(true) + ", and files above the free tier's size, need {paid}."},
 	{ErrQuotaExhausted, http.StatusTooManyRequests, "quota_exhausted", "This account has no images left; {upgrade}."},
@@ -188,7 +188,7 @@ const (
 	// ErrInvalidImageURL
 	msgImageURLRefused    = "imageUrl %s."
 	msgImageURLUnusable   = "imageUrl could not be turned into a request; check its syntax."
-	msgImageURLMissing    = "imageUrl is required: give the http or https URL of a JPEG, PNG or WebP image as a string."
+	msgImageURLMissing    = "imageUrl is required: give the http or https URL of a JPEG, PNG, WebP, GIF, HEIC, AVIF or TIFF image as a string."
 	msgImageURLTooLong    = "imageUrl is %d bytes long; at most %d are accepted."
 	msgImageURLUnparsable = "imageUrl is not a URL; give an absolute http or https URL, such as https://example.com/photo.jpg."
 	// ErrInvalidWebhookURL

@@ -129,41 +129,59 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 	return fields, nil
 }
 
-func parseImageURL(raw json.RawMessage) (*url.URL, error) {
-	var s string
-	if raw == nil || json.Unmarshal(raw, &s) != nil || s == "" {
-		return nil, Explain(ErrInvalidImageURL, msgImageURLMissing)
-	}
-	if len(s) > MaxImageURLBytes {
-		return nil, Explain(ErrInvalidImageURL, msgImageURLTooLong, len(s), MaxImageURLBytes)
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, Explain(ErrInvalidImageURL, msgImageURLUnparsable)
-	}
-	if err := checkSourceURL(u, false); err != nil {
-		return nil, err
-	}
-	u.Fragment, u.RawFragment = "", "" // never sent to the server anyway
-	return u, nil
+// urlPolicy is what one URL field of the body is held to: its error,
+// its messages and its rules, checked once the URL is parsed.
+type urlPolicy struct {
+	sentinel error
+	// missing refuses a field that is not a string or, with emptyMissing,
+	// an empty one.
+	missing, tooLong, unparsable string
+	emptyMissing                 bool
+	check                        func(*url.URL) error
 }
 
-// parseWebhookURL reads webhookUrl: an absolute http or https URL held to
-// the rules of an imageUrl that need no network.
-func parseWebhookURL(raw json.RawMessage) (*url.URL, error) {
+var (
+	// imageURLPolicy: imageUrl, required, an absolute http or https URL
+	// that the fetch may call (checkSourceURL's rules that need no
+	// network).
+	imageURLPolicy = urlPolicy{
+		sentinel: ErrInvalidImageURL, missing: msgImageURLMissing, tooLong: msgImageURLTooLong, unparsable: msgImageURLUnparsable,
+		emptyMissing: true,
+		check:        func(u *url.URL) error { return checkSourceURL(u, false) },
+	}
+	// webhookURLPolicy: webhookUrl, held to the same rules, refused with
+	// its own error.
+	webhookURLPolicy = urlPolicy{
+		sentinel: ErrInvalidWebhookURL, missing: msgWebhookUnparsable, tooLong: msgWebhookTooLong, unparsable: msgWebhookUnparsable,
+		check: func(u *url.URL) error {
+			if problem := urlProblem(u); problem != "" {
+				return Explain(ErrInvalidWebhookURL, msgWebhookRefused, problem)
+			}
+			return nil
+		},
+	}
+)
+
+// parseImageURL reads imageUrl; parseWebhookURL, webhookUrl.
+func parseImageURL(raw json.RawMessage) (*url.URL, error)   { return parseURL(raw, imageURLPolicy) }
+func parseWebhookURL(raw json.RawMessage) (*url.URL, error) { return parseURL(raw, webhookURLPolicy) }
+
+// parseURL reads a URL field of the body as p says, without its fragment,
+// which is never sent to a server anyway.
+func parseURL(raw json.RawMessage, p urlPolicy) (*url.URL, error) {
 	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return nil, Explain(ErrInvalidWebhookURL, msgWebhookUnparsable)
+	if raw == nil || json.Unmarshal(raw, &s) != nil || (p.emptyMissing && s == "") {
+		return nil, Explain(p.sentinel, "%s", p.missing)
 	}
 	if len(s) > MaxImageURLBytes {
-		return nil, Explain(ErrInvalidWebhookURL, msgWebhookTooLong, len(s), MaxImageURLBytes)
+		return nil, Explain(p.sentinel, p.tooLong, len(s), MaxImageURLBytes)
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, Explain(ErrInvalidWebhookURL, msgWebhookUnparsable)
+		return nil, Explain(p.sentinel, "%s", p.unparsable)
 	}
-	if problem := urlProblem(u); problem != "" {
-		return nil, Explain(ErrInvalidWebhookURL, msgWebhookRefused, problem)
+	if err := p.check(u); err != nil {
+		return nil, err
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u, nil

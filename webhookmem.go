@@ -168,7 +168,9 @@ func (q *MemoryWebhookQueue) Deliver(ctx context.Context, concurrency int, deliv
 	q.mu.Lock()
 	q.share = WebhookAccountShare(concurrency)
 	q.mu.Unlock()
-	work := func(attemptCtx context.Context, w *memoryWebhook) { q.finish(w, deliver(attemptCtx, w.Webhook), attemptCtx) }
+	work := func(attemptCtx context.Context, w *memoryWebhook) {
+		q.finish(w, deliver(attemptCtx, w.Webhook), attemptCtx)
+	}
 	cutShort := func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
