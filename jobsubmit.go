@@ -193,18 +193,13 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 	if err != nil {
 		return Job{}, err
 	}
-	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
+	f, err := h.fetchSource(ctx, accountID, req)
 	if err != nil {
 		return Job{}, err
 	}
-	defer memory.done()
-	settled := false
-	defer func() {
-		if !settled {
-			h.release(ctx, hold)
-		}
-	}()
-	pixels, err := h.checkSource(src, req.Params)
+	defer h.letGo(ctx, f)
+	hold := f.hold
+	pixels, err := h.checkSource(f.src, req.Params)
 	if err != nil {
 		return Job{}, err
 	}
@@ -215,7 +210,7 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 	}
 	source := job.Source
 	err = h.blobs.call(func() error {
-		_, err := h.cfg.Blobs.Put(ctx, job.Source, src, "application/octet-stream", job.Expires)
+		_, err := h.cfg.Blobs.Put(ctx, job.Source, f.src, "application/octet-stream", job.Expires)
 		return err
 	})
 	if err != nil {
@@ -232,8 +227,8 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 	if err != nil {
 		return Job{}, fmt.Errorf("queue the job: %w", err)
 	}
-	settled = job.Reservation == hold.ID
-	if settled {
+	f.kept = job.Reservation == hold.ID
+	if f.kept {
 		h.warnIfUnstarted()
 	}
 	return h.estimate(job), nil

@@ -18,61 +18,54 @@ import (
 // unavailable for SettleTimeout) leaves result and reservation as they are
 // and returns errChargeUnsettled: whoever prepared them settles them.
 func (h *Handler) run(ctx context.Context, accountID string, req request, prepare func(context.Context, Response, Reservation) error) (Response, error) {
-	hold, src, memory, err := h.fetchSource(ctx, accountID, req)
+	f, err := h.fetchSource(ctx, accountID, req)
 	if err != nil {
 		return Response{}, err
 	}
-	defer memory.done()
-	settled := false
-	defer func() {
-		if !settled {
-			h.release(ctx, hold)
-		}
-	}()
-
-	img, err := h.enlarge(ctx, src, req.Params, memory)
+	defer h.letGo(ctx, f)
+	img, err := h.enlarge(ctx, f.src, req.Params, f.memory)
 	if err != nil {
 		return Response{}, err
 	}
 	blobKey := resultKey(img)
-	resp, err := h.storeResult(ctx, blobKey, img, h.cfg.Now().Add(h.cfg.LinkTTL), hold.Pool)
+	resp, err := h.storeResult(ctx, blobKey, img, h.cfg.Now().Add(h.cfg.LinkTTL), f.hold.Pool)
 	if err != nil {
 		return Response{}, err
 	}
 	expires := resp.linkExpires
 	if prepare != nil {
-		if err := prepare(ctx, resp, hold); err != nil {
+		if err := prepare(ctx, resp, f.hold); err != nil {
 			if errors.Is(err, ErrUnavailable) {
 				// Prepared or not, nobody can tell: the result and the
 				// unit stay for the claim's takeover, which commits them
 				// if the answer was prepared and otherwise runs afresh
 				// while the reservation expires.
-				settled = true
+				f.kept = true
 				return Response{}, fmt.Errorf("prepare the answer: %w: %w", errChargeUnsettled, err)
 			}
 			h.deleteBlob(ctx, "uncharged result", blobKey, expires)
 			return Response{}, err
 		}
 	}
-	err = h.commit(ctx, hold.ID)
+	err = h.commit(ctx, f.hold.ID)
 	switch {
 	case err == nil:
-		settled = true
+		f.kept = true
 		return resp, nil
 	case errors.Is(err, ErrNotFound):
 		h.deleteBlob(ctx, "uncharged result", blobKey, expires)
 		return Response{}, fmt.Errorf("commit reservation: %w: %w", errUnitGone, err)
 	case prepare != nil:
-		settled = true
+		f.kept = true
 		return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnsettled, err)
 	}
 	// No claim can settle it later: find out now whether an attempt
 	// whose answer was lost did charge, and if so deliver what was paid.
-	settled = true
-	paid, checkErr := h.charged(ctx, hold.ID, false)
+	f.kept = true
+	paid, checkErr := h.charged(ctx, f.hold.ID, false)
 	switch {
 	case checkErr != nil:
-		h.cfg.Logger.Error("upscale: a commit's outcome is unknown; the result stays until its link expires", "reservation", hold.ID, "account", accountID, "err", checkErr)
+		h.cfg.Logger.Error("upscale: a commit's outcome is unknown; the result stays until its link expires", "reservation", f.hold.ID, "account", accountID, "err", checkErr)
 		return Response{}, fmt.Errorf("commit reservation: %w: %w", Explain(ErrUnavailable, msgChargeUnknown), err)
 	case paid:
 		return resp, nil
@@ -111,18 +104,18 @@ func (h *Handler) storeResult(ctx context.Context, blobKey string, img Image, ex
 // fetch policy, with the source's memory granted. Reserving before
 // fetching means an exhausted account costs no download; a file that
 // turns out to need paid capability has its unit exchanged for one that
-// has it. On success the caller settles hold and ends memory's grant; on
+// has it. On success the caller lets go of what it holds (letGo); on
 // error nothing is held.
-func (h *Handler) fetchSource(ctx context.Context, accountID string, req request) (Reservation, []byte, *grant, error) {
+func (h *Handler) fetchSource(ctx context.Context, accountID string, req request) (*fetched, error) {
 	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, 0))
 	if err != nil {
-		return Reservation{}, nil, nil, err
+		return nil, err
 	}
 	memory := h.budget.newGrant()
-	fail := func(err error) (Reservation, []byte, *grant, error) {
+	fail := func(err error) (*fetched, error) {
 		memory.done()
 		h.release(ctx, hold)
-		return Reservation{}, nil, nil, err
+		return nil, err
 	}
 	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
 	fetchStart := time.Now()
@@ -142,7 +135,27 @@ func (h *Handler) fetchSource(ctx context.Context, accountID string, req request
 		h.release(ctx, hold)
 		hold = paid
 	}
-	return hold, src, memory, nil
+	return &fetched{hold: hold, src: src, memory: memory}, nil
+}
+
+// fetched is a request's source once fetchSource has it: the unit
+// reserved for it, its bytes and their memory's grant.
+type fetched struct {
+	hold   Reservation
+	src    []byte
+	memory *grant
+	// kept says the unit is not to be given back: charged, or left for
+	// whoever prepared the answer to settle.
+	kept bool
+}
+
+// letGo ends f's memory grant and, unless f.kept, gives its unit back.
+// Whoever fetched f calls it once, on every path.
+func (h *Handler) letGo(ctx context.Context, f *fetched) {
+	if !f.kept {
+		h.release(ctx, f.hold)
+	}
+	f.memory.done()
 }
 
 func extension(contentType string) string {
