@@ -101,7 +101,6 @@ static int upsample_region(VipsRegion *out, void *seq, void *a, void *b, gboolea
 	if (!across || !taps || !weights) {
 		g_free(across);
 		g_free(taps);
-	g_free(weights);
 		g_free(weights);
 		g_free(range);
 		vips_error("upscale", "out of memory for enlarging");
@@ -151,6 +150,7 @@ static int upsample_region(VipsRegion *out, void *seq, void *a, void *b, gboolea
 		}
 	}
 	g_free(taps);
+	g_free(weights);
 	g_free(across);
 	g_free(range);
 	return 0;
