@@ -272,8 +272,12 @@ func decodePixels(ctx context.Context, src []byte, meta bimg.ImageMetadata, fram
 func cPixels(px *Pixels) (in *C.pixels, unpin func()) {
 	var pinner runtime.Pinner
 	pinner.Pin(unsafe.SliceData(px.Pix))
-	if len(px.delays) > 0 {
-		pinner.Pin(unsafe.SliceData(px.delays))
+	delays := px.delays
+	if len(delays) != px.Frames { // an engine changed Frames: C reads one delay a frame
+		delays = nil
+	}
+	if len(delays) > 0 {
+		pinner.Pin(unsafe.SliceData(delays))
 	}
 	in = &C.pixels{
 		data:           (*C.ushort)(unsafe.Pointer(unsafe.SliceData(px.Pix))),
@@ -286,7 +290,7 @@ func cPixels(px *Pixels) (in *C.pixels, unpin func()) {
 		xres:           px.resolution[0],
 		yres:           px.resolution[1],
 		pages:          C.int(px.Frames),
-		delays:         (*C.int)(unsafe.SliceData(px.delays)),
+		delays:         (*C.int)(unsafe.SliceData(delays)),
 		loop:           px.loop,
 	}
 	var profile unsafe.Pointer

@@ -92,15 +92,29 @@ static int listed(const char *name, const char **names) {
 	return 0;
 }
 
+// The fields keep_metadata keeps of every image, and of an animation.
+static const char *always[] = {VIPS_META_ICC_NAME, VIPS_META_EXIF_NAME, NULL};
+static const char *animation[] = {VIPS_META_PAGE_HEIGHT, "delay", "loop", NULL};
+
 void keep_metadata(VipsImage *image, int pages) {
-	static const char *always[] = {VIPS_META_ICC_NAME, VIPS_META_EXIF_NAME, NULL};
-	static const char *animation[] = {VIPS_META_PAGE_HEIGHT, "delay", "loop", NULL};
 	keep_exif(image);
 	gchar **fields = vips_image_get_fields(image);
 	for (gchar **f = fields; *f; f++)
 		if (!listed(*f, always) && !listed(*f, kept_fields) && !(pages > 1 && listed(*f, animation)))
 			vips_image_remove(image, *f); // header fields, such as width, stay
 	g_strfreev(fields);
+}
+
+void copy_kept_metadata(VipsImage *from, VipsImage *to) {
+	const char **lists[] = {always, kept_fields, animation};
+	for (size_t l = 0; l < G_N_ELEMENTS(lists); l++)
+		for (const char **name = lists[l]; *name; name++) {
+			GValue value = G_VALUE_INIT;
+			if (!vips_image_get_typeof(from, *name) || vips_image_get(from, *name, &value))
+				continue;
+			vips_image_set(to, *name, &value);
+			g_value_unset(&value);
+		}
 }
 
 void get_kept_exif(VipsImage *image, kept_exif *out) {

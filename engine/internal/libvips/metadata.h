@@ -12,6 +12,11 @@
 // orientation has been applied.
 void keep_metadata(VipsImage *image, int pages);
 
+// copy_kept_metadata copies onto to the fields of from that keep_metadata
+// keeps of an animation, for an image made of from's pixels without its
+// fields.
+void copy_kept_metadata(VipsImage *from, VipsImage *to);
+
 // kept_exif is the EXIF keep_metadata keeps, outside libvips: its block
 // and libvips's fields for its tags, which libvips's savers need beside
 // the block to write the tags.

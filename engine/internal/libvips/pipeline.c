@@ -81,7 +81,7 @@ static void watch(VipsImage *root, gint *cancelled) {
 // open_upright loads buf strictly, turns it upright as its EXIF
 // orientation says and converts CMYK to sRGB. An animation (pages above 1)
 // is loaded whole into memory, its frames one above the other, each of
-// which enlarge_pages reads on its own: frames are not turned, as browsers
+// which enlarge_frames reads on its own: frames are not turned, as browsers
 // do not turn them.
 static int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages, int sequential, gint *cancelled,
 	VipsImage **out) {
@@ -294,28 +294,95 @@ static int enlarge(VipsObject *ctx, VipsImage *in, VipsBandFormat format, const 
 	return 0;
 }
 
-// enlarge_pages runs enlarge on each of in's pages (an animation's frames,
-// one above the other) on its own, so that no frame's pixels reach into
-// another's, and stacks the results as in's are.
-static int enlarge_pages(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const enlarge_params *p,
-	const gint *cancelled, VipsImage **out) {
-	if (pages <= 1)
-		return enlarge(ctx, in, format, p, cancelled, out);
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, pages + 2);
-	VipsImage **frames = VIPS_ARRAY(ctx, pages, VipsImage *); // enlarge's results, which ctx owns already
-	if (!frames)
-		return -1;
-	int height = in->Ysize / pages;
-	for (int k = 0; k < pages; k++)
-		if (vips_extract_area(in, &t[k], 0, k * height, in->Xsize, height, NULL) ||
-			enlarge(ctx, t[k], format, p, cancelled, &frames[k]))
-			return -1;
-	if (vips_arrayjoin(frames, &t[pages], pages, "across", 1, NULL) ||
-		vips_copy(t[pages], &t[pages + 1], NULL))
-		return -1;
-	vips_image_set_int(t[pages + 1], VIPS_META_PAGE_HEIGHT, frames[0]->Ysize);
-	*out = t[pages + 1];
+// to_format turns a working image back into format: the premultiplication
+// undone, rounded and clipped to the format's range.
+static int to_format(VipsObject *ctx, VipsImage *in, VipsBandFormat format, VipsImage **out) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
+	VipsImage *x = in;
+	int i = 0;
+	if (vips_image_hasalpha(x))
+		STEP(vips_unpremultiply(x, &t[i], NULL));
+	STEP(vips_round(x, &t[i], VIPS_OPERATION_ROUND_RINT, NULL));
+	STEP(vips_cast(x, &t[i], format, NULL)); // clips to the format's range
+	*out = x;
 	return 0;
+}
+
+// enlarge_frames makes the result of each of in's pages (an animation's
+// frames, one above the other) alone, so that no frame's pixels reach
+// into another's, into one strip in memory. Each frame's pipeline is made,
+// computed and freed in turn: libvips's bookkeeping over a thousand live
+// pipelines joined into one image grew with the square of their number
+// (25 s for 1000 frames of 4x4 pixels).
+static int enlarge_frames(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const enlarge_params *p,
+	gint *cancelled, VipsImage **out) {
+	const int height = in->Ysize / pages;
+	unsigned char *strip = NULL;
+	size_t frame_bytes = 0;
+	VipsImage *shape = NULL; // frame 0's result, whose header every frame's shares
+	for (int k = 0; k < pages; k++) {
+		VipsObject *frame = VIPS_OBJECT(vips_image_new());
+		VipsImage **t = (VipsImage **) vips_object_local_array(frame, 1);
+		VipsImage *x;
+		void *pixels = NULL;
+		size_t size = 0;
+		int ok = !is_cancelled(cancelled) &&
+			!vips_extract_area(in, &t[0], 0, k * height, in->Xsize, height, NULL) &&
+			!enlarge(frame, t[0], format, p, cancelled, &x) &&
+			!to_format(frame, x, format, &x) &&
+			(pixels = vips_image_write_to_memory(x, &size));
+		if (ok && !strip) {
+			frame_bytes = size;
+			shape = x;
+			g_object_ref(shape);
+			if (!(strip = g_try_malloc(frame_bytes * pages))) {
+				vips_error("upscale", "out of memory for the animation's frames");
+				ok = 0;
+			}
+		}
+		if (ok && size != frame_bytes) {
+			vips_error("upscale", "frame %d's result differs in size from the first's", k);
+			ok = 0;
+		}
+		if (ok)
+			memcpy(strip + k * frame_bytes, pixels, size);
+		g_free(pixels);
+		g_object_unref(frame);
+		if (!ok) {
+			g_free(strip);
+			if (shape)
+				g_object_unref(shape);
+			return -1;
+		}
+	}
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 2);
+	t[0] = vips_image_new_from_memory(strip, frame_bytes * pages, shape->Xsize, shape->Ysize * pages, shape->Bands, shape->BandFmt);
+	if (t[0])
+		g_signal_connect(t[0], "postclose", G_CALLBACK(vips_image_free_buffer), strip);
+	else
+		g_free(strip);
+	int status = !t[0] ||
+		vips_copy(t[0], &t[1], "interpretation", shape->Type, "xres", shape->Xres, "yres", shape->Yres, NULL);
+	if (!status) {
+		copy_kept_metadata(in, t[1]);
+		vips_image_set_int(t[1], VIPS_META_PAGE_HEIGHT, shape->Ysize);
+		*out = t[1];
+	}
+	g_object_unref(shape);
+	return status ? -1 : 0;
+}
+
+// make_result enlarges a working image of pages frames as p says and turns
+// it back into format: a still through one pipeline that streams to the
+// encoder, an animation frame by frame (enlarge_frames).
+static int make_result(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const enlarge_params *p,
+	gint *cancelled, VipsImage **out) {
+	if (pages > 1)
+		return enlarge_frames(ctx, in, pages, format, p, cancelled, out);
+	VipsImage *x;
+	if (enlarge(ctx, in, format, p, cancelled, &x))
+		return -1;
+	return to_format(ctx, x, format, out);
 }
 
 // output collects what an encoder writes, in memory, until *cancelled is
@@ -335,18 +402,13 @@ static gint64 write_output(VipsTargetCustom *target, const void *data, gint64 le
 	return length;
 }
 
-// save turns a working image of pages frames back into format (undoing
-// the premultiplication, rounding, clipping to the format's range), keeps
-// only the metadata keep_metadata keeps and encodes it as s says.
-static int save(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const save_params *s, gint *cancelled,
-	void **out, size_t *outlen) {
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 4);
+// save keeps only the metadata keep_metadata keeps of a result of pages
+// frames (make_result's) and encodes it as s says.
+static int save(VipsObject *ctx, VipsImage *in, int pages, const save_params *s, gint *cancelled, void **out,
+	size_t *outlen) {
+	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 1);
 	VipsImage *x = in;
 	int i = 0;
-	if (vips_image_hasalpha(x))
-		STEP(vips_unpremultiply(x, &t[i], NULL));
-	STEP(vips_round(x, &t[i], VIPS_OPERATION_ROUND_RINT, NULL));
-	STEP(vips_cast(x, &t[i], format, NULL)); // clips to the format's range
 	STEP(vips_copy(x, &t[i], NULL));
 	keep_metadata(x, pages);
 	if (s->saver == SAVE_WEBP)
@@ -408,9 +470,9 @@ int upscale(const void *buf, size_t len, int pages, int sequential, const enlarg
 		if (sigma < p->clean_below)
 			params.denoise.step = 0; // nothing to remove: the filter would only cost detail
 	}
-	if (enlarge_pages(ctx, x, pages, format, &params, cancelled, &x))
+	if (make_result(ctx, x, pages, format, &params, cancelled, &x))
 		goto done;
-	status = save(ctx, x, pages, format, s, cancelled, out, outlen);
+	status = save(ctx, x, pages, s, cancelled, out, outlen);
 done:
 	g_object_unref(ctx);
 	return status;
@@ -511,9 +573,9 @@ int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *
 	if (wrap_pixels(ctx, in, &x))
 		goto done;
 	watch(x, cancelled);
-	if (enlarge_pages(ctx, x, in->pages, in->format, p, cancelled, &x))
+	if (make_result(ctx, x, in->pages, in->format, p, cancelled, &x))
 		goto done;
-	status = save(ctx, x, in->pages, in->format, s, cancelled, out, outlen);
+	status = save(ctx, x, in->pages, s, cancelled, out, outlen);
 done:
 	g_object_unref(ctx);
 	return status;

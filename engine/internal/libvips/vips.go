@@ -464,7 +464,8 @@ type Header struct {
 	// WholeSource reports whether the source is decoded whole rather than
 	// streamed: turned for its EXIF orientation, an animation, or a HEIC,
 	// AVIF or GIF, whose decoders make the whole image. WholeResult,
-	// whether the encoder holds the whole raw result (AVIF's, libheif's).
+	// whether the whole raw result is held: by libheif, to encode an AVIF,
+	// or as an animation's frames, made one by one into memory.
 	WholeSource, WholeResult bool
 }
 
@@ -481,7 +482,7 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 		Width: size.X, Height: size.Y, Frames: g.frames, Scale: g.scale, Result: g.size, Fitted: g.fitted,
 		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat,
 		WholeSource: sequential(meta) == 0 || g.frames > 1 || kind == sourceHEIC || kind == sourceAVIF || kind == sourceGIF,
-		WholeResult: f == avifFormat,
+		WholeResult: f == avifFormat || g.frames > 1,
 	}
 	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
 		h.SampleBytes = 2
@@ -510,8 +511,7 @@ func (h Header) EncodedBytes() int64 {
 
 // OutputBytes bounds what encoding h's result holds at its peak: the
 // encoded result twice (libvips' output buffer and its copy in Go
-// memory), and, for AVIF, the whole raw result, which libheif holds to
-// encode it.
+// memory), and the whole raw result where it is held (WholeResult).
 func (h Header) OutputBytes() int64 {
 	need := 2 * h.EncodedBytes()
 	if h.WholeResult {

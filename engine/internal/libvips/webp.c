@@ -137,9 +137,11 @@ static int encode_still(VipsImage *in, const WebPConfig *config, gint *cancelled
 }
 
 // encode_animation encodes in's pages (frames, one above the other) as an
-// animated WebP with in's delays and loop count, one frame in memory at a
-// time. libwebp's animation encoder takes ARGB pictures; each frame is
-// small next to a still's budget, so it is imported whole.
+// animated WebP with in's delays and loop count: each frame encoded as a
+// still, whole, and muxed as an ANMF frame that replaces the one before.
+// libwebp's animation encoder is not used: it drops a frame that looks
+// like the one before, and a lossy frame 2 levels from it does, which would
+// change the frame count.
 static int encode_animation(VipsImage *in, const WebPConfig *config, gint *cancelled, WebPData *image) {
 	const int height = vips_image_get_page_height(in), pages = in->Ysize / height;
 	int *delays = NULL, n_delays = 0, loop = 0;
@@ -147,38 +149,31 @@ static int encode_animation(VipsImage *in, const WebPConfig *config, gint *cance
 		vips_image_get_array_int(in, "delay", &delays, &n_delays);
 	if (vips_image_get_typeof(in, "loop"))
 		vips_image_get_int(in, "loop", &loop);
-	WebPAnimEncoderOptions options;
-	if (!WebPAnimEncoderOptionsInit(&options))
-		return 0;
-	options.anim_params.loop_count = loop;
-	WebPAnimEncoder *encoder = WebPAnimEncoderNew(in->Xsize, height, &options);
-	int ok = encoder != NULL, timestamp = 0;
+	WebPMux *mux = WebPMuxNew();
+	WebPMuxAnimParams params = {0, loop}; // a transparent background, as browsers show it anyway
+	int ok = mux && WebPMuxSetAnimationParams(mux, &params) == WEBP_MUX_OK;
 	for (int k = 0; ok && k < pages; k++) {
-		VipsImage *frame = NULL, *memory = NULL;
-		WebPPicture picture;
-		WebPPictureInit(&picture);
-		picture.width = in->Xsize;
-		picture.height = height;
-		picture.use_argb = 1;
-		picture.progress_hook = keep_encoding;
-		picture.user_data = cancelled;
+		VipsImage *frame = NULL;
+		WebPData still = {NULL, 0};
 		ok = !is_cancelled(cancelled) &&
 			!vips_extract_area(in, &frame, 0, k * height, in->Xsize, height, NULL) &&
-			(memory = vips_image_copy_memory(frame)) &&
-			(in->Bands == 4 ? WebPPictureImportRGBA : WebPPictureImportRGB)(
-				&picture, VIPS_IMAGE_ADDR(memory, 0, 0), VIPS_IMAGE_SIZEOF_LINE(memory)) &&
-			WebPAnimEncoderAdd(encoder, &picture, timestamp, config);
-		if (!ok && !g_atomic_int_get(cancelled))
-			vips_error("upscale", "libwebp: %s", WebPAnimEncoderGetError(encoder));
-		WebPPictureFree(&picture);
-		if (memory)
-			g_object_unref(memory);
+			encode_still(frame, config, cancelled, &still);
+		if (ok) {
+			WebPMuxFrameInfo info = {
+				.bitstream = still,
+				.duration = k < n_delays ? delays[k] : 0,
+				.id = WEBP_CHUNK_ANMF,
+				.dispose_method = WEBP_MUX_DISPOSE_NONE,
+				.blend_method = WEBP_MUX_NO_BLEND,
+			};
+			ok = WebPMuxPushFrame(mux, &info, 1) == WEBP_MUX_OK;
+		}
+		WebPDataClear(&still);
 		if (frame)
 			g_object_unref(frame);
-		timestamp += k < n_delays ? delays[k] : 0;
 	}
-	ok = ok && WebPAnimEncoderAdd(encoder, NULL, timestamp, NULL) && WebPAnimEncoderAssemble(encoder, image);
-	WebPAnimEncoderDelete(encoder);
+	ok = ok && WebPMuxAssemble(mux, image) == WEBP_MUX_OK;
+	WebPMuxDelete(mux);
 	return ok;
 }
 

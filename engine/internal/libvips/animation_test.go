@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"image"
+	"image/color"
 	"image/color/palette"
 	"image/draw"
 	"image/gif"
@@ -17,7 +18,8 @@ import (
 	"github.com/upscalekit/upscale/internal/quality"
 )
 
-// BenchmarkAnimations enlarges a 48-frame animation of 320×240 (a pan
+// BenchmarkAnimations enlarges 1000 frames of 4×4 ×2 (the most frames,
+// where each frame's own cost shows), and a 48-frame animation of 320×240 (a pan
 // across Set14's baboon, dithered to Plan 9's palette; 3.7 megapixels in
 // all) ×2 with the classical engine: as an animated GIF with the GIF
 // settings chosen and libvips's default effort (7), and as an animated
@@ -53,6 +55,22 @@ func BenchmarkAnimations(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Run("gif/1000-frames-of-4x4", func(b *testing.B) {
+		tiny := &gif.GIF{}
+		for k := range DefaultMaxFrames {
+			tiny.Image = append(tiny.Image, image.NewPaletted(image.Rect(0, 0, 4, 4), color.Palette{color.Gray{uint8(k)}}))
+			tiny.Delay = append(tiny.Delay, 2)
+		}
+		src := encodeGIF(b, tiny)
+		e := New(Options{})
+		for range b.N {
+			start := time.Now()
+			if _, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/DefaultMaxFrames/1000, "ms/frame")
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		src  []byte
@@ -93,4 +111,29 @@ func encodeGIF(tb testing.TB, g *gif.GIF) []byte {
 		tb.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// TestWebPAnimationKeepsEveryFrame: an animated WebP result has every
+// frame of its source, also frames alike (0, 0) or a level apart (1),
+// which libwebp's animation encoder merges into the frame before.
+func TestWebPAnimationKeepsEveryFrame(t *testing.T) {
+	anim := &gif.GIF{}
+	for _, level := range []uint8{0, 0, 1, 255} {
+		anim.Image = append(anim.Image, image.NewPaletted(image.Rect(0, 0, 8, 6), color.Palette{color.Gray{level}}))
+		anim.Delay = append(anim.Delay, 10)
+	}
+	webp, err := run(context.Background(), encodeGIF(t, anim), webpFormat, geometry{scale: 1, size: image.Pt(8, 6), frames: 4}, recipe{}, bimg.ImageMetadata{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := readLayout(webp); err != nil || l.pages != 4 {
+		t.Fatalf("the source made here: %d frames (%v), want 4", l.pages, err)
+	}
+	img, err := New(Options{}).Upscale(context.Background(), webp, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := readLayout(img.Data); err != nil || l.pages != 4 {
+		t.Errorf("the result: %d frames (%v), want 4", l.pages, err)
+	}
 }
