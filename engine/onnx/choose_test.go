@@ -207,6 +207,25 @@ func TestLearnedPasses(t *testing.T) {
 	}
 }
 
+// resultPixels is the work of runs ×2 passes over a side² image, counted
+// as its result pixels (a large image's tiles' borders left out).
+func resultPixels(side, runs int) float64 { return 4 * float64(side*side*runs) }
+
+// TestWorkCountsWholeTiles: a pass's work counts each frame's whole tile,
+// the border the network reads included, so that 1000 frames of 4×4 cost
+// what the network computes for them, not 16 pixels each.
+func TestWorkCountsWholeTiles(t *testing.T) {
+	m := &model{Network: &models.Network{Scale: 2, Border: 18, Multiple: 2, MinInput: 38}}
+	frames := &libvips.Pixels{Width: 4, Height: 4000, Frames: 1000, Bands: 3}
+	if got, want := m.work(frames, 256), 1000*40*40*4.0; got != want {
+		t.Errorf("1000 frames of 4×4: work %g, want %g (a 40² input each, ×4)", got, want)
+	}
+	large := &libvips.Pixels{Width: 1024, Height: 1024, Frames: 1, Bands: 3}
+	if got := m.work(large, 256); got < 4*1024*1024 || got > 1.4*4*1024*1024 {
+		t.Errorf("1024²: work %g, want a little above its %d result pixels", got, 4*1024*1024)
+	}
+}
+
 // TestPassFitsTheDeadline: a learned pass runs when its estimated time
 // fits in learnedShare of the time left before the request's deadline, at
 // the pace the engine measured; else the rest is classical.
@@ -233,12 +252,12 @@ func TestPassFitsTheDeadline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), tc.left)
 			defer cancel()
-			if got := e.passFits(ctx, tc.side, tc.side, tc.runs); got != tc.fits {
+			if got := e.passFits(ctx, resultPixels(tc.side, tc.runs)); got != tc.fits {
 				t.Errorf("fits %v, want %v", got, tc.fits)
 			}
 		})
 	}
-	if !e.passFits(context.Background(), 1<<14, 1<<14, 2) {
+	if !e.passFits(context.Background(), resultPixels(1<<14, 2)) {
 		t.Error("without a deadline a pass does not fit")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -255,7 +274,7 @@ func TestPassFitsTheDeadline(t *testing.T) {
 	for range 20 {
 		e.pace.observe(10e-6, 4<<20)
 	}
-	if !e.passFits(ctx, 512, 512, 1) || e.passFits(ctx, 1024, 1024, 1) {
+	if !e.passFits(ctx, resultPixels(512, 1)) || e.passFits(ctx, resultPixels(1024, 1)) {
 		t.Errorf("at a slower measured pace %.3g, the passes that fit a minute are not 512²'s alone", e.pace.seconds())
 	}
 	// A pass cut short by its deadline raises the pace to at least what

@@ -265,7 +265,7 @@ func (e *Engine) ReleaseMemory() {
 func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
 	// Each pass is decided as it comes, at the pace the last one measured.
 	runs, passes := networkRuns(px), 0
-	for passes < most && e.passFits(ctx, px.Width, px.Height, runs) {
+	for passes < most && e.passFits(ctx, e.models[level].work(px, e.opts.Tile)*float64(runs)) {
 		var err error
 		if px, err = e.enlarge(ctx, px, e.models[level]); err != nil {
 			return upscale.Image{}, err
@@ -295,18 +295,17 @@ func (e *Engine) mostLearnedPasses(h libvips.Header) int {
 	return passes
 }
 
-// passFits reports whether a learned pass over a w × h image fits the
-// request's time: its estimated time (its result pixels, times the
-// network's runs, at the measured pace) within learnedShare of the time
-// left before ctx's deadline, so that the rest is enlarged classically
-// rather than the request timing out. Without a deadline, it fits.
-func (e *Engine) passFits(ctx context.Context, w, h, runs int) bool {
+// passFits reports whether a learned pass of work (model.work, times the
+// network's runs) fits the request's time: its estimated time, at the
+// measured pace, within learnedShare of the time left before ctx's
+// deadline, so that the rest is enlarged classically rather than the
+// request timing out. Without a deadline, it fits.
+func (e *Engine) passFits(ctx context.Context, work float64) bool {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return true
 	}
-	estimate := 4 * float64(w) * float64(h) * float64(runs) * e.pace.seconds()
-	return estimate <= time.Until(deadline).Seconds()*learnedShare
+	return work*e.pace.seconds() <= time.Until(deadline).Seconds()*learnedShare
 }
 
 // networkRuns is how many times a pass runs the network over px: once for
@@ -349,7 +348,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 		}
 	}
 	start := time.Now()
-	work := float64(out.Width) * float64(out.Height) * float64(len(layers)) // result pixels the network makes
+	work := m.work(px, e.opts.Tile) * float64(len(layers))
 	for _, first := range layers {
 		grey := first != 0 || colour == 1
 		for k := range px.Frames { // an animation's frames each alone
@@ -417,12 +416,12 @@ func (e *Engine) measurePace(ctx context.Context, m *model) error {
 		}
 		return fmt.Errorf("%w: %s: %v", upscale.ErrUpstream, m.Name, err)
 	}
-	e.pace.set(time.Since(start).Seconds() / float64(len(out)/3))
+	e.pace.set(time.Since(start).Seconds() / float64(inW*inH*m.Scale*m.Scale))
 	return nil
 }
 
-// pace is the time a learned pass takes per result pixel, in seconds: a
-// moving average of the passes the engine has made, starting from one
+// pace is the time a learned pass takes per unit of model.work, in
+// seconds (about a result pixel's, on a large image): a moving average of the passes the engine has made, starting from one
 // tile measured (measurePace); zero before that.
 type pace struct {
 	bits      atomic.Uint64

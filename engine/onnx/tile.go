@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/internal/libvips"
 )
 
 // planes are the bands of an interleaved image that a model reads or
@@ -59,6 +60,18 @@ func (m *model) tile(w, h, size int) tiling {
 	t.tileW, t.xs = positions(w)
 	t.tileH, t.ys = positions(h)
 	return t
+}
+
+// work is what a pass of m over px costs, the unit of the engine's pace:
+// every tile of every frame, with the border the network reads around
+// it, in the result pixels it makes (times m.Scale squared). A large
+// image's work is a little above its result pixels; a tiny frame's is
+// its whole tile's, border and least input size included, which is what
+// the network computes for it.
+func (m *model) work(px *libvips.Pixels, size int) float64 {
+	t := m.tile(px.Width, px.Height/px.Frames, size)
+	tile := (t.tileW + 2*m.Border) * (t.tileH + 2*m.Border) * m.Scale * m.Scale
+	return float64(tile) * float64(len(t.xs)*len(t.ys)*px.Frames)
 }
 
 // run enlarges in by m.Scale into out with network, tile by tile.
