@@ -13,12 +13,12 @@ func timed(a *admission, units float64, took time.Duration) {
 	s.done()
 }
 
-// TestEstimatorRule holds the admission estimate to the rule README's
-// Overload section states: a request with fewer requests ahead than the
-// engine has slots is admitted whatever the engine did; the expected image
-// time is the time per unit of work times the mean work per image; an
-// image counts for at most the deadline; and the estimate halves for each
-// idleHalfLife the engine is idle.
+// TestEstimatorRule holds the admission estimate to the rule
+// docs/operating.md's Overload section states: a request with fewer requests
+// ahead than the engine has slots is admitted whatever the engine did; the
+// expected image time is the time per unit of work times the mean work per
+// image; an image counts for at most the deadline; and the estimate halves
+// for each idleHalfLife the engine is idle.
 func TestEstimatorRule(t *testing.T) {
 	a := newAdmission(Capacity{EngineConcurrency: 2, QueueLength: 8, AccountShare: 10}, time.Second)
 	timed(a, 1e6, time.Hour) // far past the deadline

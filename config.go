@@ -29,7 +29,7 @@ type Config struct {
 	// 24 hours, which is also the most (CommitMemory).
 	IdempotencyTTL time.Duration
 	// Jobs keeps the jobs of the job form (a POST with Prefer:
-	// respond-async, README "Jobs") and hands them to workers. Nil means
+	// respond-async, docs/jobs.md) and hands them to workers. Nil means
 	// a MemoryJobQueue, for one process. The job form needs Blobs to be a
 	// BlobReader (a job's source waits there for its worker) and Ledger a
 	// ReservationHolder (a job's unit is held for its life); without
@@ -109,8 +109,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Capacity bounds the work a Handler takes on at once (README, "Overload"
-// and "Memory").
+// Capacity bounds the work a Handler takes on at once (docs/operating.md,
+// "Overload" and "Memory").
 type Capacity struct {
 	// EngineConcurrency is how many requests the handler lets the Upscaler
 	// work on at once. Zero means the Upscaler's own Concurrency when it is
@@ -136,16 +136,18 @@ type Capacity struct {
 	// for its share within its deadlines (Fetch.Timeout for the download,
 	// EngineTimeout for the engine) or is refused with 503 overloaded; one
 	// that needs more than the whole budget is image_too_large. Zero means
-	// 1 GiB. The process needs a constant on top (the Go runtime, libvips'
-	// caches and threads, connection buffers; see README, "Memory").
+	// 1 GiB. The process needs a constant on top (the Go runtime,
+	// libvips' caches and threads, connection buffers; see
+	// docs/operating.md, "Memory").
 	MemoryBudget int64
 	// IdleRelease is how long the handler waits, once no request is in
 	// flight, before it gives memory back to the system: a garbage
 	// collection that returns the Go heap's free pages
 	// (debug.FreeOSMemory), and the Upscaler's own ReleaseMemory when it
 	// is a MemoryReleaser. Without it a burst of large images leaves the
-	// process holding its peak (README, "Memory"). Zero means 5 seconds;
-	// negative turns it off, for hosts that manage memory themselves.
+	// process holding its peak (docs/operating.md, "Memory"). Zero means
+	// 5 seconds; negative turns it off, for hosts that manage memory
+	// themselves.
 	IdleRelease time.Duration
 }
 

@@ -20,8 +20,7 @@ import (
 )
 
 // FetchPolicy is where and how a Handler downloads source images: every
-// rule an imageUrl and each redirect are held to (README, "Security
-// notes").
+// rule an imageUrl and each redirect are held to (docs/security.md).
 type FetchPolicy struct {
 	// Timeout bounds the whole download of a source image, redirects
 	// included; past it the caller gets 400 source_unreachable. Zero means

@@ -17,7 +17,7 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-// verify is the README's webhook receiver, word for word
+// verify is docs/jobs.md's webhook receiver, word for word
 // (TestREADMEVerifier holds the two together).
 func verify(secret string, r *http.Request, body []byte) bool {
 	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
@@ -36,10 +36,10 @@ func verify(secret string, r *http.Request, body []byte) bool {
 	return false
 }
 
-// TestREADMEVerifier: the README's receiver is verify, and verify accepts
+// TestREADMEVerifier: docs/jobs.md's receiver is verify, and verify accepts
 // what the server signs and refuses a changed body or a stale timestamp.
 func TestREADMEVerifier(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/jobs.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestREADMEVerifier(t *testing.T) {
 		return string(src[start : start+bytes.Index(src[start:], []byte("\n}\n"))])
 	}
 	if function(readme) != function(self) {
-		t.Errorf("the README's verify differs from this file's:\n%s", function(readme))
+		t.Errorf("docs/jobs.md's verify differs from this file's:\n%s", function(readme))
 	}
 	secret := upscale.NewWebhookSecret()
 	body := []byte(`{"type":"upscale.job.failed"}`)

@@ -534,7 +534,7 @@ func (h Header) SourceBytes() int64 {
 // from decoder to encoder, so what it holds whole is what encoding holds
 // (OutputBytes), and the decoded source when it is read twice to denoise
 // or decoded whole (WholeSource). Each worker's strips, a few MiB, belong to the process's
-// constant (README, "Memory").
+// constant (docs/operating.md, "Memory").
 func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
 	h, err := e.Header(src, opts.Scale)
 	if err != nil {
