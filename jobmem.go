@@ -120,7 +120,24 @@ func (q *MemoryJobQueue) stand(j *memoryJob, now time.Time) Job {
 	return job
 }
 
-// find returns accountID's job id, unexpired. The caller holds q.mu.
+// withJob runs do on accountID's job id with the queue locked: how Get,
+// Cancel and Prepare begin. It fails with ctx's error first, then as find
+// does.
+func (q *MemoryJobQueue) withJob(ctx context.Context, accountID, id string, do func(j *memoryJob, now time.Time) Job) (Job, error) {
+	if err := ctx.Err(); err != nil {
+		return Job{}, err
+	}
+	now := q.lock()
+	defer q.mu.Unlock()
+	j, err := q.find(accountID, id, now)
+	if err != nil {
+		return Job{}, err
+	}
+	return do(j, now), nil
+}
+
+// find returns accountID's job id, unexpired, or ErrNotFound for a job
+// that is unknown, another account's or expired. The caller holds q.mu.
 func (q *MemoryJobQueue) find(accountID, id string, now time.Time) (*memoryJob, error) {
 	j, ok := q.jobs[id]
 	if !ok || j.AccountID != accountID || (j.stop == nil && !now.Before(j.Expires)) {
@@ -171,43 +188,27 @@ func (q *MemoryJobQueue) signal() {
 
 // Get implements JobQueue.
 func (q *MemoryJobQueue) Get(ctx context.Context, accountID, id string) (Job, error) {
-	if err := ctx.Err(); err != nil {
-		return Job{}, err
-	}
-	now := q.lock()
-	defer q.mu.Unlock()
-	j, err := q.find(accountID, id, now)
-	if err != nil {
-		return Job{}, err
-	}
-	return q.stand(j, now), nil
+	return q.withJob(ctx, accountID, id, q.stand)
 }
 
 // Cancel implements JobQueue.
 func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job, error) {
-	if err := ctx.Err(); err != nil {
-		return Job{}, err
-	}
-	now := q.lock()
-	defer q.mu.Unlock()
-	j, err := q.find(accountID, id, now)
-	if err != nil {
-		return Job{}, err
-	}
-	switch {
-	case j.Status == JobQueued && j.Prepared.Delivers(now):
-		// Its result is made and maybe charged: it runs again to
-		// deliver it.
-	case j.Status == JobQueued: // never run, or waiting to run again
-		j.Status, j.Finished = JobCanceled, now
-		l := level(j.Priority)
-		q.queued[l] = slices.DeleteFunc(q.queued[l], func(queued string) bool { return queued == id })
-		q.settleLater(j, ErrJobCanceled, 0) // its canceler may have failed to
-	case j.Status == JobRunning && j.settle == nil:
-		j.canceled = true
-		j.stop(ErrJobCanceled)
-	}
-	return q.stand(j, now), nil
+	return q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) Job {
+		switch {
+		case j.Status == JobQueued && j.Prepared.Delivers(now):
+			// Its result is made and maybe charged: it runs again to
+			// deliver it.
+		case j.Status == JobQueued: // never run, or waiting to run again
+			j.Status, j.Finished = JobCanceled, now
+			l := level(j.Priority)
+			q.queued[l] = slices.DeleteFunc(q.queued[l], func(queued string) bool { return queued == id })
+			q.settleLater(j, ErrJobCanceled, 0) // its canceler may have failed to
+		case j.Status == JobRunning && j.settle == nil:
+			j.canceled = true
+			j.stop(ErrJobCanceled)
+		}
+		return q.stand(j, now)
+	})
 }
 
 // CountJobs implements JobCounter.
@@ -251,17 +252,11 @@ func (q *MemoryJobQueue) CountAccountJobs(ctx context.Context, accountID string)
 
 // Prepare implements JobQueue.
 func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, prepared PreparedResult) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	now := q.lock()
-	defer q.mu.Unlock()
-	j, err := q.find(accountID, id, now)
-	if err != nil {
-		return err
-	}
-	j.Prepared = &prepared
-	return nil
+	_, err := q.withJob(ctx, accountID, id, func(j *memoryJob, _ time.Time) Job {
+		j.Prepared = &prepared
+		return Job{}
+	})
+	return err
 }
 
 // Work implements JobQueue.
