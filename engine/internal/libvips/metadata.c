@@ -117,15 +117,17 @@ void copy_kept_metadata(VipsImage *from, VipsImage *to) {
 		}
 }
 
+void dup_blob(VipsImage *image, const char *name, void **out, size_t *len) {
+	const void *blob;
+	*out = NULL;
+	*len = 0;
+	if (vips_image_get_typeof(image, name) && !vips_image_get_blob(image, name, &blob, len))
+		*out = g_memdup2(blob, *len);
+}
+
 void get_kept_exif(VipsImage *image, kept_exif *out) {
 	memset(out, 0, sizeof(*out));
-	const void *block;
-	size_t len;
-	if (vips_image_get_typeof(image, VIPS_META_EXIF_NAME) &&
-		!vips_image_get_blob(image, VIPS_META_EXIF_NAME, &block, &len)) {
-		out->block = g_memdup2(block, len);
-		out->len = len;
-	}
+	dup_blob(image, VIPS_META_EXIF_NAME, &out->block, &out->len);
 	for (int i = 0; kept_fields[i]; i++) {
 		const char *value;
 		if (vips_image_get_typeof(image, kept_fields[i]) && !vips_image_get_string(image, kept_fields[i], &value))

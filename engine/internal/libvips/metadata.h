@@ -26,6 +26,10 @@ typedef struct {
 	char *fields[2]; // the values of exif-ifd0-Artist and exif-ifd0-Copyright, or NULL
 } kept_exif;
 
+// dup_blob copies image's blob field name, if it has one, into *out (free
+// it with g_free) and *len; else *out is NULL.
+void dup_blob(VipsImage *image, const char *name, void **out, size_t *len);
+
 // get_kept_exif copies what keep_metadata left of image's EXIF into *out,
 // which free_kept_exif frees; set_kept_exif puts it on image.
 void get_kept_exif(VipsImage *image, kept_exif *out);

@@ -501,13 +501,7 @@ int decode_pixels(const void *buf, size_t len, int pages, int sequential, gint *
 	out->alpha = vips_image_hasalpha(x);
 	out->xres = x->Xres;
 	out->yres = x->Yres;
-	const void *profile;
-	size_t profile_len;
-	if (vips_image_get_typeof(x, VIPS_META_ICC_NAME) &&
-		!vips_image_get_blob(x, VIPS_META_ICC_NAME, &profile, &profile_len)) {
-		out->profile = g_memdup2(profile, profile_len);
-		out->profile_len = profile_len;
-	}
+	dup_blob(x, VIPS_META_ICC_NAME, &out->profile, &out->profile_len);
 	// Rounded to 16 bits: exact for 16-bit and 8-bit sources, and an
 	// 8-bit colour premultiplied by alpha keeps 8 bits more than its own.
 	if (to_working(x, &t[0]) ||

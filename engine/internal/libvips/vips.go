@@ -526,8 +526,8 @@ func (h Header) resultBytes() int64 {
 	return int64(h.Result.X) * int64(h.Result.Y) * int64(h.Frames) * int64(h.Bands*h.SampleBytes)
 }
 
-// SourceBytes is the size of h's source's raw pixels, every frame's.
-func (h Header) SourceBytes() int64 {
+// sourceBytes is the size of h's source's raw pixels, every frame's.
+func (h Header) sourceBytes() int64 {
 	return int64(h.Width) * int64(h.Height) * int64(h.Frames) * int64(h.Bands*h.SampleBytes)
 }
 
@@ -543,7 +543,7 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	}
 	need := h.OutputBytes()
 	if h.WholeSource || recipeFor(opts).denoise.step > 0 {
-		need += h.SourceBytes()
+		need += h.sourceBytes()
 	}
 	return need, nil
 }
