@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,11 +23,7 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testservers.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testservers.Main(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

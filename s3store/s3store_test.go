@@ -3,7 +3,6 @@ package s3store_test
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,11 +18,7 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testservers.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testservers.Main(m) }
 
 // newBucket returns a client for the test server, made by NewClient from
 // the standard AWS environment variables as a host's would be, and a new

@@ -2,7 +2,6 @@ package sqlstore_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,11 +13,7 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testservers.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testservers.Main(m) }
 
 // engines are the two databases every test here runs on; each returns the
 // DSN of a new, empty database.

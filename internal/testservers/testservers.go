@@ -169,8 +169,17 @@ func onStop(f func()) {
 	stoppers.funcs = append(stoppers.funcs, f)
 }
 
-// Stop stops the servers this process started. Call it from TestMain after
-// m.Run.
+// Main runs a package's tests, stops the servers they started and exits
+// with the tests' code: a package that starts servers calls it from its
+// TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
+
+// Stop stops the servers this process started; a program that is not a
+// test calls it before it exits.
 func Stop() {
 	stoppers.Lock()
 	defer stoppers.Unlock()
