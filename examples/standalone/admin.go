@@ -41,11 +41,7 @@ func when(t time.Time) string {
 var adminCommands = []adminCommand{
 	{"keys create", "--account ID [--name N]: make a key for the account and print it (shown once; only its hash is stored)",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
-			key, err := s.CreateKey(ctx, a.account, a.name)
-			if err == nil {
-				fmt.Fprintln(stdout, key)
-			}
-			return err
+			return printLine(stdout)(s.CreateKey(ctx, a.account, a.name))
 		}},
 	{"keys list", "--account ID: the account's keys, the newest first: ID, hint, name, when made, last used and revoked (never the key)",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
@@ -76,19 +72,11 @@ var adminCommands = []adminCommand{
 			if err != nil {
 				return err
 			}
-			link, err := signIn.Link(a.account)
-			if err == nil {
-				fmt.Fprintln(stdout, link)
-			}
-			return err
+			return printLine(stdout)(signIn.Link(a.account))
 		}},
 	{"webhook-secret rotate", "--account ID: make a new webhook signing secret for the account and print it; the previous one signs beside it for 24 h",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
-			secret, err := s.RotateWebhookSecret(ctx, a.account)
-			if err == nil {
-				fmt.Fprintln(stdout, secret)
-			}
-			return err
+			return printLine(stdout)(s.RotateWebhookSecret(ctx, a.account))
 		}},
 	{"credits grant", "--account ID --amount N [--ref R]: add N credits (negative takes them away)",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
@@ -119,6 +107,17 @@ var adminCommands = []adminCommand{
 			fmt.Fprintf(stdout, "left: free_pool %d, share_bonus %d, credit %d\n", b.Free, b.ShareBonus, b.Credits)
 			return nil
 		}},
+}
+
+// printLine returns a func that prints a command's one line of output
+// (a key, a link, a secret) unless the command failed.
+func printLine(stdout io.Writer) func(string, error) error {
+	return func(line string, err error) error {
+		if err == nil {
+			_, err = fmt.Fprintln(stdout, line)
+		}
+		return err
+	}
 }
 
 func isSubcommand(word string) bool {
