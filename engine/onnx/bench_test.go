@@ -112,11 +112,7 @@ func BenchmarkAnime(b *testing.B) {
 	e := benchEngine(b)
 	sets := map[string][]*quality.Image{"cel": quality.CelSet()}
 	for _, name := range []string{"comic", "ppt3"} {
-		data, err := os.ReadFile(filepath.Join(quality.SetDir(), "Set14", name+".png"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		sets[name] = []*quality.Image{quality.Decode(b, data)}
+		sets[name] = []*quality.Image{quality.Decode(b, quality.SetFile(b, "Set14/"+name+".png"))}
 	}
 	for _, name := range []string{"cel", "comic", "ppt3"} {
 		for _, d := range []quality.Degradation{quality.Clean, quality.JPEG(75)} {

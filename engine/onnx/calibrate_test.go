@@ -2,7 +2,6 @@ package onnx
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/upscalekit/upscale"
@@ -23,11 +22,7 @@ func BenchmarkCalibrate(b *testing.B) {
 	photos := quality.LoadSet(b, "Set5")
 	art := quality.CelSet()
 	for _, name := range []string{"comic", "ppt3"} {
-		data, err := os.ReadFile(quality.SetDir() + "/Set14/" + name + ".png")
-		if err != nil {
-			b.Fatal(err)
-		}
-		art = append(art, quality.Decode(b, data))
+		art = append(art, quality.Decode(b, quality.SetFile(b, "Set14/"+name+".png")))
 	}
 	sets := map[string][]*quality.Image{"photo": photos, "art": art}
 	degradations := []quality.Degradation{quality.Clean, quality.GaussianNoise(3), quality.GaussianNoise(5), quality.GaussianNoise(10), quality.GaussianNoise(15), quality.GaussianNoise(25),

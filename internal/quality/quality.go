@@ -321,13 +321,21 @@ func LoadSet(tb testing.TB, name string) []*Image {
 	}
 	var set []*Image
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		set = append(set, Decode(tb, data))
+		rel, _ := filepath.Rel(SetDir(), f)
+		set = append(set, Decode(tb, SetFile(tb, rel)))
 	}
 	return set
+}
+
+// SetFile reads one file of the module's testdata/sr, named by its path
+// there ("Set14/baboon.png").
+func SetFile(tb testing.TB, name string) []byte {
+	tb.Helper()
+	data, err := os.ReadFile(filepath.Join(SetDir(), name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
 }
 
 // SetDir is the module's testdata/sr, wherever the test runs from.

@@ -8,7 +8,6 @@ import (
 	"image/color/palette"
 	"image/draw"
 	"image/gif"
-	"os"
 	"testing"
 	"time"
 
@@ -28,10 +27,7 @@ import (
 // a still PNG, which is what quantising the result's palette costs. Run
 // it once (-benchtime 1x).
 func BenchmarkAnimations(b *testing.B) {
-	baboon, err := os.ReadFile("../../../testdata/sr/Set14/baboon.png")
-	if err != nil {
-		b.Fatal(err)
-	}
+	baboon := quality.SetFile(b, "Set14/baboon.png")
 	picture, _, err := image.Decode(bytes.NewReader(baboon))
 	if err != nil {
 		b.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/upscalekit/upscale"
 	vips "github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/internal/enginebench"
+	"github.com/upscalekit/upscale/internal/quality"
 )
 
 // corruptCorpus is a set of broken and malicious files, made here so that
@@ -33,10 +34,7 @@ import (
 // is accepted on purpose.
 func corruptCorpus(t testing.TB) map[string][]byte {
 	t.Helper()
-	butterfly, err := os.ReadFile("../../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
+	butterfly := quality.SetFile(t, "Set5/butterfly.png")
 	jpg, err := bimg.NewImage(butterfly).Convert(bimg.JPEG)
 	if err != nil {
 		t.Fatal(err)

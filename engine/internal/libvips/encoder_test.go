@@ -2,7 +2,6 @@ package libvips
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -19,10 +18,7 @@ import (
 // formats the PSNR of luma and of chroma against the lossless result. Run it once
 // (-benchtime 1x).
 func BenchmarkEncoders(b *testing.B) {
-	baboon, err := os.ReadFile("../../../testdata/sr/Set14/baboon.png")
-	if err != nil {
-		b.Fatal(err)
-	}
+	baboon := quality.SetFile(b, "Set14/baboon.png")
 	photo, err := bimg.NewImage(baboon).Process(bimg.Options{Width: 1024, Height: 1024, Force: true, Enlarge: true, Type: bimg.PNG})
 	if err != nil {
 		b.Fatal(err)

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"image"
 	"image/color"
-	"os"
 	"testing"
 
 	"github.com/h2non/bimg"
 
 	"github.com/upscalekit/upscale"
 	vips "github.com/upscalekit/upscale/engine/internal/libvips"
+	"github.com/upscalekit/upscale/internal/quality"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -49,10 +49,7 @@ func TestEstimateMemory(t *testing.T) {
 		t.Errorf("EstimateMemory of text: %v, want ErrUnsupportedImage", err)
 	}
 
-	butterfly, err := os.ReadFile("../../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
+	butterfly := quality.SetFile(t, "Set5/butterfly.png")
 	header, err := e.Header(butterfly, 4)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package libvips
 import (
 	"context"
 	"math"
-	"os"
 	"strconv"
 	"testing"
 
@@ -113,11 +112,7 @@ func BenchmarkDenoise(b *testing.B) {
 func BenchmarkAnime(b *testing.B) {
 	sets := map[string][]*quality.Image{"cel": quality.CelSet()}
 	for _, name := range []string{"comic", "ppt3"} {
-		data, err := os.ReadFile("../../../testdata/sr/Set14/" + name + ".png")
-		if err != nil {
-			b.Fatal(err)
-		}
-		sets[name] = []*quality.Image{quality.Decode(b, data)}
+		sets[name] = []*quality.Image{quality.Decode(b, quality.SetFile(b, "Set14/"+name+".png"))}
 	}
 	for _, name := range []string{"cel", "comic", "ppt3"} {
 		for _, scale := range []int{2, 4} {

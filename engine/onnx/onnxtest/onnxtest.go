@@ -190,12 +190,7 @@ func PhotoTiles(t testing.TB) [][]float32 {
 		file      string
 		left, top int
 	}{{"Set14/baboon.png", 200, 150}, {"Set5/butterfly.png", 60, 60}, {"Set14/comic.png", 40, 120}} {
-		f, err := os.Open(filepath.Join(quality.SetDir(), src.file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := png.Decode(f)
-		f.Close()
+		img, err := png.Decode(bytes.NewReader(quality.SetFile(t, src.file)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,11 +355,7 @@ func decodePNG(t *testing.T, img upscale.Image) image.Image {
 // in waifu2x's own tiling; away from the border they must stay within
 // 50 dB.
 func testTiledEqualsWhole(t *testing.T, rt onnx.Runtime, precision onnx.Precision) {
-	monarch, err := os.ReadFile(filepath.Join(quality.SetDir(), "Set14", "monarch.png"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := quality.Decode(t, monarch).Crop(320, 240).PNG(t)
+	src := quality.Decode(t, quality.SetFile(t, "Set14/monarch.png")).Crop(320, 240).PNG(t)
 	opts := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
 	whole, err := newEngine(t, onnx.Options{Runtime: rt, Precision: precision, Tile: 320}).Upscale(context.Background(), src, opts)
 	if err != nil {
