@@ -150,7 +150,7 @@ func TestMemoryBudgetWaitEndsAtDeadline(t *testing.T) {
 
 // releasingUpscaler counts its ReleaseMemory calls.
 type releasingUpscaler struct {
-	gatedUpscaler
+	upscaletest.GatedUpscaler
 	released atomic.Int64
 }
 
@@ -159,22 +159,22 @@ func (u *releasingUpscaler) ReleaseMemory() { u.released.Add(1) }
 // TestIdleRelease: memory is given back once the handler has been idle for
 // IdleRelease, once per idle spell, and not while a request is in flight.
 func TestIdleRelease(t *testing.T) {
-	u := &releasingUpscaler{gatedUpscaler: gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{}, 1)}}
+	u := &releasingUpscaler{GatedUpscaler: upscaletest.GatedUpscaler{Entered: make(chan struct{}, 2), Gate: make(chan struct{}, 1)}}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.Capacity.IdleRelease = 50 * time.Millisecond
 	})
-	u.gate <- struct{}{} // let the first request through
+	u.Gate <- struct{}{} // let the first request through
 	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
-	<-u.entered
+	<-u.Entered
 	held := make(chan *httptest.ResponseRecorder, 1)
 	go func() { held <- e.post(keyPro, body(e.url("/small.png"))) }() // in flight past the first's idle wait
-	<-u.entered
+	<-u.Entered
 	time.Sleep(150 * time.Millisecond)
 	if got := u.released.Load(); got != 0 {
 		t.Fatalf("memory released %d times while a request was in flight", got)
 	}
-	close(u.gate)
+	close(u.Gate)
 	checkOK(t, <-held, upscale.PoolFree)
 	for deadline := time.Now().Add(5 * time.Second); u.released.Load() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -222,19 +222,7 @@ func checkOK(t *testing.T, w *httptest.ResponseRecorder, via upscale.Pool) image
 	}
 	var link string
 	json.Unmarshal(fields["url"], &link)
-	resp, err := http.Get(link)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET result link: status %d", resp.StatusCode)
-	}
-	img, err := png.Decode(resp.Body)
-	if err != nil {
-		t.Fatalf("result is not a PNG: %v", err)
-	}
-	return img
+	return upscaletest.ResultPNG(t, link)
 }
 
 func TestUpscaleOK(t *testing.T) {
@@ -790,30 +778,12 @@ func noise(w, h int) image.Image {
 	return img
 }
 
-// gatedUpscaler holds every image until its gate is closed, telling each
-// arrival on entered.
-type gatedUpscaler struct {
-	upscaletest.PixelUpscaler
-	entered chan struct{}
-	gate    chan struct{}
-}
-
-func (u gatedUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
-	u.entered <- struct{}{}
-	select {
-	case <-u.gate:
-	case <-ctx.Done():
-		return upscale.Image{}, ctx.Err()
-	}
-	return u.PixelUpscaler.Upscale(ctx, src, opts)
-}
-
 // TestOverloaded: with the engine's one slot taken and the one queue place
 // filled, a request is refused at once with 503 overloaded and a
 // Retry-After; its source is not fetched and nothing is reserved. The
 // others finish, and once they have, a request gets through again.
 func TestOverloaded(t *testing.T) {
-	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
+	u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 3), Gate: make(chan struct{})}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.Capacity.EngineConcurrency = 1
@@ -821,7 +791,7 @@ func TestOverloaded(t *testing.T) {
 	})
 	results := make(chan *httptest.ResponseRecorder, 2)
 	go func() { results <- e.post(keyFree, body(e.url("/small.png"))) }()
-	<-u.entered // the first is in the engine
+	<-u.Entered // the first is in the engine
 	go func() { results <- e.post(keyFree, body(e.url("/small.png"))) }()
 	for e.hits.Load() < 2 { // the second has fetched its source and waits for the engine
 		time.Sleep(time.Millisecond)
@@ -840,7 +810,7 @@ func TestOverloaded(t *testing.T) {
 		t.Errorf("free pool %d after the refusal, want %d: nothing may be reserved", got, free)
 	}
 
-	close(u.gate)
+	close(u.Gate)
 	for range 2 {
 		checkOK(t, <-results, upscale.PoolFree)
 	}
@@ -1034,14 +1004,8 @@ func TestResizedTo(t *testing.T) {
 	if resp.ResizedTo == nil || *resp.ResizedTo != (upscale.Size{Width: 36, Height: 27}) {
 		t.Fatalf("×4: resizedTo %+v, want 36×27, the size delivered", resp.ResizedTo)
 	}
-	got, err := http.Get(resp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Body.Close()
-	img, err := png.Decode(got.Body)
-	if err != nil || img.Bounds().Dx() != 36 || img.Bounds().Dy() != 27 {
-		t.Errorf("the result: %v, %v; want 36×27", img.Bounds(), err)
+	if size := upscaletest.ResultPNG(t, resp.URL).Bounds().Size(); size != image.Pt(36, 27) {
+		t.Errorf("the result is %v, want 36×27", size)
 	}
 	location, _ := e.submit(keyPro, `{"imageUrl": "`+e.url("/small.png")+`", "scale": 4}`)
 	if j := e.waitJob(location, keyPro); j.Status != upscale.JobSucceeded || j.Result.ResizedTo == nil || *j.Result.ResizedTo != (upscale.Size{Width: 36, Height: 27}) {

@@ -66,7 +66,7 @@ func TestIdempotencyKeyReused(t *testing.T) {
 // key sent at once, one runs; the others get 409 with a Retry-After while
 // it runs, and the replay once it has finished.
 func TestIdempotentConcurrentDuplicates(t *testing.T) {
-	u := gatedUpscaler{entered: make(chan struct{}, 20), gate: make(chan struct{})}
+	u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 20), Gate: make(chan struct{})}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.Capacity.QueueLength = 40 // admission is not what this test is about
@@ -75,7 +75,7 @@ func TestIdempotentConcurrentDuplicates(t *testing.T) {
 	for range 20 {
 		go func() { results <- e.postOnce(keyFree, "dup", body(e.url("/small.png"))) }()
 	}
-	<-u.entered
+	<-u.Entered
 	for range 19 {
 		w := <-results
 		checkProblem(t, w, http.StatusConflict, "idempotency_in_flight")
@@ -83,7 +83,7 @@ func TestIdempotentConcurrentDuplicates(t *testing.T) {
 			t.Error("409 without a Retry-After")
 		}
 	}
-	close(u.gate)
+	close(u.Gate)
 	first := <-results
 	checkOK(t, first, upscale.PoolFree)
 	replay := e.postOnce(keyFree, "dup", body(e.url("/small.png")))

@@ -190,10 +190,10 @@ func TestJobCancel(t *testing.T) {
 		}
 	})
 	t.Run("Running", func(t *testing.T) {
-		u := gatedUpscaler{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+		u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 1), Gate: make(chan struct{})}
 		e := newEnv(t, func(c *upscale.Config) { c.Upscaler = u })
 		location, _ := e.submit(keyFree, body(e.url("/small.png")))
-		<-u.entered
+		<-u.Entered
 		if j := e.job(location, keyFree); j.Status != upscale.JobRunning {
 			t.Fatalf("job %s in the engine, want running", j.Status)
 		}
@@ -255,14 +255,14 @@ func TestJobFailureNotCharged(t *testing.T) {
 // charged once.
 func TestStopJobsGivesBack(t *testing.T) {
 	var queue upscale.JobQueue
-	u := gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{})}
+	u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 2), Gate: make(chan struct{})}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		queue = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now})
 		c.Jobs = queue
 	})
 	location, _ := e.submit(keyFree, body(e.url("/small.png")))
-	<-u.entered
+	<-u.Entered
 	drain, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	if err := e.handler.StopJobs(drain); err != nil {
@@ -271,7 +271,7 @@ func TestStopJobsGivesBack(t *testing.T) {
 	if j := e.job(location, keyFree); j.Status != upscale.JobQueued || e.balance("free").Free != 2 {
 		t.Fatalf("after its worker stopped: %s, %d free images; want queued, its unit held", j.Status, e.balance("free").Free)
 	}
-	close(u.gate)
+	close(u.Gate)
 	next, err := upscale.New(upscale.Config{Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs, Jobs: queue,
 		Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, Capacity: upscale.Capacity{IdleRelease: -1}, Now: e.clock.Now})
 	if err != nil {
@@ -675,7 +675,7 @@ func TestCancelWaitingToRunAgain(t *testing.T) {
 			rc := newReceiver(t, nil)
 			var blobs *downResults
 			metrics := newJobMetrics()
-			u := gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{})}
+			u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 2), Gate: make(chan struct{})}
 			e, _ := webhookEnv(t, rc, func(c *upscale.Config) {
 				blobs = &downResults{BlobReader: c.Blobs.(upscale.BlobReader)}
 				c.Blobs, c.Upscaler, c.Metrics = blobs, u, metrics
@@ -685,8 +685,8 @@ func TestCancelWaitingToRunAgain(t *testing.T) {
 				t.Fatalf("submit: %d %s", w.Code, w.Body)
 			}
 			location := w.Header().Get("Location")
-			<-u.entered
-			tc.leave(t, e, blobs, u.gate)
+			<-u.Entered
+			tc.leave(t, e, blobs, u.Gate)
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 				j := e.job(location, keyFree)
 				if j.Status == upscale.JobQueued && !j.Started.IsZero() {
@@ -848,7 +848,7 @@ func TestJobLeavesNoOrphanResult(t *testing.T) {
 // before the many's beyond their share. A queued job says where it
 // stands, and a succeeded one how it was made.
 func TestJobsTakeTurns(t *testing.T) {
-	u := gatedUpscaler{entered: make(chan struct{}, 10), gate: make(chan struct{})}
+	u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 10), Gate: make(chan struct{})}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.JobWorkers, c.JobShare = 1, 1
@@ -857,7 +857,7 @@ func TestJobsTakeTurns(t *testing.T) {
 	for i := range 4 {
 		_, job := e.submit(keyFree, body(e.url("/small.png")))
 		if i == 0 {
-			<-u.entered // the first runs
+			<-u.Entered // the first runs
 		} else if pos, ok := job["position"].(float64); !ok || int(pos) != i-1 {
 			t.Errorf("the free account's job %d queued at position %v, want %d", i, job["position"], i-1)
 		}
@@ -866,12 +866,12 @@ func TestJobsTakeTurns(t *testing.T) {
 	if pos, ok := job["position"].(float64); !ok || pos != 0 {
 		t.Errorf("the other account's first job queued at position %v, want 0: next", job["position"])
 	}
-	u.gate <- struct{}{} // the first job ends
-	<-u.entered
+	u.Gate <- struct{}{} // the first job ends
+	<-u.Entered
 	if j := e.job(theirs, keyPro); j.Status != upscale.JobRunning {
 		t.Errorf("once a worker was free, the other account's job is %s, want running before the free account's next", j.Status)
 	}
-	close(u.gate)
+	close(u.Gate)
 	if j := e.waitJob(theirs, keyPro); j.Status != upscale.JobSucceeded || j.Engine != "repeat;scale=2" {
 		t.Errorf("the other account's job: %s, engine %q; want succeeded, as the test engine says", j.Status, j.Engine)
 	}
@@ -995,23 +995,23 @@ func TestJobGivesUpItsTurnInTime(t *testing.T) {
 // server has timed an image and a worker runs: its turn among them, at
 // the measured pace.
 func TestJobEstimatedStart(t *testing.T) {
-	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
+	u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 3), Gate: make(chan struct{})}
 	e := newEnv(t, func(c *upscale.Config) { c.Upscaler, c.JobWorkers = u, 1 })
 	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "roomy", MonthlyImages: 10, MaxFileBytes: 1 << 20}})
 	timed := make(chan *httptest.ResponseRecorder, 1)
 	go func() { timed <- e.post(keyPro, body(e.url("/small.png"))) }()
-	<-u.entered
-	u.gate <- struct{}{}
+	<-u.Entered
+	u.Gate <- struct{}{}
 	checkOK(t, <-timed, upscale.PoolFree)
 	e.submit(keyFree, body(e.url("/small.png")))
-	<-u.entered // the first job runs
+	<-u.Entered // the first job runs
 	queued, _ := e.submit(keyFree, body(e.url("/small.png")))
 	time.Sleep(1100 * time.Millisecond) // past the queue's count of a second ago
 	j := e.job(queued, keyFree)
 	if j.Position == nil || *j.Position != 0 || j.EstimatedStart.Before(e.clock.Now().Truncate(time.Second)) {
 		t.Errorf("a job queued behind a running one: position %v, estimatedStart %v; want 0 and a time from now on", j.Position, j.EstimatedStart)
 	}
-	close(u.gate)
+	close(u.Gate)
 	if j := e.waitJob(queued, keyFree); j.Position != nil || !j.EstimatedStart.IsZero() {
 		t.Errorf("an ended job: position %v, estimatedStart %v; want neither", j.Position, j.EstimatedStart)
 	}

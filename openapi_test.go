@@ -20,6 +20,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/api"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // loadContract loads api/openapi.yaml and validates it, once.
@@ -184,7 +185,7 @@ func TestAnswersMatchTheContract(t *testing.T) {
 
 	// One request in the engine, with a key: the same key again is in
 	// flight; one more request fills the queue, and the next is refused.
-	u := gatedUpscaler{entered: make(chan struct{}, 3), gate: make(chan struct{})}
+	u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 3), Gate: make(chan struct{})}
 	busy := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.Capacity.EngineConcurrency = 1
@@ -192,14 +193,14 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	})
 	running := make(chan exchange, 2)
 	go func() { running <- send(busy.handler, "POST", keyFree, `"slow"`, body(busy.url("/small.png"))) }()
-	<-u.entered
+	<-u.Entered
 	record(send(busy.handler, "POST", keyFree, `"slow"`, body(busy.url("/small.png"))), true)
 	go func() { running <- send(busy.handler, "POST", keyPro, "", body(busy.url("/small.png"))) }()
 	for busy.hits.Load() < 2 {
 		time.Sleep(time.Millisecond)
 	}
 	record(send(busy.handler, "POST", keyPro, "", body(busy.url("/small.png"))), true)
-	close(u.gate)
+	close(u.Gate)
 	record(<-running, true)
 	record(<-running, true)
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // receiver is a webhook receiver that records every POST, and answers each
@@ -225,13 +226,13 @@ func TestWebhookOfFailedAndCanceledJobs(t *testing.T) {
 	}
 
 	// One job holds the one worker in the engine; the next waits queued.
-	u := gatedUpscaler{entered: make(chan struct{}, 2), gate: make(chan struct{})}
+	u := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 2), Gate: make(chan struct{})}
 	busy, _ := webhookEnv(t, rc, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.JobWorkers, c.Capacity.EngineConcurrency = 1, 1
 	})
 	running := busy.submitWithWebhook(rc.URL + "/running").Header().Get("Location")
-	<-u.entered
+	<-u.Entered
 	queued := busy.submitWithWebhook(rc.URL + "/queued").Header().Get("Location")
 	for _, location := range []string{queued, running} {
 		if w := busy.sendJob("DELETE", location, keyFree, "", ""); w.Code != http.StatusOK {

@@ -33,44 +33,69 @@ func (u *flakyEngine) Upscale(ctx context.Context, src []byte, p upscale.Params)
 	return u.PixelUpscaler.Upscale(ctx, src, p)
 }
 
-// TestRetriesOnceCharged: against the real handler, 502, 502, 200 is three
-// attempts with one Idempotency-Key, and one charge.
-func TestRetriesOnceCharged(t *testing.T) {
+// realAPI is the real handler behind a test server: account acme holds key
+// and five free images a month, and http://origin.test/a.png is an 8×8
+// PNG the handler fetches without a network.
+type realAPI struct {
+	url     string
+	handler *upscale.Handler
+	ledger  *upscale.MemoryLedger
+}
+
+// newRealAPI starts a realAPI on cfg's Upscaler and JobWorkers; wrap, when
+// set, stands between the server and the handler, as a proxy would.
+func newRealAPI(t *testing.T, cfg upscale.Config, wrap func(api http.Handler) http.Handler) realAPI {
+	t.Helper()
 	ctx := context.Background()
 	keys := upscale.NewMemoryKeyStore()
 	keys.AddKey(ctx, key, "acme")
+	cfg.Keys = keys
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
 	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 5, MaxFileBytes: 1 << 20}})
+	cfg.Ledger = ledger
 	var sample bytes.Buffer
 	png.Encode(&sample, upscaletest.TestImage(8, 8))
+	cfg.Fetch.BuiltinSources = map[string][]byte{"http://origin.test/a.png": sample.Bytes()}
+	cfg.Capacity.IdleRelease = -1
 
-	var mu sync.Mutex
-	var seen []string
 	var api http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/api/v1/upscale" {
-			mu.Lock()
-			seen = append(seen, r.Header.Get("Idempotency-Key"))
-			mu.Unlock()
-		}
-		api.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
 	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: srv.URL + "/results"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer blobs.Close()
-	h, err := upscale.New(upscale.Config{
-		Keys: keys, Ledger: ledger, Upscaler: &flakyEngine{}, Blobs: blobs, Capacity: upscale.Capacity{IdleRelease: -1},
-		Fetch: upscale.FetchPolicy{BuiltinSources: map[string][]byte{"http://origin.test/a.png": sample.Bytes()}},
-	})
+	t.Cleanup(func() { blobs.Close() })
+	cfg.Blobs = blobs
+	h, err := upscale.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api = h.Middleware(http.NotFoundHandler())
+	if wrap != nil {
+		api = wrap(api)
+	}
+	return realAPI{url: srv.URL, handler: h, ledger: ledger}
+}
 
-	c := &client.Client{BaseURL: srv.URL, Key: key}
+// TestRetriesOnceCharged: against the real handler, 502, 502, 200 is three
+// attempts with one Idempotency-Key, and one charge.
+func TestRetriesOnceCharged(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var seen []string
+	api := newRealAPI(t, upscale.Config{Upscaler: &flakyEngine{}}, func(api http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/v1/upscale" {
+				mu.Lock()
+				seen = append(seen, r.Header.Get("Idempotency-Key"))
+				mu.Unlock()
+			}
+			api.ServeHTTP(w, r)
+		})
+	})
+
+	c := &client.Client{BaseURL: api.url, Key: key}
 	resp, err := c.Upscale(ctx, client.Request{ImageURL: "http://origin.test/a.png", Scale: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +106,7 @@ func TestRetriesOnceCharged(t *testing.T) {
 	if len(seen) != 3 || seen[0] == "" || seen[1] != seen[0] || seen[2] != seen[0] {
 		t.Errorf("Idempotency-Keys sent: %q, want three attempts with one key", seen)
 	}
-	if b, _ := ledger.Balance(ctx, "acme"); b.Free != 4 {
+	if b, _ := api.ledger.Balance(ctx, "acme"); b.Free != 4 {
 		t.Errorf("free pool %d after the call, want 4: charged once", b.Free)
 	}
 	if _, err := c.Upscale(ctx, client.Request{ImageURL: "http://origin.test/a.png"}); err != nil {

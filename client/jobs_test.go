@@ -1,10 +1,8 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -17,66 +15,33 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-// gatedEngine holds each image until gate closes.
-type gatedEngine struct {
-	upscaletest.PixelUpscaler
-	gate chan struct{}
-}
-
-func (u gatedEngine) Upscale(ctx context.Context, src []byte, p upscale.Params) (upscale.Image, error) {
-	select {
-	case <-u.gate:
-	case <-ctx.Done():
-		return upscale.Image{}, ctx.Err()
-	}
-	return u.PixelUpscaler.Upscale(ctx, src, p)
-}
-
 // TestJobCalls: against the real handler, Submit queues a job (its lost
 // answer retried into the same job), Wait returns it succeeded and charged
 // once, Cancel cancels a queued one, and an unknown job is job_not_found.
 func TestJobCalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a job that never ends fails the test, not the run
 	defer cancel()
-	keys := upscale.NewMemoryKeyStore()
-	keys.AddKey(ctx, key, "acme")
-	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 5, MaxFileBytes: 1 << 20}})
-	var sample bytes.Buffer
-	png.Encode(&sample, upscaletest.TestImage(8, 8))
-	var api http.Handler
 	var lose atomic.Int32 // answers to lose, as a broken connection would
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && lose.Add(-1) >= 0 {
-			api.ServeHTTP(httptest.NewRecorder(), r)
-			http.Error(w, "bad gateway", http.StatusBadGateway)
-			return
-		}
-		api.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: srv.URL + "/results"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blobs.Close()
-	engine := gatedEngine{gate: make(chan struct{})}
-	h, err := upscale.New(upscale.Config{
-		Keys: keys, Ledger: ledger, Upscaler: engine, Blobs: blobs, JobWorkers: 1, Capacity: upscale.Capacity{IdleRelease: -1},
-		Fetch: upscale.FetchPolicy{BuiltinSources: map[string][]byte{"http://origin.test/a.png": sample.Bytes()}},
+	engine := upscaletest.GatedUpscaler{Gate: make(chan struct{})}
+	api := newRealAPI(t, upscale.Config{Upscaler: engine, JobWorkers: 1}, func(api http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && lose.Add(-1) >= 0 {
+				api.ServeHTTP(httptest.NewRecorder(), r)
+				http.Error(w, "bad gateway", http.StatusBadGateway)
+				return
+			}
+			api.ServeHTTP(w, r)
+		})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := api.handler
 	if err := h.StartJobs(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var open sync.Once
-	openGate := func() { open.Do(func() { close(engine.gate) }) }
+	openGate := func() { open.Do(func() { close(engine.Gate) }) }
 	defer h.StopJobs(ctx)
 	defer openGate() // before StopJobs, which waits for the run
-	api = h.Middleware(http.NotFoundHandler())
-	c := &client.Client{BaseURL: srv.URL, Key: key}
+	c := &client.Client{BaseURL: api.url, Key: key}
 
 	lose.Store(1)
 	first, err := c.Submit(ctx, client.Request{ImageURL: "http://origin.test/a.png", Scale: 4})
@@ -98,7 +63,7 @@ func TestJobCalls(t *testing.T) {
 	if err != nil || done.Status != "succeeded" || done.Result == nil || done.Result.Via != "free_pool" || done.FinishedAt.IsZero() || done.Engine == "" {
 		t.Fatalf("Wait = %+v, %v; want it succeeded, with its engine", done, err)
 	}
-	if b, _ := ledger.Balance(ctx, "acme"); b.Free != 4 {
+	if b, _ := api.ledger.Balance(ctx, "acme"); b.Free != 4 {
 		t.Errorf("free pool %d, want 4: one job charged once, the lost answer's retry the same job", b.Free)
 	}
 	_, err = c.Job(ctx, "job_unknown")

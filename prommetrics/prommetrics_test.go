@@ -22,36 +22,48 @@ import (
 
 const key = "upk_test_metrics_0123456789"
 
-// TestMetrics: after one request of each kind, every metric is there with
-// the right labels and values, and the registry passes Prometheus's lint.
-func TestMetrics(t *testing.T) {
+// newMeteredHandler is the real handler on memory stores and
+// PixelUpscaler, reporting to the registry it returns with a pedantic
+// check of every metric. Account acme holds key and monthly free images;
+// cfg says the rest, and its Now, when set, is the stores' clock too.
+func newMeteredHandler(t *testing.T, monthly int64, cfg upscale.Config) (*prometheus.Registry, *upscale.Handler) {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	metrics, err := prommetrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
+	keys := upscale.NewMemoryKeyStore()
+	keys.AddKey(ctx, key, "acme")
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: cfg.Now})
+	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: monthly, MaxFileBytes: 5 << 20}})
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs", Now: cfg.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blobs.Close() })
+	cfg.Keys, cfg.Ledger, cfg.Blobs, cfg.Upscaler = keys, ledger, blobs, upscaletest.PixelUpscaler{}
+	cfg.Metrics, cfg.Logger = metrics, slog.New(slog.DiscardHandler)
+	h, err := upscale.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, h
+}
+
+// TestMetrics: after one request of each kind, every metric is there with
+// the right labels and values, and the registry passes Prometheus's lint.
+func TestMetrics(t *testing.T) {
 	var source bytes.Buffer
 	png.Encode(&source, upscaletest.TestImage(16, 12))
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(source.Bytes()) }))
 	defer origin.Close()
-
 	ctx := context.Background()
-	keys := upscale.NewMemoryKeyStore()
-	keys.AddKey(ctx, key, "acme")
-	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 2, MaxFileBytes: 1 << 20}})
-	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := upscale.New(upscale.Config{
-		Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
+	reg, h := newMeteredHandler(t, 2, upscale.Config{
 		Capacity: upscale.Capacity{EngineConcurrency: 2, QueueLength: 3},
-		Fetch:    upscale.FetchPolicy{AllowPrivateNetworks: true}, Metrics: metrics, Logger: slog.New(slog.DiscardHandler),
+		Fetch:    upscale.FetchPolicy{AllowPrivateNetworks: true},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := h.StartJobs(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -126,32 +138,14 @@ func TestMetrics(t *testing.T) {
 // TestQueuedWork: the gauges an autoscaler reads count the queued jobs,
 // the oldest one's wait and their source megapixels.
 func TestQueuedWork(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
-	metrics, err := prommetrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var source bytes.Buffer
 	png.Encode(&source, upscaletest.TestImage(1000, 500)) // half a megapixel
-	ctx := context.Background()
 	clock := upscaletest.NewClock(time.Now())
-	keys := upscale.NewMemoryKeyStore()
-	keys.AddKey(ctx, key, "acme")
-	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
-	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 5, MaxFileBytes: 5 << 20}})
-	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs", Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blobs.Close()
-	h, err := upscale.New(upscale.Config{
-		Keys: keys, Ledger: ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs, JobWorkers: -1, // the jobs stay queued
-		Fetch: upscale.FetchPolicy{BuiltinSources: map[string][]byte{"https://img.test/a.png": source.Bytes()}}, Metrics: metrics,
-		Logger: slog.New(slog.DiscardHandler), Now: clock.Now,
+	reg, h := newMeteredHandler(t, 5, upscale.Config{
+		JobWorkers: -1, // the jobs stay queued
+		Fetch:      upscale.FetchPolicy{BuiltinSources: map[string][]byte{"https://img.test/a.png": source.Bytes()}},
+		Now:        clock.Now,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range 3 {
 		r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", strings.NewReader(`{"imageUrl": "https://img.test/a.png"}`))
 		r.Header.Set("Authorization", "Bearer "+key)

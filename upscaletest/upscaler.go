@@ -175,3 +175,26 @@ func (u PixelUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Par
 	return upscale.Image{Data: buf.Bytes(), ContentType: contentType, Width: w, Height: h, Fitted: fitted,
 		Engine: fmt.Sprintf("repeat;scale=%d", opts.Scale)}, nil
 }
+
+// GatedUpscaler is a PixelUpscaler that holds each image until Gate lets
+// it through (a send lets one image go, a close all of them) or its
+// context ends, first telling Entered, when set, that an image arrived:
+// for tests of what happens while the engine works.
+type GatedUpscaler struct {
+	PixelUpscaler
+	Entered chan struct{}
+	Gate    chan struct{}
+}
+
+// Upscale implements upscale.Upscaler.
+func (u GatedUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
+	if u.Entered != nil {
+		u.Entered <- struct{}{}
+	}
+	select {
+	case <-u.Gate:
+	case <-ctx.Done():
+		return upscale.Image{}, ctx.Err()
+	}
+	return u.PixelUpscaler.Upscale(ctx, src, opts)
+}

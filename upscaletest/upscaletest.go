@@ -16,7 +16,11 @@
 package upscaletest
 
 import (
+	"image"
+	"image/png"
+	"net/http"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -57,4 +61,24 @@ func (c *Clock) SleepOnAdvance() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sleep = true
+}
+
+// ResultPNG downloads a result from its link and decodes it, failing t
+// unless the link answers 200 with a PNG: what a test of a handler checks
+// of a success's url.
+func ResultPNG(t testing.TB, link string) image.Image {
+	t.Helper()
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, want 200", link, resp.Status)
+	}
+	img, err := png.Decode(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: not a PNG: %v", link, err)
+	}
+	return img
 }

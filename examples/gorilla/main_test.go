@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -73,14 +72,8 @@ func TestMountedInTheApp(t *testing.T) {
 		if resp.StatusCode != 200 || resp.Header.Get("X-Request-ID") == "" || !strings.HasPrefix(got.URL, srv.URL+"/results/") {
 			t.Fatalf("status %d, X-Request-ID %q, url %q: want 200 through the app's middleware with a /results/ link", resp.StatusCode, resp.Header.Get("X-Request-ID"), got.URL)
 		}
-		img, err := http.Get(got.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer img.Body.Close()
-		decoded, err := png.Decode(img.Body)
-		if err != nil || decoded.Bounds().Dx() != 512 {
-			t.Errorf("result: %v, %v; want a 512-wide PNG", err, decoded)
+		if width := upscaletest.ResultPNG(t, got.URL).Bounds().Dx(); width != 512 {
+			t.Errorf("the result is %d wide, want 512", width)
 		}
 	})
 

@@ -24,6 +24,7 @@ import (
 	"github.com/upscalekit/upscale/client"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/s3store"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // sharedStores is what replicas share: a new PostgreSQL database and a
@@ -201,7 +202,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 		if key == "" || job.Result.Via != string(upscale.PoolFree) {
 			t.Fatalf("job %s: result %+v; want a link into the bucket, paid by the free pool", id, job.Result)
 		}
-		if size := resultSize(t, job.Result.URL); size.X != 512 {
+		if size := upscaletest.ResultPNG(t, job.Result.URL).Bounds().Size(); size.X != 512 {
 			t.Errorf("job %s: result %v, want 512 wide", id, size)
 		}
 		results[key] = true
@@ -298,7 +299,7 @@ func TestJobFormOnRealStores(t *testing.T) {
 			if resp.StatusCode != http.StatusOK || inline.Via != string(upscale.PoolFree) {
 				t.Fatalf("wait=30: %d %+v; want 200 from the free pool\nworker:\n%s", resp.StatusCode, inline, w.stderr.String())
 			}
-			if size := resultSize(t, inline.URL); size.X != 512 {
+			if size := upscaletest.ResultPNG(t, inline.URL).Bounds().Size(); size.X != 512 {
 				t.Errorf("inline result %v, want 512 wide", size)
 			}
 

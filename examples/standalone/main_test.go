@@ -26,8 +26,10 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/client"
+	"github.com/upscalekit/upscale/internal/quality"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/sqlstore"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -73,10 +75,7 @@ func TestLoadConfig(t *testing.T) {
 // request with a 200 and exit cleanly.
 func TestEndToEnd(t *testing.T) {
 	bin := buildStandalone(t)
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
+	butterfly := quality.SetFile(t, "Set5/butterfly.png")
 	heldArrived, releaseHeld := make(chan struct{}), make(chan struct{})
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/held.png" {
@@ -93,7 +92,7 @@ func TestEndToEnd(t *testing.T) {
 	checkStatus(t, base+"/readyz", http.StatusOK)
 
 	link := upscaleVia(t, base, key, origin.URL+"/butterfly.png", stderr)
-	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
+	if size := upscaletest.ResultPNG(t, link).Bounds().Size(); size.X != 512 || size.Y != 512 {
 		t.Errorf("result is %v, want 512x512 (butterfly.png is 256x256)", size)
 	}
 	checkMetrics(t, srv.metrics, `upscale_requests_total{code="ok",pool="free_pool"} 1`, "process_resident_memory_bytes ", `upscale_step_duration_seconds_count{step="engine"} 1`)
@@ -284,14 +283,8 @@ func TestDemoCommandWorksOffline(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("the banner's command: %s; stderr:\n%s", resp.Status, s.stderr.String())
 	}
-	result, err := http.Get(answer.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer result.Body.Close()
-	img, err := png.Decode(result.Body)
-	if err != nil || img.Bounds().Dx() != 512 || img.Bounds().Dy() != 512 {
-		t.Fatalf("the result: %v, %v; want the 256×256 sample at 512×512", err, img)
+	if size := upscaletest.ResultPNG(t, answer.URL).Bounds().Size(); size != image.Pt(512, 512) {
+		t.Fatalf("the result is %v; want the 256×256 sample at 512×512", size)
 	}
 	contract, err := http.Get(s.base + "/openapi.yaml")
 	if err != nil {
@@ -499,11 +492,7 @@ func TestSeedIsIdempotent(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testservers.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testservers.Main(m) }
 
 // TestTwoReplicas runs two standalone processes on one PostgreSQL database
 // and one S3 bucket, as a host with a load balancer would, and sends 200
@@ -631,7 +620,7 @@ func TestWorkerBesideTheAPI(t *testing.T) {
 	if j.Status != upscale.JobSucceeded || j.Result == nil || !strings.HasPrefix(j.Result.URL, api.base+"/outputs/") {
 		t.Fatalf("job %+v, want succeeded with a result the API serves\nworker:\n%s", j, w.stderr.String())
 	}
-	if size := resultSize(t, j.Result.URL); size.X != 512 {
+	if size := upscaletest.ResultPNG(t, j.Result.URL).Bounds().Size(); size.X != 512 {
 		t.Errorf("result %v, want 512 wide", size)
 	}
 	select {
@@ -722,35 +711,17 @@ func TestOnnxEngine(t *testing.T) {
 	origin := newButterflyOrigin(t)
 	srv := startStandalone(t, bin, "-data", t.TempDir(), "-engine", "onnx")
 	link := upscaleVia(t, srv.base, srv.key, origin+"/butterfly.png", &srv.stderr)
-	if size := resultSize(t, link); size.X != 512 || size.Y != 512 {
+	if size := upscaletest.ResultPNG(t, link).Bounds().Size(); size.X != 512 || size.Y != 512 {
 		t.Errorf("result is %v, want 512x512", size)
 	}
 	srv.stop(t)
-}
-
-// resultSize downloads a PNG result and returns its size.
-func resultSize(t *testing.T, link string) image.Point {
-	t.Helper()
-	resp, err := http.Get(link)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	img, err := png.Decode(resp.Body)
-	if err != nil {
-		t.Fatalf("result: %v", err)
-	}
-	return img.Bounds().Size()
 }
 
 // newButterflyOrigin serves Set5's butterfly (256×256 PNG) at every
 // path, for the servers to fetch, and returns its URL.
 func newButterflyOrigin(t *testing.T) string {
 	t.Helper()
-	butterfly, err := os.ReadFile("../../testdata/sr/Set5/butterfly.png")
-	if err != nil {
-		t.Fatal(err)
-	}
+	butterfly := quality.SetFile(t, "Set5/butterfly.png")
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(butterfly) }))
 	t.Cleanup(origin.Close)
 	return origin.URL
