@@ -72,14 +72,6 @@ func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Co
 	}
 }
 
-// needsPaid is the one paid rule: a request needs paid capability (a
-// paid plan or credits, see Reservation.Covers) for a scale from 8 up, or
-// for a source file larger than Config.FreeTierMaxFileBytes. sourceBytes
-// is 0 until the source has been fetched.
-func (h *Handler) needsPaid(scale int, sourceBytes int64) bool {
-	return ScaleNeedsPaidPlan(scale) || sourceBytes > h.cfg.FreeTierMaxFileBytes
-}
-
 // errChargeUnsettled marks a prepared request whose commit could not be
 // confirmed either way; it is answered as the ledger's unavailability.
 var errChargeUnsettled = errors.New("charge left to settle")

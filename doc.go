@@ -85,10 +85,10 @@
 // The job form:
 //
 //   - job.go: Job, the JobQueue contract and what a run records.
-//   - jobsubmit.go: submission: Prefer, the checks, the unit held and the
-//     source kept, the job queued.
-//   - jobresource.go: a job's resource: GET (with Prefer: wait), DELETE,
-//     position and estimated start.
+//   - jobsubmit.go: submission: Prefer (respond-async, wait), the checks,
+//     the unit held and the source kept, the job queued.
+//   - jobresource.go: a job's resource: GET, DELETE, position and
+//     estimated start.
 //   - jobrun.go: StartJobs and StopJobs, and a job's run: its result
 //     stored and its unit charged (workJob, commitJob), and its
 //     settlement.

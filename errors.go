@@ -9,7 +9,7 @@ import (
 // The sentinel errors below are the whole error vocabulary of the package.
 // Implementations of the four interfaces wrap them with %w; the handler
 // recognises them with errors.Is and maps each to one HTTP status and machine
-// code in the table in handler.go. Only the engine's own deadline
+// code in the table in problems.go. Only the engine's own deadline
 // (Config.EngineTimeout) is ErrUpstreamTimeout; any other
 // context.DeadlineExceeded, a store's or the host's deadline for the
 // request, is answered 504 timeout.

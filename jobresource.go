@@ -12,10 +12,6 @@ import (
 // account's, alike.
 var errJobNotFound = errors.New("job not found")
 
-// maxWait bounds how long a submission with Prefer: wait=N is held open
-// for its job's end (RFC 7240 lets a server wait less than asked).
-const maxWait = 60 * time.Second
-
 // awaitJob polls job until it has ended, for at most wait or until ctx is
 // done, and returns it as it stands then.
 func (h *Handler) awaitJob(ctx context.Context, job Job, wait time.Duration) Job {

@@ -243,7 +243,7 @@ func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	prepared := PreparedResult{Key: resultKey(img), LinkExpires: h.cfg.Now().Add(h.cfg.LinkTTL)}
+	prepared := PreparedResult{Key: newBlobKey(extension(img.ContentType)), LinkExpires: h.cfg.Now().Add(h.cfg.LinkTTL)}
 	if err := h.prepareJob(ctx, job, prepared); err != nil {
 		return Response{}, err
 	}

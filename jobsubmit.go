@@ -2,7 +2,6 @@ package upscale
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,10 @@ type preference struct {
 	async bool
 	wait  time.Duration
 }
+
+// maxWait bounds how long a submission with Prefer: wait=N is held open
+// for its job's end (RFC 7240 lets a server wait less than asked).
+const maxWait = 60 * time.Second
 
 // preferences reads the Prefer headers: comma-separated preferences,
 // each a token with an optional value and parameters after semicolons,
@@ -198,15 +201,14 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 		return Job{}, err
 	}
 	defer h.letGo(ctx, f)
-	hold := f.hold
 	pixels, err := h.checkSource(f.src, req.Params)
 	if err != nil {
 		return Job{}, err
 	}
 	now := h.cfg.Now()
 	job := Job{
-		AccountID: accountID, Params: req.Params, Reservation: hold.ID, Pool: hold.Pool, Submission: submission, Webhook: webhook,
-		Priority: priority, Created: now, Expires: now.Add(h.cfg.JobTTL), Source: strings.ToLower(rand.Text()) + ".source", SourcePixels: pixels,
+		AccountID: accountID, Params: req.Params, Reservation: f.hold.ID, Pool: f.hold.Pool, Submission: submission, Webhook: webhook,
+		Priority: priority, Created: now, Expires: now.Add(h.cfg.JobTTL), Source: newBlobKey(".source"), SourcePixels: pixels,
 	}
 	source := job.Source
 	err = h.blobs.call(func() error {
@@ -217,17 +219,17 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 		return Job{}, fmt.Errorf("keep the job's source: %w", err)
 	}
 	expires := job.Expires
-	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, hold.ID, expires) })
+	err = h.ledger.call(func() error { return h.jobs.holds.Hold(ctx, f.hold.ID, expires) })
 	if err == nil {
 		job, err = h.cfg.Jobs.Submit(ctx, job)
 	}
-	if err != nil || job.Reservation != hold.ID {
+	if err != nil || job.Reservation != f.hold.ID {
 		h.deleteBlob(ctx, "job source", source, expires)
 	}
 	if err != nil {
 		return Job{}, fmt.Errorf("queue the job: %w", err)
 	}
-	f.kept = job.Reservation == hold.ID
+	f.kept = job.Reservation == f.hold.ID
 	if f.kept {
 		h.warnIfUnstarted()
 	}

@@ -27,7 +27,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	if err != nil {
 		return Response{}, err
 	}
-	blobKey := resultKey(img)
+	blobKey := newBlobKey(extension(img.ContentType))
 	resp, err := h.storeResult(ctx, blobKey, img, h.cfg.Now().Add(h.cfg.LinkTTL), f.hold.Pool)
 	if err != nil {
 		return Response{}, err
@@ -74,10 +74,10 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	return Response{}, fmt.Errorf("commit reservation: %w", err)
 }
 
-// resultKey is a new BlobStore key for img: random letters and digits,
-// and the extension of its type.
-func resultKey(img Image) string {
-	return strings.ToLower(rand.Text()) + extension(img.ContentType)
+// newBlobKey is a new BlobStore key: random letters and digits, then ext
+// (a result's ".png", a job's kept ".source").
+func newBlobKey(ext string) string {
+	return strings.ToLower(rand.Text()) + ext
 }
 
 // storeResult stores img under blobKey behind a link that lasts until

@@ -193,6 +193,14 @@ func Month(t time.Time) string { return t.UTC().Format("2006-01") }
 // or credits: 8 and 16 do.
 func ScaleNeedsPaidPlan(scale int) bool { return scale >= paidScale }
 
+// needsPaid is the one paid rule: a request needs paid capability (a
+// paid plan or credits, see Reservation.Covers) for a scale from 8 up, or
+// for a source file larger than Config.FreeTierMaxFileBytes. sourceBytes
+// is 0 until the source has been fetched.
+func (h *Handler) needsPaid(scale int, sourceBytes int64) bool {
+	return ScaleNeedsPaidPlan(scale) || sourceBytes > h.cfg.FreeTierMaxFileBytes
+}
+
 // MonthBounds returns the start of now's month and of the next, UTC: the
 // free pool's window, and when it refills.
 func MonthBounds(now time.Time) (start, next time.Time) {
