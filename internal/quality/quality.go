@@ -321,8 +321,7 @@ func LoadSet(tb testing.TB, name string) []*Image {
 	}
 	var set []*Image
 	for _, f := range files {
-		rel, _ := filepath.Rel(SetDir(), f)
-		set = append(set, Decode(tb, SetFile(tb, rel)))
+		set = append(set, Decode(tb, SetFile(tb, filepath.Join(name, filepath.Base(f)))))
 	}
 	return set
 }
