@@ -42,10 +42,11 @@ int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format,
 }
 
 int decode_strictly(const void *buf, size_t len, int pages) {
-	VipsImage *in = vips_image_new_from_buffer(buf, len, "",
+	// Only the loaders of files with pages have n: JPEG's and PNG's refuse
+	// it.
+	VipsImage *in = vips_image_new_from_buffer(buf, len, pages > 1 ? "[n=-1]" : "",
 		"access", VIPS_ACCESS_SEQUENTIAL,
 		"fail_on", VIPS_FAIL_ON_ERROR,
-		"n", pages > 1 ? -1 : 1,
 		NULL);
 	if (!in)
 		return -1;
@@ -89,7 +90,11 @@ static int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages,
 	VipsImage *x;
 	int i = 0;
 	if (pages > 1) {
-		STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "", "n", -1, "fail_on", VIPS_FAIL_ON_ERROR, NULL)));
+		// Sequential: a loader asked for random access decodes the whole
+		// animation into an image of its own (on disk past 100 MB) before
+		// the copy below makes another.
+		STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "", "n", -1, "access", VIPS_ACCESS_SEQUENTIAL,
+			"fail_on", VIPS_FAIL_ON_ERROR, NULL)));
 		watch(x, cancelled);
 		if (vips_image_get_n_pages(x) != pages || vips_image_get_page_height(x) * pages != x->Ysize) {
 			vips_error("upscale", "the animation's frames differ from its header");
@@ -319,7 +324,12 @@ static int enlarge_frames(VipsObject *ctx, VipsImage *in, int pages, VipsBandFor
 	const int height = in->Ysize / pages;
 	unsigned char *strip = NULL;
 	size_t frame_bytes = 0;
-	VipsImage *shape = NULL; // frame 0's result, whose header every frame's shares
+	struct { // frame 0's result's header, which every frame's shares
+		int width, height, bands;
+		VipsBandFormat format;
+		VipsInterpretation type;
+		double xres, yres;
+	} shape = {0};
 	for (int k = 0; k < pages; k++) {
 		VipsObject *frame = VIPS_OBJECT(vips_image_new());
 		VipsImage **t = (VipsImage **) vips_object_local_array(frame, 1);
@@ -333,8 +343,8 @@ static int enlarge_frames(VipsObject *ctx, VipsImage *in, int pages, VipsBandFor
 			(pixels = vips_image_write_to_memory(x, &size));
 		if (ok && !strip) {
 			frame_bytes = size;
-			shape = x;
-			g_object_ref(shape);
+			shape.width = x->Xsize, shape.height = x->Ysize, shape.bands = x->Bands;
+			shape.format = x->BandFmt, shape.type = x->Type, shape.xres = x->Xres, shape.yres = x->Yres;
 			if (!(strip = g_try_malloc(frame_bytes * pages))) {
 				vips_error("upscale", "out of memory for the animation's frames");
 				ok = 0;
@@ -350,25 +360,22 @@ static int enlarge_frames(VipsObject *ctx, VipsImage *in, int pages, VipsBandFor
 		g_object_unref(frame);
 		if (!ok) {
 			g_free(strip);
-			if (shape)
-				g_object_unref(shape);
 			return -1;
 		}
 	}
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 2);
-	t[0] = vips_image_new_from_memory(strip, frame_bytes * pages, shape->Xsize, shape->Ysize * pages, shape->Bands, shape->BandFmt);
+	t[0] = vips_image_new_from_memory(strip, frame_bytes * pages, shape.width, shape.height * pages, shape.bands, shape.format);
 	if (t[0])
 		g_signal_connect(t[0], "postclose", G_CALLBACK(vips_image_free_buffer), strip);
 	else
 		g_free(strip);
 	int status = !t[0] ||
-		vips_copy(t[0], &t[1], "interpretation", shape->Type, "xres", shape->Xres, "yres", shape->Yres, NULL);
+		vips_copy(t[0], &t[1], "interpretation", shape.type, "xres", shape.xres, "yres", shape.yres, NULL);
 	if (!status) {
 		copy_kept_metadata(in, t[1]);
-		vips_image_set_int(t[1], VIPS_META_PAGE_HEIGHT, shape->Ysize);
+		vips_image_set_int(t[1], VIPS_META_PAGE_HEIGHT, shape.height);
 		*out = t[1];
 	}
-	g_object_unref(shape);
 	return status ? -1 : 0;
 }
 

@@ -1,0 +1,55 @@
+package libvips
+
+import (
+	"context"
+	"errors"
+	"image"
+	"image/color"
+	"image/gif"
+	"testing"
+
+	"github.com/h2non/bimg"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/internal/quality"
+)
+
+// TestFailureBlamesTheEngineForAGoodFile: when the pipeline fails on a
+// file that decodes whole, the failure is the engine's (502, retrying is
+// safe), in every format and for an animation; only a file that does not
+// decode is the caller's. The strict decode once refused every JPEG and
+// PNG, and answered every engine failure on them as a corrupt source.
+func TestFailureBlamesTheEngineForAGoodFile(t *testing.T) {
+	png := quality.CelImage(1, 64).PNG(t)
+	convert := func(to bimg.ImageType) []byte {
+		out, err := bimg.NewImage(png).Convert(to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	animation := &gif.GIF{}
+	for k := range 3 {
+		animation.Image = append(animation.Image, image.NewPaletted(image.Rect(0, 0, 8, 8), color.Palette{color.Gray{uint8(100 * k)}}))
+		animation.Delay = append(animation.Delay, 5)
+	}
+	engineErr := errors.New("vips_sink_disc: out of memory")
+	for _, c := range []struct {
+		name   string
+		src    []byte
+		frames int
+	}{
+		{"PNG", png, 1}, {"JPEG", convert(bimg.JPEG), 1}, {"WebP", convert(bimg.WEBP), 1},
+		{"animated GIF", encodeGIF(t, animation), 3},
+	} {
+		if err := decodeStrictly(c.src, c.frames); err != nil {
+			t.Errorf("%s: the strict decode refused a good file: %v", c.name, err)
+		}
+		if err := failure(context.Background(), c.src, c.frames, engineErr); !errors.Is(err, upscale.ErrUpstream) {
+			t.Errorf("%s: an engine failure on a good file is %v, want ErrUpstream", c.name, err)
+		}
+	}
+	if err := failure(context.Background(), png[:len(png)/2], 1, engineErr); !errors.Is(err, upscale.ErrUnsupportedImage) {
+		t.Errorf("a failure on a truncated PNG is %v, want ErrUnsupportedImage", err)
+	}
+}
