@@ -18,17 +18,14 @@ G_STATIC_ASSERT(G_N_ELEMENTS(kept_fields) - 1 == G_N_ELEMENTS(((kept_exif *) 0)-
 // with free), returning its length, or 0 when blob has none of them.
 static unsigned int rights_exif(const void *blob, size_t len, unsigned char **out) {
 	*out = NULL;
-	// libexif reads a block that starts as JPEG's APP1 does; PNG's eXIf
-	// and WebP's EXIF chunks hold the TIFF structure alone.
-	static const char header[] = "Exif\0\0";
-	const size_t header_len = sizeof(header) - 1;
+	// libexif reads a block that starts with EXIF_HEADER.
 	unsigned char *prefixed = NULL;
-	if (len < header_len || memcmp(blob, header, header_len) != 0) {
-		if (!(prefixed = g_try_malloc(header_len + len)))
+	if (len < EXIF_HEADER_LEN || memcmp(blob, EXIF_HEADER, EXIF_HEADER_LEN) != 0) {
+		if (!(prefixed = g_try_malloc(EXIF_HEADER_LEN + len)))
 			return 0;
-		memcpy(prefixed, header, header_len);
-		memcpy(prefixed + header_len, blob, len);
-		blob = prefixed, len += header_len;
+		memcpy(prefixed, EXIF_HEADER, EXIF_HEADER_LEN);
+		memcpy(prefixed + EXIF_HEADER_LEN, blob, len);
+		blob = prefixed, len += EXIF_HEADER_LEN;
 	}
 	ExifData *source = exif_data_new_from_data(blob, len);
 	g_free(prefixed);

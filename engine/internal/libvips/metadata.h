@@ -3,6 +3,12 @@
 
 #include <vips/vips.h>
 
+// EXIF_HEADER starts an EXIF block as JPEG's APP1 segment holds it, and as
+// libvips and libexif want it; PNG's eXIf and WebP's EXIF chunks hold the
+// TIFF structure after it alone.
+#define EXIF_HEADER "Exif\0\0"
+#define EXIF_HEADER_LEN (sizeof(EXIF_HEADER) - 1)
+
 // keep_metadata removes every metadata field of image but its colour
 // profile, the two EXIF tags that say who made it and on what terms
 // (Artist and Copyright, in an EXIF block of their own) and, for an

@@ -19,6 +19,7 @@
 #include <webp/mux.h>
 
 #include "cancel.h"
+#include "metadata.h"
 #include "webp.h"
 
 // keep_encoding runs as libwebp's progress moves by a percent; 0 aborts.
@@ -29,7 +30,7 @@ static int keep_encoding(int percent, const WebPPicture *picture) {
 // with_metadata puts the ICC profile and EXIF block of in, those it has,
 // into a copy of the encoded image, as the ICCP and EXIF chunks of WebP's
 // extended format. WebP's EXIF chunk holds the TIFF structure alone,
-// without JPEG's "Exif\0\0".
+// without EXIF_HEADER.
 static int with_metadata(VipsImage *in, const WebPData *image, WebPData *file) {
 	const char *fields[] = {VIPS_META_ICC_NAME, VIPS_META_EXIF_NAME}, *chunks[] = {"ICCP", "EXIF"};
 	WebPMux *mux = WebPMuxCreate(image, 0);
@@ -39,8 +40,8 @@ static int with_metadata(VipsImage *in, const WebPData *image, WebPData *file) {
 		size_t len;
 		if (!vips_image_get_typeof(in, fields[i]) || vips_image_get_blob(in, fields[i], &blob, &len))
 			continue;
-		if (i == 1 && len >= 6 && memcmp(blob, "Exif\0\0", 6) == 0)
-			blob = (const char *) blob + 6, len -= 6;
+		if (i == 1 && len >= EXIF_HEADER_LEN && memcmp(blob, EXIF_HEADER, EXIF_HEADER_LEN) == 0)
+			blob = (const char *) blob + EXIF_HEADER_LEN, len -= EXIF_HEADER_LEN;
 		WebPData chunk = {blob, len};
 		ok = WebPMuxSetChunk(mux, chunks[i], &chunk, 0) == WEBP_MUX_OK;
 	}
