@@ -112,9 +112,9 @@ type Options struct {
 	Precision Precision
 }
 
-// Engine enlarges the images engine/vips reads (JPEG, PNG, WebP, still
-// GIF, HEIC, AVIF, TIFF) with waifu2x networks. It is
-// safe for concurrent use.
+// Engine enlarges the images engine/vips reads (JPEG, PNG, WebP, GIF,
+// HEIC, AVIF, TIFF; an animation frame by frame) with waifu2x networks.
+// It is safe for concurrent use.
 type Engine struct {
 	opts   Options
 	codec  *libvips.Engine
@@ -416,7 +416,7 @@ func (e *Engine) measurePace(ctx context.Context, m *model) error {
 		}
 		return fmt.Errorf("%w: %s: %v", upscale.ErrUpstream, m.Name, err)
 	}
-	e.pace.set(time.Since(start).Seconds() / float64(inW*inH*m.Scale*m.Scale))
+	e.pace.set(time.Since(start).Seconds() / m.tileWork(t))
 	return nil
 }
 

@@ -70,8 +70,13 @@ func (m *model) tile(w, h, size int) tiling {
 // the network computes for it.
 func (m *model) work(px *libvips.Pixels, size int) float64 {
 	t := m.tile(px.Width, px.Height/px.Frames, size)
-	tile := (t.tileW + 2*m.Border) * (t.tileH + 2*m.Border) * m.Scale * m.Scale
-	return float64(tile) * float64(len(t.xs)*len(t.ys)*px.Frames)
+	return m.tileWork(t) * float64(len(t.xs)*len(t.ys)*px.Frames)
+}
+
+// tileWork is the work of one tile of t: its input, border included, in
+// the result pixels it makes.
+func (m *model) tileWork(t tiling) float64 {
+	return float64((t.tileW + 2*m.Border) * (t.tileH + 2*m.Border) * m.Scale * m.Scale)
 }
 
 // run enlarges in by m.Scale into out with network, tile by tile.
