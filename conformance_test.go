@@ -62,10 +62,7 @@ func newMemoryBlobs(t *testing.T, opts upscale.MemoryBlobStoreOptions) *upscale.
 	t.Cleanup(srv.Close)
 	opts.BaseURL = srv.URL + "/outputs"
 	store, err := upscale.NewMemoryBlobStore(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	upscaletest.Opened(t, store, err)
 	return store
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // echoHost is a host's own handler: it answers with what it received.
@@ -95,10 +96,7 @@ func do(t *testing.T, req *http.Request) response {
 func newMemoryBlobsAt(t *testing.T, base string, now func() time.Time) *upscale.MemoryBlobStore {
 	t.Helper()
 	s, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: base, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	upscaletest.Opened(t, s, err)
 	return s
 }
 

@@ -62,10 +62,7 @@ func newRealAPI(t *testing.T, cfg upscale.Config, wrap func(api http.Handler) ht
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: srv.URL + "/results"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { blobs.Close() })
+	upscaletest.Opened(t, blobs, err)
 	cfg.Blobs = blobs
 	h, err := upscale.New(cfg)
 	if err != nil {

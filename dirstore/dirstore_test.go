@@ -28,10 +28,7 @@ func newStore(t *testing.T, dir string, clock *upscaletest.Clock) *dirstore.Stor
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { store.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	store, err := dirstore.New(dirstore.Options{Dir: dir, BaseURL: srv.URL + "/outputs", Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	upscaletest.Opened(t, store, err)
 	return store
 }
 

@@ -39,10 +39,7 @@ func newMeteredHandler(t *testing.T, monthly int64, cfg upscale.Config) (*promet
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: cfg.Now})
 	ledger.PutAccount(ctx, upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: monthly, MaxFileBytes: 5 << 20}})
 	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://localhost/outputs", Now: cfg.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { blobs.Close() })
+	upscaletest.Opened(t, blobs, err)
 	cfg.Keys, cfg.Ledger, cfg.Blobs, cfg.Upscaler = keys, ledger, blobs, upscaletest.PixelUpscaler{}
 	cfg.Metrics, cfg.Logger = metrics, slog.New(slog.DiscardHandler)
 	h, err := upscale.New(cfg)

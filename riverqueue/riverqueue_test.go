@@ -50,11 +50,8 @@ func postgresQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[
 // sqliteDatabase is a migrated Queue on a new SQLite file, and the file.
 func sqliteDatabase(t *testing.T, opts riverqueue.Options) (*riverqueue.Queue[*sql.Tx], *sql.DB) {
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
+	upscaletest.Opened(t, db, err)
 	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { db.Close() })
 	q, err := riverqueue.NewSQLite(db, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -33,10 +33,7 @@ func storeViaProxy(t *testing.T) (*s3store.Store, *testservers.Proxy, *upscalete
 	})
 	clock := upscaletest.NewClock(time.Now())
 	store, err := s3store.New(context.Background(), s3store.Options{Client: viaProxy, Bucket: bucket, Now: clock.Now, SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	upscaletest.Opened(t, store, err)
 	return store, proxy, clock, client, bucket
 }
 

@@ -49,10 +49,7 @@ func newStore(t *testing.T, clock *upscaletest.Clock) (*s3store.Store, *s3.Clien
 	t.Helper()
 	client, bucket := newBucket(t)
 	store, err := s3store.New(context.Background(), s3store.Options{Client: client, Bucket: bucket, Now: clock.Now, SweepInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	upscaletest.Opened(t, store, err)
 	return store, client, bucket
 }
 

@@ -88,10 +88,7 @@ func newReplicas(t *testing.T, dsn string, credits, shareBonus int64) []*upscale
 			seed(t, s, credits, shareBonus)
 		}
 		blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://replica.test/outputs"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { blobs.Close() })
+		upscaletest.Opened(t, blobs, err)
 		h, err := upscale.New(upscale.Config{Keys: s, Ledger: s, Idempotency: s, Upscaler: upscaletest.PixelUpscaler{}, Blobs: blobs,
 			Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, Capacity: upscale.Capacity{QueueLength: 200}, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {

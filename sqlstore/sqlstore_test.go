@@ -25,10 +25,7 @@ var engines = map[string]func(t testing.TB) string{
 func open(t testing.TB, dsn string, opts upscale.LedgerOptions) *sqlstore.Store {
 	t.Helper()
 	s, err := sqlstore.Open(context.Background(), dsn, sqlstore.Options{Ledger: opts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	upscaletest.Opened(t, s, err)
 	return s
 }
 

@@ -59,10 +59,7 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 			t.Fatal(err)
 		}
 		blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "https://results.test/outputs", Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { blobs.Close() })
+		Opened(t, blobs, err)
 		jobs := upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: clock.Now})
 		replica := func(s ChargeStores, jobWorkers int) *upscale.Handler {
 			h, err := upscale.New(upscale.Config{

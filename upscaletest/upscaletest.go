@@ -18,6 +18,7 @@ package upscaletest
 import (
 	"image"
 	"image/png"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -81,4 +82,23 @@ func ResultPNG(t testing.TB, link string) image.Image {
 		t.Fatalf("GET %s: not a PNG: %v", link, err)
 	}
 	return img
+}
+
+// Opened fails t at once when opening c failed (err is not nil), and
+// otherwise closes c when t ends, failing t if Close does: the step each
+// backend's test takes after its constructor, so that no test leaks a store
+// or hides a Close that fails.
+//
+//	store, err := s3store.New(ctx, opts)
+//	upscaletest.Opened(t, store, err)
+func Opened(t testing.TB, c io.Closer, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/models"
 	"github.com/upscalekit/upscale/internal/onnxpb"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 func compiled(t *testing.T, precision onnx.Precision) *graph {
@@ -189,10 +190,8 @@ func testNetwork(t *testing.T, side int) (rt *Runtime, n onnx.Network, x, out []
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err = rt.Load(m.Data, onnx.FP32, 2); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
+	n, err = rt.Load(m.Data, onnx.FP32, 2)
+	upscaletest.Opened(t, n, err)
 	x, out = make([]float32, 3*side*side), make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
 	for i := range x {
 		x[i] = 0.5

@@ -1,6 +1,10 @@
 package onnx
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/upscalekit/upscale/upscaletest"
+)
 
 // NewTestEngine returns an Engine for a test, closed when it ends, failing
 // the test when ONNX Runtime is missing: `make deps` installs it, and CI
@@ -9,14 +13,7 @@ import "testing"
 func NewTestEngine(t testing.TB, opts Options) *Engine {
 	t.Helper()
 	e, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	upscaletest.Opened(t, e, err)
 	return e
 }
 

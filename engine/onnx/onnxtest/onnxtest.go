@@ -329,14 +329,7 @@ func testEngine(t *testing.T, rt onnx.Runtime) {
 func newEngine(t *testing.T, opts onnx.Options) *onnx.Engine {
 	t.Helper()
 	e, err := onnx.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	upscaletest.Opened(t, e, err)
 	return e
 }
 
