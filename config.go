@@ -2,6 +2,8 @@ package upscale
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -151,6 +153,27 @@ type Capacity struct {
 	IdleRelease time.Duration
 }
 
+// refuseOldMethods refuses a backend written against an optional
+// interface's earlier method: it compiles, and without this it would lose
+// what the interface gives without a word (CHANGELOG.md).
+func (cfg Config) refuseOldMethods() error {
+	_, oldSizer := cfg.Upscaler.(interface {
+		SourceSize([]byte) (int, int, error)
+	})
+	_, sizer := cfg.Upscaler.(SizeReader)
+	_, oldCounter := cfg.Jobs.(interface {
+		CountJobs(context.Context) (int, int, error)
+	})
+	_, counter := cfg.Jobs.(JobCounter)
+	switch {
+	case oldSizer && !sizer:
+		return errors.New("upscale: Config.Upscaler has SourceSize(src) (width, height, err), which SizeReader no longer reads: rename it SourcePixels(src) (int64, error) and return width × height × frames, so that its queued jobs' work is counted")
+	case oldCounter && !counter:
+		return errors.New("upscale: Config.Jobs has CountJobs(ctx) (queued, running, err), which JobCounter no longer reads: return a JobCounts and add CountAccountJobs, or each account's share of the workers (Config.JobShare) is not kept")
+	}
+	return nil
+}
+
 // withDefaults checks cfg and returns it with every zero field set to its
 // default. Each mistake is named by its field.
 func (cfg Config) withDefaults() (Config, error) {
@@ -161,6 +184,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		if !required.set {
 			return cfg, fmt.Errorf("upscale: Config.%s is required", required.name)
 		}
+	}
+	if err := cfg.refuseOldMethods(); err != nil {
+		return cfg, err
 	}
 	for _, f := range []struct {
 		name     string

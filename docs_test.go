@@ -13,18 +13,18 @@ import (
 	"unicode"
 )
 
-// TestDocsLinksResolve checks every relative link of README.md and
-// docs/*.md: the file it names exists, relative to the directory of the
-// page that links to it, and its #fragment, if any, is the slug of a
-// heading in that file (or in the page itself for a bare #fragment), as
-// GitHub makes slugs. Links to http:, https: and mailto: addresses, and
+// TestDocsLinksResolve checks every relative link of README.md,
+// CHANGELOG.md and docs/*.md: the file it names exists, relative to the
+// directory of the page that links to it, and its #fragment, if any, is
+// the slug of a heading in that file (or in the page itself for a bare
+// #fragment), as GitHub makes slugs. Links to http:, https: and mailto: addresses, and
 // anything inside fenced code blocks or code spans, are not checked.
 func TestDocsLinksResolve(t *testing.T) {
 	pages, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages = append([]string{"README.md"}, pages...)
+	pages = append([]string{"README.md", "CHANGELOG.md"}, pages...)
 	slugs := map[string]map[string]bool{} // by cleaned path
 	anchors := func(t *testing.T, path string) map[string]bool {
 		t.Helper()

@@ -757,7 +757,31 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("New with a bad %s: %v; want an error naming it", field, err)
 		}
 	}
+	// A backend written against an optional interface's earlier method
+	// compiles; New says so rather than let it lose what it gave.
+	for method, c := range map[string]func(*upscale.Config){
+		"SourcePixels":     func(c *upscale.Config) { c.Upscaler = sourceSizeUpscaler{c.Upscaler} },
+		"CountAccountJobs": func(c *upscale.Config) { c.Jobs = oldCountingQueue{upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{})} },
+	} {
+		cfg := full
+		c(&cfg)
+		if _, err := upscale.New(cfg); err == nil || !strings.Contains(err.Error(), method) {
+			t.Errorf("New with a backend that lacks %s but has the method it replaced: %v; want an error that names it", method, err)
+		}
+	}
 }
+
+// sourceSizeUpscaler is a host's Upscaler written against SizeReader's
+// earlier method.
+type sourceSizeUpscaler struct{ upscale.Upscaler }
+
+func (sourceSizeUpscaler) SourceSize([]byte) (width, height int, err error) { return 1, 1, nil }
+
+// oldCountingQueue is a host's JobQueue written against JobCounter's
+// earlier method.
+type oldCountingQueue struct{ upscale.JobQueue }
+
+func (oldCountingQueue) CountJobs(context.Context) (queued, running int, err error) { return 0, 0, nil }
 
 func mustPNG(img image.Image) []byte {
 	var b bytes.Buffer
