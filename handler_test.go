@@ -760,8 +760,10 @@ func TestNewValidates(t *testing.T) {
 	// A backend written against an optional interface's earlier method
 	// compiles; New says so rather than let it lose what it gave.
 	for method, c := range map[string]func(*upscale.Config){
-		"SourcePixels":     func(c *upscale.Config) { c.Upscaler = sourceSizeUpscaler{c.Upscaler} },
-		"CountAccountJobs": func(c *upscale.Config) { c.Jobs = oldCountingQueue{upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{})} },
+		"SourcePixels": func(c *upscale.Config) { c.Upscaler = sourceSizeUpscaler{c.Upscaler} },
+		"CountAccountJobs": func(c *upscale.Config) {
+			c.Jobs = oldCountingQueue{upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{})}
+		},
 	} {
 		cfg := full
 		c(&cfg)
