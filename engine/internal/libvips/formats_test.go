@@ -9,6 +9,7 @@ import (
 	"image"
 	"image/color"
 	"image/gif"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,34 @@ func TestAnimationFramesAlone(t *testing.T) {
 	}
 }
 
+// TestAnimationNotTurned: an animation's EXIF orientation is not applied,
+// as browsers do not apply it. A 16×12 animated WebP whose EXIF says to
+// turn it a quarter (6) is enlarged ×2 into 32×24 frames, and the result
+// does not pass the orientation on for a viewer to apply.
+func TestAnimationNotTurned(t *testing.T) {
+	e := vips.New(vips.Options{})
+	src := webpWith(t, motionWebP(t), 16, 12, nil, exifBlock("Jane Doe", "", "", 6), nil)
+	if meta, err := bimg.NewImage(src).Metadata(); err != nil || meta.Orientation != 6 {
+		t.Fatalf("libvips reads the test's source's orientation as %d (%v), want 6", meta.Orientation, err)
+	}
+	if h, err := e.Header(src, 2); err != nil || h.Frames != 3 || h.Result != image.Pt(32, 24) {
+		t.Errorf("header: %+v, %v; want 3 frames of 32x24", h, err)
+	}
+	img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Width != 32 || img.Height != 24 || !bytes.Contains(img.Data, []byte("Jane Doe")) {
+		t.Errorf("the result is %dx%d, with its EXIF %v; want 32x24 frames with the source's EXIF", img.Width, img.Height, bytes.Contains(img.Data, []byte("Jane Doe")))
+	}
+	if h, err := e.Header(img.Data, 1); err != nil || h.Frames != 3 || h.Result != image.Pt(32, 24) {
+		t.Errorf("the result read back: %+v, %v; want 3 frames of 32x24", h, err)
+	}
+	if meta, err := bimg.NewImage(img.Data).Metadata(); err != nil || meta.Orientation > 1 {
+		t.Errorf("the result's orientation is %d (%v), want none or 1", meta.Orientation, err)
+	}
+}
+
 // solidFrame checks that every pixel of a frame covering 16x12 is level.
 func solidFrame(frame *image.Paletted, level uint8) error {
 	if frame.Bounds() != image.Rect(0, 0, 16, 12) {
@@ -98,9 +127,10 @@ func solidFrame(frame *image.Paletted, level uint8) error {
 
 // TestAnimationLimits: the limits count every frame. An animation of more
 // frames than MaxFrames, or whose frames hold more than MaxSourcePixels in
-// all, is refused with a 400 before it is decoded; one whose result would
-// be over MaxOutputPixels in all is fitted, every frame, and stays an
-// animation, never a still.
+// all, or whose enlarged frames one above the other would be taller than
+// libvips makes an image, is refused with a 400 before it is decoded; one
+// whose result would be over MaxOutputPixels in all is fitted, every
+// frame, and stays an animation, never a still.
 func TestAnimationLimits(t *testing.T) {
 	src := solidAnimation(t, 100, 50, 0, 128, 255) // 15000 pixels in all
 	ctx := context.Background()
@@ -129,7 +159,17 @@ func TestAnimationLimits(t *testing.T) {
 	if err != nil || len(g.Image) != 3 || !img.Fitted || g.Config.Width != 200 || g.Config.Height != 100 {
 		t.Errorf("×4: %d frames of %dx%d, fitted %v, %v; want 3 of 200x100, fitted", len(g.Image), g.Config.Width, g.Config.Height, img.Fitted, err)
 	}
+	// The frames are enlarged one above the other in one image, of at most
+	// 10,000,000 rows (libvips's largest): 1000 frames of 1×2501 make
+	// 5,002,000 at ×2, and 10,004,000 at ×4, refused before decoding.
 	e = vips.New(vips.Options{})
+	tall := solidAnimation(t, 1, 2501, make([]uint8, 1000)...)
+	if h, err := e.Header(tall, 2); err != nil || h.Frames != 1000 {
+		t.Errorf("1000 frames of 1x2501 ×2: %+v, %v; want them admitted", h, err)
+	}
+	if _, err := e.Upscale(ctx, tall, upscale.Params{Scale: 4}); !errors.Is(err, upscale.ErrImageTooLarge) || !strings.Contains(err.Error(), "rows") {
+		t.Errorf("1000 frames of 1x2501 ×4: %v; want ErrImageTooLarge for the rows", err)
+	}
 	two, err := e.EstimateMemory(solidAnimation(t, 100, 50, 0, 255), upscale.Params{Scale: 2})
 	if err != nil {
 		t.Fatal(err)

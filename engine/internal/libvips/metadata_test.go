@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/h2non/bimg"
@@ -38,7 +39,7 @@ func TestMetadataOnPurpose(t *testing.T) {
 	}
 	profile := iccProfile(t)
 	const artist, copyright, place = "Jane Doe", "(c) 2026 Jane Doe", "48.8584 N 2.2945 E"
-	exif := exifBlock(artist, copyright, place)
+	exif := exifBlock(artist, copyright, place, 0)
 	xmp := []byte(`<x:xmpmeta xmlns:x="adobe:ns:meta/">` + place + `</x:xmpmeta>`)
 	src := gradient(40, 30, 255)
 	webp, err := bimg.NewImage(encodePNG(t, src)).Convert(bimg.WEBP)
@@ -67,6 +68,11 @@ func TestMetadataOnPurpose(t *testing.T) {
 		{
 			"WebP",
 			webpWith(t, webp, 40, 30, profile, exif, xmp),
+			webpProfile,
+		},
+		{
+			"AnimatedWebP",
+			webpWith(t, motionWebP(t), 16, 12, profile, exif, xmp),
 			webpProfile,
 		},
 		// libvips's HEIF saver keeps the JPEG's EXIF and profile.
@@ -112,10 +118,10 @@ func TestMetadataOnPurpose(t *testing.T) {
 }
 
 // exifBlock returns an EXIF block (a TIFF structure) as a camera writes
-// one: IFD0 with the camera's make, artist and copyright, an EXIF IFD with
-// a maker note, and a GPS IFD whose latitude reference is N and whose
-// map datum (an ASCII tag) is place.
-func exifBlock(artist, copyright, place string) []byte {
+// one: IFD0 with the camera's make, the orientation (none when 0), artist
+// and copyright, an EXIF IFD with a maker note, and a GPS IFD whose
+// latitude reference is N and whose map datum (an ASCII tag) is place.
+func exifBlock(artist, copyright, place string, orientation uint16) []byte {
 	type entry struct {
 		tag, typ uint16
 		value    []byte // ASCII or UNDEFINED bytes, or a LONG
@@ -131,7 +137,10 @@ func exifBlock(artist, copyright, place string) []byte {
 			b = binary.BigEndian.AppendUint16(b, e.tag)
 			b = binary.BigEndian.AppendUint16(b, e.typ)
 			count := uint32(len(e.value))
-			if e.typ == 4 { // LONG
+			switch e.typ {
+			case 3: // SHORTs
+				count /= 2
+			case 4: // a LONG
 				count = 1
 			}
 			b = binary.BigEndian.AppendUint32(b, count)
@@ -149,13 +158,16 @@ func exifBlock(artist, copyright, place string) []byte {
 		return append(b, values...)
 	}
 	ifd0 := func(exifAt, gpsAt uint32) []byte {
-		return ifd(8, []entry{
-			{0x010F, 2, ascii("SecretCam")},
+		entries := []entry{{0x010F, 2, ascii("SecretCam")}}
+		if orientation != 0 {
+			entries = append(entries, entry{0x0112, 3, binary.BigEndian.AppendUint16(nil, orientation)})
+		}
+		return ifd(8, append(entries, []entry{
 			{0x013B, 2, ascii(artist)},
 			{0x8298, 2, ascii(copyright)},
 			{0x8769, 4, binary.BigEndian.AppendUint32(nil, exifAt)},
 			{0x8825, 4, binary.BigEndian.AppendUint32(nil, gpsAt)},
-		})
+		}...))
 	}
 	exifAt := 8 + uint32(len(ifd0(0, 0)))
 	exifIFD := ifd(exifAt, []entry{{0x927C, 7, []byte("SECRET MAKER NOTE")}})
@@ -230,23 +242,44 @@ func deflate(t *testing.T, data []byte) []byte {
 	return b.Bytes()
 }
 
-// webpWith rebuilds a WebP of w×h as the extended format with an ICC
-// profile before the image and EXIF and XMP after it.
+// webpWith rebuilds a WebP of w×h, a still or an animation, as the
+// extended format with an ICC profile before the image and EXIF and XMP
+// after it, those that are not nil, in place of any it had.
 func webpWith(t *testing.T, webp []byte, w, h int, profile, exif, xmp []byte) []byte {
-	bitstream := webpChunkNamed(webp, "VP8 ")
-	if bitstream == nil {
-		t.Fatal("bimg made a WebP without a lossy bitstream")
-	}
 	vp8x := make([]byte, 10)
-	vp8x[0] = 0x20 | 0x08 | 0x04 // ICC, EXIF and XMP present
+	for flag, data := range map[byte][]byte{0x20: profile, 0x08: exif, 0x04: xmp} {
+		if data != nil {
+			vp8x[0] |= flag
+		}
+	}
 	vp8x[4], vp8x[5], vp8x[6] = byte(w-1), byte((w-1)>>8), byte((w-1)>>16)
 	vp8x[7], vp8x[8], vp8x[9] = byte(h-1), byte((h-1)>>8), byte((h-1)>>16)
-	body := []byte("WEBP")
-	body = append(body, webpChunk("VP8X", vp8x)...)
-	body = append(body, webpChunk("ICCP", profile)...)
-	body = append(body, webpChunk("VP8 ", bitstream)...)
-	body = append(body, webpChunk("EXIF", exif)...)
-	body = append(body, webpChunk("XMP ", xmp)...)
+	var pictures []byte
+	for i := 12; i+8 <= len(webp); {
+		fourCC, n := string(webp[i:i+4]), int(binary.LittleEndian.Uint32(webp[i+4:]))
+		switch fourCC {
+		case "VP8X":
+			vp8x[0] |= webp[i+8] & (0x10 | 0x02) // alpha, animation
+		case "ICCP", "EXIF", "XMP ":
+		default: // the image: a bitstream, or ANIM and its frames
+			pictures = append(pictures, webp[i:i+8+n+n%2]...)
+		}
+		i += 8 + n + n%2
+	}
+	if pictures == nil {
+		t.Fatal("a WebP without an image")
+	}
+	body := append([]byte("WEBP"), webpChunk("VP8X", vp8x)...)
+	if profile != nil {
+		body = append(body, webpChunk("ICCP", profile)...)
+	}
+	body = append(body, pictures...)
+	if exif != nil {
+		body = append(body, webpChunk("EXIF", exif)...)
+	}
+	if xmp != nil {
+		body = append(body, webpChunk("XMP ", xmp)...)
+	}
 	return append(binary.LittleEndian.AppendUint32([]byte("RIFF"), uint32(len(body))), body...)
 }
 
@@ -273,3 +306,13 @@ func webpChunkNamed(webp []byte, fourCC string) []byte {
 }
 
 func webpProfile(t *testing.T, webp []byte) []byte { return webpChunkNamed(webp, "ICCP") }
+
+// motionWebP is upscaletest's animated WebP: three frames of 16×12.
+func motionWebP(t *testing.T) []byte {
+	t.Helper()
+	webp, err := os.ReadFile("../../../upscaletest/testdata/formats/motion.webp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return webp
+}
