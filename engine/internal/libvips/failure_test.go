@@ -12,11 +12,14 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/internal/quality"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // TestFailureBlamesTheEngineForAGoodFile: when the pipeline fails on a
-// file that decodes whole, the failure is the engine's (502, retrying is
-// safe), in every format and for an animation; only a file that does not
+// file that decodes whole as the pipeline reads it, the failure is the
+// engine's (502, retrying is safe), in every format, turned or not, and
+// for an animation, whatever the failure's message names (libheif's
+// encoder shares its decoder's "heif" domain); only a file that does not
 // decode is the caller's. The strict decode once refused every JPEG and
 // PNG, and answered every engine failure on them as a corrupt source.
 func TestFailureBlamesTheEngineForAGoodFile(t *testing.T) {
@@ -33,23 +36,32 @@ func TestFailureBlamesTheEngineForAGoodFile(t *testing.T) {
 		animation.Image = append(animation.Image, image.NewPaletted(image.Rect(0, 0, 8, 8), color.Palette{color.Gray{uint8(100 * k)}}))
 		animation.Delay = append(animation.Delay, 5)
 	}
-	engineErr := errors.New("vips_sink_disc: out of memory")
 	for _, c := range []struct {
 		name   string
 		src    []byte
 		frames int
 	}{
-		{"PNG", png, 1}, {"JPEG", convert(bimg.JPEG), 1}, {"WebP", convert(bimg.WEBP), 1},
-		{"animated GIF", encodeGIF(t, animation), 3},
+		{"PNG", png, 1}, {"JPEG", convert(bimg.JPEG), 1}, {"turned JPEG", upscaletest.WithEXIFOrientation(convert(bimg.JPEG), 6), 1},
+		{"WebP", convert(bimg.WEBP), 1}, {"AVIF", convert(bimg.AVIF), 1}, {"animated GIF", encodeGIF(t, animation), 3},
 	} {
-		if err := decodeStrictly(c.src, c.frames); err != nil {
+		meta, err := bimg.NewImage(c.src).Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := decodeStrictly(c.src, meta, c.frames); err != nil {
 			t.Errorf("%s: the strict decode refused a good file: %v", c.name, err)
 		}
-		if err := failure(context.Background(), c.src, c.frames, engineErr); !errors.Is(err, upscale.ErrUpstream) {
-			t.Errorf("%s: an engine failure on a good file is %v, want ErrUpstream", c.name, err)
+		for _, engineErr := range []error{errors.New("vips_sink_disc: out of memory"), errors.New("heif: Unsupported feature: encoder")} {
+			if err := failure(context.Background(), c.src, meta, c.frames, engineErr); !errors.Is(err, upscale.ErrUpstream) {
+				t.Errorf("%s: the engine's failure %q on a good file is %v, want ErrUpstream", c.name, engineErr, err)
+			}
 		}
 	}
-	if err := failure(context.Background(), png[:len(png)/2], 1, engineErr); !errors.Is(err, upscale.ErrUnsupportedImage) {
+	meta, err := bimg.NewImage(png).Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := failure(context.Background(), png[:len(png)/2], meta, 1, errors.New("vips_sink_disc: out of memory")); !errors.Is(err, upscale.ErrUnsupportedImage) {
 		t.Errorf("a failure on a truncated PNG is %v, want ErrUnsupportedImage", err)
 	}
 }

@@ -48,11 +48,12 @@ import (
 var configureLibvips = sync.OnceFunc(func() { C.configure_libvips() })
 
 // decodeStrictly decodes all of src, every frame of an animation of
-// frames frames, and fails on any decoder error or truncation. The
-// pipeline decodes just as strictly; this runs only after it failed, to
-// tell a corrupt source (the caller's fault) from a failure of the engine.
-func decodeStrictly(src []byte, frames int) error {
-	if C.decode_strictly(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(frames)) == 0 {
+// frames frames, as the pipeline reads it (the same loader, options and
+// access; meta is what its header says), and fails on any decoder error
+// or truncation. It runs only after the pipeline failed, to tell a corrupt
+// source (the caller's fault) from a failure of the engine.
+func decodeStrictly(src []byte, meta bimg.ImageMetadata, frames int) error {
+	if C.decode_strictly(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(frames), sequential(meta)) == 0 {
 		return nil
 	}
 	return vipsError()

@@ -41,13 +41,23 @@ int read_layout(const void *buf, size_t len, int *pages, VipsBandFormat *format,
 	return 0;
 }
 
-int decode_strictly(const void *buf, size_t len, int pages) {
-	// Only the loaders of files with pages have n: JPEG's and PNG's refuse
-	// it.
-	VipsImage *in = vips_image_new_from_buffer(buf, len, pages > 1 ? "[n=-1]" : "",
-		"access", VIPS_ACCESS_SEQUENTIAL,
-		"fail_on", VIPS_FAIL_ON_ERROR,
-		NULL);
+// load opens buf as the pipeline reads it, its loader failing on any
+// decoder error or truncation: an animation (pages above 1) every frame,
+// one above the other, with sequential access, since random access would
+// make its loader decode it whole into an image of its own (on disk past
+// 100 MB); a still with sequential access, or random where it is to be
+// turned. Only the loaders of files with pages take n: JPEG's and PNG's
+// refuse it.
+static VipsImage *load(const void *buf, size_t len, int pages, int sequential) {
+	if (pages > 1)
+		return vips_image_new_from_buffer(buf, len, "", "n", -1, "access", VIPS_ACCESS_SEQUENTIAL,
+			"fail_on", VIPS_FAIL_ON_ERROR, NULL);
+	return vips_image_new_from_buffer(buf, len, "", "access", sequential ? VIPS_ACCESS_SEQUENTIAL : VIPS_ACCESS_RANDOM,
+		"fail_on", VIPS_FAIL_ON_ERROR, NULL);
+}
+
+int decode_strictly(const void *buf, size_t len, int pages, int sequential) {
+	VipsImage *in = load(buf, len, pages, sequential);
 	if (!in)
 		return -1;
 	double ignored;
@@ -89,13 +99,9 @@ static int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages,
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
 	VipsImage *x;
 	int i = 0;
+	STEP(!(t[i] = load(buf, len, pages, sequential)));
+	watch(x, cancelled);
 	if (pages > 1) {
-		// Sequential: a loader asked for random access decodes the whole
-		// animation into an image of its own (on disk past 100 MB) before
-		// the copy below makes another.
-		STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "", "n", -1, "access", VIPS_ACCESS_SEQUENTIAL,
-			"fail_on", VIPS_FAIL_ON_ERROR, NULL)));
-		watch(x, cancelled);
 		if (vips_image_get_n_pages(x) != pages || vips_image_get_page_height(x) * pages != x->Ysize) {
 			vips_error("upscale", "the animation's frames differ from its header");
 			return -1;
@@ -103,10 +109,6 @@ static int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages,
 		STEP(!(t[i] = vips_image_copy_memory(x)));
 		watch(x, cancelled); // a copy is a new root
 	} else {
-		STEP(!(t[i] = vips_image_new_from_buffer(buf, len, "",
-			"access", sequential ? VIPS_ACCESS_SEQUENTIAL : VIPS_ACCESS_RANDOM,
-			"fail_on", VIPS_FAIL_ON_ERROR, NULL)));
-		watch(x, cancelled);
 		STEP(vips_autorot(x, &t[i], NULL));
 	}
 	if (x->Type == VIPS_INTERPRETATION_CMYK)

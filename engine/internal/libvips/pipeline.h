@@ -11,11 +11,12 @@
 // operation cache off and routes libvips's log to Go.
 void configure_libvips(void);
 
-// decode_strictly decodes every pixel of buf, top to bottom, every frame
-// of an animation of pages frames, failing on the first decoder error or
+// decode_strictly decodes every pixel of buf, every frame of an
+// animation of pages frames, as the pipeline reads them (pipeline.c's
+// load, with the same access), failing on the first decoder error or
 // truncation instead of inventing pixels. It returns 0 on success; on
 // failure the message is in vips_error_buffer().
-int decode_strictly(const void *buf, size_t len, int pages);
+int decode_strictly(const void *buf, size_t len, int pages, int sequential);
 
 // read_layout reads buf's header: how many pages it holds (frames of an
 // animation, pages of a TIFF), its sample format, its interpretation and

@@ -82,7 +82,7 @@ func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, er
 	}
 	px, err := decodePixels(ctx, src, meta, g.frames)
 	if err != nil {
-		return nil, failure(ctx, src, g.frames, err)
+		return nil, failure(ctx, src, meta, g.frames, err)
 	}
 	if want := uprightSize(meta); px.Width != want.X || px.Height != want.Y*g.frames {
 		return nil, fmt.Errorf("%w: decoded %dx%d, header says %d frames of %v", upscale.ErrUpstream, px.Width, px.Height, g.frames, want)

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"image"
 	"math"
-	"regexp"
 	"runtime"
 	"strings"
 
@@ -434,7 +433,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	}
 	out, err := run(ctx, src, f, g, recipeFor(opts), meta)
 	if err != nil {
-		return upscale.Image{}, failure(ctx, src, g.frames, err)
+		return upscale.Image{}, failure(ctx, src, meta, g.frames, err)
 	}
 	return result(out, f, g)
 }
@@ -595,29 +594,18 @@ func uprightSize(meta bimg.ImageMetadata) image.Point {
 	return image.Pt(meta.Size.Width, meta.Size.Height)
 }
 
-// failure tells why libvips failed on src, of frames frames: the caller
-// went, the source is corrupt (the caller's fault), or the engine failed.
-func failure(ctx context.Context, src []byte, frames int, err error) error {
+// failure tells why libvips failed on src, of frames frames, whose header
+// says meta: the caller went, the source is corrupt (the caller's fault),
+// or the engine failed.
+func failure(ctx context.Context, src []byte, meta bimg.ImageMetadata, frames int, err error) error {
 	if err := ctx.Err(); err != nil { // libvips stopped because the caller went
 		return err
 	}
-	corrupt := upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt.")
-	if decodeErr := decodeStrictly(src, frames); decodeErr != nil {
-		return fmt.Errorf("%w: decode: %v", corrupt, decodeErr)
-	}
-	if loaderFailed.MatchString(err.Error()) {
-		return fmt.Errorf("%w: decode: %v", corrupt, err)
+	if decodeErr := decodeStrictly(src, meta, frames); decodeErr != nil {
+		return fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
 	}
 	return fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
 }
-
-// loaderFailed matches the message of a libvips loader's failure (its
-// domain is the loader's nickname: heifload_buffer, webp2vips, ...). A
-// decoder can fail on the pipeline's reading of a file whose whole strict
-// decode passed: the fuzzer found HEICs whose coded image is not the size
-// their header says, or over libheif's own limits, which libheif reports
-// only on the pipeline's read.
-var loaderFailed = regexp.MustCompile(`(?m)^(\w*(load|2vips)\w*|heif|VipsJpeg|vipspng|spng|nsgif|tiff|gif): `)
 
 // result checks that an encoded result has the size and frames it must
 // have.
