@@ -52,12 +52,11 @@ func BenchmarkAnimations(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("gif/1000-frames-of-4x4", func(b *testing.B) {
-		tiny := &gif.GIF{}
-		for k := range DefaultMaxFrames {
-			tiny.Image = append(tiny.Image, image.NewPaletted(image.Rect(0, 0, 4, 4), color.Palette{color.Gray{uint8(k)}}))
-			tiny.Delay = append(tiny.Delay, 2)
+		levels := make([]uint8, DefaultMaxFrames)
+		for k := range levels {
+			levels[k] = uint8(k)
 		}
-		src := encodeGIF(b, tiny)
+		src := SolidAnimation(b, 4, 4, levels...)
 		e := New(Options{})
 		for range b.N {
 			start := time.Now()
@@ -101,7 +100,21 @@ func BenchmarkAnimations(b *testing.B) {
 	}
 }
 
+// SolidAnimation is an animated GIF of w×h frames, each of one grey
+// level of levels, 100 ms each, played for ever. It is exported for the
+// package's external tests.
+func SolidAnimation(tb testing.TB, w, h int, levels ...uint8) []byte {
+	tb.Helper()
+	anim := &gif.GIF{}
+	for _, level := range levels {
+		anim.Image = append(anim.Image, image.NewPaletted(image.Rect(0, 0, w, h), color.Palette{color.Gray{level}}))
+		anim.Delay = append(anim.Delay, 10)
+	}
+	return encodeGIF(tb, anim)
+}
+
 func encodeGIF(tb testing.TB, g *gif.GIF) []byte {
+	tb.Helper()
 	var b bytes.Buffer
 	if err := gif.EncodeAll(&b, g); err != nil {
 		tb.Fatal(err)
@@ -113,12 +126,7 @@ func encodeGIF(tb testing.TB, g *gif.GIF) []byte {
 // frame of its source, also frames alike (0, 0) or a level apart (1),
 // which libwebp's animation encoder merges into the frame before.
 func TestWebPAnimationKeepsEveryFrame(t *testing.T) {
-	anim := &gif.GIF{}
-	for _, level := range []uint8{0, 0, 1, 255} {
-		anim.Image = append(anim.Image, image.NewPaletted(image.Rect(0, 0, 8, 6), color.Palette{color.Gray{level}}))
-		anim.Delay = append(anim.Delay, 10)
-	}
-	webp, err := run(context.Background(), encodeGIF(t, anim), webpFormat, geometry{scale: 1, size: image.Pt(8, 6), frames: 4}, recipe{}, bimg.ImageMetadata{})
+	webp, err := run(context.Background(), SolidAnimation(t, 8, 6, 0, 0, 1, 255), webpFormat, geometry{scale: 1, size: image.Pt(8, 6), frames: 4}, recipe{}, bimg.ImageMetadata{})
 	if err != nil {
 		t.Fatal(err)
 	}

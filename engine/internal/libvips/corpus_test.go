@@ -6,9 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"image"
-	"image/color"
-	"image/gif"
 	"io"
 	"log/slog"
 	"os"
@@ -80,7 +77,7 @@ func corruptCorpus(t testing.TB) map[string][]byte {
 		"WebPCanvasFlood":        webpCanvas(16384, 16384),
 		"WebPRIFFClaims4GiB":     append([]byte("RIFF\xff\xff\xff\xffWEBP"), webp[12:]...),
 		"GIFARPolyglot":          []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;/*PK\x03\x04*/alert(1)"),
-		"GIFFrameFlood":          gifFrames(t, 5000), // more frames than MaxFrames
+		"GIFFrameFlood":          vips.SolidAnimation(t, 1, 1, make([]uint8, 5000)...), // more frames than MaxFrames
 		"GIFTruncatedInFrames":   motionGIF[:len(motionGIF)*2/3],
 		"WebPAnimationTruncated": motionWebP[:len(motionWebP)*2/3],
 		"SVG":                    []byte(`<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg" width="99999" height="99999"/>`),
@@ -94,21 +91,6 @@ func corruptCorpus(t testing.TB) map[string][]byte {
 		"PNGSignatureThenJPEG":   append([]byte("\x89PNG\r\n\x1a\n"), jpg...),
 		"JPEGHeaderThenPNGBytes": append([]byte{0xFF, 0xD8, 0xFF}, butterfly...),
 	}
-}
-
-// gifFrames is an animated GIF of frames frames of one pixel.
-func gifFrames(t testing.TB, frames int) []byte {
-	t.Helper()
-	anim := &gif.GIF{}
-	for range frames {
-		anim.Image = append(anim.Image, image.NewPaletted(image.Rect(0, 0, 1, 1), color.Palette{color.Black}))
-		anim.Delay = append(anim.Delay, 1)
-	}
-	var b bytes.Buffer
-	if err := gif.EncodeAll(&b, anim); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
 }
 
 func zlibOf(data []byte) []byte {

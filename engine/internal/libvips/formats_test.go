@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"image/color"
 	"image/gif"
 	"strings"
 	"testing"
@@ -30,28 +29,12 @@ func convert(t *testing.T, src []byte, kind bimg.ImageType) []byte {
 	return out
 }
 
-// solidAnimation is an animated GIF of w×h frames, each of one grey
-// level of levels, 100 ms each, played for ever.
-func solidAnimation(t *testing.T, w, h int, levels ...uint8) []byte {
-	t.Helper()
-	anim := &gif.GIF{LoopCount: 0}
-	for _, level := range levels {
-		frame := image.NewPaletted(image.Rect(0, 0, w, h), color.Palette{color.Gray{level}})
-		anim.Image, anim.Delay = append(anim.Image, frame), append(anim.Delay, 10)
-	}
-	var b bytes.Buffer
-	if err := gif.EncodeAll(&b, anim); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // TestAnimationFramesAlone: each frame of an animation is enlarged alone,
 // by Upscale and by Decode and Encode, so a black frame between white ones
 // stays black to its edges rather than taking grey from its neighbours.
 func TestAnimationFramesAlone(t *testing.T) {
 	e := vips.New(vips.Options{})
-	src := solidAnimation(t, 8, 6, 255, 0, 255)
+	src := vips.SolidAnimation(t, 8, 6, 255, 0, 255)
 	px, err := e.Decode(context.Background(), src, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +115,7 @@ func solidFrame(frame *image.Paletted, level uint8) error {
 // whose result would be over MaxOutputPixels in all is fitted, every
 // frame, and stays an animation, never a still.
 func TestAnimationLimits(t *testing.T) {
-	src := solidAnimation(t, 100, 50, 0, 128, 255) // 15000 pixels in all
+	src := vips.SolidAnimation(t, 100, 50, 0, 128, 255) // 15000 pixels in all
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -163,18 +146,18 @@ func TestAnimationLimits(t *testing.T) {
 	// 10,000,000 rows (libvips's largest): 1000 frames of 1×2501 make
 	// 5,002,000 at ×2, and 10,004,000 at ×4, refused before decoding.
 	e = vips.New(vips.Options{})
-	tall := solidAnimation(t, 1, 2501, make([]uint8, 1000)...)
+	tall := vips.SolidAnimation(t, 1, 2501, make([]uint8, 1000)...)
 	if h, err := e.Header(tall, 2); err != nil || h.Frames != 1000 {
 		t.Errorf("1000 frames of 1x2501 ×2: %+v, %v; want them admitted", h, err)
 	}
 	if _, err := e.Upscale(ctx, tall, upscale.Params{Scale: 4}); !errors.Is(err, upscale.ErrImageTooLarge) || !strings.Contains(err.Error(), "rows") {
 		t.Errorf("1000 frames of 1x2501 ×4: %v; want ErrImageTooLarge for the rows", err)
 	}
-	two, err := e.EstimateMemory(solidAnimation(t, 100, 50, 0, 255), upscale.Params{Scale: 2})
+	two, err := e.EstimateMemory(vips.SolidAnimation(t, 100, 50, 0, 255), upscale.Params{Scale: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	four, err := e.EstimateMemory(solidAnimation(t, 100, 50, 0, 255, 0, 255), upscale.Params{Scale: 2})
+	four, err := e.EstimateMemory(vips.SolidAnimation(t, 100, 50, 0, 255, 0, 255), upscale.Params{Scale: 2})
 	if err != nil || four != 2*two {
 		t.Errorf("EstimateMemory: %d for four frames (%v), want twice the %d of two", four, err, two)
 	}

@@ -255,52 +255,71 @@ func webpWith(t *testing.T, webp []byte, w, h int, profile, exif, xmp []byte) []
 	vp8x[4], vp8x[5], vp8x[6] = byte(w-1), byte((w-1)>>8), byte((w-1)>>16)
 	vp8x[7], vp8x[8], vp8x[9] = byte(h-1), byte((h-1)>>8), byte((h-1)>>16)
 	var pictures []byte
-	for i := 12; i+8 <= len(webp); {
-		fourCC, n := string(webp[i:i+4]), int(binary.LittleEndian.Uint32(webp[i+4:]))
-		switch fourCC {
+	for _, c := range webpChunks(webp) {
+		switch c.fourCC {
 		case "VP8X":
-			vp8x[0] |= webp[i+8] & (0x10 | 0x02) // alpha, animation
+			vp8x[0] |= c.data[0] & (0x10 | 0x02) // alpha, animation
 		case "ICCP", "EXIF", "XMP ":
 		default: // the image: a bitstream, or ANIM and its frames
-			pictures = append(pictures, webp[i:i+8+n+n%2]...)
+			pictures = append(pictures, c.bytes()...)
 		}
-		i += 8 + n + n%2
 	}
 	if pictures == nil {
 		t.Fatal("a WebP without an image")
 	}
-	body := append([]byte("WEBP"), webpChunk("VP8X", vp8x)...)
+	body := append([]byte("WEBP"), webpChunk{"VP8X", vp8x}.bytes()...)
 	if profile != nil {
-		body = append(body, webpChunk("ICCP", profile)...)
+		body = append(body, webpChunk{"ICCP", profile}.bytes()...)
 	}
 	body = append(body, pictures...)
 	if exif != nil {
-		body = append(body, webpChunk("EXIF", exif)...)
+		body = append(body, webpChunk{"EXIF", exif}.bytes()...)
 	}
 	if xmp != nil {
-		body = append(body, webpChunk("XMP ", xmp)...)
+		body = append(body, webpChunk{"XMP ", xmp}.bytes()...)
 	}
 	return append(binary.LittleEndian.AppendUint32([]byte("RIFF"), uint32(len(body))), body...)
 }
 
-func webpChunk(fourCC string, data []byte) []byte {
-	out := binary.LittleEndian.AppendUint32([]byte(fourCC), uint32(len(data)))
-	out = append(out, data...)
-	if len(data)%2 == 1 {
+// webpChunk is one chunk of a WebP file.
+type webpChunk struct {
+	fourCC string
+	data   []byte
+}
+
+// bytes is the chunk as a file holds it: its header, its data, and a
+// byte of padding after odd-sized data.
+func (c webpChunk) bytes() []byte {
+	out := binary.LittleEndian.AppendUint32([]byte(c.fourCC), uint32(len(c.data)))
+	out = append(out, c.data...)
+	if len(c.data)%2 == 1 {
 		out = append(out, 0)
 	}
 	return out
 }
 
+// webpChunks returns the chunks of a WebP file, in order, up to the first
+// that the file does not hold whole.
+func webpChunks(webp []byte) []webpChunk {
+	var chunks []webpChunk
+	for i := 12; i+8 <= len(webp); {
+		n := int(binary.LittleEndian.Uint32(webp[i+4:]))
+		if n > len(webp)-i-8 {
+			break
+		}
+		chunks = append(chunks, webpChunk{string(webp[i : i+4]), webp[i+8 : i+8+n]})
+		i += 8 + n + n%2
+	}
+	return chunks
+}
+
 // webpChunkNamed returns the data of the WebP's first chunk called fourCC,
 // or nil.
 func webpChunkNamed(webp []byte, fourCC string) []byte {
-	for i := 12; i+8 <= len(webp); {
-		n := int(binary.LittleEndian.Uint32(webp[i+4:]))
-		if string(webp[i:i+4]) == fourCC {
-			return webp[i+8 : i+8+n]
+	for _, c := range webpChunks(webp) {
+		if c.fourCC == fourCC {
+			return c.data
 		}
-		i += 8 + n + n%2
 	}
 	return nil
 }
