@@ -122,18 +122,19 @@ func (q *MemoryJobQueue) stand(j *memoryJob, now time.Time) Job {
 
 // withJob runs do on accountID's job id with the queue locked: how Get,
 // Cancel and Prepare begin. It fails with ctx's error first, then as find
-// does.
-func (q *MemoryJobQueue) withJob(ctx context.Context, accountID, id string, do func(j *memoryJob, now time.Time) Job) (Job, error) {
+// does, without running do.
+func (q *MemoryJobQueue) withJob(ctx context.Context, accountID, id string, do func(j *memoryJob, now time.Time)) error {
 	if err := ctx.Err(); err != nil {
-		return Job{}, err
+		return err
 	}
 	now := q.lock()
 	defer q.mu.Unlock()
 	j, err := q.find(accountID, id, now)
 	if err != nil {
-		return Job{}, err
+		return err
 	}
-	return do(j, now), nil
+	do(j, now)
+	return nil
 }
 
 // find returns accountID's job id, unexpired, or ErrNotFound for a job
@@ -187,13 +188,14 @@ func (q *MemoryJobQueue) signal() {
 }
 
 // Get implements JobQueue.
-func (q *MemoryJobQueue) Get(ctx context.Context, accountID, id string) (Job, error) {
-	return q.withJob(ctx, accountID, id, q.stand)
+func (q *MemoryJobQueue) Get(ctx context.Context, accountID, id string) (job Job, err error) {
+	err = q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) { job = q.stand(j, now) })
+	return job, err
 }
 
 // Cancel implements JobQueue.
-func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job, error) {
-	return q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) Job {
+func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (job Job, err error) {
+	err = q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) {
 		switch {
 		case j.Status == JobQueued && j.Prepared.Delivers(now):
 			// Its result is made and maybe charged: it runs again to
@@ -207,8 +209,9 @@ func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job,
 			j.canceled = true
 			j.stop(ErrJobCanceled)
 		}
-		return q.stand(j, now)
+		job = q.stand(j, now)
 	})
+	return job, err
 }
 
 // CountJobs implements JobCounter.
@@ -252,11 +255,7 @@ func (q *MemoryJobQueue) CountAccountJobs(ctx context.Context, accountID string)
 
 // Prepare implements JobQueue.
 func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, prepared PreparedResult) error {
-	_, err := q.withJob(ctx, accountID, id, func(j *memoryJob, _ time.Time) Job {
-		j.Prepared = &prepared
-		return Job{}
-	})
-	return err
+	return q.withJob(ctx, accountID, id, func(j *memoryJob, _ time.Time) { j.Prepared = &prepared })
 }
 
 // Work implements JobQueue.
