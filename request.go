@@ -133,11 +133,15 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 // its messages and its rules, checked once the URL is parsed.
 type urlPolicy struct {
 	sentinel error
-	// missing refuses a field that is not a string or, with emptyMissing,
-	// an empty one.
-	missing, tooLong, unparsable string
+	// missing is the message for a field that is not a string or, with
+	// emptyMissing, an empty one, and unparsable for one that url.Parse
+	// refuses; tooLong is a format taking the URL's length and
+	// MaxImageURLBytes.
+	missing, unparsable, tooLong string
 	emptyMissing                 bool
-	check                        func(*url.URL) error
+	// check holds the parsed URL to the field's rules, returning its
+	// Explained error.
+	check func(*url.URL) error
 }
 
 var (
