@@ -154,22 +154,23 @@ type Capacity struct {
 }
 
 // refuseOldMethods refuses a backend written against an optional
-// interface's earlier method: it compiles, and without this it would lose
+// interface's earlier methods: it compiles, and without this it would lose
 // what the interface gives without a word (CHANGELOG.md).
 func (cfg Config) refuseOldMethods() error {
 	_, oldSizer := cfg.Upscaler.(interface {
 		SourceSize([]byte) (int, int, error)
 	})
-	_, sizer := cfg.Upscaler.(SizeReader)
-	_, oldCounter := cfg.Jobs.(interface {
+	if _, sizer := cfg.Upscaler.(SizeReader); oldSizer && !sizer {
+		return errors.New("upscale: Config.Upscaler has SourceSize(src) (width, height, err), which SizeReader no longer reads: rename it SourcePixels(src) (int64, error) and return width × height × frames, so that its queued jobs' work is counted")
+	}
+	_, oldCount := cfg.Jobs.(interface {
 		CountJobs(context.Context) (int, int, error)
 	})
-	_, counter := cfg.Jobs.(JobCounter)
-	switch {
-	case oldSizer && !sizer:
-		return errors.New("upscale: Config.Upscaler has SourceSize(src) (width, height, err), which SizeReader no longer reads: rename it SourcePixels(src) (int64, error) and return width × height × frames, so that its queued jobs' work is counted")
-	case oldCounter && !counter:
-		return errors.New("upscale: Config.Jobs has CountJobs(ctx) (queued, running, err), which JobCounter no longer reads: return a JobCounts and add CountAccountJobs, or each account's share of the workers (Config.JobShare) is not kept")
+	_, newCount := cfg.Jobs.(interface {
+		CountJobs(context.Context) (JobCounts, error)
+	})
+	if _, counter := cfg.Jobs.(JobCounter); (oldCount || newCount) && !counter {
+		return errors.New("upscale: Config.Jobs has CountJobs but is no JobCounter: a JobCounter's CountJobs(ctx) returns a JobCounts, and it has CountAccountJobs(ctx, accountID) (int, error); without both the queue's gauges read -1 and each account's share of the workers (Config.JobShare) is not kept")
 	}
 	return nil
 }

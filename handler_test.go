@@ -757,18 +757,26 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("New with a bad %s: %v; want an error naming it", field, err)
 		}
 	}
-	// A backend written against an optional interface's earlier method
-	// compiles; New says so rather than let it lose what it gave.
-	for method, c := range map[string]func(*upscale.Config){
-		"SourcePixels": func(c *upscale.Config) { c.Upscaler = sourceSizeUpscaler{c.Upscaler} },
-		"CountAccountJobs": func(c *upscale.Config) {
-			c.Jobs = oldCountingQueue{upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{})}
-		},
+	// A backend written against an optional interface's earlier methods
+	// compiles; New says so rather than let it lose what it gave. One
+	// that has the new methods beside the old is what it should be.
+	jobs := upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{})
+	for _, c := range []struct {
+		name, want string // want: what the error names; empty, no error
+		set        func(*upscale.Config)
+	}{
+		{"SourceSize", "SourcePixels", func(c *upscale.Config) { c.Upscaler = sourceSizeUpscaler{c.Upscaler} }},
+		{"SourceSize and SourcePixels", "", func(c *upscale.Config) {
+			c.Upscaler = bothSizesUpscaler{}
+		}},
+		{"CountJobs of ints", "CountAccountJobs", func(c *upscale.Config) { c.Jobs = oldCountingQueue{jobs} }},
+		{"CountJobs without CountAccountJobs", "CountAccountJobs", func(c *upscale.Config) { c.Jobs = halfCountingQueue{jobs} }},
 	} {
 		cfg := full
-		c(&cfg)
-		if _, err := upscale.New(cfg); err == nil || !strings.Contains(err.Error(), method) {
-			t.Errorf("New with a backend that lacks %s but has the method it replaced: %v; want an error that names it", method, err)
+		c.set(&cfg)
+		_, err := upscale.New(cfg)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("New with a backend that has %s: %v; want an error naming %q (none if empty)", c.name, err, c.want)
 		}
 	}
 }
@@ -779,11 +787,24 @@ type sourceSizeUpscaler struct{ upscale.Upscaler }
 
 func (sourceSizeUpscaler) SourceSize([]byte) (width, height int, err error) { return 1, 1, nil }
 
+// bothSizesUpscaler kept SourceSize beside SizeReader's SourcePixels.
+type bothSizesUpscaler struct{ upscaletest.PixelUpscaler }
+
+func (bothSizesUpscaler) SourceSize([]byte) (width, height int, err error) { return 1, 1, nil }
+
 // oldCountingQueue is a host's JobQueue written against JobCounter's
 // earlier method.
 type oldCountingQueue struct{ upscale.JobQueue }
 
 func (oldCountingQueue) CountJobs(context.Context) (queued, running int, err error) { return 0, 0, nil }
+
+// halfCountingQueue is a host's JobQueue that changed CountJobs for the
+// new JobCounter but has no CountAccountJobs.
+type halfCountingQueue struct{ upscale.JobQueue }
+
+func (halfCountingQueue) CountJobs(context.Context) (upscale.JobCounts, error) {
+	return upscale.JobCounts{}, nil
+}
 
 func mustPNG(img image.Image) []byte {
 	var b bytes.Buffer
