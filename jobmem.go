@@ -188,14 +188,16 @@ func (q *MemoryJobQueue) signal() {
 }
 
 // Get implements JobQueue.
-func (q *MemoryJobQueue) Get(ctx context.Context, accountID, id string) (job Job, err error) {
-	err = q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) { job = q.stand(j, now) })
+func (q *MemoryJobQueue) Get(ctx context.Context, accountID, id string) (Job, error) {
+	var job Job
+	err := q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) { job = q.stand(j, now) })
 	return job, err
 }
 
 // Cancel implements JobQueue.
-func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (job Job, err error) {
-	err = q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) {
+func (q *MemoryJobQueue) Cancel(ctx context.Context, accountID, id string) (Job, error) {
+	var job Job
+	err := q.withJob(ctx, accountID, id, func(j *memoryJob, now time.Time) {
 		switch {
 		case j.Status == JobQueued && j.Prepared.Delivers(now):
 			// Its result is made and maybe charged: it runs again to

@@ -14,11 +14,12 @@ import (
 
 // TestFailureBlamesTheEngineForAGoodFile: when the pipeline fails on a
 // file that decodes whole as the pipeline reads it, the failure is the
-// engine's (502, retrying is safe), in every format, turned or not, and
-// for an animation, whatever the failure's message names (libheif's
-// encoder shares its decoder's "heif" domain); only a file that does not
-// decode is the caller's. The strict decode once refused every JPEG and
-// PNG, and answered every engine failure on them as a corrupt source.
+// engine's (502, retrying is safe) for a PNG, a JPEG turned or not, a
+// WebP, an AVIF and an animated GIF, whatever the failure's message names
+// (libheif's encoder shares its decoder's "heif" domain); only a file that
+// does not decode is the caller's. The strict decode once refused every
+// JPEG and PNG, and answered every engine failure on them as a corrupt
+// source.
 func TestFailureBlamesTheEngineForAGoodFile(t *testing.T) {
 	png := quality.CelImage(1, 64).PNG(t)
 	convert := func(to bimg.ImageType) []byte {

@@ -54,8 +54,9 @@ func TestMetadataOnPurpose(t *testing.T) {
 		name    string
 		src     []byte
 		profile func(t *testing.T, file []byte) []byte // the profile the file carries; nil: not checked
+		frames  int                                    // of an animation; 0 for a still
 	}{
-		{"JPEG", jpg, jpegProfile},
+		{"JPEG", jpg, jpegProfile, 0},
 		{
 			"PNG",
 			pngWith(encodePNG(t, src),
@@ -64,20 +65,23 @@ func TestMetadataOnPurpose(t *testing.T) {
 				pngChunk{typ: "tEXt", data: []byte("Comment\x00" + place)},
 				pngChunk{typ: "iTXt", data: append([]byte("XML:com.adobe.xmp\x00\x00\x00\x00\x00"), xmp...)}),
 			pngProfile,
+			0,
 		},
 		{
 			"WebP",
 			webpWith(t, webp, 40, 30, profile, exif, xmp),
 			webpProfile,
+			0,
 		},
 		{
 			"AnimatedWebP",
 			webpWith(t, motionWebP(t), 16, 12, profile, exif, xmp),
 			webpProfile,
+			3,
 		},
 		// libvips's HEIF saver keeps the JPEG's EXIF and profile.
-		{"HEIC", convert(t, jpg, bimg.HEIF), nil},
-		{"AVIF", convert(t, jpg, bimg.AVIF), nil},
+		{"HEIC", convert(t, jpg, bimg.HEIF), nil, 0},
+		{"AVIF", convert(t, jpg, bimg.AVIF), nil, 0},
 	} {
 		if tc.profile != nil {
 			if got := tc.profile(t, tc.src); !bytes.Equal(got, profile) {
@@ -92,6 +96,9 @@ func TestMetadataOnPurpose(t *testing.T) {
 				img, err := enlarge(tc.src)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if h, err := e.Header(img.Data, 1); tc.frames > 0 && (err != nil || h.Frames != tc.frames) {
+					t.Errorf("the result has %d frames (%v), want %d", h.Frames, err, tc.frames)
 				}
 				if tc.profile != nil {
 					if got := tc.profile(t, img.Data); !bytes.Equal(got, profile) {
@@ -124,7 +131,7 @@ func TestMetadataOnPurpose(t *testing.T) {
 func exifBlock(artist, copyright, place string, orientation uint16) []byte {
 	type entry struct {
 		tag, typ uint16
-		value    []byte // ASCII or UNDEFINED bytes, or a LONG
+		value    []byte // ASCII or UNDEFINED bytes, SHORTs, or a LONG
 	}
 	ascii := func(s string) []byte { return append([]byte(s), 0) }
 	// ifd lays out an IFD at off, with its values longer than 4 bytes
