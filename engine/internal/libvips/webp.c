@@ -27,15 +27,12 @@ static int keep_encoding(int percent, const WebPPicture *picture) {
 	return !g_atomic_int_get((const gint *) picture->user_data);
 }
 
-// with_metadata puts the ICC profile and EXIF block of in, those it has,
-// into a copy of the encoded image, as the ICCP and EXIF chunks of WebP's
-// extended format. WebP's EXIF chunk holds the TIFF structure alone,
-// without EXIF_HEADER.
-static int with_metadata(VipsImage *in, const WebPData *image, WebPData *file) {
+// set_metadata puts the ICC profile and EXIF block of in, those it has,
+// into mux, as the ICCP and EXIF chunks of WebP's extended format. WebP's
+// EXIF chunk holds the TIFF structure alone, without EXIF_HEADER.
+static int set_metadata(VipsImage *in, WebPMux *mux) {
 	const char *fields[] = {VIPS_META_ICC_NAME, VIPS_META_EXIF_NAME}, *chunks[] = {"ICCP", "EXIF"};
-	WebPMux *mux = WebPMuxCreate(image, 0);
-	int ok = mux != NULL;
-	for (int i = 0; ok && i < 2; i++) {
+	for (int i = 0; i < 2; i++) {
 		const void *blob;
 		size_t len;
 		if (!vips_image_get_typeof(in, fields[i]) || vips_image_get_blob(in, fields[i], &blob, &len))
@@ -43,9 +40,17 @@ static int with_metadata(VipsImage *in, const WebPData *image, WebPData *file) {
 		if (i == 1 && len >= EXIF_HEADER_LEN && memcmp(blob, EXIF_HEADER, EXIF_HEADER_LEN) == 0)
 			blob = (const char *) blob + EXIF_HEADER_LEN, len -= EXIF_HEADER_LEN;
 		WebPData chunk = {blob, len};
-		ok = WebPMuxSetChunk(mux, chunks[i], &chunk, 0) == WEBP_MUX_OK;
+		if (WebPMuxSetChunk(mux, chunks[i], &chunk, 0) != WEBP_MUX_OK)
+			return 0;
 	}
-	ok = ok && WebPMuxAssemble(mux, file) == WEBP_MUX_OK;
+	return 1;
+}
+
+// with_metadata writes the encoded still image, with in's metadata
+// (set_metadata), as a file.
+static int with_metadata(VipsImage *in, const WebPData *image, WebPData *file) {
+	WebPMux *mux = WebPMuxCreate(image, 0);
+	int ok = mux && set_metadata(in, mux) && WebPMuxAssemble(mux, file) == WEBP_MUX_OK;
 	WebPMuxDelete(mux);
 	return ok;
 }
@@ -138,12 +143,13 @@ static int encode_still(VipsImage *in, const WebPConfig *config, gint *cancelled
 }
 
 // encode_animation encodes in's pages (frames, one above the other) as an
-// animated WebP with in's delays and loop count: each frame encoded as a
-// still, whole, and muxed as an ANMF frame that replaces the one before.
+// animated WebP file with in's delays, loop count and metadata
+// (set_metadata): each frame encoded as a still, whole, and muxed as an
+// ANMF frame that replaces the one before.
 // libwebp's animation encoder is not used: it drops a frame that looks
 // like the one before, and a lossy frame 2 levels from it does, which would
 // change the frame count.
-static int encode_animation(VipsImage *in, const WebPConfig *config, gint *cancelled, WebPData *image) {
+static int encode_animation(VipsImage *in, const WebPConfig *config, gint *cancelled, WebPData *file) {
 	const int height = vips_image_get_page_height(in), pages = in->Ysize / height;
 	int *delays = NULL, n_delays = 0, loop = 0;
 	if (vips_image_get_typeof(in, "delay"))
@@ -173,7 +179,7 @@ static int encode_animation(VipsImage *in, const WebPConfig *config, gint *cance
 		if (frame)
 			g_object_unref(frame);
 	}
-	ok = ok && WebPMuxAssemble(mux, image) == WEBP_MUX_OK;
+	ok = ok && set_metadata(in, mux) && WebPMuxAssemble(mux, file) == WEBP_MUX_OK;
 	WebPMuxDelete(mux);
 	return ok;
 }
@@ -187,11 +193,13 @@ int webp_save(VipsImage *in, int quality, int effort, gint *cancelled, void **ou
 	}
 	config.method = effort;
 	WebPData image = {NULL, 0}, file = {NULL, 0};
-	int ok = vips_image_get_page_height(in) < in->Ysize
-		? encode_animation(in, &config, cancelled, &image)
-		: encode_still(in, &config, cancelled, &image);
-	ok = ok && with_metadata(in, &image, &file);
-	WebPDataClear(&image);
+	int ok;
+	if (vips_image_get_page_height(in) < in->Ysize) {
+		ok = encode_animation(in, &config, cancelled, &file);
+	} else {
+		ok = encode_still(in, &config, cancelled, &image) && with_metadata(in, &image, &file);
+		WebPDataClear(&image);
+	}
 	if (!ok) {
 		if (!is_cancelled(cancelled))
 			vips_error("upscale", "libwebp: the image could not be encoded");
