@@ -555,6 +555,11 @@ func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geo
 	if !ok {
 		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG, WebP, GIF, HEIC, AVIF or TIFF image.")
 	}
+	if kind == sourceHEIC || kind == sourceAVIF || kind == sourceAVIFSequence {
+		if err := checkHEIFReferences(src); err != nil {
+			return format{}, bimg.ImageMetadata{}, geometry{}, err
+		}
+	}
 	meta, err := bimg.NewImage(src).Metadata()
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, fmt.Errorf("%w: read header: %v", upscale.Explain(upscale.ErrUnsupportedImage, msgUnreadable), err)

@@ -1,0 +1,144 @@
+package libvips
+
+import (
+	"encoding/binary"
+
+	"github.com/upscalekit/upscale"
+)
+
+// maxHEIFDecodes caps how many images libheif may decode for one HEIC or
+// AVIF file, counting each as often as it is reached. A phone's photo is a
+// grid of about 50 tiles, with an alpha or depth grid as many again; a
+// file whose images are built from each other many times over would have
+// libheif decode them without end.
+const maxHEIFDecodes = 4096
+
+// checkHEIFReferences refuses a HEIC or AVIF file whose images refer to
+// each other in a loop, or are reached more than maxHEIFDecodes times in
+// all. libheif decodes an image by decoding what it is made of (its dimg
+// references: a grid's tiles, an overlay's layers) and its auxiliary
+// images (those whose auxl references name it: alpha, depth), each in a
+// thread of its own: a loop made it start threads until the process had
+// tens of thousands and the request never ended.
+func checkHEIFReferences(src []byte) error {
+	refs := heifReferences(src)
+	decodes := map[uint32]int{}
+	const visiting = -1
+	// count returns how many decodes decoding id takes, or visiting when
+	// id is reached again while its own count is under way: a loop.
+	var count func(id uint32) int
+	count = func(id uint32) int {
+		if n, seen := decodes[id]; seen {
+			return n
+		}
+		decodes[id] = visiting
+		n := 1
+		for _, part := range refs[id] {
+			c := count(part)
+			if c == visiting {
+				return visiting
+			}
+			n = min(n+c, maxHEIFDecodes+1)
+		}
+		decodes[id] = n
+		return n
+	}
+	total := 0
+	for id := range refs {
+		n := count(id)
+		if n == visiting {
+			return upscale.Explain(upscale.ErrUnsupportedImage, "The file's images are made of each other in a loop; it is corrupt.")
+		}
+		total = min(total+n, maxHEIFDecodes+1)
+	}
+	if total > maxHEIFDecodes {
+		return upscale.Explain(upscale.ErrUnsupportedImage, "The file's images are made of more than %d images in all.", maxHEIFDecodes)
+	}
+	return nil
+}
+
+// heifReferences reads the item references of an ISO BMFF file's meta box
+// that libheif follows to decode an image: for each item, the items it is
+// made of (dimg) and its auxiliary images (auxl, which point the other
+// way). It reads what the file holds whole and passes over the rest, which
+// libheif refuses.
+func heifReferences(src []byte) map[uint32][]uint32 {
+	refs := map[uint32][]uint32{}
+	meta := boxNamed(isoBoxes(src), "meta")
+	if len(meta) < 4 {
+		return refs
+	}
+	iref := boxNamed(isoBoxes(meta[4:]), "iref") // after meta's version and flags
+	if len(iref) < 4 {
+		return refs
+	}
+	idBytes := 2
+	if iref[0] == 1 { // version 1: 32-bit item IDs
+		idBytes = 4
+	}
+	id := func(b []byte) uint32 {
+		if idBytes == 4 {
+			return binary.BigEndian.Uint32(b)
+		}
+		return uint32(binary.BigEndian.Uint16(b))
+	}
+	for _, r := range isoBoxes(iref[4:]) {
+		if len(r.body) < idBytes+2 {
+			continue
+		}
+		from, n, to := id(r.body), int(binary.BigEndian.Uint16(r.body[idBytes:])), r.body[idBytes+2:]
+		for k := 0; k < n && (k+1)*idBytes <= len(to); k++ {
+			target := id(to[k*idBytes:])
+			switch r.typ {
+			case "dimg": // from is made of target
+				refs[from] = append(refs[from], target)
+			case "auxl": // from is target's auxiliary image, decoded with it
+				refs[target] = append(refs[target], from)
+			}
+		}
+	}
+	return refs
+}
+
+// isoBox is one box of an ISO BMFF file: its type and what it holds.
+type isoBox struct {
+	typ  string
+	body []byte
+}
+
+// isoBoxes splits data into the boxes it holds, one after another. A box
+// whose size runs past the end of data is read to that end, as libheif
+// reads it: the fuzzer's looping file hid its auxl reference in such a
+// box.
+func isoBoxes(data []byte) []isoBox {
+	var boxes []isoBox
+	for len(data) >= 8 {
+		size, header := uint64(binary.BigEndian.Uint32(data)), uint64(8)
+		switch size {
+		case 0: // to the end
+			size = uint64(len(data))
+		case 1: // a 64-bit size follows the type
+			if len(data) < 16 {
+				return boxes
+			}
+			size, header = binary.BigEndian.Uint64(data[8:]), 16
+		}
+		if size < header {
+			return boxes
+		}
+		size = min(size, uint64(len(data)))
+		boxes = append(boxes, isoBox{string(data[4:8]), data[header:size]})
+		data = data[size:]
+	}
+	return boxes
+}
+
+// boxNamed returns what the first of boxes of type typ holds, or nil.
+func boxNamed(boxes []isoBox, typ string) []byte {
+	for _, b := range boxes {
+		if b.typ == typ {
+			return b.body
+		}
+	}
+	return nil
+}
