@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"image"
+	"image/color/palette"
+	"image/gif"
 	"image/png"
 	"math/rand/v2"
 	"slices"
@@ -39,6 +41,7 @@ func TestCancelLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	animation := noisyGIF(t, 600, 600, 6)
 	px, err := e.Decode(context.Background(), square, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +76,11 @@ func TestCancelLatency(t *testing.T) {
 		}, ms(30, 1000, 3000), bound},
 		// libwebp converting the pixels to YUV (a second at 64
 		// megapixels), then encoding, which it reports by the percent.
+		// An animation: each frame enlarged in turn into the strip, then
+		// the GIF encoder's palettes, which stops between frames only:
+		// libimagequant cannot be stopped while it quantises one (up to
+		// about 1 s for these 1200×1200 frames on two cores).
+		{"GIF/animated/x2/photo/none", upscaling(animation, 2, upscale.Photo, upscale.DenoiseNone), ms(100, 500, 1000, 2000), 2 * time.Second},
 		{"WebP/x2/photo/none", upscaling(webp, 2, upscale.Photo, upscale.DenoiseNone), ms(300, 600, 900, 1200, 1500), bound},
 		{"WebP/x4/photo/none", upscaling(webp, 4, upscale.Photo, upscale.DenoiseNone), ms(500, 1000, 1500, 2000, 2500, 3000, 3500, 4000), bound},
 	} {
@@ -147,6 +155,26 @@ func noisyPNG(t *testing.T, w, h int) []byte {
 	}
 	var b bytes.Buffer
 	if err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// noisyGIF is an animated GIF of frames frames of w×h pixels of noise in
+// Plan 9's palette.
+func noisyGIF(t *testing.T, w, h, frames int) []byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(3, 4))
+	anim := &gif.GIF{}
+	for range frames {
+		frame := image.NewPaletted(image.Rect(0, 0, w, h), palette.Plan9)
+		for i := range frame.Pix {
+			frame.Pix[i] = uint8(r.IntN(len(palette.Plan9)))
+		}
+		anim.Image, anim.Delay = append(anim.Image, frame), append(anim.Delay, 10)
+	}
+	var b bytes.Buffer
+	if err := gif.EncodeAll(&b, anim); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
