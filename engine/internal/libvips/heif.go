@@ -60,8 +60,10 @@ func checkHEIFReferences(src []byte) error {
 // heifReferences reads the item references of an ISO BMFF file's meta box
 // that libheif follows to decode an image: for each item, the items it is
 // made of (dimg) and its auxiliary images (auxl, which point the other
-// way). It reads what the file holds whole and passes over the rest, which
-// libheif refuses.
+// way). It reads the iref box as libheif 1.15 does: each reference's box
+// header, then its IDs, one after the other, whatever size the header
+// gives; the fuzzer's looping files hid their auxl reference behind a
+// size that runs past the file.
 func heifReferences(src []byte) map[uint32][]uint32 {
 	refs := map[uint32][]uint32{}
 	meta := boxNamed(isoBoxes(src), "meta")
@@ -72,24 +74,29 @@ func heifReferences(src []byte) map[uint32][]uint32 {
 	if len(iref) < 4 {
 		return refs
 	}
-	idBytes := 2
+	r := &bigEndianReader{data: iref[4:]}
+	idBits := 16
 	if iref[0] == 1 { // version 1: 32-bit item IDs
-		idBytes = 4
+		idBits = 32
 	}
-	id := func(b []byte) uint32 {
-		if idBytes == 4 {
-			return binary.BigEndian.Uint32(b)
+	for !r.done() {
+		// A box header: its size, which libheif does not use here, a
+		// 64-bit size after size 1, and a 16-byte extended type after
+		// type uuid.
+		size, typ := r.read(32), string(r.bytes(4))
+		if size == 1 {
+			r.read(64)
 		}
-		return uint32(binary.BigEndian.Uint16(b))
-	}
-	for _, r := range isoBoxes(iref[4:]) {
-		if len(r.body) < idBytes+2 {
-			continue
+		if typ == "uuid" {
+			r.bytes(16)
 		}
-		from, n, to := id(r.body), int(binary.BigEndian.Uint16(r.body[idBytes:])), r.body[idBytes+2:]
-		for k := 0; k < n && (k+1)*idBytes <= len(to); k++ {
-			target := id(to[k*idBytes:])
-			switch r.typ {
+		from, n := uint32(r.read(idBits)), r.read(16)
+		for range n {
+			if r.done() {
+				break
+			}
+			target := uint32(r.read(idBits))
+			switch typ {
 			case "dimg": // from is made of target
 				refs[from] = append(refs[from], target)
 			case "auxl": // from is target's auxiliary image, decoded with it
@@ -100,6 +107,31 @@ func heifReferences(src []byte) map[uint32][]uint32 {
 	return refs
 }
 
+// bigEndianReader reads big-endian numbers from data until it runs out,
+// then reads zeros.
+type bigEndianReader struct {
+	data []byte
+}
+
+func (r *bigEndianReader) done() bool { return len(r.data) == 0 }
+
+// bytes returns the next n bytes, fewer at the end.
+func (r *bigEndianReader) bytes(n int) []byte {
+	n = min(n, len(r.data))
+	b := r.data[:n]
+	r.data = r.data[n:]
+	return b
+}
+
+// read returns the next bits-bit number (16, 32 or 64).
+func (r *bigEndianReader) read(bits int) uint64 {
+	var v uint64
+	for _, b := range r.bytes(bits / 8) {
+		v = v<<8 | uint64(b)
+	}
+	return v
+}
+
 // isoBox is one box of an ISO BMFF file: its type and what it holds.
 type isoBox struct {
 	typ  string
@@ -107,9 +139,8 @@ type isoBox struct {
 }
 
 // isoBoxes splits data into the boxes it holds, one after another. A box
-// whose size runs past the end of data is read to that end, as libheif
-// reads it: the fuzzer's looping file hid its auxl reference in such a
-// box.
+// whose size runs past the end of data is read to that end, so that no
+// reference libheif might read is missed.
 func isoBoxes(data []byte) []isoBox {
 	var boxes []isoBox
 	for len(data) >= 8 {

@@ -13,15 +13,16 @@ import (
 // in a loop, through a grid's tiles (dimg) or an alpha image (auxl), or
 // that would have libheif decode more than maxHEIFDecodes images, is
 // refused before libheif sees it; a phone's grid with an alpha grid, and
-// real files, are not. The fuzzer's file, whose auxl reference hides in a
-// box whose size runs past its parent, made libheif start threads until
-// the request hung (a seed of FuzzUpscaleImage).
+// real files, are not. The references are read as libheif reads them,
+// whatever sizes their boxes claim: the fuzzer's two files, whose boxes
+// claim sizes past the file, made libheif start threads until the request
+// hung (seeds of FuzzUpscaleImage).
 func TestHEIFReferences(t *testing.T) {
 	type ref struct {
 		typ     string
 		from    uint32
 		to      []uint32
-		badSize bool // the box's size runs past the file
+		badSize bool // the box claims a size past the file
 	}
 	tiles := func(n int, first uint32) []uint32 {
 		ids := make([]uint32, n)
@@ -48,6 +49,9 @@ func TestHEIFReferences(t *testing.T) {
 		}, true},
 		{"the same, auxl in a box whose size runs past the file", 0, []ref{
 			{typ: "dimg", from: 2, to: []uint32{1}}, {typ: "dimg", from: 4, to: []uint32{2}}, {typ: "auxl", from: 4, to: []uint32{2}, badSize: true},
+		}, true},
+		{"the same, the boxes before auxl with sizes past the file", 0, []ref{
+			{typ: "dimg", from: 2, to: []uint32{1}, badSize: true}, {typ: "dimg", from: 4, to: []uint32{2}, badSize: true}, {typ: "auxl", from: 4, to: []uint32{2}},
 		}, true},
 		// 13 levels of grids, each of two tiles that are the same grid:
 		// 2^13 decodes of item 14, from a file of 13 references.
