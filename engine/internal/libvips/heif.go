@@ -8,20 +8,27 @@ import (
 
 // maxHEIFDecodes caps how many images libheif may decode for one HEIC or
 // AVIF file, counting each as often as it is reached. A phone's photo is a
-// grid of about 50 tiles, with an alpha or depth grid as many again; a
-// file whose images are built from each other many times over would have
-// libheif decode them without end.
+// grid of 48 tiles (12 MP) to about 200 (48 MP), with an alpha grid as
+// many again; a file whose images are built from each other many times
+// over would have libheif decode them without end.
 const maxHEIFDecodes = 4096
 
 // checkHEIFReferences refuses a HEIC or AVIF file whose images refer to
-// each other in a loop, or are reached more than maxHEIFDecodes times in
-// all. libheif decodes an image by decoding what it is made of (its dimg
-// references: a grid's tiles, an overlay's layers) and its auxiliary
-// images (those whose auxl references name it: alpha, depth), each in a
-// thread of its own: a loop made it start threads until the process had
-// tens of thousands and the request never ended.
+// each other in a loop, or would be reached more than maxHEIFDecodes times
+// in all (an upper bound: every image that refers to others counts, not
+// only those the primary image reaches). libheif decodes an image by
+// decoding what it is made of (its dimg references: a grid's tiles, each
+// in a thread of its own, an overlay's layers) and its alpha image (whose
+// auxl reference names it): a loop made it start threads until the
+// process had tens of thousands and the request never ended.
 func checkHEIFReferences(src []byte) error {
-	refs := heifReferences(src)
+	refs, n := heifReferences(src)
+	// Each reference adds at least one decode, and a file of more is
+	// refused before its graph costs time or stack.
+	tooMany := upscale.Explain(upscale.ErrUnsupportedImage, "The file's images are made of more than %d images in all.", maxHEIFDecodes)
+	if n > maxHEIFDecodes {
+		return tooMany
+	}
 	decodes := map[uint32]int{}
 	const visiting = -1
 	// count returns how many decodes decoding id takes, or visiting when
@@ -52,59 +59,66 @@ func checkHEIFReferences(src []byte) error {
 		total = min(total+n, maxHEIFDecodes+1)
 	}
 	if total > maxHEIFDecodes {
-		return upscale.Explain(upscale.ErrUnsupportedImage, "The file's images are made of more than %d images in all.", maxHEIFDecodes)
+		return tooMany
 	}
 	return nil
 }
 
-// heifReferences reads the item references of an ISO BMFF file's meta box
-// that libheif follows to decode an image: for each item, the items it is
-// made of (dimg) and its auxiliary images (auxl, which point the other
-// way). It reads the iref box as libheif 1.15 does: each reference's box
-// header, then its IDs, one after the other, whatever size the header
-// gives; the fuzzer's looping files hid their auxl reference behind a
-// size that runs past the file.
-func heifReferences(src []byte) map[uint32][]uint32 {
-	refs := map[uint32][]uint32{}
-	meta := boxNamed(isoBoxes(src), "meta")
-	if len(meta) < 4 {
-		return refs
-	}
-	iref := boxNamed(isoBoxes(meta[4:]), "iref") // after meta's version and flags
-	if len(iref) < 4 {
-		return refs
-	}
-	r := &bigEndianReader{data: iref[4:]}
-	idBits := 16
-	if iref[0] == 1 { // version 1: 32-bit item IDs
-		idBits = 32
-	}
-	for !r.done() {
-		// A box header: its size, which libheif does not use here, a
-		// 64-bit size after size 1, and a 16-byte extended type after
-		// type uuid.
-		size, typ := r.read(32), string(r.bytes(4))
-		if size == 1 {
-			r.read(64)
+// heifReferences reads the item references that libheif follows to decode
+// an image: for each item, the items it is made of (dimg) and its
+// auxiliary images (auxl, which point the other way), from every iref box
+// of every top-level meta box (libheif 1.15 keeps the last meta; reading
+// all of them leaves none out). It reads an iref box as libheif 1.15 does:
+// 16-bit item IDs in version 0 and 32-bit ones in any other, each
+// reference's box header and then its IDs, one after the other, whatever
+// size the header gives (the fuzzer's looping files hid their auxl
+// reference behind a size that runs past the file). It stops once it has
+// read more than maxHEIFDecodes references, and returns how many it read.
+func heifReferences(src []byte) (refs map[uint32][]uint32, n int) {
+	refs = map[uint32][]uint32{}
+	for _, meta := range isoBoxes(src) {
+		if meta.typ != "meta" || len(meta.body) < 4 {
+			continue
 		}
-		if typ == "uuid" {
-			r.bytes(16)
-		}
-		from, n := uint32(r.read(idBits)), r.read(16)
-		for range n {
-			if r.done() {
-				break
+		for _, iref := range isoBoxes(meta.body[4:]) { // after meta's version and flags
+			if iref.typ != "iref" || len(iref.body) < 4 {
+				continue
 			}
-			target := uint32(r.read(idBits))
-			switch typ {
-			case "dimg": // from is made of target
-				refs[from] = append(refs[from], target)
-			case "auxl": // from is target's auxiliary image, decoded with it
-				refs[target] = append(refs[target], from)
+			idBits := 32
+			if iref.body[0] == 0 {
+				idBits = 16
+			}
+			r := &bigEndianReader{data: iref.body[4:]}
+			for !r.done() && n <= maxHEIFDecodes {
+				// A box header: its size, which libheif does not use here,
+				// a 64-bit size after size 1, and a 16-byte extended type
+				// after type uuid.
+				size, typ := r.read(32), string(r.bytes(4))
+				if size == 1 {
+					r.read(64)
+				}
+				if typ == "uuid" {
+					r.bytes(16)
+				}
+				from, count := uint32(r.read(idBits)), r.read(16)
+				for range count {
+					if r.done() || n > maxHEIFDecodes {
+						break
+					}
+					target := uint32(r.read(idBits))
+					switch typ {
+					case "dimg": // from is made of target
+						refs[from] = append(refs[from], target)
+						n++
+					case "auxl": // from is target's auxiliary image, decoded with it
+						refs[target] = append(refs[target], from)
+						n++
+					}
+				}
 			}
 		}
 	}
-	return refs
+	return refs, n
 }
 
 // bigEndianReader reads big-endian numbers from data until it runs out,
@@ -162,14 +176,4 @@ func isoBoxes(data []byte) []isoBox {
 		data = data[size:]
 	}
 	return boxes
-}
-
-// boxNamed returns what the first of boxes of type typ holds, or nil.
-func boxNamed(boxes []isoBox, typ string) []byte {
-	for _, b := range boxes {
-		if b.typ == typ {
-			return b.body
-		}
-	}
-	return nil
 }
