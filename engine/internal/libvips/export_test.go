@@ -19,3 +19,6 @@ func SolidAnimation(tb testing.TB, w, h int, levels ...uint8) []byte {
 	}
 	return encodeGIF(tb, anim)
 }
+
+// HEIFGrid is heifGrid, exported for the package's external tests.
+var HEIFGrid = heifGrid

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"image"
 	"image/gif"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -185,10 +186,13 @@ func tiffHeader(w, h, rowsPerStrip, bits, sampleFormat uint32) []byte {
 	return append(b, 1, 2, 3, 4, 5, 6, 7, 8)
 }
 
-// TestHostileNewFormats: corrupt or hostile HEIC and TIFF files, TIFFs of
-// samples the pipeline does not read (floats) and AVIF animations are
-// refused with a 400 (unsupported_image or image_too_large), quickly, and
-// the sizes a header claims are refused before any pixel is decoded.
+// TestHostileNewFormats: corrupt or hostile HEIC, AVIF, GIF and TIFF
+// files, TIFFs of samples the pipeline does not read (floats) and AVIF
+// animations are refused with a 400 (unsupported_image or
+// image_too_large), quickly, and the sizes a header claims are refused
+// before any pixel is decoded: HEIC and AVIF images whose streams code
+// more than they declare, and GIF frames whose data ends early, by the
+// header check's own sentence, so no decoder saw them.
 func TestHostileNewFormats(t *testing.T) {
 	heic := convert(t, encodePNG(t, gradient(64, 48, 255)), bimg.HEIF)
 	bomb := bytes.Clone(heic)
@@ -200,18 +204,34 @@ func TestHostileNewFormats(t *testing.T) {
 	binary.BigEndian.PutUint32(bomb[at+12:], 60000)
 	avifSequence := convert(t, encodePNG(t, gradient(64, 48, 255)), bimg.AVIF)
 	copy(avifSequence[8:12], "avis") // the major brand of an AVIF animation
+	lyingHEIC, lyingAVIF := readFile(t, "testdata/hostile/lying.heic"), readFile(t, "testdata/hostile/lying.avif")
 	e := vips.New(vips.Options{})
 	for _, tc := range []struct {
 		name string
 		src  []byte
+		// refusal is part of the sentence the header check refuses the
+		// file with, before any decoder sees it; empty for files a
+		// decoder refuses.
+		refusal string
 	}{
-		{"TruncatedHEIC", heic[:len(heic)/2]},
-		{"HEICBomb", bomb},
-		{"TIFFFlood", tiffHeader(100_000, 100_000, 100_000, 8, 1)},
-		{"TIFFHugeStrip", tiffHeader(4000, 4000, 4000, 8, 1)},
-		{"FloatTIFF", tiffHeader(8, 8, 8, 32, 3)},
-		{"AVIFSequence", avifSequence},
-		{"NotAnyFormat", []byte("\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom")},
+		// Files whose images declare 64×64 pixels (ispe) while their
+		// streams code 8192×8192: libheif decoded the HEIC in 4-5 s and
+		// 430 MiB, unseen by the limits, and a grid of such tiles for as
+		// long as it had tiles.
+		{"LyingHEIC", lyingHEIC, "declares 64×64 pixels but its stream codes 8192×8192"},
+		{"LyingAVIF", lyingAVIF, "declares 64×64 pixels but its stream codes 8192×8192"},
+		{"LyingGrid2x2", vips.HEIFGrid(t, lyingHEIC, 2, 2, image.Pt(128, 128)), "declares 64×64 pixels but its stream codes 8192×8192"},
+		{"LyingGrid63x64", vips.HEIFGrid(t, lyingHEIC, 63, 64, image.Pt(4096, 4032)), "declares 64×64 pixels but its stream codes 8192×8192"},
+		// 50 frames of 1000×1000 whose LZW data gives 1000×500 pixels
+		// each, their blocks intact: libnsgif filled the rest with black.
+		{"ShortGIFFrames", shortGIF(t, 50, 1000, 1000, 500), "Frame 1 of the GIF holds 500000 of its 1000×1000 pixels"},
+		{"TruncatedHEIC", heic[:len(heic)/2], ""},
+		{"HEICBomb", bomb, ""},
+		{"TIFFFlood", tiffHeader(100_000, 100_000, 100_000, 8, 1), ""},
+		{"TIFFHugeStrip", tiffHeader(4000, 4000, 4000, 8, 1), ""},
+		{"FloatTIFF", tiffHeader(8, 8, 8, 32, 3), ""},
+		{"AVIFSequence", avifSequence, ""},
+		{"NotAnyFormat", []byte("\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -222,7 +242,118 @@ func TestHostileNewFormats(t *testing.T) {
 			if took := time.Since(start); took > 2*time.Second {
 				t.Errorf("refused after %v", took)
 			}
+			if err != nil && !strings.Contains(err.Error(), tc.refusal) {
+				t.Errorf("err = %v, want the header's refusal %q", err, tc.refusal)
+			}
 			t.Logf("refused: %v", err)
 		})
 	}
+}
+
+// readFile is the file at path.
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// shortGIF is an animated GIF of frames frames of w×h pixels, each of
+// whose image data is the LZW data of a w×given frame: complete blocks,
+// ending early.
+func shortGIF(t *testing.T, frames, w, h, given int) []byte {
+	t.Helper()
+	var one bytes.Buffer
+	if err := gif.Encode(&one, gradient(w, given, 255), &gif.Options{NumColors: 256}); err != nil {
+		t.Fatal(err)
+	}
+	// The encoded frame: header, screen, global table, descriptor, then
+	// its LZW code size and data sub-blocks up to the trailer.
+	enc := one.Bytes()
+	table := 3 << (enc[10]&7 + 1)
+	descriptor := 13 + table
+	if enc[descriptor] != 0x2C {
+		t.Fatalf("the encoded GIF has a %#x block where its frame should be", enc[descriptor])
+	}
+	data := enc[descriptor+10 : len(enc)-1]
+	out := append([]byte(nil), enc[:descriptor]...)
+	binary.LittleEndian.PutUint16(out[8:], uint16(h)) // the screen's height
+	for range frames {
+		frame := append([]byte(nil), enc[descriptor:descriptor+10]...)
+		binary.LittleEndian.PutUint16(frame[7:], uint16(h))
+		out = append(append(out, frame...), data...)
+	}
+	return append(out, 0x3B)
+}
+
+// TestHEIFGrids: a HEIC whose image is a grid of HEVC tiles, as phones
+// make their photos, is enlarged from its declared size, cropped where its
+// tiles overhang it, while what decoding it makes (its tiles whole) is
+// what the limits, the memory estimate and SourcePixels count. A grid
+// whose tiles decode to more than maxDecodedPixels allows is refused from
+// its header.
+func TestHEIFGrids(t *testing.T) {
+	tile := heicTile(t)
+	e := vips.New(vips.Options{})
+	ctx := context.Background()
+	for _, out := range []image.Point{image.Pt(128, 128), image.Pt(100, 90)} {
+		src := vips.HEIFGrid(t, tile, 2, 2, out)
+		h, err := e.Header(src, 2)
+		if err != nil || h.Width != out.X || h.Height != out.Y || h.DecodedPixels != 4*64*64 {
+			t.Errorf("a 2×2 grid of 64×64 tiles laid out as %v: %+v, %v; want %v, 4×64×64 decoded", out, h, err, out)
+			continue
+		}
+		if pixels, err := e.SourcePixels(src); err != nil || pixels != 4*64*64 {
+			t.Errorf("SourcePixels of the grid laid out as %v: %d, %v; want 4×64×64", out, pixels, err)
+		}
+		img, err := e.Upscale(ctx, src, upscale.Params{Scale: 2, ImageType: upscale.Photo})
+		if err != nil || img.Width != 2*out.X || img.Height != 2*out.Y {
+			t.Errorf("the grid laid out as %v enlarged ×2: %dx%d, %v; want %v", out, img.Width, img.Height, err, out.Mul(2))
+		}
+	}
+	// Laid out as 65×65, four 64×64 tiles decode 16384 pixels for 4225
+	// shown: more than 2×(4225+4225/8), the most an honest file shows.
+	small := vips.New(vips.Options{MaxSourcePixels: 65 * 65})
+	_, err := small.Upscale(ctx, vips.HEIFGrid(t, tile, 2, 2, image.Pt(65, 65)), upscale.Params{Scale: 2})
+	if !errors.Is(err, upscale.ErrImageTooLarge) || !strings.Contains(err.Error(), "decoding it makes 16384 pixels") {
+		t.Errorf("a grid decoding 16384 pixels for 4225, with MaxSourcePixels 4225: %v; want image_too_large for what decoding makes", err)
+	}
+}
+
+// heicTile is a HEIC file of a 64×64 image without alpha, whose image
+// heifGrid takes for its tiles.
+func heicTile(t *testing.T) []byte {
+	t.Helper()
+	return convert(t, encodeJPEG(t, gradient(64, 64, 255)), bimg.HEIF)
+}
+
+// BenchmarkHostileRefusal: how long Upscale takes to refuse the files that
+// lie about their size, from their headers (TestHostileNewFormats asserts
+// that it does): the 63×64 grid would otherwise hold an engine slot for
+// hours.
+func BenchmarkHostileRefusal(b *testing.B) {
+	t := &testing.T{}
+	e := vips.New(vips.Options{})
+	for _, name := range []string{"lying.heic", "lying.avif", "lying-grid-2x2.heic", "lying-grid-63x64.heic"} {
+		src := readFile(t, "testdata/hostile/"+name)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	short := shortGIF(t, 50, 1000, 1000, 500)
+	b.Run("short-gif-frames", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := e.Upscale(context.Background(), short, upscale.Params{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
+				b.Fatal(err)
+			}
+		}
+	})
 }

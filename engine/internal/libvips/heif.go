@@ -1,7 +1,12 @@
 package libvips
 
 import (
-	"encoding/binary"
+	"bytes"
+	"fmt"
+	"image"
+	"maps"
+	"math"
+	"slices"
 
 	"github.com/upscalekit/upscale"
 )
@@ -68,12 +73,9 @@ func checkHEIFReferences(src []byte) error {
 // an image: for each item, the items it is made of (dimg) and its
 // auxiliary images (auxl, which point the other way), from every iref box
 // of every top-level meta box (libheif 1.15 keeps the last meta; reading
-// all of them leaves none out). It reads an iref box as libheif 1.15 does:
-// 16-bit item IDs in version 0 and 32-bit ones in any other, each
-// reference's box header and then its IDs, one after the other, whatever
-// size the header gives (the fuzzer's looping files hid their auxl
-// reference behind a size that runs past the file). It stops once it has
-// read more than maxHEIFDecodes references, and returns how many it read.
+// all of them leaves none out), each read as readIref reads it. It stops
+// once it has read more than maxHEIFDecodes references, and returns how
+// many it read.
 func heifReferences(src []byte) (refs map[uint32][]uint32, n int) {
 	refs = map[uint32][]uint32{}
 	for _, meta := range isoBoxes(src) {
@@ -81,99 +83,261 @@ func heifReferences(src []byte) (refs map[uint32][]uint32, n int) {
 			continue
 		}
 		for _, iref := range isoBoxes(meta.body[4:]) { // after meta's version and flags
-			if iref.typ != "iref" || len(iref.body) < 4 {
+			if iref.typ != "iref" {
 				continue
 			}
-			idBits := 32
-			if iref.body[0] == 0 {
-				idBits = 16
-			}
-			r := &bigEndianReader{data: iref.body[4:]}
-			for !r.done() && n <= maxHEIFDecodes {
-				// A box header: its size, which libheif does not use here,
-				// a 64-bit size after size 1, and a 16-byte extended type
-				// after type uuid.
-				size, typ := r.read(32), string(r.bytes(4))
-				if size == 1 {
-					r.read(64)
+			readIref(iref.body, func(typ string, from, target uint32) bool {
+				switch typ {
+				case "dimg": // from is made of target
+					refs[from] = append(refs[from], target)
+					n++
+				case "auxl": // from is target's auxiliary image, decoded with it
+					refs[target] = append(refs[target], from)
+					n++
 				}
-				if typ == "uuid" {
-					r.bytes(16)
-				}
-				from, count := uint32(r.read(idBits)), r.read(16)
-				for range count {
-					if r.done() || n > maxHEIFDecodes {
-						break
-					}
-					target := uint32(r.read(idBits))
-					switch typ {
-					case "dimg": // from is made of target
-						refs[from] = append(refs[from], target)
-						n++
-					case "auxl": // from is target's auxiliary image, decoded with it
-						refs[target] = append(refs[target], from)
-						n++
-					}
-				}
-			}
+				return n <= maxHEIFDecodes
+			})
 		}
 	}
 	return refs, n
 }
 
-// bigEndianReader reads big-endian numbers from data until it runs out,
-// then reads zeros.
-type bigEndianReader struct {
-	data []byte
+// heifDecode is what decoding a HEIC or AVIF file makes, read from its
+// header: the pixels libheif makes for its heaviest image (every tile of
+// a grid whole, as often as the grid uses it, an overlay's canvas, and
+// the alpha image decoded with it) and the longest side of any image it
+// decodes on the way.
+type heifDecode struct {
+	pixels int64
+	side   int
 }
 
-func (r *bigEndianReader) done() bool { return len(r.data) == 0 }
+// heifBlock is how much larger than its declared size (ispe) an image's
+// coded stream may be: HEVC codes whole coding blocks, of up to 64
+// pixels a side, and crops the rest away.
+const heifBlock = 64
 
-// bytes returns the next n bytes, fewer at the end.
-func (r *bigEndianReader) bytes(n int) []byte {
-	n = min(n, len(r.data))
-	b := r.data[:n]
-	r.data = r.data[n:]
-	return b
-}
-
-// read returns the next bits-bit number (16, 32 or 64).
-func (r *bigEndianReader) read(bits int) uint64 {
-	var v uint64
-	for _, b := range r.bytes(bits / 8) {
-		v = v<<8 | uint64(b)
+// checkHEIFSizes refuses a HEIC or AVIF file whose images would decode to
+// other sizes than they declare, before libheif sees it, and returns what
+// decoding it makes. The sizes that decoding makes are read from the
+// coded streams as their decoders read them: the sequence parameter sets
+// of HEVC and the sequence headers of AV1, in the image's decoder
+// configuration and in its data. An image whose stream codes more (or
+// less) than its ispe property declares, beyond the codec's block
+// rounding, is refused, as is a grid whose layout is not its declared
+// size or whose tiles do not tile it, and an overlay whose canvas is not.
+// libheif 1.15 trusts ispe for the size libvips plans by and then decodes
+// what the stream codes: a 15 KB file declaring 64×64 decoded 8192×8192
+// in 4 s and 430 MiB, unseen by every limit. Every top-level meta box is
+// checked, not only the one libheif keeps. checkHEIFReferences must have
+// passed: the images are not made of each other in a loop.
+func checkHEIFSizes(src []byte) (heifDecode, error) {
+	var most heifDecode
+	for _, box := range isoBoxes(src) {
+		if box.typ != "meta" {
+			continue
+		}
+		m, why := readHEIFMeta(box.body, src)
+		if why == "" {
+			why = m.check()
+		}
+		if why != "" {
+			return heifDecode{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a HEIF image that can be decoded safely: %s.", why)
+		}
+		d := m.decode()
+		most.pixels, most.side = max(most.pixels, d.pixels), max(most.side, d.side)
 	}
-	return v
+	return most, nil
 }
 
-// isoBox is one box of an ISO BMFF file: its type and what it holds.
-type isoBox struct {
-	typ  string
-	body []byte
+// heifDecodable lists the item types libheif 1.15 decodes: HEVC and AV1
+// images, and the images derived from others (grids, overlays and
+// identities). It fails on any other at once, without decoding.
+var heifDecodable = map[string]bool{"hvc1": true, "av01": true, "grid": true, "iovl": true, "iden": true}
+
+// check says why m's images would not decode to the sizes they declare,
+// or "" when they would.
+func (m heifMeta) check() string {
+	for _, id := range slices.Sorted(maps.Keys(m.items)) {
+		it := m.items[id]
+		if !heifDecodable[it.typ] {
+			continue
+		}
+		if it.size == (image.Point{}) {
+			return fmt.Sprintf("image %d declares no size (ispe)", id)
+		}
+		if it.dataErr != "" {
+			return fmt.Sprintf("image %d: %s", id, it.dataErr)
+		}
+		var why string
+		switch it.typ {
+		case "hvc1", "av01":
+			why = it.checkCoded()
+		case "grid":
+			why = m.checkGrid(it)
+		case "iovl":
+			why = it.checkOverlay()
+		}
+		if why != "" {
+			return fmt.Sprintf("image %d %s", id, why)
+		}
+	}
+	return ""
 }
 
-// isoBoxes splits data into the boxes it holds, one after another. A box
-// whose size runs past the end of data is read to that end, so that no
-// reference libheif might read is missed.
-func isoBoxes(data []byte) []isoBox {
-	var boxes []isoBox
-	for len(data) >= 8 {
-		size, header := uint64(binary.BigEndian.Uint32(data)), uint64(8)
-		switch size {
-		case 0: // to the end
-			size = uint64(len(data))
-		case 1: // a 64-bit size follows the type
-			if len(data) < 16 {
-				return boxes
+// codedSizes reads the sizes it's stream codes.
+func (it *heifItem) codedSizes() ([]image.Point, string) {
+	if it.config == nil {
+		return nil, "has no decoder configuration"
+	}
+	if it.typ == "av01" {
+		return av1Sizes(it.config, it.data)
+	}
+	return hevcSizes(it.config, it.data)
+}
+
+// checkCoded says why a HEVC or AV1 image's stream would not decode to
+// its declared size.
+func (it *heifItem) checkCoded() string {
+	sizes, why := it.codedSizes()
+	switch {
+	case why != "":
+		return why
+	case len(sizes) == 0:
+		return "has no sequence header to decode it by"
+	}
+	for _, coded := range sizes {
+		if !blockRounded(it.size.X, coded.X) || !blockRounded(it.size.Y, coded.Y) {
+			return fmt.Sprintf("declares %d×%d pixels but its stream codes %d×%d", it.size.X, it.size.Y, coded.X, coded.Y)
+		}
+	}
+	return ""
+}
+
+// blockRounded reports whether coded is declared rounded up to whole
+// coding blocks, or declared itself.
+func blockRounded(declared, coded int) bool {
+	return declared <= coded && coded <= (declared+heifBlock-1)/heifBlock*heifBlock
+}
+
+// checkGrid says why a grid would not decode to its declared size: its
+// layout (ISO/IEC 23008-12 6.6.2.3) names another, it has other than
+// rows×columns tiles, its tiles differ in size, or they do not tile it:
+// they must cover it, and a row or column fewer must not.
+func (m heifMeta) checkGrid(grid *heifItem) string {
+	r, sizeBits := derivedData(grid)
+	rows, columns := int(r.read(8))+1, int(r.read(8))+1
+	out := image.Pt(int(r.read(sizeBits)), int(r.read(sizeBits)))
+	switch {
+	case r.short:
+		return "is a grid whose layout is cut short"
+	case out != grid.size:
+		return fmt.Sprintf("declares %d×%d pixels but is a grid laid out as %d×%d", grid.size.X, grid.size.Y, out.X, out.Y)
+	case len(grid.dimg) != rows*columns:
+		return fmt.Sprintf("is a grid of %d×%d tiles made of %d images", columns, rows, len(grid.dimg))
+	}
+	var tile image.Point
+	for _, id := range grid.dimg {
+		it, ok := m.items[id]
+		if !ok || !heifDecodable[it.typ] {
+			return fmt.Sprintf("is a grid with a tile (%d) that is no image", id)
+		}
+		if tile == (image.Point{}) {
+			tile = it.size
+		}
+		if it.size != tile {
+			return fmt.Sprintf("is a grid of tiles of %d×%d and %d×%d pixels", tile.X, tile.Y, it.size.X, it.size.Y)
+		}
+	}
+	if !tiles(columns, tile.X, out.X) || !tiles(rows, tile.Y, out.Y) {
+		return fmt.Sprintf("is a grid of %d×%d pixels whose %d×%d tiles of %d×%d do not tile it", out.X, out.Y, columns, rows, tile.X, tile.Y)
+	}
+	return ""
+}
+
+// derivedData reads a grid's or an overlay's data up to its version and
+// flags, and returns the rest and how many bits its sizes take: 32 when
+// the flags' lowest bit is set, else 16.
+func derivedData(it *heifItem) (r *bigEndianReader, sizeBits int) {
+	r = &bigEndianReader{data: bytes.Join(it.data, nil)}
+	r.read(8) // version
+	if r.read(8)&1 != 0 {
+		return r, 32
+	}
+	return r, 16
+}
+
+// tiles reports whether n tiles of side cover length, and n-1 do not.
+func tiles(n, side, length int) bool {
+	return int64(n)*int64(side) >= int64(length) && int64(n-1)*int64(side) < int64(length)
+}
+
+// checkOverlay says why an overlay would not decode to its declared size:
+// its canvas (ISO/IEC 23008-12 6.6.2.2) is another.
+func (it *heifItem) checkOverlay() string {
+	r, sizeBits := derivedData(it)
+	r.read(4 * 16) // canvas fill
+	canvas := image.Pt(int(r.read(sizeBits)), int(r.read(sizeBits)))
+	switch {
+	case r.short:
+		return "is an overlay whose layout is cut short"
+	case canvas != it.size:
+		return fmt.Sprintf("declares %d×%d pixels but is an overlay on a canvas of %d×%d", it.size.X, it.size.Y, canvas.X, canvas.Y)
+	}
+	return ""
+}
+
+// heifAlpha lists the auxiliary types libheif decodes with an image as
+// its alpha.
+var heifAlpha = map[string]bool{
+	"urn:mpeg:avc:2015:auxid:1":                   true,
+	"urn:mpeg:hevc:2015:auxid:1":                  true,
+	"urn:mpeg:mpegB:cicp:systems:auxiliary:alpha": true,
+}
+
+// decode is what decoding m's heaviest image makes, m having passed
+// check.
+func (m heifMeta) decode() heifDecode {
+	pixels := map[uint32]int64{}
+	var d heifDecode
+	// decoded is the pixels libheif makes to decode id: saturated, so
+	// that a sum cannot wrap.
+	var decoded func(id uint32) int64
+	decoded = func(id uint32) int64 {
+		if n, seen := pixels[id]; seen {
+			return n
+		}
+		pixels[id] = 0 // a loop, which checkHEIFReferences refused, adds nothing
+		it, ok := m.items[id]
+		if !ok || !heifDecodable[it.typ] {
+			return 0
+		}
+		var n int64
+		add := func(more int64) { n = min(n+more, math.MaxInt64/2) }
+		switch it.typ {
+		case "hvc1", "av01":
+			sizes, _ := it.codedSizes()
+			for _, s := range sizes {
+				n = max(n, int64(s.X)*int64(s.Y))
+				d.side = max(d.side, s.X, s.Y)
 			}
-			size, header = binary.BigEndian.Uint64(data[8:]), 16
+		case "iovl":
+			add(int64(it.size.X) * int64(it.size.Y))
 		}
-		if size < header {
-			return boxes
+		d.side = max(d.side, it.size.X, it.size.Y)
+		for _, part := range it.dimg {
+			add(decoded(part))
 		}
-		size = min(size, uint64(len(data)))
-		boxes = append(boxes, isoBox{string(data[4:8]), data[header:size]})
-		data = data[size:]
+		for _, aux := range it.aux {
+			if a, ok := m.items[aux]; ok && heifAlpha[a.auxType] {
+				add(decoded(aux))
+			}
+		}
+		pixels[id] = n
+		return n
 	}
-	return boxes
+	for id := range m.items {
+		d.pixels = max(d.pixels, decoded(id))
+	}
+	return d
 }

@@ -229,61 +229,6 @@ func sniffHEIF(src []byte) (source, bool) {
 	return 0, false
 }
 
-// gifTruncated reports whether a GIF stream ends inside one of its blocks:
-// its decoder then shows the frames before the cut as the whole
-// animation, silently one or more short. The blocks are walked, not
-// decoded. A stream that ends between blocks without its trailer is
-// taken as it is, as browsers take it.
-func gifTruncated(src []byte) bool {
-	const header = 6 + 7 // signature and version, logical screen descriptor
-	if len(src) < header {
-		return true
-	}
-	at := header + colourTable(src[10])
-	// subBlocks skips data sub-blocks up to their terminator.
-	subBlocks := func() bool {
-		for at < len(src) {
-			n := int(src[at])
-			at += 1 + n
-			if n == 0 {
-				return at <= len(src)
-			}
-		}
-		return false
-	}
-	for at < len(src) {
-		switch src[at] {
-		case 0x3B: // trailer
-			return false
-		case 0x21: // extension: its label, then sub-blocks
-			at += 2
-			if !subBlocks() {
-				return true
-			}
-		case 0x2C: // image descriptor, colour table, LZW code size, sub-blocks
-			if at+10 > len(src) {
-				return true
-			}
-			at += 10 + colourTable(src[at+9]) + 1
-			if !subBlocks() {
-				return true
-			}
-		default: // not a block: the decoder judges the rest
-			return false
-		}
-	}
-	return at > len(src)
-}
-
-// colourTable is the size of the colour table a GIF descriptor's packed
-// fields announce.
-func colourTable(packed byte) int {
-	if packed&0x80 == 0 {
-		return 0
-	}
-	return 3 << (packed&7 + 1)
-}
-
 // source is a kind of file the engine reads.
 type source int
 
@@ -445,6 +390,10 @@ type Header struct {
 	// frames, 1 for a still image.
 	Width, Height int
 	Frames        int
+	// DecodedPixels is what decoding the source makes: its frames'
+	// pixels, or, for a HEIC or AVIF, the pixels libheif makes when they
+	// are more (a grid's tiles whole, and its alpha image).
+	DecodedPixels int64
 	// Scale is the enlargement the result is made by, a power of two:
 	// the scale asked for, or, for a Fitted result, the largest power of
 	// two within the fit. Result is the size of the result's frames.
@@ -479,7 +428,7 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 	size := uprightSize(meta)
 	kind, _ := sniff(src)
 	h := Header{
-		Width: size.X, Height: size.Y, Frames: g.frames, Scale: g.scale, Result: g.size, Fitted: g.fitted,
+		Width: size.X, Height: size.Y, Frames: g.frames, DecodedPixels: g.decodedPixels, Scale: g.scale, Result: g.size, Fitted: g.fitted,
 		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat,
 		WholeSource: sequential(meta) == 0 || g.frames > 1 || kind == sourceHEIC || kind == sourceAVIF || kind == sourceGIF,
 		WholeResult: f == avifFormat || g.frames > 1,
@@ -490,12 +439,12 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 	return h, nil
 }
 
-// SourcePixels implements upscale.SizeReader: the pixels of src's
-// frames, read from its header as Upscale reads it for the smallest
-// scale.
+// SourcePixels implements upscale.SizeReader: the pixels decoding src
+// makes (Header.DecodedPixels), read from its header as Upscale reads it
+// for the smallest scale.
 func (e *Engine) SourcePixels(src []byte) (int64, error) {
 	h, err := e.Header(src, upscale.Scales()[0])
-	return int64(h.Width) * int64(h.Height) * int64(h.Frames), err
+	return h.DecodedPixels, err
 }
 
 // EncodedBytes bounds the size of h's result once encoded: the raw size
@@ -525,9 +474,10 @@ func (h Header) resultBytes() int64 {
 	return int64(h.Result.X) * int64(h.Result.Y) * int64(h.Frames) * int64(h.Bands*h.SampleBytes)
 }
 
-// sourceBytes is the size of h's source's raw pixels, every frame's.
+// sourceBytes is the size of h's source's raw pixels as decoding makes
+// them, every frame's, every tile's.
 func (h Header) sourceBytes() int64 {
-	return int64(h.Width) * int64(h.Height) * int64(h.Frames) * int64(h.Bands*h.SampleBytes)
+	return h.DecodedPixels * int64(h.Bands*h.SampleBytes)
 }
 
 // EstimateMemory implements upscale.MemoryEstimator. The pipeline streams
@@ -555,8 +505,13 @@ func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geo
 	if !ok {
 		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG, WebP, GIF, HEIC, AVIF or TIFF image.")
 	}
+	var decoded heifDecode
 	if kind == sourceHEIC || kind == sourceAVIF || kind == sourceAVIFSequence {
-		if err := checkHEIFReferences(src); err != nil {
+		err := checkHEIFReferences(src)
+		if err == nil {
+			decoded, err = checkHEIFSizes(src)
+		}
+		if err != nil {
 			return format{}, bimg.ImageMetadata{}, geometry{}, err
 		}
 	}
@@ -576,14 +531,16 @@ func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geo
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
-	if kind == sourceGIF && gifTruncated(src) {
-		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The GIF ends inside one of its frames; the file is truncated.")
+	if kind == sourceGIF {
+		if err := checkGIF(src); err != nil {
+			return format{}, bimg.ImageMetadata{}, geometry{}, err
+		}
 	}
 	n := frames(kind, l)
 	if n > 1 {
 		meta.Orientation = 1 // an animation's frames are not turned, as browsers do not turn them
 	}
-	g, err := e.plan(f, uprightSize(meta), n, scale)
+	g, err := e.plan(f, uprightSize(meta), n, scale, decoded)
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
@@ -647,11 +604,15 @@ type geometry struct {
 	size   image.Point // a frame's of the result
 	frames int
 	fitted bool
+	// decodedPixels is what decoding the source makes: its frames'
+	// pixels, or a HEIC's or AVIF's tiles and alpha when they are more.
+	decodedPixels int64
 }
 
 // plan refuses a source of frames frames over the engine's source limits
-// and returns how its result is made for scale.
-func (e *Engine) plan(f format, source image.Point, frames, scale int) (geometry, error) {
+// and returns how its result is made for scale. decoded is what decoding
+// a HEIC or AVIF source makes (checkHEIFSizes), zero for other formats.
+func (e *Engine) plan(f format, source image.Point, frames, scale int, decoded heifDecode) (geometry, error) {
 	w, h := source.X, source.Y
 	pixels := int64(w) * int64(h) * int64(frames)
 	what := fmt.Sprintf("The image is %d×%d pixels", w, h)
@@ -665,6 +626,9 @@ func (e *Engine) plan(f format, source image.Point, frames, scale int) (geometry
 		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "The animation has %d frames; at most %d are accepted.", frames, e.opts.MaxFrames)
 	case max(w, h) > e.opts.MaxSide || pixels > e.opts.MaxSourcePixels:
 		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "%s; at most %d pixels and %d per side are accepted.", what, e.opts.MaxSourcePixels, e.opts.MaxSide)
+	case decoded.side > e.opts.MaxSide || decoded.pixels > maxDecodedPixels(e.opts.MaxSourcePixels):
+		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "%s, but decoding it makes %d pixels, %d on its longest side (its tiles whole, and its alpha image); at most %d and %d are accepted.",
+			what, decoded.pixels, decoded.side, maxDecodedPixels(e.opts.MaxSourcePixels), e.opts.MaxSide)
 	}
 	g, ok := e.fit(f, source, pixels, scale)
 	if !ok {
@@ -673,8 +637,17 @@ func (e *Engine) plan(f format, source image.Point, frames, scale int) (geometry
 	if int64(frames)*int64(g.size.Y) > maxStripHeight {
 		return geometry{}, upscale.Explain(upscale.ErrImageTooLarge, "%s; its enlarged frames, one above the other, would be over the %d rows the engine makes.", what, maxStripHeight)
 	}
-	g.frames = frames
+	g.frames, g.decodedPixels = frames, max(pixels, decoded.pixels)
 	return g, nil
+}
+
+// maxDecodedPixels caps the pixels libheif may make to decode a HEIC or
+// AVIF source of at most maxSource pixels: a grid's tiles are decoded
+// whole, up to an eighth more than the image where they overhang its
+// right and bottom edges (a 48 MP phone photo's 512-pixel tiles make
+// 50.3 MP), and its alpha image as much again.
+func maxDecodedPixels(maxSource int64) int64 {
+	return 2 * (maxSource + maxSource/8)
 }
 
 // fit is plan's geometry for a source whose frames hold pixels in all,
