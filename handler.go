@@ -2,6 +2,7 @@ package upscale
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -124,8 +125,9 @@ func (h *Handler) isRoute(p string) bool {
 // "ok", a problem's code, and so on (Metrics.RequestDone), and the pool
 // charged.
 type served struct {
-	code string
-	pool Pool
+	code      string
+	pool      Pool
+	requestID string
 }
 
 type servedKey struct{}
@@ -134,7 +136,7 @@ type servedKey struct{}
 // table.
 func (h *Handler) route(serve func(w http.ResponseWriter, r *http.Request) (code string, pool Pool)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := r.Context().Value(servedKey{}).(*served)
+		s := servedOf(r)
 		s.code, s.pool = serve(w, r)
 	}
 }
@@ -220,7 +222,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.releaseWhenIdle()
 		}
 	}()
-	s := &served{code: "ok"}
+	s := &served{code: "ok", requestID: requestID(w, r)}
+	r = h.onRoutes(r).WithContext(context.WithValue(r.Context(), servedKey{}, s))
 	defer func() { h.cfg.Metrics.RequestDone(s.code, s.pool, time.Since(start)) }()
 	defer func() {
 		if v := recover(); v != nil {
@@ -230,7 +233,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.code = h.fail(w, r, panicError(v))
 		}
 	}()
-	h.routes.ServeHTTP(w, h.onRoutes(r).WithContext(context.WithValue(r.Context(), servedKey{}, s)))
+	h.routes.ServeHTTP(w, r)
+}
+
+// requestID names a request in the handler's log: the X-Request-Id a
+// proxy in front gave it, or the one a middleware of the host's set on
+// its answer (as examples/gorilla does), when it is a short token; else a
+// new one, sent in the answer's X-Request-Id, so that a caller can quote
+// it.
+func requestID(w http.ResponseWriter, r *http.Request) string {
+	for _, id := range []string{r.Header.Get("X-Request-Id"), w.Header().Get("X-Request-Id")} {
+		if isRequestID(id) {
+			return id
+		}
+	}
+	id := strings.ToLower(rand.Text()[:16])
+	w.Header().Set("X-Request-Id", id)
+	return id
+}
+
+// isRequestID reports whether id is 1 to 128 letters, digits and . _ : -,
+// as request IDs are; anything else a caller sent is not logged.
+func isRequestID(id string) bool {
+	return len(id) > 0 && len(id) <= 128 && strings.IndexFunc(id, func(c rune) bool {
+		return !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("._:-", c))
+	}) < 0
+}
+
+// servedOf is what ServeHTTP counts of r.
+func servedOf(r *http.Request) *served {
+	return r.Context().Value(servedKey{}).(*served)
 }
 
 // servePost answers POST Config.Path: a job's submission when the caller

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,11 +165,8 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	case JobCanceled:
 		return JobOutcome{}
 	}
-	level := slog.LevelInfo
-	if ended.Problem.Status >= http.StatusInternalServerError {
-		level = slog.LevelError
-	}
-	h.cfg.Logger.Log(ctx, level, "upscale: job failed", "job", job.ID, "status", ended.Problem.Status, "code", ended.Problem.Code, "err", cmp.Or(err, cause))
+	failure := cmp.Or(err, cause)
+	h.cfg.Logger.Log(ctx, logLevel(failure, *ended.Problem), "upscale: job failed", "job", job.ID, "status", ended.Problem.Status, "code", ended.Problem.Code, "err", failure)
 	return JobOutcome{Problem: ended.Problem}
 }
 

@@ -119,14 +119,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 		return "caller_gone"
 	}
 	p := h.problem(err)
-	level := slog.LevelInfo
-	switch {
-	case p.Status == http.StatusServiceUnavailable:
-		level = slog.LevelWarn // a refusal by design, in bulk under load
-	case p.Status >= 500:
-		level = slog.LevelError
-	}
-	h.cfg.Logger.Log(r.Context(), level, "upscale: request failed", "status", p.Status, "code", p.Code, "err", err)
+	h.cfg.Logger.Log(r.Context(), logLevel(err, p), "upscale: request failed", "status", p.Status, "code", p.Code, "request_id", servedOf(r).requestID, "err", err)
 	hdr := w.Header()
 	if p.Status == http.StatusUnauthorized {
 		hdr.Set("WWW-Authenticate", `Bearer realm="upscale"`)
@@ -136,6 +129,22 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 	}
 	writeJSON(w, p.Status, jsonBody(p))
 	return p.Code
+}
+
+// logLevel is how loudly a failure, err answered p, is logged: ERROR only
+// for faults of the server itself (its engine failed, a bug), so that
+// nobody with a key can fill an operator's error alerts; WARN for
+// refusals by design under load, stores out of reach and time running
+// out; INFO for what the caller or its source caused, a source's server
+// failing (502 source_unavailable) included.
+func logLevel(err error, p Problem) slog.Level {
+	switch {
+	case p.Status < http.StatusInternalServerError || errors.Is(err, ErrSourceUnavailable):
+		return slog.LevelInfo
+	case p.Status == http.StatusServiceUnavailable || p.Status == http.StatusGatewayTimeout:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
 }
 
 // Wording names the host's own places and offers in the sentences callers

@@ -1,9 +1,15 @@
 package upscale_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/upscalekit/upscale"
 )
@@ -26,4 +32,87 @@ func TestWording(t *testing.T) {
 	if !strings.Contains(p.Detail, "top up at https://pics.example/buy") || strings.Contains(p.Detail, "{") {
 		t.Errorf("429 detail %q does not name the host's offer", p.Detail)
 	}
+}
+
+// TestFailureLogLevels: a failure is logged at ERROR only when the server
+// itself is at fault, so that nobody with a key can fill an operator's
+// error alerts: what the caller or its source caused is INFO, a 504 is
+// WARN. Each line names the request by the X-Request-Id a proxy gave it,
+// or by one the handler makes and answers with.
+func TestFailureLogLevels(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		config    func(*upscale.Config)
+		key, path string
+		code      string
+		level     slog.Level
+	}{
+		{"UnknownKey", nil, "upk_test_unknown_0123456789", "/small.png", "unauthorized", slog.LevelInfo},
+		{"NotAnImage", nil, keyFree, "/text", "unsupported_image", slog.LevelInfo},
+		{"SourceServerFailing", nil, keyFree, "/unavailable.png", "source_unavailable", slog.LevelInfo},
+		{"EngineTimeout", func(c *upscale.Config) {
+			c.Upscaler = failingUpscaler{delay: 300 * time.Millisecond}
+			c.EngineTimeout = 50 * time.Millisecond
+		}, keyFree, "/small.png", "upstream_timeout", slog.LevelWarn},
+		{"EngineFailed", func(c *upscale.Config) {
+			c.Upscaler = failingUpscaler{err: fmt.Errorf("%w: model crashed", upscale.ErrUpstream)}
+		}, keyFree, "/small.png", "upstream_error", slog.LevelError},
+		{"StorageFailed", func(c *upscale.Config) { c.Blobs = failingBlobs{} }, keyFree, "/small.png", "internal_error", slog.LevelError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			e := newEnv(t, func(c *upscale.Config) {
+				c.Logger = slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				if tc.config != nil {
+					tc.config(c)
+				}
+			})
+			w := e.post(tc.key, body(e.url(tc.path)))
+			id := w.Header().Get("X-Request-Id")
+			line := failureLine(t, &log)
+			if line.Code != tc.code || line.Level != tc.level.String() || id == "" || line.RequestID != id {
+				t.Errorf("logged %+v, answered X-Request-Id %q; want %s at %v, with the answer's ID", line, id, tc.code, tc.level)
+			}
+		})
+	}
+	// A proxy's ID names the line; one that is no token is not logged.
+	var log bytes.Buffer
+	e := newEnv(t, func(c *upscale.Config) { c.Logger = slog.New(slog.NewJSONHandler(&log, nil)) })
+	for _, tc := range []struct{ sent, logged string }{{"lb-7f3a:9", "lb-7f3a:9"}, {"a b\n{\"level\":\"ERROR\"}", ""}} {
+		r := httptest.NewRequest("POST", "/api/v1/upscale", strings.NewReader(body(e.url("/text"))))
+		r.Header.Set("Authorization", "Bearer "+keyFree)
+		r.Header.Set("X-Request-Id", tc.sent)
+		w := e.serve(r)
+		line := failureLine(t, &log)
+		switch {
+		case tc.logged != "" && (line.RequestID != tc.logged || w.Header().Get("X-Request-Id") != ""):
+			t.Errorf("sent X-Request-Id %q: logged %q, answered %q; want it logged and not answered again", tc.sent, line.RequestID, w.Header().Get("X-Request-Id"))
+		case tc.logged == "" && (line.RequestID == tc.sent || line.RequestID != w.Header().Get("X-Request-Id")):
+			t.Errorf("sent X-Request-Id %q: logged %q, answered %q; want a new one, logged and answered", tc.sent, line.RequestID, w.Header().Get("X-Request-Id"))
+		}
+	}
+}
+
+// failureLine is the one "request failed" line in log, which it empties.
+func failureLine(t *testing.T, log *bytes.Buffer) (line struct {
+	Level     string `json:"level"`
+	Code      string `json:"code"`
+	RequestID string `json:"request_id"`
+}) {
+	t.Helper()
+	found := 0
+	for text := range strings.Lines(log.String()) {
+		if !strings.Contains(text, `"msg":"upscale: request failed"`) {
+			continue
+		}
+		found++
+		if err := json.Unmarshal([]byte(text), &line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.Reset()
+	if found != 1 {
+		t.Fatalf("%d lines say the request failed, want 1", found)
+	}
+	return line
 }
