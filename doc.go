@@ -74,6 +74,9 @@
 //   - quota*.go: what a request costs and which pool pays (the
 //     QuotaLedger contract, the in-memory ledger, usage by day, the quota
 //     headers).
+//   - billing*.go: how payments fill the pools (the BillingLedger
+//     contract: grants, reversals and plan terms, each once; its
+//     in-memory implementation on MemoryLedger).
 //   - fetch*.go: the fetch policy (FetchPolicy), its URLs, addresses and
 //     downloads.
 //   - upscaler.go: the Upscaler and its optional interfaces.

@@ -23,6 +23,7 @@ type MemoryLedger struct {
 	holds     map[string]memoryHold
 	committed map[string]time.Time // reservation ID → when it was committed
 	charged   map[chargeDay]int64  // charges per account, day and pool, for UsageByDay
+	billing   memoryBilling
 	swept     sweepGate
 }
 
@@ -59,6 +60,7 @@ func NewMemoryLedger(opts LedgerOptions) *MemoryLedger {
 		holds:     make(map[string]memoryHold),
 		committed: make(map[string]time.Time),
 		charged:   make(map[chargeDay]int64),
+		billing:   memoryBilling{grants: map[string]*Purchase{}, reversals: map[string]Reversed{}, terms: map[string]PlanTerms{}},
 	}
 }
 

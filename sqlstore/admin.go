@@ -23,10 +23,20 @@ func boolInt(b bool) int {
 // PutPlan creates a plan or replaces its terms; accounts on it see the new
 // terms at once.
 func (s *Store) PutPlan(ctx context.Context, p upscale.Plan) error {
+	return putPlan(ctx, s.db, p)
+}
+
+// execer is a database or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// putPlan is PutPlan, in db.
+func putPlan(ctx context.Context, db execer, p upscale.Plan) error {
 	if p.Name == "" || p.MonthlyImages < 0 || p.MaxFileBytes < 0 {
 		return fmt.Errorf("sqlstore: plan %q: a name is required and amounts cannot be negative", p.Name)
 	}
-	_, err := s.db.ExecContext(ctx, `
+	_, err := db.ExecContext(ctx, `
 		INSERT INTO plans (name, paid, unlimited, monthly_images, max_file_bytes) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (name) DO UPDATE SET paid = excluded.paid, unlimited = excluded.unlimited,
 			monthly_images = excluded.monthly_images, max_file_bytes = excluded.max_file_bytes`,
@@ -114,7 +124,9 @@ func (s *Store) SetPlan(ctx context.Context, accountID, planName string) error {
 
 // GrantCredits adds n credits (n < 0 takes them away, never below zero) to
 // an account, journalled under requestID. It returns an error wrapping
-// ErrNotFound for an unknown account.
+// ErrNotFound for an unknown account. Each call grants again, whatever its
+// requestID: it is the operator's hand, and a payment's notification,
+// which may come twice, goes through Grant, which grants once per ID.
 func (s *Store) GrantCredits(ctx context.Context, accountID string, n int64, requestID string) error {
 	return s.grant(ctx, accountID, upscale.PoolCredit, "credits", n, requestID)
 }

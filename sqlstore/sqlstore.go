@@ -3,8 +3,10 @@
 // server) for a single machine, and PostgreSQL (github.com/jackc/pgx/v5) for
 // several replicas sharing one database.
 //
-// A Store is an upscale.KeyStore and an upscale.QuotaLedger, plus the admin
-// operations a host's billing code calls (create and revoke keys, set plans,
+// A Store is an upscale.KeyStore, an upscale.QuotaLedger and an
+// upscale.BillingLedger (grants, refunds and plan terms from a payment
+// provider, each applied once), plus the admin operations a host's billing
+// code calls (create and revoke keys, set plans,
 // grant credits and share bonus, read usage). Balances never go negative:
 // every unit is taken by one conditional UPDATE. Every change to a balance
 // is also a row of an append-only journal, so each balance can be audited

@@ -60,6 +60,11 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), opts)
 				})
 			})
+			t.Run("BillingLedger", func(t *testing.T) {
+				upscaletest.TestBillingLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.BillingHarness {
+					return open(t, newDB(t), opts)
+				})
+			})
 			t.Run("LinkStore", func(t *testing.T) {
 				dashboardtest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})

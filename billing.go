@@ -1,0 +1,139 @@
+package upscale
+
+import (
+	"context"
+	"time"
+)
+
+// Billing fills the ledger from payments: a payment provider (Stripe, in
+// billing/stripebilling) tells what was paid, refunded or subscribed to,
+// and a BillingLedger applies it, each effect exactly once. The
+// QuotaLedger stays the one authority on what an account may spend; the
+// provider only fills it.
+
+// Grant is units of one pool given to an account for a payment.
+type Grant struct {
+	// ID names the payment at its provider (a Checkout Session, an
+	// invoice): an account is granted at most once per ID, however often
+	// the payment is reported.
+	ID        string
+	AccountID string
+	// Pool is PoolCredit or PoolShareBonus.
+	Pool  Pool
+	Units int64
+	// Label says what was bought, for the account's purchase history
+	// ("1,000 images").
+	Label string
+	// Event is the provider's event that reported the payment, recorded
+	// with the grant.
+	Event string
+	// At is when the provider says the payment was made.
+	At time.Time
+}
+
+// Reversal takes back units of a grant: a refund, or a dispute lost.
+type Reversal struct {
+	// ID names the refund or dispute at its provider: a grant is reversed
+	// at most once per ID.
+	ID      string
+	GrantID string
+	// Units is how many of the grant's units to take back. The ledger
+	// takes back no more than the grant's units not reversed already.
+	Units int64
+	// Event is the provider's event that reported it, recorded with it.
+	Event string
+	At    time.Time
+}
+
+// Reversed is what a Reversal took back: Taken units from the pool's
+// balance, and Shortfall units that the account had spent already and so
+// could not be taken, recorded for the operator. A balance never goes
+// below zero.
+type Reversed struct {
+	Taken, Shortfall int64
+}
+
+// SubscriptionStatus is a subscription's state at its provider.
+type SubscriptionStatus string
+
+// The states a subscription's plan is kept in (Active, PastDue: a renewal
+// payment failed and is being retried) or left in (the others).
+const (
+	SubscriptionActive   SubscriptionStatus = "active"
+	SubscriptionPastDue  SubscriptionStatus = "past_due"
+	SubscriptionCanceled SubscriptionStatus = "canceled"
+	SubscriptionUnpaid   SubscriptionStatus = "unpaid"
+)
+
+// PlanTerms is an account's subscription as its provider stated it at
+// AsOf, and the plan the account is on for it.
+type PlanTerms struct {
+	AccountID string
+	// Plan is the plan the account is on under these terms: the
+	// subscribed plan while the subscription lives, the account's plan
+	// without one once it has ended.
+	Plan Plan
+	// Subscription names the subscription at its provider.
+	Subscription string
+	Status       SubscriptionStatus
+	// PaidThrough is the end of the period paid for: the renewal date,
+	// or the end when CancelAtPeriodEnd.
+	PaidThrough       time.Time
+	CancelAtPeriodEnd bool
+	// AsOf is the provider's own time for this state. Terms older than
+	// those an account holds change nothing, so an event delivered late
+	// never undoes a newer state.
+	AsOf time.Time
+	// Event is the provider's event that reported the state.
+	Event string
+}
+
+// Purchase is a grant as the account's purchase history shows it, with
+// what was reversed of it.
+type Purchase struct {
+	Grant
+	Reversed Reversed
+}
+
+// BillingLedger is a QuotaLedger that payments fill. Each method applies
+// one effect of a payment exactly once: a repeat of the same ID, from a
+// provider's retry or from 50 concurrent deliveries, also across
+// processes sharing the ledger's storage, changes nothing more, and the
+// effect and the record of the provider's event are written together or
+// not at all. MemoryLedger and sqlstore.Store implement it.
+type BillingLedger interface {
+	QuotaLedger
+	// Grant adds g.Units to g.Pool of g.AccountID, unless a grant with
+	// g.ID was made already: it reports whether this call granted. It
+	// returns an error wrapping ErrNotFound for an unknown account.
+	Grant(ctx context.Context, g Grant) (granted bool, err error)
+	// Reverse takes back r.Units of grant r.GrantID, at most what the
+	// grant has not had reversed, from the grant's pool down to zero and
+	// no further; what could not be taken is the Shortfall. A repeat of
+	// r.ID returns what the first took, and takes nothing more. It
+	// returns an error wrapping ErrNotFound for an unknown grant.
+	Reverse(ctx context.Context, r Reversal) (Reversed, error)
+	// ApplyTerms puts t.AccountID on t.Plan and keeps t, unless the
+	// account holds terms as of t.AsOf or later: it reports whether it
+	// applied them. Units already reserved keep their reservations. It
+	// returns an error wrapping ErrNotFound for an unknown account.
+	ApplyTerms(ctx context.Context, t PlanTerms) (applied bool, err error)
+	// Terms returns the terms accountID holds, the zero PlanTerms when it
+	// never had a subscription. It returns an error wrapping ErrNotFound
+	// for an unknown account.
+	Terms(ctx context.Context, accountID string) (PlanTerms, error)
+	// Purchases returns accountID's grants, newest first, with what was
+	// reversed of each. It returns an error wrapping ErrNotFound for an
+	// unknown account.
+	Purchases(ctx context.Context, accountID string) ([]Purchase, error)
+}
+
+// ReversalOf is what reversing units of grant p takes from its pool,
+// which holds balance: no more than p has not had reversed, and no more
+// than the balance, the rest being the shortfall. Every BillingLedger
+// applies this rule.
+func ReversalOf(p Purchase, units, balance int64) Reversed {
+	units = max(min(units, p.Units-p.Reversed.Taken-p.Reversed.Shortfall), 0)
+	taken := min(units, max(balance, 0))
+	return Reversed{Taken: taken, Shortfall: units - taken}
+}
