@@ -137,3 +137,42 @@ func ReversalOf(p Purchase, units, balance int64) Reversed {
 	taken := min(units, max(balance, 0))
 	return Reversed{Taken: taken, Shortfall: units - taken}
 }
+
+// Checkout is what an account was offered at a payment provider's
+// checkout, recorded when the checkout is made: once paid, it grants
+// what was offered here, never what the checkout's metadata, which a
+// caller could shape, says.
+type Checkout struct {
+	// ID names the checkout at its provider (a Checkout Session).
+	ID        string
+	AccountID string
+	// Price names what was bought at the provider.
+	Price string
+	// Units of PoolCredit, for a pack; zero for a subscription.
+	Units int64
+	// Plan, for a subscription; the zero Plan for a pack.
+	Plan  Plan
+	Label string
+	At    time.Time
+}
+
+// CheckoutStore keeps what a payment provider's checkouts offered and
+// which of the provider's customers each account is. MemoryCheckoutStore
+// and sqlstore.Store implement it.
+type CheckoutStore interface {
+	// PutCheckout records c, replacing nothing: a second record of c.ID
+	// is ignored.
+	PutCheckout(ctx context.Context, c Checkout) error
+	// Checkout returns the checkout recorded as id. It returns an error
+	// wrapping ErrNotFound when none was.
+	Checkout(ctx context.Context, id string) (Checkout, error)
+	// LinkCustomer records customerID as accountID's customer unless the
+	// account has one already, and returns the one it has: an account is
+	// one customer, also when two of its checkouts are made at once.
+	LinkCustomer(ctx context.Context, accountID, customerID string) (string, error)
+	// Customer returns accountID's customer, and CustomerAccount the
+	// account a customer is. Both return an error wrapping ErrNotFound
+	// when none is linked.
+	Customer(ctx context.Context, accountID string) (string, error)
+	CustomerAccount(ctx context.Context, customerID string) (string, error)
+}

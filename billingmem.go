@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // memoryBilling is what a MemoryLedger keeps of payments.
@@ -119,4 +120,72 @@ func (l *MemoryLedger) Purchases(_ context.Context, accountID string) ([]Purchas
 // newestFirst orders purchases by time, newest first, then by ID.
 func newestFirst(a, b Purchase) int {
 	return cmp.Or(b.At.Compare(a.At), cmp.Compare(a.ID, b.ID))
+}
+
+// MemoryCheckoutStore is a CheckoutStore held in process memory, for one
+// process and for tests. It is safe for concurrent use.
+type MemoryCheckoutStore struct {
+	mu        sync.Mutex
+	checkouts map[string]Checkout
+	customers map[string]string // account → customer
+	accounts  map[string]string // customer → account
+}
+
+var _ CheckoutStore = (*MemoryCheckoutStore)(nil)
+
+// NewMemoryCheckoutStore returns an empty MemoryCheckoutStore.
+func NewMemoryCheckoutStore() *MemoryCheckoutStore {
+	return &MemoryCheckoutStore{checkouts: map[string]Checkout{}, customers: map[string]string{}, accounts: map[string]string{}}
+}
+
+// PutCheckout implements CheckoutStore.
+func (s *MemoryCheckoutStore) PutCheckout(_ context.Context, c Checkout) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.checkouts[c.ID]; !ok {
+		s.checkouts[c.ID] = c
+	}
+	return nil
+}
+
+// Checkout implements CheckoutStore.
+func (s *MemoryCheckoutStore) Checkout(_ context.Context, id string) (Checkout, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.checkouts[id]
+	if !ok {
+		return Checkout{}, fmt.Errorf("checkout %q: %w", id, ErrNotFound)
+	}
+	return c, nil
+}
+
+// LinkCustomer implements CheckoutStore.
+func (s *MemoryCheckoutStore) LinkCustomer(_ context.Context, accountID, customerID string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held, ok := s.customers[accountID]; ok {
+		return held, nil
+	}
+	s.customers[accountID], s.accounts[customerID] = customerID, accountID
+	return customerID, nil
+}
+
+// Customer implements CheckoutStore.
+func (s *MemoryCheckoutStore) Customer(_ context.Context, accountID string) (string, error) {
+	return s.lookup(s.customers, "account", accountID)
+}
+
+// CustomerAccount implements CheckoutStore.
+func (s *MemoryCheckoutStore) CustomerAccount(_ context.Context, customerID string) (string, error) {
+	return s.lookup(s.accounts, "customer", customerID)
+}
+
+func (s *MemoryCheckoutStore) lookup(m map[string]string, what, id string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := m[id]
+	if !ok {
+		return "", fmt.Errorf("%s %q has no link: %w", what, id, ErrNotFound)
+	}
+	return v, nil
 }

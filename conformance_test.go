@@ -27,6 +27,10 @@ func TestMemoryLedger(t *testing.T) {
 	})
 }
 
+func TestMemoryCheckoutStore(t *testing.T) {
+	upscaletest.TestCheckoutStore(t, func(t *testing.T) upscale.CheckoutStore { return upscale.NewMemoryCheckoutStore() })
+}
+
 func TestMemoryBlobStore(t *testing.T) {
 	upscaletest.TestBlobStore(t, func(t *testing.T, clock *upscaletest.Clock) upscale.BlobStore {
 		return newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{Now: clock.Now})

@@ -76,7 +76,8 @@
 //     headers).
 //   - billing*.go: how payments fill the pools (the BillingLedger
 //     contract: grants, reversals and plan terms, each once; its
-//     in-memory implementation on MemoryLedger).
+//     in-memory implementation on MemoryLedger), and what checkouts
+//     offered (CheckoutStore, MemoryCheckoutStore).
 //   - fetch*.go: the fetch policy (FetchPolicy), its URLs, addresses and
 //     downloads.
 //   - upscaler.go: the Upscaler and its optional interfaces.

@@ -222,3 +222,66 @@ func (s *Store) Purchases(ctx context.Context, accountID string) ([]upscale.Purc
 	})
 	return out, err
 }
+
+var _ upscale.CheckoutStore = (*Store)(nil)
+
+// PutCheckout implements upscale.CheckoutStore. A subscription's plan is
+// saved as PutPlan saves it, and named in the record.
+func (s *Store) PutCheckout(ctx context.Context, c upscale.Checkout) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if c.Plan.Name != "" {
+			if err := putPlan(ctx, tx, c.Plan); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO billing_checkouts (id, account_id, price, units, plan, label, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`,
+			c.ID, c.AccountID, c.Price, c.Units, c.Plan.Name, c.Label, c.At.UnixNano())
+		return err
+	})
+}
+
+// Checkout implements upscale.CheckoutStore.
+func (s *Store) Checkout(ctx context.Context, id string) (upscale.Checkout, error) {
+	c := upscale.Checkout{ID: id}
+	var at int64
+	var paid, unlimited sql.NullInt64
+	var monthly, maxBytes sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `
+		SELECT c.account_id, c.price, c.units, c.plan, c.label, c.created_at, p.paid, p.unlimited, p.monthly_images, p.max_file_bytes
+		FROM billing_checkouts c LEFT JOIN plans p ON p.name = c.plan WHERE c.id = $1`, id).
+		Scan(&c.AccountID, &c.Price, &c.Units, &c.Plan.Name, &c.Label, &at, &paid, &unlimited, &monthly, &maxBytes)
+	if err != nil {
+		return upscale.Checkout{}, classify(ctx, noRows(err, "checkout", id))
+	}
+	c.At = time.Unix(0, at).UTC()
+	if c.Plan.Name != "" {
+		c.Plan.Paid, c.Plan.Unlimited, c.Plan.MonthlyImages, c.Plan.MaxFileBytes = paid.Int64 == 1, unlimited.Int64 == 1, monthly.Int64, maxBytes.Int64
+	}
+	return c, nil
+}
+
+// LinkCustomer implements upscale.CheckoutStore.
+func (s *Store) LinkCustomer(ctx context.Context, accountID, customerID string) (string, error) {
+	var kept string
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO billing_customers (account_id, customer_id) VALUES ($1, $2) ON CONFLICT (account_id) DO NOTHING`, accountID, customerID); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT customer_id FROM billing_customers WHERE account_id = $1`, accountID).Scan(&kept)
+	})
+	return kept, err
+}
+
+// Customer implements upscale.CheckoutStore.
+func (s *Store) Customer(ctx context.Context, accountID string) (string, error) {
+	var customer string
+	err := s.db.QueryRowContext(ctx, `SELECT customer_id FROM billing_customers WHERE account_id = $1`, accountID).Scan(&customer)
+	return customer, classify(ctx, noRows(err, "customer of account", accountID))
+}
+
+// CustomerAccount implements upscale.CheckoutStore.
+func (s *Store) CustomerAccount(ctx context.Context, customerID string) (string, error) {
+	var account string
+	err := s.db.QueryRowContext(ctx, `SELECT account_id FROM billing_customers WHERE customer_id = $1`, customerID).Scan(&account)
+	return account, classify(ctx, noRows(err, "account of customer", customerID))
+}

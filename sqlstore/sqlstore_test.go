@@ -65,6 +65,17 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), opts)
 				})
 			})
+			t.Run("CheckoutStore", func(t *testing.T) {
+				upscaletest.TestCheckoutStore(t, func(t *testing.T) upscale.CheckoutStore {
+					s := withKeyAccounts(t, newDB(t))
+					for _, id := range []string{"a", "b"} {
+						if _, err := s.CreateAccount(context.Background(), upscale.Account{ID: id, Plan: upscaletest.FreePlan}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return s
+				})
+			})
 			t.Run("LinkStore", func(t *testing.T) {
 				dashboardtest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})

@@ -241,3 +241,63 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		}
 	})
 }
+
+// TestCheckoutStore checks that a CheckoutStore keeps the first record of
+// each checkout and one customer per account, also when 20 checkouts of
+// one account link customers at once. newStore must return an empty store
+// in which the accounts "a" and "b" exist.
+func TestCheckoutStore(t *testing.T, newStore func(t *testing.T) upscale.CheckoutStore) {
+	ctx := context.Background()
+	at := time.Date(2026, time.March, 10, 12, 0, 0, 0, time.UTC)
+	t.Run("Checkouts", func(t *testing.T) {
+		s := newStore(t)
+		pack := upscale.Checkout{ID: "cs_1", AccountID: "a", Price: "price_pack", Units: 1000, Label: "1,000 images", At: at}
+		plan := upscale.Checkout{ID: "cs_2", AccountID: "b", Price: "price_plan", Plan: UnlimitedPlan, Label: "Unlimited", At: at}
+		for _, c := range []upscale.Checkout{pack, plan, {ID: "cs_1", AccountID: "b", Price: "price_other", Units: 1}} {
+			if err := s.PutCheckout(ctx, c); err != nil {
+				t.Fatalf("PutCheckout(%+v): %v", c, err)
+			}
+		}
+		for _, want := range []upscale.Checkout{pack, plan} {
+			if got, err := s.Checkout(ctx, want.ID); err != nil || got.AccountID != want.AccountID || got.Price != want.Price ||
+				got.Units != want.Units || got.Plan != want.Plan || got.Label != want.Label || !got.At.Equal(want.At) {
+				t.Errorf("Checkout(%s) = %+v, %v; want %+v, the first recorded", want.ID, got, err, want)
+			}
+		}
+		if _, err := s.Checkout(ctx, "cs_unknown"); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("an unknown checkout: %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("OneCustomerPerAccount", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.Customer(ctx, "a"); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("Customer of an account with none: %v, want ErrNotFound", err)
+		}
+		kept := make([]string, 20)
+		var wg sync.WaitGroup
+		for i := range kept {
+			wg.Go(func() {
+				var err error
+				if kept[i], err = s.LinkCustomer(ctx, "a", fmt.Sprintf("cus_%d", i)); err != nil {
+					t.Errorf("LinkCustomer: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		customer, err := s.Customer(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kept {
+			if k != customer {
+				t.Fatalf("LinkCustomer returned %s and %s for one account", k, customer)
+			}
+		}
+		if account, err := s.CustomerAccount(ctx, customer); err != nil || account != "a" {
+			t.Errorf("CustomerAccount(%s) = %q, %v; want a", customer, account, err)
+		}
+		if _, err := s.CustomerAccount(ctx, "cus_never"); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("an unknown customer: %v, want ErrNotFound", err)
+		}
+	})
+}

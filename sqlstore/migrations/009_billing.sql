@@ -38,3 +38,21 @@ CREATE TABLE billing_terms (
 	as_of                BIGINT  NOT NULL, -- the provider's time
 	event                TEXT    NOT NULL
 );
+
+-- What each checkout offered, recorded when it was made: a paid one
+-- grants this, never what the provider's metadata says.
+CREATE TABLE billing_checkouts (
+	id         TEXT PRIMARY KEY, -- the checkout at its provider
+	account_id TEXT   NOT NULL REFERENCES accounts (id),
+	price      TEXT   NOT NULL,
+	units      BIGINT NOT NULL,
+	plan       TEXT   NOT NULL, -- '' for a pack
+	label      TEXT   NOT NULL,
+	created_at BIGINT NOT NULL
+);
+
+-- Which of the provider's customers each account is: one each.
+CREATE TABLE billing_customers (
+	account_id  TEXT PRIMARY KEY REFERENCES accounts (id),
+	customer_id TEXT NOT NULL UNIQUE
+);
