@@ -70,21 +70,27 @@ func startS3() {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	server := S3Server{Endpoint: "http://" + addr, AccessKey: "test" + upscale.NewKey("")[:8], SecretKey: upscale.NewKey("")}
-	log, err := os.Create(filepath.Join(dir, "log"))
-	if err != nil {
-		s3.err = err
-		return
-	}
 	root := filepath.Join(dir, "root")
 	if err := os.Mkdir(root, 0o700); err != nil {
 		s3.err = err
 		return
 	}
-	cmd := exec.Command(bin, "--access", server.AccessKey, "--secret", server.SecretKey, "--port", addr, "posix", root)
+	if s3.err = serve(dir, addr, bin, "--access", server.AccessKey, "--secret", server.SecretKey, "--port", addr, "posix", root); s3.err == nil {
+		s3.server = server
+	}
+}
+
+// serve runs bin with args, logging to dir/log, until Stop, which then
+// removes dir, and waits up to 15 s for it to listen on addr.
+func serve(dir, addr, bin string, args ...string) error {
+	log, err := os.Create(filepath.Join(dir, "log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		s3.err = fmt.Errorf("start %s: %w", bin, err)
-		return
+		return fmt.Errorf("start %s: %w", bin, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -98,19 +104,16 @@ func startS3() {
 		select {
 		case err := <-exited:
 			out, _ := os.ReadFile(log.Name())
-			s3.err = fmt.Errorf("%s exited: %v: %s", bin, err, out)
 			exited <- err
-			return
+			return fmt.Errorf("%s exited: %v: %s", bin, err, out)
 		default:
 		}
 		if conn, err := net.Dial("tcp", addr); err == nil {
 			conn.Close()
-			s3.server = server
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			s3.err = fmt.Errorf("%s did not listen on %s within 15s", bin, addr)
-			return
+			return fmt.Errorf("%s did not listen on %s within 15s", bin, addr)
 		}
 	}
 }

@@ -1,0 +1,332 @@
+// Package stripebilling sells credit packs and plans through Stripe: it
+// makes Checkout Sessions (mode payment for a pack, subscription for a
+// plan) and Customer Portal sessions, and applies what Stripe reports
+// (its webhook events, and the success page's look-up) to an
+// upscale.BillingLedger, each effect once. It is a package of its own so
+// that a host that does not sell through Stripe never compiles the SDK.
+//
+// What a paid session grants is decided by the host's own offer table,
+// keyed by Stripe price ID, and recorded with the session when it is made
+// (upscale.CheckoutStore): never by metadata a caller could shape. The
+// ledger stays the authority on what an account may spend; Stripe only
+// fills it.
+package stripebilling
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/stripe/stripe-go/v84"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Pack is a credit pack on offer: a one-off payment of Price gives Units
+// credits.
+type Pack struct {
+	Price string
+	Units int64
+	// Label says what it is, on the Billing page and in the purchase
+	// history ("1,000 images").
+	Label string
+}
+
+// PlanOffer is a plan on offer: a subscription to Price puts the account
+// on Plan while it lives.
+type PlanOffer struct {
+	Price string
+	Plan  upscale.Plan
+	Label string
+}
+
+// Options configures a Billing. Fields without a default are required.
+type Options struct {
+	// SecretKey is the Stripe API key (sk_live_… or sk_test_…).
+	SecretKey string
+	// WebhookSecret verifies the webhook's events (whsec_…).
+	WebhookSecret string
+	// APIBase points the client at another server than Stripe's, for
+	// tests against stripe-mock or a fake. Empty means Stripe's.
+	APIBase string
+	// HTTPClient makes the calls to Stripe. Nil means one with a 30 s
+	// timeout.
+	HTTPClient *http.Client
+	Ledger     upscale.BillingLedger
+	Checkouts  upscale.CheckoutStore
+	Packs      []Pack
+	Plans      []PlanOffer
+	// FreePlan is the plan an account returns to when its subscription
+	// ends.
+	FreePlan upscale.Plan
+	// SuccessURL and CancelURL are where Checkout sends the buyer back:
+	// SuccessURL with {CHECKOUT_SESSION_ID} in it, so that the success
+	// page can look the session up (Fulfil). ReturnURL is where the
+	// Customer Portal returns.
+	SuccessURL, CancelURL, ReturnURL string
+	// Logger receives what the webhook could not apply. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Billing is a Stripe seller for one host. It is safe for concurrent use.
+type Billing struct {
+	opts   Options
+	client *stripe.Client
+}
+
+// ErrSubscribed means the account already has a live subscription: it
+// manages it in the Customer Portal rather than buying a second.
+var ErrSubscribed = errors.New("stripebilling: the account already has a live subscription")
+
+// New returns a Billing, or an error naming what Options lacks.
+func New(opts Options) (*Billing, error) {
+	switch {
+	case opts.SecretKey == "" || opts.WebhookSecret == "":
+		return nil, errors.New("stripebilling: the secret key and the webhook secret are required")
+	case opts.Ledger == nil || opts.Checkouts == nil:
+		return nil, errors.New("stripebilling: a BillingLedger and a CheckoutStore are required")
+	case len(opts.Packs)+len(opts.Plans) == 0:
+		return nil, errors.New("stripebilling: nothing is on offer: give at least one pack or plan")
+	case opts.FreePlan.Name == "":
+		return nil, errors.New("stripebilling: FreePlan, the plan an account returns to when its subscription ends, is required")
+	case opts.SuccessURL == "" || opts.CancelURL == "" || opts.ReturnURL == "":
+		return nil, errors.New("stripebilling: SuccessURL, CancelURL and ReturnURL are required")
+	}
+	prices := map[string]bool{}
+	for _, p := range opts.Packs {
+		if p.Price == "" || p.Units <= 0 || prices[p.Price] {
+			return nil, fmt.Errorf("stripebilling: pack %q: a pack needs a price of its own and a positive number of units", p.Price)
+		}
+		prices[p.Price] = true
+	}
+	for _, p := range opts.Plans {
+		if p.Price == "" || p.Plan.Name == "" || prices[p.Price] {
+			return nil, fmt.Errorf("stripebilling: plan offer %q: an offer needs a price of its own and a plan", p.Price)
+		}
+		prices[p.Price] = true
+	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	config := &stripe.BackendConfig{HTTPClient: opts.HTTPClient, LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelError}}
+	if opts.APIBase != "" {
+		config.URL = stripe.String(opts.APIBase)
+	}
+	return &Billing{opts: opts, client: stripe.NewClient(opts.SecretKey, stripe.WithBackends(stripe.NewBackendsWithConfig(config)))}, nil
+}
+
+// offer returns the offer of price: a pack, or a plan.
+func (b *Billing) offer(price string) (*Pack, *PlanOffer) {
+	if i := slices.IndexFunc(b.opts.Packs, func(p Pack) bool { return p.Price == price }); i >= 0 {
+		return &b.opts.Packs[i], nil
+	}
+	if i := slices.IndexFunc(b.opts.Plans, func(p PlanOffer) bool { return p.Price == price }); i >= 0 {
+		return nil, &b.opts.Plans[i]
+	}
+	return nil, nil
+}
+
+// Checkout makes a Checkout Session in which accountID buys price, a
+// pack's or a plan's, and returns its URL. The session is recorded with
+// what it offers before its URL is given out. It returns ErrSubscribed
+// for a plan when the account has a live subscription, and an error
+// wrapping upscale.ErrInvalidRequest for a price not on offer.
+func (b *Billing) Checkout(ctx context.Context, accountID, price string) (string, error) {
+	pack, plan := b.offer(price)
+	record := upscale.Checkout{AccountID: accountID, Price: price, At: b.opts.Now()}
+	params := &stripe.CheckoutSessionCreateParams{
+		LineItems:         []*stripe.CheckoutSessionCreateLineItemParams{{Price: stripe.String(price), Quantity: stripe.Int64(1)}},
+		SuccessURL:        stripe.String(b.opts.SuccessURL),
+		CancelURL:         stripe.String(b.opts.CancelURL),
+		ClientReferenceID: stripe.String(accountID),
+	}
+	switch {
+	case pack != nil:
+		record.Units, record.Label = pack.Units, pack.Label
+		params.Mode = stripe.String(string(stripe.CheckoutSessionModePayment))
+	case plan != nil:
+		terms, err := b.opts.Ledger.Terms(ctx, accountID)
+		if err != nil {
+			return "", err
+		}
+		if live(terms.Status) {
+			return "", ErrSubscribed
+		}
+		record.Plan, record.Label = plan.Plan, plan.Label
+		params.Mode = stripe.String(string(stripe.CheckoutSessionModeSubscription))
+	default:
+		return "", upscale.Explain(upscale.ErrInvalidRequest, "Price %q is not on offer.", price)
+	}
+	customer, err := b.customer(ctx, accountID)
+	if err != nil {
+		return "", err
+	}
+	params.Customer = stripe.String(customer)
+	params.SetIdempotencyKey("upscale-checkout-" + accountID + "-" + rand.Text())
+	session, err := b.client.V1CheckoutSessions.Create(ctx, params)
+	if err != nil {
+		return "", fmt.Errorf("stripebilling: create a checkout session: %w", err)
+	}
+	record.ID = session.ID
+	if err := b.opts.Checkouts.PutCheckout(ctx, record); err != nil {
+		return "", err
+	}
+	return session.URL, nil
+}
+
+// live reports whether a subscription in status keeps its plan: while it
+// is paid, and while a failed renewal is being retried.
+func live(status upscale.SubscriptionStatus) bool {
+	return status == upscale.SubscriptionActive || status == upscale.SubscriptionPastDue || status == "trialing"
+}
+
+// customer returns accountID's Stripe customer, made the first time:
+// under an idempotency key of the account, so that two checkouts at once
+// make one, and linked in the CheckoutStore, whose first link wins.
+func (b *Billing) customer(ctx context.Context, accountID string) (string, error) {
+	id, err := b.opts.Checkouts.Customer(ctx, accountID)
+	if !errors.Is(err, upscale.ErrNotFound) {
+		return id, err
+	}
+	params := &stripe.CustomerCreateParams{Metadata: map[string]string{"account": accountID}}
+	params.SetIdempotencyKey("upscale-customer-" + accountID)
+	c, err := b.client.V1Customers.Create(ctx, params)
+	if err != nil {
+		return "", fmt.Errorf("stripebilling: create the account's customer: %w", err)
+	}
+	return b.opts.Checkouts.LinkCustomer(ctx, accountID, c.ID)
+}
+
+// Portal makes a Customer Portal session for accountID, where it manages
+// or cancels its subscription and finds its receipts, and returns its
+// URL. It returns an error wrapping upscale.ErrNotFound when the account
+// never bought anything (it is no customer yet).
+func (b *Billing) Portal(ctx context.Context, accountID string) (string, error) {
+	customer, err := b.opts.Checkouts.Customer(ctx, accountID)
+	if err != nil {
+		return "", err
+	}
+	s, err := b.client.V1BillingPortalSessions.Create(ctx, &stripe.BillingPortalSessionCreateParams{
+		Customer: stripe.String(customer), ReturnURL: stripe.String(b.opts.ReturnURL),
+	})
+	if err != nil {
+		return "", fmt.Errorf("stripebilling: create a portal session: %w", err)
+	}
+	return s.URL, nil
+}
+
+// Fulfilment is what a checkout came to, as its success page shows it.
+type Fulfilment struct {
+	// Paid reports whether the payment is made; a delayed method
+	// (a bank debit) is still processing while it is false.
+	Paid     bool
+	Checkout upscale.Checkout
+}
+
+// Fulfil looks up Checkout Session sessionID, which accountID made, and
+// applies it as its webhook event would: a buyer who reaches the success
+// page before the webhook sees the credits, by the same grant, made once.
+// It returns an error wrapping upscale.ErrNotFound for a session the
+// account did not make.
+func (b *Billing) Fulfil(ctx context.Context, accountID, sessionID string) (Fulfilment, error) {
+	record, err := b.opts.Checkouts.Checkout(ctx, sessionID)
+	if err != nil {
+		return Fulfilment{}, err
+	}
+	if record.AccountID != accountID {
+		return Fulfilment{}, fmt.Errorf("checkout %q of another account: %w", sessionID, upscale.ErrNotFound)
+	}
+	s, err := b.client.V1CheckoutSessions.Retrieve(ctx, url.PathEscape(sessionID), nil)
+	if err != nil {
+		return Fulfilment{}, fmt.Errorf("stripebilling: look the session up: %w", err)
+	}
+	paid, err := b.applySession(ctx, s, "success-page:"+sessionID)
+	return Fulfilment{Paid: paid, Checkout: record}, err
+}
+
+// applySession applies a Checkout Session as Stripe reports it: a paid
+// pack is granted, a subscription's state is applied. It reports whether
+// the session is paid. A session this host did not record is not its
+// own, and changes nothing.
+func (b *Billing) applySession(ctx context.Context, s *stripe.CheckoutSession, event string) (paid bool, err error) {
+	record, err := b.opts.Checkouts.Checkout(ctx, s.ID)
+	if errors.Is(err, upscale.ErrNotFound) {
+		b.opts.Logger.Info("stripebilling: a checkout session this host did not make; nothing to apply", "session", s.ID, "event", event)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	paid = s.PaymentStatus == stripe.CheckoutSessionPaymentStatusPaid || s.PaymentStatus == stripe.CheckoutSessionPaymentStatusNoPaymentRequired
+	switch {
+	case !paid:
+		return false, nil
+	case s.Mode == stripe.CheckoutSessionModeSubscription && s.Subscription != nil:
+		return true, b.syncSubscription(ctx, s.Subscription.ID, event)
+	case record.Units > 0:
+		_, err := b.opts.Ledger.Grant(ctx, upscale.Grant{
+			ID: s.ID, AccountID: record.AccountID, Pool: upscale.PoolCredit, Units: record.Units,
+			Label: record.Label, Event: event, At: b.opts.Now(),
+		})
+		return true, err
+	}
+	return true, nil
+}
+
+// syncSubscription reads subscription id as Stripe holds it now and
+// applies its state to its account: never a change in the order events
+// arrive, always the current state, read at a time later than any state
+// applied before it (the terms' AsOf).
+func (b *Billing) syncSubscription(ctx context.Context, id, event string) error {
+	sub, err := b.client.V1Subscriptions.Retrieve(ctx, url.PathEscape(id), nil)
+	if err != nil {
+		return fmt.Errorf("stripebilling: read subscription %s: %w", id, err)
+	}
+	asOf := b.opts.Now()
+	if sub.Customer == nil {
+		return fmt.Errorf("stripebilling: subscription %s has no customer", id)
+	}
+	account, err := b.opts.Checkouts.CustomerAccount(ctx, sub.Customer.ID)
+	if errors.Is(err, upscale.ErrNotFound) {
+		b.opts.Logger.Info("stripebilling: a subscription of a customer this host did not make; nothing to apply", "subscription", id, "event", event)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	terms := upscale.PlanTerms{
+		AccountID: account, Plan: b.opts.FreePlan, Subscription: sub.ID, Status: upscale.SubscriptionStatus(sub.Status),
+		CancelAtPeriodEnd: sub.CancelAtPeriodEnd, AsOf: asOf, Event: event,
+	}
+	if sub.Items != nil && len(sub.Items.Data) > 0 {
+		item := sub.Items.Data[0]
+		terms.PaidThrough = time.Unix(item.CurrentPeriodEnd, 0).UTC()
+		if _, plan := b.offer(priceID(item.Price)); plan != nil && live(terms.Status) {
+			terms.Plan = plan.Plan
+		}
+	}
+	_, err = b.opts.Ledger.ApplyTerms(ctx, terms)
+	return err
+}
+
+// priceID is p's ID, "" for none.
+func priceID(p *stripe.Price) string {
+	if p == nil {
+		return ""
+	}
+	return p.ID
+}

@@ -1,0 +1,371 @@
+package stripebilling_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"path"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/billing/stripebilling"
+	"github.com/upscalekit/upscale/billing/stripebilling/stripetest"
+	"github.com/upscalekit/upscale/internal/testservers"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+func TestMain(m *testing.M) { testservers.Main(m) }
+
+const webhookSecret = "whsec_test_0123456789abcdef"
+
+var (
+	pack      = stripebilling.Pack{Price: "price_pack", Units: 10, Label: "10 images"}
+	unlimited = stripebilling.PlanOffer{Price: "price_unlimited", Plan: upscaletest.UnlimitedPlan, Label: "Unlimited"}
+	noFree    = upscale.Plan{Name: "none", MaxFileBytes: 1 << 20}
+)
+
+// seller is a Billing on the fake Stripe, selling to account "a" (on
+// noFree, so that credits pay from the first image) and "b".
+type seller struct {
+	*stripebilling.Billing
+	fake    *stripetest.Fake
+	ledger  upscale.BillingLedger
+	webhook http.Handler
+}
+
+func newSeller(t *testing.T, ledger upscale.BillingLedger) *seller {
+	t.Helper()
+	ctx := context.Background()
+	if ledger == nil {
+		memory := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+		for _, id := range []string{"a", "b"} {
+			if err := memory.PutAccount(ctx, upscale.Account{ID: id, Plan: noFree}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ledger = memory
+	}
+	fake := stripetest.New(t, webhookSecret)
+	b, err := stripebilling.New(stripebilling.Options{
+		SecretKey: "sk_test_0123456789", WebhookSecret: webhookSecret, APIBase: fake.URL,
+		Ledger: ledger, Checkouts: upscale.NewMemoryCheckoutStore(),
+		Packs: []stripebilling.Pack{pack}, Plans: []stripebilling.PlanOffer{unlimited}, FreePlan: noFree,
+		SuccessURL: "https://app.test/dashboard/billing/done?session={CHECKOUT_SESSION_ID}",
+		CancelURL:  "https://app.test/dashboard/billing", ReturnURL: "https://app.test/dashboard/billing",
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &seller{Billing: b, fake: fake, ledger: ledger, webhook: b.Webhook()}
+}
+
+// checkout starts a checkout of price for account and returns its
+// session's ID.
+func (s *seller) checkout(t *testing.T, account, price string) string {
+	t.Helper()
+	url, err := s.Checkout(context.Background(), account, price)
+	if err != nil {
+		t.Fatalf("Checkout(%s, %s): %v", account, price, err)
+	}
+	return path.Base(url)
+}
+
+// deliver sends e to the webhook and wants status.
+func (s *seller) deliver(t *testing.T, e stripetest.Event, status int) {
+	t.Helper()
+	if got := s.fake.Deliver(s.webhook, e); got != status {
+		t.Fatalf("%s answered %d, want %d", e.Type, got, status)
+	}
+}
+
+func (s *seller) balance(t *testing.T, account string) upscale.Balance {
+	t.Helper()
+	b, err := s.ledger.Balance(context.Background(), account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPackBought: a paid pack's session grants its units once, however
+// often and however concurrently its event is delivered, and whether the
+// success page or the webhook comes first.
+func TestPackBought(t *testing.T) {
+	s := newSeller(t, nil)
+	ctx := context.Background()
+	id := s.checkout(t, "a", pack.Price)
+	paid := s.fake.Pay(id, 500)
+	if f, err := s.Fulfil(ctx, "a", id); err != nil || !f.Paid || f.Checkout.Units != 10 || f.Checkout.Label != "10 images" {
+		t.Fatalf("the success page before the webhook: %+v, %v; want paid, 10 images", f, err)
+	}
+	if got := s.balance(t, "a").Credits; got != 10 {
+		t.Fatalf("credits after the success page: %d, want 10", got)
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if got := s.fake.Deliver(s.webhook, paid); got != http.StatusOK {
+				t.Errorf("a delivery answered %d", got)
+			}
+		})
+	}
+	wg.Wait()
+	if got := s.balance(t, "a").Credits; got != 10 {
+		t.Errorf("credits after 50 deliveries: %d, want 10", got)
+	}
+	if _, err := s.Fulfil(ctx, "b", id); !errors.Is(err, upscale.ErrNotFound) {
+		t.Errorf("the success page for another account's session: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Checkout(ctx, "a", "price_elsewhere"); !errors.Is(err, upscale.ErrInvalidRequest) {
+		t.Errorf("a price not on offer: %v, want ErrInvalidRequest", err)
+	}
+	purchases, err := s.ledger.Purchases(ctx, "a")
+	if err != nil || len(purchases) != 1 || purchases[0].ID != id || purchases[0].Units != 10 {
+		t.Errorf("purchases %+v, %v; want the one pack", purchases, err)
+	}
+}
+
+// TestUnpaidSessionGrantsNothing: a session completed with a delayed
+// payment method grants when its payment succeeds, not before.
+func TestUnpaidSessionGrantsNothing(t *testing.T) {
+	s := newSeller(t, nil)
+	id := s.checkout(t, "a", pack.Price)
+	if f, err := s.Fulfil(context.Background(), "a", id); err != nil || f.Paid {
+		t.Fatalf("the success page of an unpaid session: %+v, %v; want processing", f, err)
+	}
+	if got := s.balance(t, "a").Credits; got != 0 {
+		t.Fatalf("credits before the payment: %d", got)
+	}
+	s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+	if got := s.balance(t, "a").Credits; got != 10 {
+		t.Errorf("credits after the payment: %d, want 10", got)
+	}
+}
+
+// TestSubscription: a subscription puts the account on its plan, keeps
+// it while cancelled at the period's end or while a renewal fails, and
+// ends it when Stripe deletes the subscription, whatever order the
+// events arrive in: the state applied is the one Stripe holds.
+func TestSubscription(t *testing.T) {
+	s := newSeller(t, nil)
+	ctx := context.Background()
+	id := s.checkout(t, "a", unlimited.Price)
+	s.deliver(t, s.fake.Pay(id, 2000), http.StatusOK)
+	if b := s.balance(t, "a"); b.Plan != upscaletest.UnlimitedPlan {
+		t.Fatalf("plan after subscribing: %+v, want unlimited", b.Plan)
+	}
+	if _, err := s.Checkout(ctx, "a", unlimited.Price); !errors.Is(err, stripebilling.ErrSubscribed) {
+		t.Errorf("subscribing again: %v, want ErrSubscribed", err)
+	}
+	sub := s.fake.Subscription(id)
+	s.deliver(t, s.fake.UpdateSubscription(sub, "customer.subscription.updated", "active", true), http.StatusOK)
+	terms, err := s.ledger.Terms(ctx, "a")
+	if err != nil || !terms.CancelAtPeriodEnd || terms.Plan != upscaletest.UnlimitedPlan || terms.PaidThrough.Before(time.Now().AddDate(0, 0, 27)) {
+		t.Errorf("terms cancelled at the period's end: %+v, %v; want the plan kept until a month on", terms, err)
+	}
+	s.deliver(t, s.fake.UpdateSubscription(sub, "invoice.payment_failed", "past_due", false), http.StatusOK)
+	if b := s.balance(t, "a"); b.Plan != upscaletest.UnlimitedPlan {
+		t.Errorf("plan while past due: %+v, want unlimited kept", b.Plan)
+	}
+	// Stripe deletes the subscription; its deletion is delivered before
+	// an update made earlier.
+	updated := s.fake.UpdateSubscription(sub, "customer.subscription.updated", "active", false)
+	deleted := s.fake.UpdateSubscription(sub, "customer.subscription.deleted", "canceled", false)
+	s.deliver(t, deleted, http.StatusOK)
+	s.deliver(t, updated, http.StatusOK)
+	if b := s.balance(t, "a"); b.Plan != noFree {
+		t.Errorf("plan after the subscription was deleted: %+v, want the free plan", b.Plan)
+	}
+	if portal, err := s.Portal(ctx, "a"); err != nil || portal == "" {
+		t.Errorf("Portal: %q, %v", portal, err)
+	}
+	if _, err := s.Portal(ctx, "b"); !errors.Is(err, upscale.ErrNotFound) {
+		t.Errorf("Portal of an account that never bought: %v, want ErrNotFound", err)
+	}
+}
+
+// TestRefunds: a refund after the credits were spent takes what is left
+// down to zero and records the rest as shortfall; a refund and a dispute
+// of the same charge reverse it once; a dispute won gives back what it
+// took.
+func TestRefunds(t *testing.T) {
+	ctx := context.Background()
+	t.Run("AfterSpending", func(t *testing.T) {
+		s := newSeller(t, nil)
+		id := s.checkout(t, "a", pack.Price)
+		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+		for range 7 {
+			r, err := s.ledger.Reserve(ctx, "a", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ledger.Commit(ctx, r.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		refunded := s.fake.Refund(s.fake.Charge(id), 500)
+		s.deliver(t, refunded, http.StatusOK)
+		s.deliver(t, refunded, http.StatusOK)
+		if b := s.balance(t, "a"); b.Credits != 0 {
+			t.Errorf("credits after the refund: %d, want 0", b.Credits)
+		}
+		purchases, err := s.ledger.Purchases(ctx, "a")
+		if err != nil || len(purchases) != 1 || purchases[0].Reversed != (upscale.Reversed{Taken: 3, Shortfall: 7}) {
+			t.Errorf("purchases %+v, %v; want 3 taken back, 7 short", purchases, err)
+		}
+	})
+	t.Run("PartialThenDispute", func(t *testing.T) {
+		s := newSeller(t, nil)
+		id := s.checkout(t, "a", pack.Price)
+		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+		charge := s.fake.Charge(id)
+		s.deliver(t, s.fake.Refund(charge, 200), http.StatusOK) // 40%: 4 units
+		if b := s.balance(t, "a"); b.Credits != 6 {
+			t.Fatalf("credits after a 40%% refund: %d, want 6", b.Credits)
+		}
+		opened := s.fake.Dispute(charge, "charge.dispute.created", "needs_response")
+		s.deliver(t, opened, http.StatusOK)
+		s.deliver(t, opened, http.StatusOK)
+		s.deliver(t, s.fake.Refund(charge, 300), http.StatusOK) // the rest, refunded too
+		if b := s.balance(t, "a"); b.Credits != 0 {
+			t.Fatalf("credits after the dispute and the refund: %d, want 0", b.Credits)
+		}
+		purchases, err := s.ledger.Purchases(ctx, "a")
+		if err != nil || len(purchases) != 1 || purchases[0].Reversed != (upscale.Reversed{Taken: 10}) {
+			t.Fatalf("purchases %+v, %v; want 10 reversed in all", purchases, err)
+		}
+		won := s.fake.Dispute(charge, "charge.dispute.closed", "won")
+		s.deliver(t, won, http.StatusOK)
+		s.deliver(t, won, http.StatusOK)
+		if b := s.balance(t, "a"); b.Credits != 6 {
+			t.Errorf("credits after the dispute was won: %d, want the 6 it took back", b.Credits)
+		}
+	})
+}
+
+// TestWebhookRefusesForgeries: an event signed with another secret, signed
+// too long ago, or of another API version is answered 400 and changes
+// nothing.
+func TestWebhookRefusesForgeries(t *testing.T) {
+	s := newSeller(t, nil)
+	id := s.checkout(t, "a", pack.Price)
+	paid := s.fake.Pay(id, 500)
+	if got := s.fake.DeliverSigned(s.webhook, paid, "whsec_someone_else", time.Now()); got != http.StatusBadRequest {
+		t.Errorf("another secret: %d, want 400", got)
+	}
+	if got := s.fake.DeliverSigned(s.webhook, paid, webhookSecret, time.Now().Add(-10*time.Minute)); got != http.StatusBadRequest {
+		t.Errorf("signed 10 minutes ago: %d, want 400", got)
+	}
+	old := paid
+	old.Payload = []byte(string(paid.Payload[:len(paid.Payload)-1]) + `,"api_version":"2020-08-27"}`)
+	if got := s.fake.Deliver(s.webhook, old); got != http.StatusBadRequest {
+		t.Errorf("another API version: %d, want 400", got)
+	}
+	if got := s.balance(t, "a").Credits; got != 0 {
+		t.Errorf("credits after forged events: %d, want 0", got)
+	}
+}
+
+// TestWebhookRetriedOnOutage: an event that could not be applied because
+// the ledger is out of reach is answered 500, so that Stripe sends it
+// again, and then applied.
+func TestWebhookRetriedOnOutage(t *testing.T) {
+	memory := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	if err := memory.PutAccount(context.Background(), upscale.Account{ID: "a", Plan: noFree}); err != nil {
+		t.Fatal(err)
+	}
+	ledger := &switchLedger{BillingLedger: memory}
+	s := newSeller(t, ledger)
+	id := s.checkout(t, "a", pack.Price)
+	paid := s.fake.Pay(id, 500)
+	ledger.down = true
+	s.deliver(t, paid, http.StatusInternalServerError)
+	ledger.down = false
+	s.deliver(t, paid, http.StatusOK)
+	if got := s.balance(t, "a").Credits; got != 10 {
+		t.Errorf("credits once the ledger is back: %d, want 10", got)
+	}
+}
+
+// switchLedger is a BillingLedger whose Grant is out of reach while down.
+type switchLedger struct {
+	upscale.BillingLedger
+	down bool
+}
+
+func (l *switchLedger) Grant(ctx context.Context, g upscale.Grant) (bool, error) {
+	if l.down {
+		return false, upscale.ErrUnavailable
+	}
+	return l.BillingLedger.Grant(ctx, g)
+}
+
+// TestRequestShapes: every request Billing sends Stripe has the shape
+// Stripe's API description gives it, as stripe-mock checks: customers,
+// Checkout Sessions of both modes, the portal, and the look-ups of
+// sessions, subscriptions and charges that events lead to.
+func TestRequestShapes(t *testing.T) {
+	ctx := context.Background()
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	if err := ledger.PutAccount(ctx, upscale.Account{ID: "a", Plan: noFree}); err != nil {
+		t.Fatal(err)
+	}
+	checkouts := &recordingCheckouts{CheckoutStore: upscale.NewMemoryCheckoutStore()}
+	fake := stripetest.New(t, webhookSecret) // signs the events
+	b, err := stripebilling.New(stripebilling.Options{
+		SecretKey: "sk_test_0123456789", WebhookSecret: webhookSecret, APIBase: testservers.StripeMock(t),
+		Ledger: ledger, Checkouts: checkouts, Packs: []stripebilling.Pack{pack}, Plans: []stripebilling.PlanOffer{unlimited}, FreePlan: noFree,
+		SuccessURL: "https://app.test/done?session={CHECKOUT_SESSION_ID}", CancelURL: "https://app.test/billing", ReturnURL: "https://app.test/billing",
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, price := range []string{pack.Price, unlimited.Price} {
+		url, err := b.Checkout(ctx, "a", price)
+		if err != nil || url == "" {
+			t.Fatalf("Checkout of %s: %q, %v", price, url, err)
+		}
+		customer, err := checkouts.Customer(ctx, "a")
+		if err != nil || customer == "" {
+			t.Fatalf("the account's customer: %q, %v", customer, err)
+		}
+	}
+	for _, id := range checkouts.ids {
+		if _, err := b.Fulfil(ctx, "a", id); err != nil {
+			t.Errorf("Fulfil(%s): %v", id, err)
+		}
+	}
+	if url, err := b.Portal(ctx, "a"); err != nil || url == "" {
+		t.Errorf("Portal: %q, %v", url, err)
+	}
+	// Events whose objects lead to look-ups: stripe-mock answers its
+	// fixtures, of customers and sessions this host never made, so they
+	// change nothing here; what is checked is that every look-up is
+	// accepted.
+	for _, e := range []stripetest.Event{
+		fake.Event("customer.subscription.updated", map[string]any{"id": "sub_123", "object": "subscription"}),
+		fake.Event("invoice.paid", map[string]any{"id": "in_1", "object": "invoice", "parent": map[string]any{"subscription_details": map[string]any{"subscription": "sub_123"}}}),
+		fake.Event("charge.refunded", map[string]any{"id": "ch_1", "object": "charge", "payment_intent": "pi_1", "amount": 500, "amount_refunded": 500}),
+		fake.Event("charge.dispute.created", map[string]any{"id": "dp_1", "object": "dispute", "charge": "ch_1", "status": "needs_response"}),
+	} {
+		if got := fake.Deliver(b.Webhook(), e); got != http.StatusOK {
+			t.Errorf("%s: %d, want 200", e.Type, got)
+		}
+	}
+}
+
+// recordingCheckouts is a CheckoutStore that lists the checkouts put.
+type recordingCheckouts struct {
+	upscale.CheckoutStore
+	ids []string
+}
+
+func (c *recordingCheckouts) PutCheckout(ctx context.Context, checkout upscale.Checkout) error {
+	c.ids = append(c.ids, checkout.ID)
+	return c.CheckoutStore.PutCheckout(ctx, checkout)
+}

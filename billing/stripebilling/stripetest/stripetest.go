@@ -1,0 +1,316 @@
+// Package stripetest is a stateful fake of the few Stripe endpoints that
+// stripebilling calls (customers, Checkout Sessions, subscriptions,
+// charges, Customer Portal sessions), and the events Stripe would send
+// as what a buyer does changes them: paying, cancelling, refunds and
+// disputes. Its events are signed as Stripe signs them, for stripe-go's
+// API version, so that a host's webhook is tested as Stripe calls it. Its
+// request shapes are checked against Stripe's own description by
+// stripe-mock in stripebilling's tests; its state is what stripe-mock
+// lacks.
+package stripetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v84"
+	"github.com/stripe/stripe-go/v84/webhook"
+)
+
+// Fake is the fake Stripe. Its URL is the API base to give
+// stripebilling.Options.APIBase. It is safe for concurrent use.
+type Fake struct {
+	URL string
+
+	secret string
+	now    func() time.Time
+
+	mu            sync.Mutex
+	n             int
+	customers     map[string]bool
+	sessions      map[string]*session
+	subscriptions map[string]*subscription
+	charges       map[string]*charge
+}
+
+type session struct {
+	ID, Mode, Customer, Price, Status, PaymentStatus, PaymentIntent, Subscription string
+}
+
+type subscription struct {
+	ID, Customer, Price, Status string
+	CancelAtPeriodEnd           bool
+	PeriodEnd                   time.Time
+}
+
+type charge struct {
+	ID, PaymentIntent      string
+	Amount, AmountRefunded int64
+}
+
+// New starts a Fake whose events are signed with webhookSecret, until t
+// ends.
+func New(t testing.TB, webhookSecret string) *Fake {
+	f := &Fake{
+		secret: webhookSecret, now: time.Now,
+		customers: map[string]bool{}, sessions: map[string]*session{}, subscriptions: map[string]*subscription{}, charges: map[string]*charge{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/customers", f.createCustomer)
+	mux.HandleFunc("POST /v1/checkout/sessions", f.createSession)
+	mux.HandleFunc("GET /v1/checkout/sessions", f.listSessions)
+	mux.HandleFunc("GET /v1/checkout/sessions/{id}", f.getSession)
+	mux.HandleFunc("GET /v1/subscriptions/{id}", f.getSubscription)
+	mux.HandleFunc("GET /v1/charges/{id}", f.getCharge)
+	mux.HandleFunc("POST /v1/billing_portal/sessions", f.createPortal)
+	server := httptest.NewServer(mux)
+	t.Cleanup(server.Close)
+	f.URL = server.URL
+	return f
+}
+
+// id is a new ID with prefix; the caller holds f.mu.
+func (f *Fake) id(prefix string) string {
+	f.n++
+	return fmt.Sprintf("%s_%06d", prefix, f.n)
+}
+
+func (f *Fake) createCustomer(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := f.id("cus")
+	f.customers[id] = true
+	writeJSON(w, map[string]any{"id": id, "object": "customer"})
+}
+
+func (f *Fake) createSession(w http.ResponseWriter, r *http.Request) {
+	r.ParseForm()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.customers[r.Form.Get("customer")] {
+		stripeError(w, http.StatusBadRequest, "No such customer: "+r.Form.Get("customer"))
+		return
+	}
+	s := &session{ID: f.id("cs_test"), Mode: r.Form.Get("mode"), Customer: r.Form.Get("customer"), Price: r.Form.Get("line_items[0][price]"), Status: "open", PaymentStatus: "unpaid"}
+	f.sessions[s.ID] = s
+	writeJSON(w, f.sessionJSON(s))
+}
+
+// sessionJSON is s as Stripe shows it; the caller holds f.mu.
+func (f *Fake) sessionJSON(s *session) map[string]any {
+	return map[string]any{
+		"id": s.ID, "object": "checkout.session", "mode": s.Mode, "customer": s.Customer, "status": s.Status,
+		"payment_status": s.PaymentStatus, "payment_intent": nullable(s.PaymentIntent), "subscription": nullable(s.Subscription),
+		"url": f.URL + "/checkout/" + s.ID,
+	}
+}
+
+func (f *Fake) getSession(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sessions[r.PathValue("id")]
+	if !ok {
+		stripeError(w, http.StatusNotFound, "No such checkout.session")
+		return
+	}
+	writeJSON(w, f.sessionJSON(s))
+}
+
+func (f *Fake) listSessions(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data := []any{}
+	for _, s := range f.sessions {
+		if pi := r.URL.Query().Get("payment_intent"); pi != "" && s.PaymentIntent == pi {
+			data = append(data, f.sessionJSON(s))
+		}
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/checkout/sessions"})
+}
+
+func (f *Fake) getSubscription(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sub, ok := f.subscriptions[r.PathValue("id")]
+	if !ok {
+		stripeError(w, http.StatusNotFound, "No such subscription")
+		return
+	}
+	writeJSON(w, subscriptionJSON(sub))
+}
+
+func subscriptionJSON(sub *subscription) map[string]any {
+	return map[string]any{
+		"id": sub.ID, "object": "subscription", "customer": sub.Customer, "status": sub.Status, "cancel_at_period_end": sub.CancelAtPeriodEnd,
+		"items": map[string]any{"object": "list", "data": []any{map[string]any{
+			"id": "si_" + sub.ID, "object": "subscription_item", "current_period_end": sub.PeriodEnd.Unix(),
+			"price": map[string]any{"id": sub.Price, "object": "price"},
+		}}},
+	}
+}
+
+func (f *Fake) getCharge(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch, ok := f.charges[r.PathValue("id")]
+	if !ok {
+		stripeError(w, http.StatusNotFound, "No such charge")
+		return
+	}
+	writeJSON(w, chargeJSON(ch))
+}
+
+func chargeJSON(ch *charge) map[string]any {
+	return map[string]any{"id": ch.ID, "object": "charge", "payment_intent": ch.PaymentIntent, "amount": ch.Amount,
+		"amount_refunded": ch.AmountRefunded, "refunded": ch.AmountRefunded >= ch.Amount}
+}
+
+func (f *Fake) createPortal(w http.ResponseWriter, r *http.Request) {
+	r.ParseForm()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	writeJSON(w, map[string]any{"id": f.id("bps"), "object": "billing_portal.session", "url": f.URL + "/portal/" + r.Form.Get("customer")})
+}
+
+func nullable(id string) any {
+	if id == "" {
+		return nil
+	}
+	return id
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func stripeError(w http.ResponseWriter, status int, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"type": "invalid_request_error", "message": message}})
+}
+
+// Event is an event the Fake made, ready to deliver.
+type Event struct {
+	ID, Type string
+	Payload  []byte
+}
+
+// event makes an event of typ about object; the caller holds f.mu.
+func (f *Fake) event(typ string, object map[string]any) Event {
+	id := f.id("evt")
+	payload, err := json.Marshal(map[string]any{
+		"id": id, "object": "event", "type": typ, "api_version": stripe.APIVersion, "created": f.now().Unix(),
+		"livemode": false, "pending_webhooks": 1, "data": map[string]any{"object": object},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return Event{ID: id, Type: typ, Payload: payload}
+}
+
+// Event makes an event of typ about object, as given.
+func (f *Fake) Event(typ string, object map[string]any) Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.event(typ, object)
+}
+
+// Pay pays checkout session id, as a buyer on Checkout does, for amount
+// (in the smallest unit of the currency), and returns the
+// checkout.session.completed event. A subscription's session starts an
+// active subscription, paid for a month.
+func (f *Fake) Pay(id string, amount int64) Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sessions[id]
+	s.Status, s.PaymentStatus = "complete", "paid"
+	if s.Mode == "subscription" {
+		sub := &subscription{ID: f.id("sub"), Customer: s.Customer, Price: s.Price, Status: "active", PeriodEnd: f.now().AddDate(0, 1, 0)}
+		f.subscriptions[sub.ID] = sub
+		s.Subscription = sub.ID
+	} else {
+		s.PaymentIntent = f.id("pi")
+		ch := &charge{ID: f.id("ch"), PaymentIntent: s.PaymentIntent, Amount: amount}
+		f.charges[ch.ID] = ch
+	}
+	return f.event("checkout.session.completed", f.sessionJSON(s))
+}
+
+// Charge returns the charge that paid checkout session id.
+func (f *Fake) Charge(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ch := range f.charges {
+		if ch.PaymentIntent == f.sessions[id].PaymentIntent {
+			return ch.ID
+		}
+	}
+	return ""
+}
+
+// Subscription returns the subscription checkout session id started.
+func (f *Fake) Subscription(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sessions[id].Subscription
+}
+
+// Refund refunds amount more of charge id and returns the charge.refunded
+// event.
+func (f *Fake) Refund(id string, amount int64) Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := f.charges[id]
+	ch.AmountRefunded = min(ch.AmountRefunded+amount, ch.Amount)
+	return f.event("charge.refunded", chargeJSON(ch))
+}
+
+// Dispute opens a dispute of charge id (typ charge.dispute.created) or
+// closes it with status (charge.dispute.closed: won or lost), and
+// returns the event.
+func (f *Fake) Dispute(id, typ, status string) Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.event(typ, map[string]any{"id": "dp_" + id, "object": "dispute", "charge": id, "status": status})
+}
+
+// UpdateSubscription changes subscription id as Stripe would (status
+// "active", "past_due", "canceled", ...; cancel at the period's end) and
+// returns the event of typ (customer.subscription.updated or .deleted,
+// invoice.paid, invoice.payment_failed) that reports it.
+func (f *Fake) UpdateSubscription(id, typ, status string, cancelAtPeriodEnd bool) Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sub := f.subscriptions[id]
+	sub.Status, sub.CancelAtPeriodEnd = status, cancelAtPeriodEnd
+	if strings.HasPrefix(typ, "invoice.") {
+		return f.event(typ, map[string]any{"id": f.id("in"), "object": "invoice", "parent": map[string]any{
+			"type": "subscription_details", "subscription_details": map[string]any{"subscription": id},
+		}})
+	}
+	return f.event(typ, subscriptionJSON(sub))
+}
+
+// Deliver sends e to handler as Stripe does, signed now with the Fake's
+// secret, and returns the status handler answered.
+func (f *Fake) Deliver(handler http.Handler, e Event) int {
+	return f.DeliverSigned(handler, e, f.secret, f.now())
+}
+
+// DeliverSigned sends e to handler signed with secret at signedAt.
+func (f *Fake) DeliverSigned(handler http.Handler, e Event, secret string, signedAt time.Time) int {
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: e.Payload, Secret: secret, Timestamp: signedAt})
+	r := httptest.NewRequest(http.MethodPost, "/billing/stripe/webhook", strings.NewReader(string(e.Payload)))
+	r.Header.Set("Stripe-Signature", signed.Header)
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	handler.ServeHTTP(w, r)
+	return w.Code
+}

@@ -1,0 +1,197 @@
+package stripebilling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/stripe/stripe-go/v84"
+	"github.com/stripe/stripe-go/v84/webhook"
+
+	"github.com/upscalekit/upscale"
+)
+
+// maxEventBytes caps a webhook event's body; Stripe's are a few KiB.
+const maxEventBytes = 256 << 10
+
+// Webhook is the endpoint Stripe sends its events to. An event whose
+// signature does not verify (the webhook secret, within webhook's 300 s
+// tolerance, for stripe-go's API version) is answered 400 and changes
+// nothing. An event that could not be applied for a reason that may pass
+// (the ledger or Stripe out of reach) is answered 500, so that Stripe
+// sends it again; every effect is idempotent, so a repeat changes nothing
+// more. Everything else is answered 200, events of types it does not act
+// on included. It acts on:
+//
+//   - checkout.session.completed and checkout.session.async_payment_succeeded:
+//     a paid pack is granted; a subscription's state is applied
+//     (syncSubscription). async_payment_failed grants nothing.
+//   - invoice.paid, invoice.payment_failed, customer.subscription.created,
+//     .updated and .deleted: the subscription's current state is read from
+//     Stripe and applied, never a change in arrival order. A plan is kept
+//     while past_due.
+//   - charge.refunded: the grant is reversed pro rata to what was refunded
+//     in all, once per refunded amount.
+//   - charge.dispute.created: the grant is reversed whole, once per charge;
+//     charge.dispute.closed, won: what the dispute took is granted back.
+func (b *Billing) Webhook() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST Stripe's events here.", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEventBytes))
+		if err != nil {
+			http.Error(w, "The event is too large or was cut short.", http.StatusBadRequest)
+			return
+		}
+		event, err := webhook.ConstructEvent(body, r.Header.Get("Stripe-Signature"), b.opts.WebhookSecret)
+		if err != nil {
+			b.opts.Logger.Warn("stripebilling: an event refused", "err", err)
+			http.Error(w, "The event's signature does not verify: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := b.apply(r.Context(), event); err != nil {
+			b.opts.Logger.Error("stripebilling: an event not applied; Stripe sends it again", "event", event.ID, "type", event.Type, "err", err)
+			http.Error(w, "The event could not be applied now; send it again.", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+// apply carries event out.
+func (b *Billing) apply(ctx context.Context, event stripe.Event) error {
+	switch event.Type {
+	case "checkout.session.completed", "checkout.session.async_payment_succeeded":
+		var s stripe.CheckoutSession
+		if err := object(event, &s); err != nil {
+			return err
+		}
+		_, err := b.applySession(ctx, &s, event.ID)
+		return err
+	case "invoice.paid", "invoice.payment_failed":
+		var inv stripe.Invoice
+		if err := object(event, &inv); err != nil {
+			return err
+		}
+		if inv.Parent == nil || inv.Parent.SubscriptionDetails == nil || inv.Parent.SubscriptionDetails.Subscription == nil {
+			return nil // no subscription's
+		}
+		return b.syncSubscription(ctx, inv.Parent.SubscriptionDetails.Subscription.ID, event.ID)
+	case "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted":
+		var sub stripe.Subscription
+		if err := object(event, &sub); err != nil {
+			return err
+		}
+		return b.syncSubscription(ctx, sub.ID, event.ID)
+	case "charge.refunded":
+		var ch stripe.Charge
+		if err := object(event, &ch); err != nil {
+			return err
+		}
+		return b.refund(ctx, &ch, event)
+	case "charge.dispute.created", "charge.dispute.closed":
+		var d stripe.Dispute
+		if err := object(event, &d); err != nil {
+			return err
+		}
+		return b.dispute(ctx, &d, event)
+	}
+	return nil
+}
+
+// object decodes event's object into v.
+func object(event stripe.Event, v any) error {
+	if event.Data == nil {
+		return fmt.Errorf("stripebilling: event %s has no object", event.ID)
+	}
+	return json.Unmarshal(event.Data.Raw, v)
+}
+
+// chargeGrant returns the grant a charge paid for: the pack of the
+// Checkout Session of its payment intent, as this host recorded it. It
+// returns false for a charge of no session of this host's.
+func (b *Billing) chargeGrant(ctx context.Context, ch *stripe.Charge) (upscale.Checkout, bool, error) {
+	if ch.PaymentIntent == nil {
+		return upscale.Checkout{}, false, nil
+	}
+	var first *stripe.CheckoutSession
+	for s, err := range b.client.V1CheckoutSessions.List(ctx, &stripe.CheckoutSessionListParams{PaymentIntent: stripe.String(ch.PaymentIntent.ID)}) {
+		if err != nil {
+			return upscale.Checkout{}, false, fmt.Errorf("stripebilling: find the charge's session: %w", err)
+		}
+		first = s
+		break
+	}
+	if first == nil {
+		return upscale.Checkout{}, false, nil
+	}
+	record, err := b.opts.Checkouts.Checkout(ctx, first.ID)
+	if errors.Is(err, upscale.ErrNotFound) || err == nil && record.Units == 0 {
+		return upscale.Checkout{}, false, nil
+	}
+	return record, err == nil, err
+}
+
+// refund reverses ch's grant pro rata to what ch has had refunded in all:
+// the units that share stands for, less what reversals took already.
+func (b *Billing) refund(ctx context.Context, ch *stripe.Charge, event stripe.Event) error {
+	record, ok, err := b.chargeGrant(ctx, ch)
+	if !ok || ch.Amount <= 0 {
+		return err
+	}
+	purchases, err := b.opts.Ledger.Purchases(ctx, record.AccountID)
+	if err != nil {
+		return err
+	}
+	var reversed int64
+	for _, p := range purchases {
+		if p.ID == record.ID {
+			reversed = p.Reversed.Taken + p.Reversed.Shortfall
+		}
+	}
+	share := (record.Units*min(ch.AmountRefunded, ch.Amount) + ch.Amount/2) / ch.Amount // rounded
+	if share <= reversed {
+		return nil
+	}
+	_, err = b.opts.Ledger.Reverse(ctx, upscale.Reversal{
+		ID: fmt.Sprintf("refund:%s:%d", ch.ID, ch.AmountRefunded), GrantID: record.ID, Units: share - reversed,
+		Event: event.ID, At: time.Unix(event.Created, 0).UTC(),
+	})
+	return err
+}
+
+// dispute reverses a disputed charge's grant whole when the dispute is
+// opened, once per charge, and grants back what that took when the
+// dispute is closed won.
+func (b *Billing) dispute(ctx context.Context, d *stripe.Dispute, event stripe.Event) error {
+	if d.Charge == nil {
+		return nil
+	}
+	ch, err := b.client.V1Charges.Retrieve(ctx, d.Charge.ID, nil)
+	if err != nil {
+		return fmt.Errorf("stripebilling: read the disputed charge: %w", err)
+	}
+	record, ok, err := b.chargeGrant(ctx, ch)
+	if !ok {
+		return err
+	}
+	at := time.Unix(event.Created, 0).UTC()
+	// The reversal of the dispute, made at its opening or, repeated,
+	// answering what it took.
+	taken, err := b.opts.Ledger.Reverse(ctx, upscale.Reversal{ID: "dispute:" + ch.ID, GrantID: record.ID, Units: record.Units, Event: event.ID, At: at})
+	if err != nil || event.Type != "charge.dispute.closed" || d.Status != stripe.DisputeStatusWon || taken.Taken == 0 {
+		return err
+	}
+	_, err = b.opts.Ledger.Grant(ctx, upscale.Grant{
+		ID: "dispute-won:" + d.ID, AccountID: record.AccountID, Pool: upscale.PoolCredit, Units: taken.Taken,
+		Label: record.Label + " (dispute won)", Event: event.ID, At: at,
+	})
+	return err
+}
