@@ -65,6 +65,12 @@ const (
 	SubscriptionUnpaid   SubscriptionStatus = "unpaid"
 )
 
+// Live reports whether a subscription in status s keeps its plan: while
+// it is paid or on trial, and while a failed renewal is being retried.
+func (s SubscriptionStatus) Live() bool {
+	return s == SubscriptionActive || s == SubscriptionPastDue || s == "trialing"
+}
+
 // PlanTerms is an account's subscription as its provider stated it at
 // AsOf, and the plan the account is on for it.
 type PlanTerms struct {
@@ -137,6 +143,21 @@ func ReversalOf(p Purchase, units, balance int64) Reversed {
 	taken := min(units, max(balance, 0))
 	return Reversed{Taken: taken, Shortfall: units - taken}
 }
+
+// Offer is something on sale: Units credits for a one-off payment (a
+// pack), or Plan for as long as a subscription lives.
+type Offer struct {
+	// Price names it at the payment provider.
+	Price string
+	// Label says what it is, on the Billing page and in the purchase
+	// history ("1,000 images").
+	Label string
+	Units int64
+	Plan  Plan
+}
+
+// Subscription reports whether o is a plan, sold as a subscription.
+func (o Offer) Subscription() bool { return o.Plan.Name != "" }
 
 // Checkout is what an account was offered at a payment provider's
 // checkout, recorded when the checkout is made: once paid, it grants

@@ -29,24 +29,6 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-// Pack is a credit pack on offer: a one-off payment of Price gives Units
-// credits.
-type Pack struct {
-	Price string
-	Units int64
-	// Label says what it is, on the Billing page and in the purchase
-	// history ("1,000 images").
-	Label string
-}
-
-// PlanOffer is a plan on offer: a subscription to Price puts the account
-// on Plan while it lives.
-type PlanOffer struct {
-	Price string
-	Plan  upscale.Plan
-	Label string
-}
-
 // Options configures a Billing. Fields without a default are required.
 type Options struct {
 	// SecretKey is the Stripe API key (sk_live_… or sk_test_…).
@@ -61,8 +43,9 @@ type Options struct {
 	HTTPClient *http.Client
 	Ledger     upscale.BillingLedger
 	Checkouts  upscale.CheckoutStore
-	Packs      []Pack
-	Plans      []PlanOffer
+	// Offers are what is on sale, by Stripe price: packs of credits
+	// (mode payment) and plans (mode subscription).
+	Offers []upscale.Offer
 	// FreePlan is the plan an account returns to when its subscription
 	// ends.
 	FreePlan upscale.Plan
@@ -95,7 +78,7 @@ func New(opts Options) (*Billing, error) {
 		return nil, errors.New("stripebilling: the secret key and the webhook secret are required")
 	case opts.Ledger == nil || opts.Checkouts == nil:
 		return nil, errors.New("stripebilling: a BillingLedger and a CheckoutStore are required")
-	case len(opts.Packs)+len(opts.Plans) == 0:
+	case len(opts.Offers) == 0:
 		return nil, errors.New("stripebilling: nothing is on offer: give at least one pack or plan")
 	case opts.FreePlan.Name == "":
 		return nil, errors.New("stripebilling: FreePlan, the plan an account returns to when its subscription ends, is required")
@@ -103,17 +86,11 @@ func New(opts Options) (*Billing, error) {
 		return nil, errors.New("stripebilling: SuccessURL, CancelURL and ReturnURL are required")
 	}
 	prices := map[string]bool{}
-	for _, p := range opts.Packs {
-		if p.Price == "" || p.Units <= 0 || prices[p.Price] {
-			return nil, fmt.Errorf("stripebilling: pack %q: a pack needs a price of its own and a positive number of units", p.Price)
+	for _, o := range opts.Offers {
+		if o.Price == "" || prices[o.Price] || (o.Units > 0) == o.Subscription() || o.Units < 0 {
+			return nil, fmt.Errorf("stripebilling: offer %q: an offer needs a price of its own and either a positive number of units (a pack) or a plan", o.Price)
 		}
-		prices[p.Price] = true
-	}
-	for _, p := range opts.Plans {
-		if p.Price == "" || p.Plan.Name == "" || prices[p.Price] {
-			return nil, fmt.Errorf("stripebilling: plan offer %q: an offer needs a price of its own and a plan", p.Price)
-		}
-		prices[p.Price] = true
+		prices[o.Price] = true
 	}
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	if opts.Now == nil {
@@ -129,15 +106,16 @@ func New(opts Options) (*Billing, error) {
 	return &Billing{opts: opts, client: stripe.NewClient(opts.SecretKey, stripe.WithBackends(stripe.NewBackendsWithConfig(config)))}, nil
 }
 
-// offer returns the offer of price: a pack, or a plan.
-func (b *Billing) offer(price string) (*Pack, *PlanOffer) {
-	if i := slices.IndexFunc(b.opts.Packs, func(p Pack) bool { return p.Price == price }); i >= 0 {
-		return &b.opts.Packs[i], nil
+// Offers returns what is on sale.
+func (b *Billing) Offers() []upscale.Offer { return slices.Clone(b.opts.Offers) }
+
+// offer returns the offer of price, false when none is.
+func (b *Billing) offer(price string) (upscale.Offer, bool) {
+	i := slices.IndexFunc(b.opts.Offers, func(o upscale.Offer) bool { return o.Price == price })
+	if i < 0 {
+		return upscale.Offer{}, false
 	}
-	if i := slices.IndexFunc(b.opts.Plans, func(p PlanOffer) bool { return p.Price == price }); i >= 0 {
-		return nil, &b.opts.Plans[i]
-	}
-	return nil, nil
+	return b.opts.Offers[i], true
 }
 
 // Checkout makes a Checkout Session in which accountID buys price, a
@@ -146,30 +124,27 @@ func (b *Billing) offer(price string) (*Pack, *PlanOffer) {
 // for a plan when the account has a live subscription, and an error
 // wrapping upscale.ErrInvalidRequest for a price not on offer.
 func (b *Billing) Checkout(ctx context.Context, accountID, price string) (string, error) {
-	pack, plan := b.offer(price)
-	record := upscale.Checkout{AccountID: accountID, Price: price, At: b.opts.Now()}
+	offer, ok := b.offer(price)
+	if !ok {
+		return "", upscale.Explain(upscale.ErrInvalidRequest, "Price %q is not on offer.", price)
+	}
+	record := upscale.Checkout{AccountID: accountID, Price: price, Units: offer.Units, Plan: offer.Plan, Label: offer.Label, At: b.opts.Now()}
 	params := &stripe.CheckoutSessionCreateParams{
+		Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
 		LineItems:         []*stripe.CheckoutSessionCreateLineItemParams{{Price: stripe.String(price), Quantity: stripe.Int64(1)}},
 		SuccessURL:        stripe.String(b.opts.SuccessURL),
 		CancelURL:         stripe.String(b.opts.CancelURL),
 		ClientReferenceID: stripe.String(accountID),
 	}
-	switch {
-	case pack != nil:
-		record.Units, record.Label = pack.Units, pack.Label
-		params.Mode = stripe.String(string(stripe.CheckoutSessionModePayment))
-	case plan != nil:
+	if offer.Subscription() {
 		terms, err := b.opts.Ledger.Terms(ctx, accountID)
 		if err != nil {
 			return "", err
 		}
-		if live(terms.Status) {
+		if terms.Status.Live() {
 			return "", ErrSubscribed
 		}
-		record.Plan, record.Label = plan.Plan, plan.Label
 		params.Mode = stripe.String(string(stripe.CheckoutSessionModeSubscription))
-	default:
-		return "", upscale.Explain(upscale.ErrInvalidRequest, "Price %q is not on offer.", price)
 	}
 	customer, err := b.customer(ctx, accountID)
 	if err != nil {
@@ -186,12 +161,6 @@ func (b *Billing) Checkout(ctx context.Context, accountID, price string) (string
 		return "", err
 	}
 	return session.URL, nil
-}
-
-// live reports whether a subscription in status keeps its plan: while it
-// is paid, and while a failed renewal is being retried.
-func live(status upscale.SubscriptionStatus) bool {
-	return status == upscale.SubscriptionActive || status == upscale.SubscriptionPastDue || status == "trialing"
 }
 
 // customer returns accountID's Stripe customer, made the first time:
@@ -315,8 +284,8 @@ func (b *Billing) syncSubscription(ctx context.Context, id, event string) error 
 	if sub.Items != nil && len(sub.Items.Data) > 0 {
 		item := sub.Items.Data[0]
 		terms.PaidThrough = time.Unix(item.CurrentPeriodEnd, 0).UTC()
-		if _, plan := b.offer(priceID(item.Price)); plan != nil && live(terms.Status) {
-			terms.Plan = plan.Plan
+		if offer, ok := b.offer(priceID(item.Price)); ok && offer.Subscription() && terms.Status.Live() {
+			terms.Plan = offer.Plan
 		}
 	}
 	_, err = b.opts.Ledger.ApplyTerms(ctx, terms)

@@ -22,8 +22,8 @@ func TestMain(m *testing.M) { testservers.Main(m) }
 const webhookSecret = "whsec_test_0123456789abcdef"
 
 var (
-	pack      = stripebilling.Pack{Price: "price_pack", Units: 10, Label: "10 images"}
-	unlimited = stripebilling.PlanOffer{Price: "price_unlimited", Plan: upscaletest.UnlimitedPlan, Label: "Unlimited"}
+	pack      = upscale.Offer{Price: "price_pack", Units: 10, Label: "10 images"}
+	unlimited = upscale.Offer{Price: "price_unlimited", Plan: upscaletest.UnlimitedPlan, Label: "Unlimited"}
 	noFree    = upscale.Plan{Name: "none", MaxFileBytes: 1 << 20}
 )
 
@@ -52,7 +52,7 @@ func newSeller(t *testing.T, ledger upscale.BillingLedger) *seller {
 	b, err := stripebilling.New(stripebilling.Options{
 		SecretKey: "sk_test_0123456789", WebhookSecret: webhookSecret, APIBase: fake.URL,
 		Ledger: ledger, Checkouts: upscale.NewMemoryCheckoutStore(),
-		Packs: []stripebilling.Pack{pack}, Plans: []stripebilling.PlanOffer{unlimited}, FreePlan: noFree,
+		Offers: []upscale.Offer{pack, unlimited}, FreePlan: noFree,
 		SuccessURL: "https://app.test/dashboard/billing/done?session={CHECKOUT_SESSION_ID}",
 		CancelURL:  "https://app.test/dashboard/billing", ReturnURL: "https://app.test/dashboard/billing",
 		Logger: slog.New(slog.DiscardHandler),
@@ -318,7 +318,7 @@ func TestRequestShapes(t *testing.T) {
 	fake := stripetest.New(t, webhookSecret) // signs the events
 	b, err := stripebilling.New(stripebilling.Options{
 		SecretKey: "sk_test_0123456789", WebhookSecret: webhookSecret, APIBase: testservers.StripeMock(t),
-		Ledger: ledger, Checkouts: checkouts, Packs: []stripebilling.Pack{pack}, Plans: []stripebilling.PlanOffer{unlimited}, FreePlan: noFree,
+		Ledger: ledger, Checkouts: checkouts, Offers: []upscale.Offer{pack, unlimited}, FreePlan: noFree,
 		SuccessURL: "https://app.test/done?session={CHECKOUT_SESSION_ID}", CancelURL: "https://app.test/billing", ReturnURL: "https://app.test/billing",
 		Logger: slog.New(slog.DiscardHandler),
 	})
