@@ -1,6 +1,7 @@
 // Package dashboard is the account pages the API's callers use: their
 // balances and usage, their API keys, their webhook signing secret, a
-// page to try the engine on their account, and the API's reference. It is
+// page to try the engine on their account, the API's reference, and,
+// with a Seller, a Billing page to buy credits and plans. It is
 // an http.Handler a host mounts behind its own sign-in, under any prefix
 // (http.StripPrefix): Config.Account says who is signed in, and the pages
 // read and change only that account, through the interfaces the handler
@@ -54,6 +55,11 @@ type Config struct {
 	// WebhookSecrets, when set, gives the account a page to make or
 	// rotate the secret that signs its webhooks, shown once.
 	WebhookSecrets upscale.WebhookSecrets
+	// Seller, when set, gives the account a Billing page where it buys
+	// credit packs and plans and manages its subscription; Ledger must
+	// then be an upscale.BillingLedger, which the page reads the
+	// subscription and the purchases from.
+	Seller Seller
 	// API is the API's handler (upscale.Handler, or its Middleware), through
 	// which the Try it page runs images for the signed-in account. Nil
 	// means no Try it page.
@@ -100,6 +106,9 @@ func New(cfg Config) (*Dashboard, error) {
 	case cfg.Ledger == nil:
 		return nil, errors.New("dashboard: Config.Ledger is required")
 	}
+	if _, ok := cfg.Ledger.(upscale.BillingLedger); cfg.Seller != nil && !ok {
+		return nil, errors.New("dashboard: Config.Seller needs a Ledger that is an upscale.BillingLedger, which the Billing page reads")
+	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "upk_"
 	}
@@ -120,7 +129,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if d.reference, err = loadReference(); err != nil {
 		return nil, err
 	}
-	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference", "try"} {
+	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference", "try", "billing"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
@@ -150,6 +159,12 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.WebhookSecrets != nil {
 		mux.HandleFunc("GET /webhooks", d.signedIn(d.webhooks))
 		mux.HandleFunc("POST /webhooks", d.signedIn(d.rotateWebhookSecret))
+	}
+	if cfg.Seller != nil {
+		mux.HandleFunc("GET /billing", d.signedIn(d.billing))
+		mux.HandleFunc("POST /billing/checkout", d.signedIn(d.checkout))
+		mux.HandleFunc("POST /billing/portal", d.signedIn(d.portal))
+		mux.HandleFunc("GET /billing/done", d.signedIn(d.done))
 	}
 	if cfg.SignIn != nil {
 		mux.HandleFunc("GET /signin", d.signInPage)

@@ -40,7 +40,7 @@ type site struct {
 	origin  string // serves a 16×16 PNG at every path
 }
 
-func newSite(t *testing.T, clock *upscaletest.Clock) *site {
+func newSite(t *testing.T, clock *upscaletest.Clock, configure ...func(*dashboard.Config)) *site {
 	t.Helper()
 	ctx := context.Background()
 	keys := upscale.NewCachedKeyStore(upscale.NewMemoryKeyStore(), upscale.CachedKeyStoreOptions{TTL: time.Hour})
@@ -72,12 +72,16 @@ func newSite(t *testing.T, clock *upscaletest.Clock) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dashboard.New(dashboard.Config{
+	cfg := dashboard.Config{
 		Account: func(r *http.Request) string { return r.Header.Get("X-Test-Account") },
 		Keys:    keys, Ledger: ledger, WebhookSecrets: secrets, Now: clock.Now,
 		API: api, APIURL: "https://api.test/api/v1/upscale", Samples: []dashboard.Sample{{Name: "A square", URL: origin.URL + "/square.png"}},
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),
-	})
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	d, err := dashboard.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ var templateFuncs = template.FuncMap{
 	},
 	"day": func(t time.Time) string { return t.UTC().Format("2 January 2006") },
 	"mod": func(a, b int) int { return a % b },
+	"add": func(a, b int64) int64 { return a + b },
 }
 
 // pool is one row of the overview's balances.
@@ -56,13 +57,14 @@ type frame struct {
 	// SignOut is whether the layout offers to sign out: the dashboard
 	// signs in itself (Config.SignIn).
 	SignOut bool
-	// Webhooks and Try are whether the dashboard has those pages.
-	Webhooks, Try bool
+	// Webhooks, Try and Billing are whether the dashboard has those
+	// pages.
+	Webhooks, Try, Billing bool
 }
 
 func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
-	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./"), SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil}
+	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./"), SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil}
 }
 
 type overviewPage struct {
@@ -93,13 +95,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account str
 	}
 	now := d.cfg.Now()
 	monthStart, refill := upscale.MonthBounds(now)
-	page := overviewPage{frame: d.frame(r, account, "overview"), Plan: b.Plan, Refill: refill}
-	if !b.Plan.Unlimited {
-		if b.Plan.MonthlyImages > 0 {
-			page.Pools = append(page.Pools, pool{Name: "Free images this month", Left: b.Free, Of: b.Plan.MonthlyImages})
-		}
-		page.Pools = append(page.Pools, pool{Name: "Share bonus", Left: b.ShareBonus}, pool{Name: "Credits", Left: b.Credits})
-	}
+	page := overviewPage{frame: d.frame(r, account, "overview"), Plan: b.Plan, Pools: pools(b), Refill: refill}
 	if usage, ok := d.cfg.Ledger.(upscale.UsageReporter); ok {
 		days, err := usage.UsageByDay(ctx, account, monthStart.AddDate(-1, 0, 0), now)
 		if err != nil {
@@ -111,6 +107,18 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account str
 		page.Width = len(page.Bars)*(barWidth+barGap) + 24 // and room for the labels at both ends
 	}
 	d.render(w, r, http.StatusOK, "overview", page)
+}
+
+// pools are the rows of b's balances, none on an unlimited plan.
+func pools(b upscale.Balance) []pool {
+	if b.Plan.Unlimited {
+		return nil
+	}
+	var rows []pool
+	if b.Plan.MonthlyImages > 0 {
+		rows = append(rows, pool{Name: "Free images this month", Left: b.Free, Of: b.Plan.MonthlyImages})
+	}
+	return append(rows, pool{Name: "Share bonus", Left: b.ShareBonus}, pool{Name: "Credits", Left: b.Credits})
 }
 
 // chart lays out this month's days (from monthStart until next) as bars,

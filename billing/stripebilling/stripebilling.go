@@ -198,33 +198,27 @@ func (b *Billing) Portal(ctx context.Context, accountID string) (string, error) 
 	return s.URL, nil
 }
 
-// Fulfilment is what a checkout came to, as its success page shows it.
-type Fulfilment struct {
-	// Paid reports whether the payment is made; a delayed method
-	// (a bank debit) is still processing while it is false.
-	Paid     bool
-	Checkout upscale.Checkout
-}
-
 // Fulfil looks up Checkout Session sessionID, which accountID made, and
 // applies it as its webhook event would: a buyer who reaches the success
 // page before the webhook sees the credits, by the same grant, made once.
-// It returns an error wrapping upscale.ErrNotFound for a session the
-// account did not make.
-func (b *Billing) Fulfil(ctx context.Context, accountID, sessionID string) (Fulfilment, error) {
+// It returns what the session offered, and whether it is paid: a delayed
+// method (a bank debit) is still processing while it is not. It returns
+// an error wrapping upscale.ErrNotFound for a session the account did not
+// make.
+func (b *Billing) Fulfil(ctx context.Context, accountID, sessionID string) (upscale.Checkout, bool, error) {
 	record, err := b.opts.Checkouts.Checkout(ctx, sessionID)
 	if err != nil {
-		return Fulfilment{}, err
+		return upscale.Checkout{}, false, err
 	}
 	if record.AccountID != accountID {
-		return Fulfilment{}, fmt.Errorf("checkout %q of another account: %w", sessionID, upscale.ErrNotFound)
+		return upscale.Checkout{}, false, fmt.Errorf("checkout %q of another account: %w", sessionID, upscale.ErrNotFound)
 	}
 	s, err := b.client.V1CheckoutSessions.Retrieve(ctx, url.PathEscape(sessionID), nil)
 	if err != nil {
-		return Fulfilment{}, fmt.Errorf("stripebilling: look the session up: %w", err)
+		return upscale.Checkout{}, false, fmt.Errorf("stripebilling: look the session up: %w", err)
 	}
 	paid, err := b.applySession(ctx, s, "success-page:"+sessionID)
-	return Fulfilment{Paid: paid, Checkout: record}, err
+	return record, paid, err
 }
 
 // applySession applies a Checkout Session as Stripe reports it: a paid

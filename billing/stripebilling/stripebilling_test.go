@@ -99,8 +99,8 @@ func TestPackBought(t *testing.T) {
 	ctx := context.Background()
 	id := s.checkout(t, "a", pack.Price)
 	paid := s.fake.Pay(id, 500)
-	if f, err := s.Fulfil(ctx, "a", id); err != nil || !f.Paid || f.Checkout.Units != 10 || f.Checkout.Label != "10 images" {
-		t.Fatalf("the success page before the webhook: %+v, %v; want paid, 10 images", f, err)
+	if c, paid, err := s.Fulfil(ctx, "a", id); err != nil || !paid || c.Units != 10 || c.Label != "10 images" {
+		t.Fatalf("the success page before the webhook: %+v, paid %v, %v; want paid, 10 images", c, paid, err)
 	}
 	if got := s.balance(t, "a").Credits; got != 10 {
 		t.Fatalf("credits after the success page: %d, want 10", got)
@@ -117,7 +117,7 @@ func TestPackBought(t *testing.T) {
 	if got := s.balance(t, "a").Credits; got != 10 {
 		t.Errorf("credits after 50 deliveries: %d, want 10", got)
 	}
-	if _, err := s.Fulfil(ctx, "b", id); !errors.Is(err, upscale.ErrNotFound) {
+	if _, _, err := s.Fulfil(ctx, "b", id); !errors.Is(err, upscale.ErrNotFound) {
 		t.Errorf("the success page for another account's session: %v, want ErrNotFound", err)
 	}
 	if _, err := s.Checkout(ctx, "a", "price_elsewhere"); !errors.Is(err, upscale.ErrInvalidRequest) {
@@ -134,8 +134,8 @@ func TestPackBought(t *testing.T) {
 func TestUnpaidSessionGrantsNothing(t *testing.T) {
 	s := newSeller(t, nil)
 	id := s.checkout(t, "a", pack.Price)
-	if f, err := s.Fulfil(context.Background(), "a", id); err != nil || f.Paid {
-		t.Fatalf("the success page of an unpaid session: %+v, %v; want processing", f, err)
+	if _, paid, err := s.Fulfil(context.Background(), "a", id); err != nil || paid {
+		t.Fatalf("the success page of an unpaid session: paid %v, %v; want processing", paid, err)
 	}
 	if got := s.balance(t, "a").Credits; got != 0 {
 		t.Fatalf("credits before the payment: %d", got)
@@ -336,7 +336,7 @@ func TestRequestShapes(t *testing.T) {
 		}
 	}
 	for _, id := range checkouts.ids {
-		if _, err := b.Fulfil(ctx, "a", id); err != nil {
+		if _, _, err := b.Fulfil(ctx, "a", id); err != nil {
 			t.Errorf("Fulfil(%s): %v", id, err)
 		}
 	}
