@@ -221,6 +221,12 @@ func (cfg Config) withDefaults() (Config, error) {
 		(&url.URL{Path: cfg.Path}).EscapedPath() != cfg.Path || strings.ContainsAny(cfg.Path, "{}") {
 		return cfg, fmt.Errorf("upscale: Config.Path %q is not a clean absolute path without a trailing slash, braces, spaces or characters a URL escapes, such as /api/v1/upscale", cfg.Path)
 	}
+	if buy := cfg.Wording.BuyURL; buy != "" {
+		u, err := url.Parse(buy)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.ContainsAny(buy, "<>\" \t\r\n") {
+			return cfg, fmt.Errorf("upscale: Config.Wording.BuyURL %q is not an absolute http or https URL without spaces, quotes or angle brackets", buy)
+		}
+	}
 	cfg.IdempotencyTTL = cmp.Or(cfg.IdempotencyTTL, 24*time.Hour)
 	if cfg.IdempotencyTTL > CommitMemory {
 		return cfg, fmt.Errorf("upscale: Config.IdempotencyTTL is %v, longer than the %v a QuotaLedger is bound to remember a commit (CommitMemory); a takeover after that could not tell a charged request from one never charged", cfg.IdempotencyTTL, CommitMemory)

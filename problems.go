@@ -78,6 +78,10 @@ type Problem struct {
 	Detail string `json:"detail"`
 	// Code is the stable machine-readable name of the error.
 	Code string `json:"code"`
+	// BuyURL is where the caller buys credits or a plan, on a 429
+	// quota_exhausted and a 403 paid_plan_required when the host sells
+	// (Wording.BuyURL); empty otherwise.
+	BuyURL string `json:"buyUrl,omitempty"`
 }
 
 // problemFor is the problem err is answered with, its detail's places
@@ -106,6 +110,9 @@ func problemFor(err error) Problem {
 func (h *Handler) problem(err error) Problem {
 	p := problemFor(err)
 	p.Detail = h.wording.Replace(p.Detail)
+	if p.Code == "quota_exhausted" || p.Code == "paid_plan_required" {
+		p.BuyURL = h.cfg.Wording.BuyURL
+	}
 	return p
 }
 
@@ -123,6 +130,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 	hdr := w.Header()
 	if p.Status == http.StatusUnauthorized {
 		hdr.Set("WWW-Authenticate", `Bearer realm="upscale"`)
+	}
+	if p.BuyURL != "" {
+		hdr.Set("Link", "<"+p.BuyURL+`>; rel="payment"`)
 	}
 	if ra, ok := errors.AsType[*retryAfterError](err); ok {
 		hdr.Set("Retry-After", strconv.FormatInt(seconds(ra.after), 10))
@@ -161,6 +171,12 @@ type Wording struct {
 	// Paid is what paid capability takes. Zero means "a paid plan or
 	// credits".
 	Paid string
+	// BuyURL is the absolute URL where callers buy credits or a plan,
+	// such as the dashboard's Billing page. When set, a 429
+	// quota_exhausted and a 403 paid_plan_required carry it as the
+	// problem's buyUrl and in a Link header (rel="payment"), so that a
+	// client can send its user there. Empty means neither.
+	BuyURL string
 }
 
 func (w Wording) withDefaults() Wording {

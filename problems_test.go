@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // TestWording: a host that sells through its own site names its own
@@ -115,4 +116,39 @@ func failureLine(t *testing.T, log *bytes.Buffer) (line struct {
 		t.Fatalf("%d lines say the request failed, want 1", found)
 	}
 	return line
+}
+
+// TestBuyURL: a host that sells gives callers who ran out, or who need
+// paid capability, the place to buy: the problem's buyUrl and a Link
+// header, rel="payment". Other problems carry neither, nor does a host
+// that does not sell.
+func TestBuyURL(t *testing.T) {
+	const buy = "https://pics.example/dashboard/billing"
+	e := newEnv(t, func(c *upscale.Config) { c.Wording.BuyURL = buy })
+	paid := e.post(keyFree, body(e.url("/small.png"), `"scale": 8`))
+	p := checkProblem(t, paid, http.StatusForbidden, "paid_plan_required")
+	if p.BuyURL != buy || paid.Header().Get("Link") != "<"+buy+`>; rel="payment"` {
+		t.Errorf("403: buyUrl %q, Link %q; want the Billing page", p.BuyURL, paid.Header().Get("Link"))
+	}
+	e.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "none", MaxFileBytes: 1 << 20}})
+	out := e.post(keyFree, body(e.url("/small.png")))
+	if p := checkProblem(t, out, http.StatusTooManyRequests, "quota_exhausted"); p.BuyURL != buy || out.Header().Get("Link") == "" {
+		t.Errorf("429: buyUrl %q, Link %q; want the Billing page", p.BuyURL, out.Header().Get("Link"))
+	}
+	other := e.post(keyFree, body(e.url("/small.png"), `"scale": 3`))
+	if p := checkProblem(t, other, http.StatusBadRequest, "invalid_scale"); p.BuyURL != "" || other.Header().Get("Link") != "" {
+		t.Errorf("400: buyUrl %q, Link %q; want neither", p.BuyURL, other.Header().Get("Link"))
+	}
+	plain := newEnv(t)
+	plain.putAccount(upscale.Account{ID: "free", Plan: upscale.Plan{Name: "none", MaxFileBytes: 1 << 20}})
+	if w := plain.post(keyFree, body(plain.url("/small.png"))); strings.Contains(w.Body.String(), "buyUrl") || w.Header().Get("Link") != "" {
+		t.Errorf("a host that does not sell: %s, Link %q", w.Body, w.Header().Get("Link"))
+	}
+	for _, bad := range []string{"/dashboard/billing", "https://x.test/a b", "javascript:alert(1)", `https://x.test/>; rel="next"`} {
+		cfg := upscale.Config{Keys: upscale.NewMemoryKeyStore(), Ledger: upscale.NewMemoryLedger(upscale.LedgerOptions{}), Upscaler: upscaletest.PixelUpscaler{},
+			Blobs: newMemoryBlobs(t, upscale.MemoryBlobStoreOptions{}), Wording: upscale.Wording{BuyURL: bad}}
+		if _, err := upscale.New(cfg); err == nil {
+			t.Errorf("New with BuyURL %q: no error", bad)
+		}
+	}
 }

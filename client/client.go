@@ -94,6 +94,9 @@ type Error struct {
 	Code   string `json:"code"` // stable: quota_exhausted, invalid_scale, ...
 	Title  string `json:"title"`
 	Detail string `json:"detail"` // written for a person
+	// BuyURL is where to buy credits or a plan, on a 429 quota_exhausted
+	// or a 403 paid_plan_required from a server that sells them.
+	BuyURL string `json:"buyUrl"`
 	// RetryAfter is the server's Retry-After, zero when it gave none. On a
 	// 429 quota_exhausted it is the time until the free pool refills.
 	RetryAfter time.Duration `json:"-"`

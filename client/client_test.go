@@ -133,7 +133,11 @@ func problem(status int, code, retryAfter string) func(w http.ResponseWriter) {
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"type":"urn:upscale:error:%s","title":%q,"status":%d,"detail":"told so","code":%q}`, code, http.StatusText(status), status, code)
+		buy := ""
+		if code == "quota_exhausted" {
+			buy = `,"buyUrl":"https://x.test/dashboard/billing"`
+		}
+		fmt.Fprintf(w, `{"type":"urn:upscale:error:%s","title":%q,"status":%d,"detail":"told so","code":%q%s}`, code, http.StatusText(status), status, code, buy)
 	}
 }
 
@@ -150,8 +154,9 @@ func TestQuotaExhaustedIsNotRetried(t *testing.T) {
 	srv, n := scripted(t, problem(http.StatusTooManyRequests, "quota_exhausted", "86400"), ok(false))
 	_, err := (&client.Client{BaseURL: srv.URL, Key: key}).Upscale(context.Background(), client.Request{ImageURL: "https://x.test/a.png"})
 	apiErr, isAPIError := errors.AsType[*client.Error](err)
-	if !isAPIError || apiErr.Status != 429 || apiErr.Code != "quota_exhausted" || apiErr.RetryAfter != 24*time.Hour || apiErr.Detail != "told so" {
-		t.Fatalf("error %#v, want the 429 with its code, detail and a 24 h RetryAfter", err)
+	if !isAPIError || apiErr.Status != 429 || apiErr.Code != "quota_exhausted" || apiErr.RetryAfter != 24*time.Hour || apiErr.Detail != "told so" ||
+		apiErr.BuyURL != "https://x.test/dashboard/billing" {
+		t.Fatalf("error %#v, want the 429 with its code, detail, where to buy and a 24 h RetryAfter", err)
 	}
 	if n.Load() != 1 {
 		t.Errorf("%d attempts on a quota 429, want 1", n.Load())
