@@ -6,9 +6,12 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stripe/stripe-go/v84"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/billing/stripebilling"
@@ -343,6 +346,9 @@ func TestRequestShapes(t *testing.T) {
 	if url, err := b.Portal(ctx, "a"); err != nil || url == "" {
 		t.Errorf("Portal: %q, %v", url, err)
 	}
+	if _, err := b.Check(ctx, "https://app.test/billing/stripe/webhook"); err != nil {
+		t.Errorf("Check: %v", err)
+	}
 	// Events whose objects lead to look-ups: stripe-mock answers its
 	// fixtures, of customers and sessions this host never made, so they
 	// change nothing here; what is checked is that every look-up is
@@ -368,4 +374,32 @@ type recordingCheckouts struct {
 func (c *recordingCheckouts) PutCheckout(ctx context.Context, checkout upscale.Checkout) error {
 	c.ids = append(c.ids, checkout.ID)
 	return c.CheckoutStore.PutCheckout(ctx, checkout)
+}
+
+// TestCheck: billing check names what keeps Stripe from selling as
+// configured: a price missing, archived or of the wrong kind, and a
+// webhook endpoint missing, of another API version or short of events;
+// and nothing when all is set up.
+func TestCheck(t *testing.T) {
+	const hook = "https://app.test/billing/stripe/webhook"
+	s := newSeller(t, nil)
+	ctx := context.Background()
+	problems, err := s.Check(ctx, hook)
+	if err != nil || len(problems) != 3 || !strings.Contains(problems[0], "price_pack") || !strings.Contains(problems[2], "no webhook endpoint sends to "+hook) {
+		t.Fatalf("nothing set up: %q, %v", problems, err)
+	}
+	s.fake.Price(pack.Price, true, false)     // recurring and archived: wrong twice
+	s.fake.Price(unlimited.Price, true, true) // right
+	s.fake.Endpoint(hook, "2020-08-27", "checkout.session.completed")
+	problems, err = s.Check(ctx, hook)
+	if err != nil || len(problems) != 3+len(stripebilling.Events)-1 || !strings.Contains(strings.Join(problems, "\n"), `sends API version "2020-08-27"`) {
+		t.Fatalf("set up wrong: %q, %v", problems, err)
+	}
+	fixed := newSeller(t, nil)
+	fixed.fake.Price(pack.Price, false, true)
+	fixed.fake.Price(unlimited.Price, true, true)
+	fixed.fake.Endpoint(hook, stripe.APIVersion, "*")
+	if problems, err := fixed.Check(ctx, hook); err != nil || len(problems) != 0 {
+		t.Errorf("set up right: %q, %v; want nothing", problems, err)
+	}
 }

@@ -37,6 +37,8 @@ type Fake struct {
 	sessions      map[string]*session
 	subscriptions map[string]*subscription
 	charges       map[string]*charge
+	prices        map[string]map[string]any
+	endpoints     []map[string]any
 }
 
 type session struct {
@@ -60,6 +62,7 @@ func New(t testing.TB, webhookSecret string) *Fake {
 	f := &Fake{
 		secret: webhookSecret, now: time.Now,
 		customers: map[string]bool{}, sessions: map[string]*session{}, subscriptions: map[string]*subscription{}, charges: map[string]*charge{},
+		prices: map[string]map[string]any{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/customers", f.createCustomer)
@@ -69,6 +72,8 @@ func New(t testing.TB, webhookSecret string) *Fake {
 	mux.HandleFunc("GET /v1/subscriptions/{id}", f.getSubscription)
 	mux.HandleFunc("GET /v1/charges/{id}", f.getCharge)
 	mux.HandleFunc("POST /v1/billing_portal/sessions", f.createPortal)
+	mux.HandleFunc("GET /v1/prices/{id}", f.getPrice)
+	mux.HandleFunc("GET /v1/webhook_endpoints", f.listEndpoints)
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
 	f.URL = server.URL
@@ -176,6 +181,42 @@ func (f *Fake) createPortal(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	writeJSON(w, map[string]any{"id": f.id("bps"), "object": "billing_portal.session", "url": f.URL + "/portal/" + r.Form.Get("customer")})
+}
+
+// Price makes price id exist: recurring or one-time, active or archived.
+func (f *Fake) Price(id string, recurring, active bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := map[string]any{"id": id, "object": "price", "active": active, "type": "one_time"}
+	if recurring {
+		p["type"], p["recurring"] = "recurring", map[string]any{"interval": "month", "interval_count": 1}
+	}
+	f.prices[id] = p
+}
+
+// Endpoint adds a webhook endpoint sending events of apiVersion to url.
+func (f *Fake) Endpoint(url, apiVersion string, events ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.endpoints = append(f.endpoints, map[string]any{"id": f.id("we"), "object": "webhook_endpoint", "url": url, "api_version": apiVersion,
+		"enabled_events": events, "status": "enabled"})
+}
+
+func (f *Fake) getPrice(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.prices[r.PathValue("id")]
+	if !ok {
+		stripeError(w, http.StatusNotFound, "No such price")
+		return
+	}
+	writeJSON(w, p)
+}
+
+func (f *Fake) listEndpoints(w http.ResponseWriter, _ *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	writeJSON(w, map[string]any{"object": "list", "data": append([]map[string]any{}, f.endpoints...), "has_more": false, "url": "/v1/webhook_endpoints"})
 }
 
 func nullable(id string) any {
