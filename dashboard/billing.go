@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/upscalekit/upscale"
 )
@@ -25,6 +27,10 @@ type Seller interface {
 	// is paid; an error wrapping upscale.ErrNotFound for a checkout the
 	// account did not make.
 	Fulfil(ctx context.Context, accountID, sessionID string) (upscale.Checkout, bool, error)
+	// PageOrigins are the origins (scheme://host[:port]) of the
+	// provider's checkout and portal pages, which the dashboard's
+	// Content-Security-Policy lets its forms lead to.
+	PageOrigins() []string
 }
 
 type billingPage struct {
@@ -82,13 +88,27 @@ func (d *Dashboard) renderBilling(w http.ResponseWriter, r *http.Request, accoun
 			page.Packs = append(page.Packs, o)
 		}
 	}
+	// Its forms lead, by a 303, to the provider's pages.
+	w.Header().Set("Content-Security-Policy", strings.Replace(contentSecurityPolicy, "form-action 'self'", strings.Join(append([]string{"form-action 'self'"}, d.cfg.Seller.PageOrigins()...), " "), 1))
 	d.render(w, r, http.StatusOK, "billing", page)
 }
 
 // checkout sends the buyer to the provider's checkout page of the price
 // posted.
 func (d *Dashboard) checkout(w http.ResponseWriter, r *http.Request, account string) {
-	url, err := d.cfg.Seller.Checkout(r.Context(), account, r.PostFormValue("price"))
+	price := r.PostFormValue("price")
+	if slices.ContainsFunc(d.cfg.Seller.Offers(), func(o upscale.Offer) bool { return o.Price == price && o.Subscription() }) {
+		terms, err := d.cfg.Ledger.(upscale.BillingLedger).Terms(r.Context(), account)
+		if err != nil {
+			d.fail(w, r, account, "read the subscription", err)
+			return
+		}
+		if terms.Status.Live() { // one subscription at a time: it is managed in the portal
+			d.portal(w, r, account)
+			return
+		}
+	}
+	url, err := d.cfg.Seller.Checkout(r.Context(), account, price)
 	if errors.Is(err, upscale.ErrInvalidRequest) {
 		http.Error(w, "That is not on sale; go back to the Billing page and choose again.", http.StatusBadRequest)
 		return
@@ -97,7 +117,7 @@ func (d *Dashboard) checkout(w http.ResponseWriter, r *http.Request, account str
 		d.fail(w, r, account, "start a checkout", err)
 		return
 	}
-	d.cfg.Logger.Info("dashboard: checkout started", "account", account, "price", r.PostFormValue("price"))
+	d.cfg.Logger.Info("dashboard: checkout started", "account", account, "price", price)
 	http.Redirect(w, r, url, http.StatusSeeOther)
 }
 

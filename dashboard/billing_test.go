@@ -43,7 +43,10 @@ func TestBilling(t *testing.T) {
 		}
 		c.Seller = seller
 	})
-	status, body, _ := s.do("GET", "/billing", "acme", nil)
+	status, body, header := s.do("GET", "/billing", "acme", nil)
+	if csp := header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' "+fake.URL+";") {
+		t.Errorf("the Billing page's policy %q does not let its forms lead to the checkout", csp)
+	}
 	if status != http.StatusOK || !strings.Contains(body, "Buy 1,000 images") || !strings.Contains(body, "Subscribe: Unlimited, 29 € a month") || strings.Contains(body, "Purchases") {
 		t.Fatalf("the Billing page: %d\n%s", status, body)
 	}
@@ -83,6 +86,9 @@ func TestBilling(t *testing.T) {
 	}
 	if status, _, header := s.do("POST", "/billing/portal", "acme", nil); status != http.StatusSeeOther || !strings.HasPrefix(header.Get("Location"), fake.URL+"/portal/cus_") {
 		t.Errorf("Manage subscription: %d to %q, want 303 to the portal", status, header.Get("Location"))
+	}
+	if status, _, header := s.do("POST", "/billing/checkout", "acme", url.Values{"price": {"price_unlimited"}}); status != http.StatusSeeOther || !strings.HasPrefix(header.Get("Location"), fake.URL+"/portal/cus_") {
+		t.Errorf("Subscribe again (a form sent twice): %d to %q, want 303 to the portal", status, header.Get("Location"))
 	}
 	sub := fake.Subscription(id)
 	fake.Deliver(seller.Webhook(), fake.UpdateSubscription(sub, "customer.subscription.updated", "active", true))

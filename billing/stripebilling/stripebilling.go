@@ -106,6 +106,17 @@ func New(opts Options) (*Billing, error) {
 	return &Billing{opts: opts, client: stripe.NewClient(opts.SecretKey, stripe.WithBackends(stripe.NewBackendsWithConfig(config)))}, nil
 }
 
+// PageOrigins are the origins of Stripe's Checkout and Customer Portal
+// pages, or, with APIBase, of the test server that serves them.
+func (b *Billing) PageOrigins() []string {
+	if b.opts.APIBase != "" {
+		if u, err := url.Parse(b.opts.APIBase); err == nil {
+			return []string{u.Scheme + "://" + u.Host}
+		}
+	}
+	return []string{"https://checkout.stripe.com", "https://billing.stripe.com"}
+}
+
 // Offers returns what is on sale.
 func (b *Billing) Offers() []upscale.Offer { return slices.Clone(b.opts.Offers) }
 

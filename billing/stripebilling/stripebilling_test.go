@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"path"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/billing/stripebilling"
 	"github.com/upscalekit/upscale/billing/stripebilling/stripetest"
+	"github.com/upscalekit/upscale/client"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/upscaletest"
 )
@@ -401,5 +403,61 @@ func TestCheck(t *testing.T) {
 	fixed.fake.Endpoint(hook, stripe.APIVersion, "*")
 	if problems, err := fixed.Check(ctx, hook); err != nil || len(problems) != 0 {
 		t.Errorf("set up right: %q, %v; want nothing", problems, err)
+	}
+}
+
+// TestPlanLapsesWhileJobsWait: a subscription that ends while a job waits
+// in the engine leaves the job its unit, held from the unlimited pool
+// when it was submitted: the job succeeds, charged to it. The next
+// request is refused as the plan without a subscription has it, and told
+// where to pay.
+func TestPlanLapsesWhileJobsWait(t *testing.T) {
+	ctx := context.Background()
+	s := newSeller(t, nil)
+	id := s.checkout(t, "a", unlimited.Price)
+	s.deliver(t, s.fake.Pay(id, 2900), http.StatusOK)
+
+	keys := upscale.NewMemoryKeyStore()
+	const key = "upk_test_lapse_0123456789"
+	if err := keys.AddKey(ctx, key, "a"); err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := upscale.NewMemoryBlobStore(upscale.MemoryBlobStoreOptions{BaseURL: "http://results.test/r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := upscaletest.TestImagePNG(t, 16, 12)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(source) }))
+	defer origin.Close()
+	engine := upscaletest.GatedUpscaler{Entered: make(chan struct{}, 1), Gate: make(chan struct{})}
+	const buy = "https://app.test/dashboard/billing"
+	h, err := upscale.New(upscale.Config{
+		Keys: keys, Ledger: s.ledger, Upscaler: engine, Blobs: blobs, Jobs: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{}),
+		Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, Wording: upscale.Wording{BuyURL: buy}, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.StartJobs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer h.StopJobs(ctx)
+	server := httptest.NewServer(h)
+	defer server.Close()
+	api := &client.Client{BaseURL: server.URL, Key: key, MaxAttempts: 1}
+	job, err := api.Submit(ctx, client.Request{ImageURL: origin.URL + "/a.png"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-engine.Entered // the job holds its unit, in the engine
+	s.deliver(t, s.fake.UpdateSubscription(s.fake.Subscription(id), "customer.subscription.deleted", "canceled", false), http.StatusOK)
+	_, err = api.Upscale(ctx, client.Request{ImageURL: origin.URL + "/a.png"})
+	if p, ok := errors.AsType[*client.Error](err); !ok || p.Code != "quota_exhausted" || p.BuyURL != buy {
+		t.Errorf("a request after the plan lapsed: %v; want 429 quota_exhausted with where to pay", err)
+	}
+	close(engine.Gate)
+	done, err := api.Wait(ctx, job.ID)
+	if err != nil || done.Status != "succeeded" || done.Result == nil || done.Result.Via != "unlimited" {
+		t.Errorf("the job that waited: %+v, %v; want succeeded via unlimited", done, err)
 	}
 }

@@ -27,6 +27,7 @@ type adminCommand struct {
 // adminArgs are the flags the subcommands share; each uses some.
 type adminArgs struct {
 	account, key, id, name, plan, month, ref, publicURL string
+	config, stripeAPIBase                               string
 	amount                                              int64
 }
 
@@ -90,6 +91,8 @@ var adminCommands = []adminCommand{
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, _ io.Writer) error {
 			return s.SetPlan(ctx, a.account, a.plan)
 		}},
+	{"billing check", "-config FILE [--public-url URL]: ask Stripe (" + stripeKeyEnv + ") whether the file's prices and the webhook endpoint at URL" + webhookPath + " are set up to sell",
+		billingCheck},
 	{"usage", "--account ID [--month YYYY-MM]: what the account spent and has left",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
 			u, err := s.Usage(ctx, a.account, a.month)
@@ -155,6 +158,8 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&a.ref, "ref", "standalone-"+strings.ReplaceAll(cmd.name, " ", "-"), "reference kept in the journal, such as an invoice number")
 	fs.Int64Var(&a.amount, "amount", 0, "number of units")
 	fs.StringVar(&a.publicURL, "public-url", "http://127.0.0.1:8080", "base URL under which the server is reached, as its -public-url")
+	fs.StringVar(&a.config, "config", "", "the server's JSON config file")
+	fs.StringVar(&a.stripeAPIBase, "stripe-api-base", "", "for tests: an http URL on loopback where a Stripe test server (stripe-mock, a fake) answers")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

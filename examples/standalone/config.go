@@ -19,6 +19,7 @@ type fileConfig struct {
 	Plans                map[string]filePlan `json:"plans"`
 	Accounts             []fileAccount       `json:"accounts"`
 	Keys                 []fileKey           `json:"keys"`
+	Billing              fileBilling         `json:"billing"`
 }
 
 type filePlan struct {
@@ -87,6 +88,9 @@ func (c fileConfig) validate() error {
 			return fmt.Errorf("accounts[%d].shareBonus: cannot be negative", i)
 		}
 		accounts[a.ID] = true
+	}
+	if err := c.Billing.validate(c.Plans); err != nil {
+		return err
 	}
 	keys := map[string]bool{}
 	for i, k := range c.Keys {

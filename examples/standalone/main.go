@@ -30,9 +30,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/stripe/stripe-go/v84"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/api"
+	"github.com/upscalekit/upscale/billing/stripebilling"
 	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/dirstore"
 	"github.com/upscalekit/upscale/engine/onednn"
@@ -68,6 +70,7 @@ type options struct {
 	memoryBudget                              int64
 	drainDelay, keyCacheTTL, jobRunTimeout    time.Duration
 	jobWorkers                                int
+	stripeAPIBase                             string
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -161,7 +164,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
 	fs.StringVar(&o.onnxPrecision, "onnx-precision", "", "arithmetic of -engine onnx's networks: on onednn bf16 (the default on CPUs with AVX-512 BF16) or fp32; on onnxruntime int8 (the default on CPUs with VNNI) or fp32")
+	fs.StringVar(&o.stripeAPIBase, "stripe-api-base", "", "for tests: an http URL on loopback where a Stripe test server (stripe-mock, a fake) answers instead of Stripe; selling needs "+stripeKeyEnv+" and "+stripeHookEnv+" in the environment and the config file's billing section")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := checkAPIBase(o.stripeAPIBase); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -321,6 +328,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var seller *stripebilling.Billing
+	wording := upscale.Wording{}
+	if !worker { // the API processes sell
+		if seller, err = newBilling(cfg, store, publicURL, o.stripeAPIBase, logger); err != nil {
+			return err
+		}
+		if seller != nil {
+			wording.BuyURL = publicURL + billingPath
+		}
+	}
 	var keys upscale.KeyLister = store
 	if o.keyCacheTTL > 0 {
 		cached := upscale.NewCachedKeyStore(store, upscale.CachedKeyStoreOptions{TTL: o.keyCacheTTL})
@@ -343,6 +360,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
 		Capacity:             upscale.Capacity{QueueLength: o.queueLength, AccountShare: o.accountShare, MemoryBudget: o.memoryBudget},
 		Fetch:                upscale.FetchPolicy{BuiltinSources: builtin, AllowPrivateNetworks: o.allowPrivateSources},
+		Wording:              wording,
 		Metrics:              metrics,
 		Logger:               logger,
 	})
@@ -379,11 +397,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dash, err := dashboard.New(dashboard.Config{
+	dashboardCfg := dashboard.Config{
 		SignIn: signIn, Keys: keys, Ledger: store, WebhookSecrets: store, Logger: logger,
 		API: handler, APIURL: publicURL + "/api/v1/upscale",
 		Samples: []dashboard.Sample{{Name: "A photo (256×256)", URL: sampleURL(publicURL, "photo.png")}, {Name: "Line art (250×361)", URL: sampleURL(publicURL, "lineart.png")}},
-	})
+	}
+	if seller != nil {
+		dashboardCfg.Seller = seller
+		mux.Handle("POST "+webhookPath, seller.Webhook())
+	}
+	dash, err := dashboard.New(dashboardCfg)
 	if err != nil {
 		return err
 	}
@@ -391,6 +414,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mux.Handle("GET /{$}", landingHandler())
 	srv := newServer(handler.Middleware(mux), o.engineTimeout, logger)
 
+	if seller != nil {
+		fmt.Fprintf(stdout, "selling through Stripe: register the webhook endpoint %s%s (API version %s) for: %s\n",
+			publicURL, webhookPath, stripe.APIVersion, strings.Join(stripebilling.Events, ", "))
+	}
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
 	if o.metricsAddr != "" {
 		metricsServer, err := serveMetrics(o, registry, stdout, logger)

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -167,13 +168,15 @@ type standalone struct {
 	try       string // the banner's curl command
 	metrics   string // the -metrics-addr URL, when given
 	dashboard string // the banner's sign-in link
+	banner    []string
 	cmd       *exec.Cmd
 	exited    chan error
 	stderr    bytes.Buffer
 }
 
 // startStandalone runs bin with args on a free port, sources allowed on
-// loopback, and waits for its banner.
+// loopback, and waits for its banner: the demo's, or with -config the
+// lines up to the address.
 func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	t.Helper()
 	s := &standalone{exited: make(chan error, 1)}
@@ -185,7 +188,7 @@ func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.cmd.Process.Kill() })
-	s.readBanner(t, stdout)
+	s.readBanner(t, stdout, !slices.Contains(args, "-config"))
 	return s
 }
 
@@ -230,13 +233,14 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 }
 
 // readBanner reads the server's start-up lines: its address, its metrics
-// address if it has one, the demo key, its dashboard link and its curl
-// command.
-func (s *standalone) readBanner(t *testing.T, stdout io.Reader) {
+// address if it has one, and for the demo (demo) its key, its dashboard
+// link and its curl command.
+func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo bool) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
-	for lines.Scan() && s.try == "" {
+	for (demo && s.try == "" || !demo && s.base == "") && lines.Scan() {
 		line := lines.Text()
+		s.banner = append(s.banner, line)
 		if v, ok := strings.CutPrefix(line, "  curl "); ok {
 			s.try = v
 		}
@@ -253,7 +257,7 @@ func (s *standalone) readBanner(t *testing.T, stdout io.Reader) {
 			s.dashboard = v
 		}
 	}
-	if s.base == "" || s.key == "" {
+	if s.base == "" || demo && s.key == "" {
 		t.Fatalf("no address or key in the banner (address %q, key %q)", s.base, s.key)
 	}
 	go io.Copy(io.Discard, stdout)

@@ -10,8 +10,10 @@
 package stripetest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,10 +41,13 @@ type Fake struct {
 	charges       map[string]*charge
 	prices        map[string]map[string]any
 	endpoints     []map[string]any
+	portalReturn  string
+	webhookURL    string
 }
 
 type session struct {
 	ID, Mode, Customer, Price, Status, PaymentStatus, PaymentIntent, Subscription string
+	SuccessURL                                                                    string
 }
 
 type subscription struct {
@@ -74,6 +79,10 @@ func New(t testing.TB, webhookSecret string) *Fake {
 	mux.HandleFunc("POST /v1/billing_portal/sessions", f.createPortal)
 	mux.HandleFunc("GET /v1/prices/{id}", f.getPrice)
 	mux.HandleFunc("GET /v1/webhook_endpoints", f.listEndpoints)
+	mux.HandleFunc("GET /checkout/{id}", f.checkoutPage)
+	mux.HandleFunc("POST /checkout/{id}", f.pay)
+	mux.HandleFunc("GET /portal/{customer}", f.portalPage)
+	mux.HandleFunc("POST /portal/{customer}", f.cancel)
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
 	f.URL = server.URL
@@ -102,7 +111,8 @@ func (f *Fake) createSession(w http.ResponseWriter, r *http.Request) {
 		stripeError(w, http.StatusBadRequest, "No such customer: "+r.Form.Get("customer"))
 		return
 	}
-	s := &session{ID: f.id("cs_test"), Mode: r.Form.Get("mode"), Customer: r.Form.Get("customer"), Price: r.Form.Get("line_items[0][price]"), Status: "open", PaymentStatus: "unpaid"}
+	s := &session{ID: f.id("cs_test"), Mode: r.Form.Get("mode"), Customer: r.Form.Get("customer"), Price: r.Form.Get("line_items[0][price]"),
+		Status: "open", PaymentStatus: "unpaid", SuccessURL: r.Form.Get("success_url")}
 	f.sessions[s.ID] = s
 	writeJSON(w, f.sessionJSON(s))
 }
@@ -180,6 +190,7 @@ func (f *Fake) createPortal(w http.ResponseWriter, r *http.Request) {
 	r.ParseForm()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.portalReturn = r.Form.Get("return_url")
 	writeJSON(w, map[string]any{"id": f.id("bps"), "object": "billing_portal.session", "url": f.URL + "/portal/" + r.Form.Get("customer")})
 }
 
@@ -339,6 +350,115 @@ func (f *Fake) UpdateSubscription(id, typ, status string, cancelAtPeriodEnd bool
 	return f.event(typ, subscriptionJSON(sub))
 }
 
+// page writes a buyer's page of the fake: a heading and one form.
+func page(w http.ResponseWriter, heading, button string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>%[1]s</title></head><body><main><h1>%[1]s</h1>
+<form method="post"><button type="submit" id="go">%[2]s</button></form></main></body></html>`, html.EscapeString(heading), html.EscapeString(button))
+}
+
+// pageAmount is what a pack or a month of a plan costs on the buyer's
+// pages, in the currency's smallest unit.
+const pageAmount = 1900
+
+// checkoutPage is Checkout's page for a session: one Pay button.
+func (f *Fake) checkoutPage(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	s, ok := f.sessions[r.PathValue("id")]
+	f.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	page(w, "Pay for "+s.Price, "Pay")
+}
+
+// pay pays the session, sends its event (SendEventsTo), and sends the
+// buyer to the session's success URL.
+func (f *Fake) pay(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	f.mu.Lock()
+	s, ok := f.sessions[id]
+	f.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	if err := f.send(f.Pay(id, pageAmount)); err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	http.Redirect(w, r, strings.ReplaceAll(s.SuccessURL, "{CHECKOUT_SESSION_ID}", id), http.StatusSeeOther)
+}
+
+// portalPage is the Customer Portal: one button that cancels the
+// customer's subscription at the end of its period.
+func (f *Fake) portalPage(w http.ResponseWriter, _ *http.Request) {
+	page(w, "Your subscription", "Cancel subscription")
+}
+
+// cancel cancels the customer's live subscriptions at their period's
+// end, sends the events (SendEventsTo), and sends the customer back.
+func (f *Fake) cancel(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	var subs []string
+	for id, sub := range f.subscriptions {
+		if sub.Customer == r.PathValue("customer") && sub.Status == "active" {
+			subs = append(subs, id)
+		}
+	}
+	back := f.portalReturn
+	f.mu.Unlock()
+	for _, id := range subs {
+		if err := f.send(f.UpdateSubscription(id, "customer.subscription.updated", "active", true)); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// SendEventsTo makes the buyer's pages (Checkout's Pay, the portal's
+// Cancel) send their events to url, as Stripe sends them to a registered
+// webhook endpoint.
+func (f *Fake) SendEventsTo(url string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.webhookURL = url
+}
+
+// send delivers e to the URL of SendEventsTo, as Stripe does, and fails
+// unless it is answered 2xx.
+func (f *Fake) send(e Event) error {
+	f.mu.Lock()
+	url := f.webhookURL
+	f.mu.Unlock()
+	if url == "" {
+		return nil
+	}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(e.Payload))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Stripe-Signature", f.signature(e, f.secret, f.now()))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("the webhook answered %s to %s", resp.Status, e.Type)
+	}
+	return nil
+}
+
+// signature is e's Stripe-Signature header, signed with secret at
+// signedAt.
+func (f *Fake) signature(e Event, secret string, signedAt time.Time) string {
+	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: e.Payload, Secret: secret, Timestamp: signedAt}).Header
+}
+
 // Deliver sends e to handler as Stripe does, signed now with the Fake's
 // secret, and returns the status handler answered.
 func (f *Fake) Deliver(handler http.Handler, e Event) int {
@@ -347,9 +467,8 @@ func (f *Fake) Deliver(handler http.Handler, e Event) int {
 
 // DeliverSigned sends e to handler signed with secret at signedAt.
 func (f *Fake) DeliverSigned(handler http.Handler, e Event, secret string, signedAt time.Time) int {
-	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: e.Payload, Secret: secret, Timestamp: signedAt})
-	r := httptest.NewRequest(http.MethodPost, "/billing/stripe/webhook", strings.NewReader(string(e.Payload)))
-	r.Header.Set("Stripe-Signature", signed.Header)
+	r := httptest.NewRequest(http.MethodPost, "/billing/stripe/webhook", bytes.NewReader(e.Payload))
+	r.Header.Set("Stripe-Signature", f.signature(e, secret, signedAt))
 	r.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
 	handler.ServeHTTP(w, r)

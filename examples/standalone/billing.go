@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/billing/stripebilling"
+	"github.com/upscalekit/upscale/sqlstore"
+)
+
+// fileBilling is the config file's "billing": what the server sells
+// through Stripe, by Stripe price ID.
+type fileBilling struct {
+	Packs []filePack `json:"packs"`
+	Plans []fileSub  `json:"plans"`
+	// FreePlan is the plan an account returns to when its subscription
+	// ends; empty means "free".
+	FreePlan string `json:"freePlan"`
+}
+
+type filePack struct {
+	Price string `json:"price"`
+	Units int64  `json:"units"`
+	Label string `json:"label"`
+}
+
+type fileSub struct {
+	Price string `json:"price"`
+	Plan  string `json:"plan"`
+	Label string `json:"label"`
+}
+
+// The paths Stripe's pages and events reach the server at.
+const (
+	webhookPath   = "/billing/stripe/webhook"
+	billingPath   = "/dashboard/billing"
+	stripeKeyEnv  = "STRIPE_SECRET_KEY"
+	stripeHookEnv = "STRIPE_WEBHOOK_SECRET"
+)
+
+// validate checks the billing section against the file's plans.
+func (b fileBilling) validate(plans map[string]filePlan) error {
+	if _, ok := plans[b.freePlan()]; !ok && len(b.Packs)+len(b.Plans) > 0 {
+		return fmt.Errorf("billing.freePlan: unknown plan %q (the plan an account returns to when its subscription ends)", b.freePlan())
+	}
+	for i, p := range b.Packs {
+		if p.Price == "" || p.Units <= 0 || p.Label == "" {
+			return fmt.Errorf("billing.packs[%d]: a pack needs a price, a positive number of units and a label", i)
+		}
+	}
+	for i, p := range b.Plans {
+		if _, ok := plans[p.Plan]; !ok || p.Price == "" || p.Label == "" {
+			return fmt.Errorf("billing.plans[%d]: a plan offer needs a price, a label and a plan of the file's plans (%q is not one)", i, p.Plan)
+		}
+	}
+	return nil
+}
+
+func (b fileBilling) freePlan() string {
+	if b.FreePlan == "" {
+		return "free"
+	}
+	return b.FreePlan
+}
+
+// offers are the file's packs and plans as what is on sale.
+func (c fileConfig) offers() []upscale.Offer {
+	var offers []upscale.Offer
+	for _, p := range c.Billing.Packs {
+		offers = append(offers, upscale.Offer{Price: p.Price, Units: p.Units, Label: p.Label})
+	}
+	for _, p := range c.Billing.Plans {
+		offers = append(offers, upscale.Offer{Price: p.Price, Plan: c.Plans[p.Plan].plan(p.Plan), Label: p.Label})
+	}
+	return offers
+}
+
+// newBilling returns the Stripe seller when STRIPE_SECRET_KEY is set, nil
+// when it is not: without it nothing is sold and nothing changes.
+// apiBase, for tests, points the client at a server on loopback.
+func newBilling(c fileConfig, store *sqlstore.Store, publicURL, apiBase string, logger *slog.Logger) (*stripebilling.Billing, error) {
+	key, hook := os.Getenv(stripeKeyEnv), os.Getenv(stripeHookEnv)
+	switch {
+	case key == "" && apiBase != "":
+		return nil, fmt.Errorf("-stripe-api-base needs %s", stripeKeyEnv)
+	case key == "":
+		return nil, nil
+	case hook == "":
+		return nil, fmt.Errorf("%s is set but %s is not: the webhook could not verify Stripe's events", stripeKeyEnv, stripeHookEnv)
+	case len(c.offers()) == 0:
+		return nil, fmt.Errorf("%s is set but the config file offers nothing: give billing.packs or billing.plans (-config)", stripeKeyEnv)
+	}
+	return stripebilling.New(stripebilling.Options{
+		SecretKey: key, WebhookSecret: hook, APIBase: apiBase,
+		Ledger: store, Checkouts: store, Offers: c.offers(), FreePlan: c.Plans[c.Billing.freePlan()].plan(c.Billing.freePlan()),
+		SuccessURL: publicURL + billingPath + "/done?session={CHECKOUT_SESSION_ID}",
+		CancelURL:  publicURL + billingPath, ReturnURL: publicURL + billingPath,
+		Logger: logger,
+	})
+}
+
+// checkAPIBase refuses an -stripe-api-base that is not plain http on
+// loopback: it is for tests against stripe-mock or a fake, and would
+// otherwise send the secret key wherever it points.
+func checkAPIBase(base string) error {
+	if base == "" {
+		return nil
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" || u.Path != "" && u.Path != "/" {
+		return fmt.Errorf("-stripe-api-base %q: want http://127.0.0.1:PORT, a test server on loopback", base)
+	}
+	if ip := net.ParseIP(u.Hostname()); (ip == nil || !ip.IsLoopback()) && u.Hostname() != "localhost" {
+		return fmt.Errorf("-stripe-api-base %q: only a loopback address is allowed (it is for tests)", base)
+	}
+	return nil
+}
+
+// billingCheck is "standalone billing check": it asks Stripe whether the
+// key, the prices of the config file and the webhook endpoint are set up
+// to sell, and prints what is not.
+func billingCheck(ctx context.Context, store *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+	if err := checkAPIBase(a.stripeAPIBase); err != nil {
+		return err
+	}
+	if a.config == "" {
+		return errors.New("billing check: give -config, the file whose billing section is checked")
+	}
+	c, err := loadConfig(a.config)
+	if err != nil {
+		return err
+	}
+	b, err := newBilling(c, store, a.publicURL, a.stripeAPIBase, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		return fmt.Errorf("billing check: set %s and %s", stripeKeyEnv, stripeHookEnv)
+	}
+	hook := a.publicURL + webhookPath
+	problems, err := b.Check(ctx, hook)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		fmt.Fprintln(stdout, "problem:", p)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("billing check: %d problems", len(problems))
+	}
+	fmt.Fprintf(stdout, "ok: %d offers, webhook endpoint %s\n", len(c.offers()), hook)
+	return nil
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/upscalekit/upscale/billing/stripebilling/stripetest"
+	"github.com/upscalekit/upscale/client"
+	"github.com/upscalekit/upscale/internal/browsertest"
+)
+
+// billingConfig is a config file that sells a pack of 1,000 images and
+// the unlimited plan to acme, on the free plan, whose key is billingKey.
+const (
+	billingKey    = "upk_test_acme_billing_0001"
+	billingConfig = `{
+  "freeTierMaxFileBytes": 5242880,
+  "plans": {
+    "free":      {"monthlyImages": 10, "maxFileBytes": 26214400},
+    "unlimited": {"paid": true, "unlimited": true, "maxFileBytes": 52428800}
+  },
+  "accounts": [{"id": "acme", "plan": "free"}],
+  "keys": [{"key": "` + billingKey + `", "account": "acme"}],
+  "billing": {
+    "packs": [{"price": "price_1000", "units": 1000, "label": "1,000 images"}],
+    "plans": [{"price": "price_unlimited", "plan": "unlimited", "label": "Unlimited"}]
+  }
+}`
+	stripeSecret = "whsec_standalone_test"
+)
+
+// TestBillingInABrowser sells as a buyer meets it, in chromium, against
+// the fake Stripe (its Checkout and portal pages, its signed events sent
+// to the server's webhook): a scale-8 request is refused with where to
+// pay; sign in, Billing, Buy, Pay, and the page shows the credits; scale 8
+// then answers 200 via credit; Subscribe, Pay, and requests go via
+// unlimited; cancelling in the portal shows "Ends on". Every page of the
+// dashboard passes axe-core and fits a phone.
+func TestBillingInABrowser(t *testing.T) {
+	bin := buildStandalone(t)
+	data := t.TempDir()
+	config := filepath.Join(data, "config.json")
+	if err := os.WriteFile(config, []byte(billingConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fake := stripetest.New(t, stripeSecret)
+	t.Setenv(stripeKeyEnv, "sk_test_standalone")
+	t.Setenv(stripeHookEnv, stripeSecret)
+	srv := startStandalone(t, bin, "-data", data, "-config", config, "-stripe-api-base", fake.URL)
+	defer srv.stop(t)
+	if !slices.ContainsFunc(srv.banner, func(line string) bool {
+		return strings.HasPrefix(line, "selling through Stripe: register the webhook endpoint "+srv.base+webhookPath)
+	}) {
+		t.Errorf("the banner does not say where to register the webhook:\n%s", strings.Join(srv.banner, "\n"))
+	}
+	fake.SendEventsTo(srv.base + webhookPath)
+	origin := newButterflyOrigin(t)
+	api := &client.Client{BaseURL: srv.base, Key: billingKey, MaxAttempts: 1}
+	upscale := func(scale int) (*client.Response, error) {
+		return api.Upscale(context.Background(), client.Request{ImageURL: origin + "/a.png", Scale: scale})
+	}
+	_, err := upscale(8)
+	if p, ok := errors.AsType[*client.Error](err); !ok || p.Code != "paid_plan_required" || p.BuyURL != srv.base+billingPath {
+		t.Fatalf("scale 8 before buying: %v; want 403 paid_plan_required with the Billing page as buyUrl", err)
+	}
+
+	out, err := exec.Command(bin, "dashboard", "link", "-account", "acme", "-public-url", srv.base, "-data", data).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := browsertest.New(t)
+	b.Do(chromedp.Navigate(strings.TrimSpace(string(out))), chromedp.WaitVisible("form.signin button"), chromedp.Click("form.signin button"), chromedp.WaitVisible(".pools"))
+	b.Do(chromedp.Click(`nav a[href="./billing"]`), chromedp.WaitVisible("#packs"))
+	b.Check("billing")
+	b.Do(chromedp.Click("#packs + p + ul button"), chromedp.WaitVisible("#go"), chromedp.Click("#go"), chromedp.WaitVisible(".made"))
+	if done := b.Text(".made"); !strings.Contains(done, "1000 credits added: 1,000 images.") {
+		t.Errorf("back from paying for the pack: %q", done)
+	}
+	b.Check("billing-paid")
+	if res, err := upscale(8); err != nil || res.Via != "credit" {
+		t.Errorf("scale 8 after buying credits: %v, %v; want 200 via credit", res, err)
+	}
+
+	b.Do(chromedp.Navigate(srv.base+billingPath), chromedp.WaitVisible("#plans"), chromedp.Click("#plans ~ ul button"), chromedp.WaitVisible("#go"), chromedp.Click("#go"), chromedp.WaitVisible(".made"))
+	if done := b.Text(".made"); !strings.Contains(done, "You are on the unlimited plan.") {
+		t.Errorf("back from subscribing: %q", done)
+	}
+	if res, err := upscale(2); err != nil || res.Via != "unlimited" {
+		t.Errorf("a request on the subscription: %v, %v; want 200 via unlimited", res, err)
+	}
+	b.Do(chromedp.Navigate(srv.base+billingPath), chromedp.WaitVisible("#plans"))
+	b.Check("billing-subscribed")
+	b.Do(chromedp.Click("#plans + form button"), chromedp.WaitVisible("#go"), chromedp.Click("#go"), chromedp.WaitVisible("#plans"))
+	if plan := b.Text("#balance + p"); !strings.Contains(plan, "Ends on") {
+		t.Errorf("back from cancelling in the portal: %q; want Ends on", plan)
+	}
+	b.Check("billing-cancelled")
+	if status := statusOf(t, srv.base+webhookPath); status != http.StatusMethodNotAllowed {
+		t.Errorf("GET of the webhook: %d, want 405", status)
+	}
+}
