@@ -25,6 +25,7 @@ func TestEstimateMemory(t *testing.T) {
 	grey16 := image.NewGray16(image.Rect(0, 0, 40, 30))
 	grey16.SetGray16(3, 4, color.Gray16{Y: 40000})
 	jpg := encodeJPEG(t, gradient(40, 30, 255))
+	webp, webpAlpha := convert(t, jpg, bimg.WEBP), convert(t, encodePNG(t, gradient(40, 30, 128)), bimg.WEBP)
 	const source = 40 * 30 * 3
 	cases := []struct {
 		name string
@@ -38,6 +39,10 @@ func TestEstimateMemory(t *testing.T) {
 		{"JPEG", jpg, upscale.Params{Scale: 2}, 2 * 4 * source / 2},
 		{"JPEGDenoised", jpg, upscale.Params{Scale: 2, Denoise: upscale.DenoiseMax}, 2*4*source/2 + source},
 		{"JPEGTurned", upscaletest.WithEXIFOrientation(jpg, 6), upscale.Params{Scale: 2}, 2*4*source/2 + source},
+		// A WebP result: encoded twice, the raw frame held whole, and its
+		// YUV planes (80×60 luma, two 40×30 chroma planes).
+		{"WebP", webp, upscale.Params{Scale: 2}, 2*4*source/2 + 4*source + 80*60 + 2*40*30},
+		{"WebPWithAlpha", webpAlpha, upscale.Params{Scale: 2}, 2*4*40*30*4/2 + 4*40*30*4 + 2*80*60 + 2*40*30},
 	}
 	for _, c := range cases {
 		got, err := e.EstimateMemory(c.src, c.opts)

@@ -413,9 +413,14 @@ type Header struct {
 	// WholeSource reports whether the source is decoded whole rather than
 	// streamed: turned for its EXIF orientation, an animation, or a HEIC,
 	// AVIF or GIF, whose decoders make the whole image. WholeResult,
-	// whether the whole raw result is held: by libheif, to encode an AVIF,
-	// or as an animation's frames, made one by one into memory.
+	// whether the whole raw result is held: by libheif, to encode an AVIF;
+	// by webp.c, which makes a WebP frame in memory to import it; or as
+	// an animation's frames, made one by one into memory.
 	WholeSource, WholeResult bool
+	// WebP reports whether the result is WebP, which libwebp encodes
+	// from YUV planes of a whole frame (webp.c's import_bands), held
+	// beside the raw frame while they are made.
+	WebP bool
 }
 
 // Header reads src's header with the checks and errors of Upscale for a
@@ -431,7 +436,8 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 		Width: size.X, Height: size.Y, Frames: g.frames, DecodedPixels: g.decodedPixels, Scale: g.scale, Result: g.size, Fitted: g.fitted,
 		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat,
 		WholeSource: sequential(meta) == 0 || g.frames > 1 || kind == sourceHEIC || kind == sourceAVIF || kind == sourceGIF,
-		WholeResult: f == avifFormat || g.frames > 1,
+		WholeResult: f == avifFormat || f == webpFormat || g.frames > 1,
+		WebP:        f == webpFormat,
 	}
 	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
 		h.SampleBytes = 2
@@ -460,13 +466,30 @@ func (h Header) EncodedBytes() int64 {
 
 // OutputBytes bounds what encoding h's result holds at its peak: the
 // encoded result twice (libvips' output buffer and its copy in Go
-// memory), and the whole raw result where it is held (WholeResult).
+// memory), the whole raw result where it is held (WholeResult), and a
+// WebP frame's YUV planes: 100 MP of RGBA were estimated at 400 MB as if
+// streamed, and held 650.
 func (h Header) OutputBytes() int64 {
 	need := 2 * h.EncodedBytes()
 	if h.WholeResult {
 		need += h.resultBytes()
 	}
+	if h.WebP {
+		need += h.webpPlanes()
+	}
 	return need
+}
+
+// webpPlanes is the size of the YUV planes libwebp encodes a frame of
+// h's result from: luma and, for an alpha, alpha at full resolution, and
+// two chroma planes at half in each direction (4:2:0).
+func (h Header) webpPlanes() int64 {
+	w, ht := int64(h.Result.X), int64(h.Result.Y)
+	planes := w*ht + 2*((w+1)/2)*((ht+1)/2)
+	if h.Bands%2 == 0 { // grey or colour with alpha
+		planes += w * ht
+	}
+	return planes
 }
 
 // resultBytes is the size of h's result's raw pixels, every frame's.
