@@ -1,8 +1,6 @@
 package upscale
 
 import (
-	"context"
-	"errors"
 	"math"
 	"sync"
 	"time"
@@ -31,17 +29,19 @@ import (
 //     fades instead of refusing work for good.
 type admission struct {
 	admitted    chan struct{} // a token per admitted request, in the engine or queued
-	engine      chan struct{} // a token per request in the Upscaler
 	concurrency int
+	jobSlots    int           // Capacity.JobSlots
 	timeout     time.Duration // Config.EngineTimeout: queueing for the engine included
 	perAccount  int           // Config.AccountShare
 
 	mu          sync.Mutex
-	held        map[sharer]int // places held per API key and per account
-	perUnit     float64        // moving mean of the engine's seconds per unit of work; 0 until timed
-	units       float64        // moving mean of the units of work per image
-	idleSince   time.Time      // when the engine last emptied; zero while it works
-	overrunning int            // Upscaler calls still running after their request's deadline
+	running     map[*slot]struct{} // the images in the Upscaler, requests' and job runs'
+	waiting     []*engineWaiter    // for a slot: requests, then job runs (scheduler.go)
+	held        map[sharer]int     // places held per API key and per account
+	perUnit     float64            // moving mean of the engine's seconds per unit of work; 0 until timed
+	units       float64            // moving mean of the units of work per image
+	idleSince   time.Time          // when the engine last emptied; zero while it works
+	overrunning int                // Upscaler calls still running after their request's deadline
 }
 
 const (
@@ -56,22 +56,27 @@ const (
 func newAdmission(c Capacity, timeout time.Duration) *admission {
 	return &admission{
 		admitted:    make(chan struct{}, c.EngineConcurrency+c.QueueLength),
-		engine:      make(chan struct{}, c.EngineConcurrency),
+		running:     make(map[*slot]struct{}),
 		concurrency: c.EngineConcurrency,
+		jobSlots:    c.JobSlots,
 		timeout:     timeout,
 		perAccount:  c.AccountShare,
 		held:        make(map[sharer]int),
 	}
 }
 
-// admit takes a place for a new request, or returns an error wrapping
-// ErrOverloaded that says when to come back. The caller calls leave once
+// admit takes a place for a new request that wants the engine in lane l,
+// or returns an error wrapping ErrOverloaded that says when to come back:
+// a job's submission is refused only when the places are full. The caller calls leave once
 // the request is done with the engine, on every path.
-func (a *admission) admit() (leave func(), err error) {
+func (a *admission) admit(l lane) (leave func(), err error) {
 	select {
 	case a.admitted <- struct{}{}:
 	default:
 		return nil, a.overloaded(cap(a.admitted) - 1)
+	}
+	if l == jobLane {
+		return func() { <-a.admitted }, nil
 	}
 	if err := a.refusal(len(a.admitted) - 1); err != nil {
 		<-a.admitted
@@ -83,26 +88,36 @@ func (a *admission) admit() (leave func(), err error) {
 // refusing returns the refusal a request arriving now would get, without
 // admitting it: a check that costs nothing before the work of reading
 // the body.
-func (a *admission) refusing() error {
+func (a *admission) refusing(l lane) error {
 	ahead := len(a.admitted)
-	if ahead >= cap(a.admitted) {
+	switch {
+	case ahead >= cap(a.admitted):
 		return a.overloaded(ahead)
+	case l == jobLane:
+		return nil
 	}
 	return a.refusal(ahead)
 }
 
-// refusal is the refusal for a request with ahead requests before it, or
-// nil when it is expected to get through the engine in time.
+// refusal is the refusal for a request with ahead admitted requests
+// before it, or nil when it is expected to get through the engine in
+// time: when it would find a slot free, or its expected wait for one
+// (expectedStartLocked: the requests ahead and the job runs in the
+// engine) and its own image fit the deadline.
 func (a *admission) refusal(ahead int) error {
-	if ahead < a.concurrency {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	wait := a.expectedStartLocked(ahead, now)
+	if wait == 0 || wait+a.imageTimeLocked(now) <= a.timeout {
 		return nil
 	}
-	rounds := (ahead-a.concurrency)/a.concurrency + 1
-	if time.Duration(rounds+1)*a.imageTime() > a.timeout {
-		return a.overloaded(ahead)
-	}
-	return nil
+	return a.overloadedAfter(wait)
 }
+
+// requestsRunning counts the requests in the engine. The caller holds
+// a.mu.
+func (a *admission) requestsRunning() int { return len(a.running) - a.jobsRunning() }
 
 // A sharer holds a share of the places: an API key, counted before its
 // lookup so that a key that holds its share already is refused without
@@ -141,11 +156,13 @@ func (a *admission) takeShare(who sharer) (leave func(), err error) {
 }
 
 // load returns how many admitted requests are not in the engine (fetching
-// or waiting for it), and how many the engine works on. A stuck Upscaler
-// keeps its slot after its request has given up, hence the floor.
+// or waiting for it), and how many images the engine works on, job runs'
+// included. A stuck Upscaler keeps its slot after its request has given
+// up, hence the floor.
 func (a *admission) load() (queued, inEngine int) {
-	inEngine = len(a.engine)
-	return max(len(a.admitted)-inEngine, 0), inEngine
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(len(a.admitted)-a.requestsRunning(), 0), len(a.running)
 }
 
 // capacity is how many requests may be admitted at once.
@@ -183,7 +200,15 @@ func (a *admission) perUnitLocked(now time.Time) float64 {
 // come back once the engine has worked through them, which is never
 // longer than its deadline.
 func (a *admission) overloaded(ahead int) error {
-	wait := time.Duration(math.Ceil(float64(ahead)/float64(a.concurrency))) * a.imageTime()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.overloadedAfter(a.expectedStartLocked(ahead, time.Now()))
+}
+
+// overloadedAfter is the refusal for a request that would wait for the
+// engine: come back then, which is never longer than its deadline. The
+// caller holds a.mu.
+func (a *admission) overloadedAfter(wait time.Duration) error {
 	return &retryAfterError{
 		err:   Explain(ErrOverloaded, msgOverloaded),
 		after: max(min(wait, a.timeout), time.Second),
@@ -193,194 +218,7 @@ func (a *admission) overloaded(ahead int) error {
 // busy is the refusal for a request that waited for memory as long as
 // its deadline allowed.
 func (a *admission) busy() error {
-	queued, _ := a.load()
-	return a.overloaded(queued)
-}
-
-// engineSlot waits, no longer than ctx allows, for one of the engine's
-// slots, for an image of the given units of work. The Upscaler's goroutine
-// calls the slot's done when the Upscaler returns, which may be after the
-// request has given up on it, so that a stuck engine keeps its slot.
-func (a *admission) engineSlot(ctx context.Context, units float64) (*slot, error) {
-	select {
-	case a.engine <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	s := &slot{a: a, start: time.Now(), units: max(units, 1)}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.perUnit, a.idleSince = a.perUnitLocked(s.start), time.Time{}
-	return s, nil
-}
-
-// A slot is one image's turn in the engine.
-type slot struct {
-	a     *admission
-	start time.Time
-	units float64
-
-	returned, abandoned bool // guarded by a.mu
-}
-
-// abandon notes that the request gave up on the Upscaler before it
-// returned: it overruns until done.
-func (s *slot) abandon() {
-	s.a.mu.Lock()
-	defer s.a.mu.Unlock()
-	if !s.returned {
-		s.abandoned = true
-		s.a.overrunning++
-	}
-}
-
-// done gives the slot back and times the image, for at most the engine's
-// deadline.
-func (s *slot) done() {
-	a := s.a
-	now := time.Now()
-	took := min(now.Sub(s.start), a.timeout).Seconds()
-	<-a.engine
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s.returned = true
-	if s.abandoned {
-		a.overrunning--
-	}
-	if len(a.engine) == 0 {
-		a.idleSince = now
-	}
-	if a.perUnit == 0 {
-		a.perUnit, a.units = took/s.units, s.units
-		return
-	}
-	a.perUnit += meanWeight * (took/s.units - a.perUnit)
-	a.units += meanWeight * (s.units - a.units)
-}
-
-// enlarge runs the Upscaler for a request, under EngineTimeout, once the
-// engine's working memory is granted and one of its slots is free: the
-// deadline covers that wait too, since the caller is waiting. It answers
-// at the deadline even if the Upscaler does not, so a stuck engine cannot
-// hold the request; the slot and the memory stay taken until the
-// Upscaler returns.
-func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
-	defer cancel()
-	slot, err := h.waitForEngine(ctx, src, params, memory, h.admission.busy)
-	if err != nil {
-		return Image{}, engineTimeout(ctx, err)
-	}
-	img, err := h.runUpscaler(ctx, slot, src, params, memory)
-	return img, engineTimeout(ctx, err)
-}
-
-// enlargeForJob runs the Upscaler for a job's run, which is no request:
-// it waits its turn for the source's and the engine's memory and for a
-// slot behind the requests before it (jobTurn), and only the Upscaler's
-// own work is under EngineTimeout. A run whose turn does not come while
-// its deadline still covers the enlargement returns errEngineBusy, for
-// the job to run again later rather than fail.
-func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
-	turn, cancelTurn := h.jobTurn(ctx)
-	defer cancelTurn()
-	busy := func() error { return errEngineBusy }
-	err := memory.grow(turn, int64(cap(src)), busy)
-	var slot *slot
-	if err == nil {
-		slot, err = h.waitForEngine(turn, src, params, memory, busy)
-	}
-	if err != nil {
-		if errors.Is(context.Cause(turn), errEngineBusy) && ctx.Err() == nil {
-			return Image{}, errEngineBusy
-		}
-		return Image{}, err
-	}
-	ctx, cancel := h.jobEngineDeadline(ctx)
-	defer cancel()
-	img, err := h.runUpscaler(ctx, slot, src, params, memory)
-	return img, engineTimeout(ctx, err)
-}
-
-// jobEngineDeadline is the context a job's enlargement runs in: a job has
-// no gateway to answer in time, so its engine has what is left of its
-// run's time (the queue's RunTimeout) but SettleTimeout, for storing and
-// charging the result; an engine that decides by its deadline (learned
-// passes or classical) enlarges a job wholly learned where a request's
-// EngineTimeout would not allow it. A run without a deadline gives the
-// engine EngineTimeout; a run too short to keep SettleTimeout gives it
-// all it has.
-func (h *Handler) jobEngineDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if deadline, ok := ctx.Deadline(); ok {
-		if engineEnds := deadline.Add(-h.cfg.SettleTimeout); engineEnds.After(time.Now()) {
-			deadline = engineEnds
-		}
-		return context.WithDeadlineCause(ctx, deadline, ErrUpstreamTimeout)
-	}
-	return context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
-}
-
-// engineTimeout is err as the caller is answered: ErrUpstreamTimeout for
-// the engine's own deadline (ctx's cause), not the request's.
-func engineTimeout(ctx context.Context, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) && errors.Is(context.Cause(ctx), ErrUpstreamTimeout) {
-		return ErrUpstreamTimeout
-	}
-	return err
-}
-
-// runUpscaler runs the Upscaler in slot, until ctx ends.
-func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, params Params, memory *grant) (Image, error) {
-	type result struct {
-		img Image
-		err error
-	}
-	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
-	memory.share()
-	go func() {
-		engineStart := time.Now()
-		defer func() { h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart)) }()
-		defer memory.done()
-		defer slot.done()
-		defer func() {
-			if v := recover(); v != nil { // on this goroutine a panic would end the process
-				done <- result{err: panicError(v)}
-			}
-		}()
-		img, err := h.cfg.Upscaler.Upscale(ctx, src, params)
-		done <- result{img, err}
-	}()
-	select {
-	case res := <-done:
-		if res.err == nil {
-			h.cfg.Metrics.ImageDone(len(src), len(res.img.Data))
-		}
-		return res.img, res.err
-	case <-ctx.Done():
-		slot.abandon()
-		return Image{}, ctx.Err()
-	}
-}
-
-// waitForEngine grants the engine's working memory for src, then takes
-// one of the engine's slots, while ctx allows; busy is the refusal once
-// ctx's deadline passes while others hold the memory. The work the slot is
-// timed by is that memory: both engines' memory, like their time, grows
-// with the output's pixels and the learned passes. An Upscaler that
-// estimates nothing is timed by its source's bytes.
-func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant, busy func() error) (*slot, error) {
-	queueStart := time.Now()
-	defer func() { h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart)) }()
-	work := int64(len(src))
-	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
-		need, err := estimator.EstimateMemory(src, params)
-		if err != nil {
-			return nil, err
-		}
-		if err := memory.grow(ctx, need, busy); err != nil {
-			return nil, err
-		}
-		work = need
-	}
-	return h.admission.engineSlot(ctx, float64(work))
+	return a.overloadedAfter(a.expectedStartLocked(len(a.admitted), time.Now()))
 }

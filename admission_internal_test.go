@@ -1,6 +1,7 @@
 package upscale
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -8,8 +9,11 @@ import (
 // timed records one image of the given units that took took, as the
 // engine's goroutine does when the Upscaler returns.
 func timed(a *admission, units float64, took time.Duration) {
-	a.engine <- struct{}{}
-	s := &slot{a: a, start: time.Now().Add(-took), units: units}
+	s, err := a.engineSlot(context.Background(), units, requestLane, time.Time{})
+	if err != nil {
+		panic(err)
+	}
+	s.start = time.Now().Add(-took)
 	s.done()
 }
 
@@ -20,7 +24,7 @@ func timed(a *admission, units float64, took time.Duration) {
 // image; an image counts for at most the deadline; and the estimate halves
 // for each idleHalfLife the engine is idle.
 func TestEstimatorRule(t *testing.T) {
-	a := newAdmission(Capacity{EngineConcurrency: 2, QueueLength: 8, AccountShare: 10}, time.Second)
+	a := newAdmission(Capacity{EngineConcurrency: 2, JobSlots: 1, QueueLength: 8, AccountShare: 10}, time.Second)
 	timed(a, 1e6, time.Hour) // far past the deadline
 	if got := a.imageTime(); got > time.Second+10*time.Millisecond {
 		t.Errorf("one image took an hour: expected image time %v, want at most the 1 s deadline", got)
@@ -32,7 +36,7 @@ func TestEstimatorRule(t *testing.T) {
 		t.Error("two requests ahead of two slots, at a second an image: admitted, want refused")
 	}
 
-	a = newAdmission(Capacity{EngineConcurrency: 1, QueueLength: 8, AccountShare: 10}, time.Minute)
+	a = newAdmission(Capacity{EngineConcurrency: 1, JobSlots: 1, QueueLength: 8, AccountShare: 10}, time.Minute)
 	timed(a, 100, 100*time.Millisecond) // 1 ms a unit
 	for range 20 {
 		timed(a, 10, 10*time.Millisecond) // small images, the same rate
@@ -51,4 +55,74 @@ func TestEstimatorRule(t *testing.T) {
 	if after > before/4*1.01 || after < before/4*0.99 {
 		t.Errorf("after two half-lives idle: time per unit %g, want a quarter of %g", after, before)
 	}
+}
+
+// TestJobMemoryBehindRequests: a job run takes memory only when no
+// request waits for it, so its wait never holds a request behind it in
+// the budget's queue: a request waiting for 50 of 100 bytes gets them
+// before a job run that asked for 30 after it, although 40 were free.
+func TestJobMemoryBehindRequests(t *testing.T) {
+	b := newBudget(100)
+	ctx := context.Background()
+	holder := b.newGrant()
+	if err := holder.grow(ctx, 60, nil); err != nil {
+		t.Fatal(err)
+	}
+	request, job := b.newGrant(), b.newGrant()
+	requestDone, jobDone := make(chan error, 1), make(chan error, 1)
+	go func() { requestDone <- request.grow(ctx, 50, nil) }()
+	for b.sem.TryAcquire(0) { // until the request waits in the queue
+		time.Sleep(time.Millisecond)
+	}
+	go func() { jobDone <- job.growBehind(ctx, 30, nil) }()
+	select {
+	case <-jobDone:
+		t.Fatal("the job run took memory ahead of the request waiting for it")
+	case <-time.After(100 * time.Millisecond):
+	}
+	holder.done()
+	if err := <-requestDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-jobDone; err != nil {
+		t.Fatal(err)
+	}
+	if got := b.inUse.Load(); got != 80 {
+		t.Errorf("%d bytes in use, want the request's 50 and the job's 30", got)
+	}
+}
+
+// TestExpectedStartCountsJobs: a request's expected wait counts the job
+// runs in the engine: while the engine is untimed, until the end of their
+// runs; once timed, by their work.
+func TestExpectedStartCountsJobs(t *testing.T) {
+	a := newAdmission(Capacity{EngineConcurrency: 1, JobSlots: 1, QueueLength: 4, AccountShare: 4}, time.Second)
+	job, err := a.engineSlot(context.Background(), 1000, jobLane, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.refusal(0); err == nil {
+		t.Error("a request behind a job run of a minute, on an untimed engine: admitted, want refused")
+	}
+	job.finish(false) // given back untimed, as the tests' images are not real ones
+	if err := a.refusal(0); err != nil {
+		t.Errorf("a request on an idle engine: %v", err)
+	}
+	timed(a, 10, 10*time.Millisecond) // 1 ms a unit
+	long, err := a.engineSlot(context.Background(), 1e5, jobLane, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.refusal(0); err == nil {
+		t.Error("a request behind a job run of 100 s of work: admitted, want refused")
+	}
+	long.finish(false)
+	short, err := a.engineSlot(context.Background(), 10, jobLane, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.refusal(0); err != nil {
+		t.Errorf("a request behind a job run of 10 ms of work: %v, want admitted", err)
+	}
+	short.finish(false)
 }

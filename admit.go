@@ -16,10 +16,12 @@ type caller struct {
 }
 
 // admitRequest takes a POST through admission, authentication and
-// validation, and fills in who the caller is. leave gives back the
-// places it holds; the caller calls it, on every path, once the request
-// is done.
-func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *caller) (req request, leave func(), err error) {
+// validation, and fills in who the caller is. l is the lane the request
+// will want the engine in: a request is refused when it could not get a
+// slot in time, a job's submission (jobLane) only when the places are
+// full, as it waits for nothing. leave gives back the places it holds;
+// the caller calls it, on every path, once the request is done.
+func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *caller, l lane) (req request, leave func(), err error) {
 	var leaving []func()
 	leave = func() {
 		for _, l := range slices.Backward(leaving) {
@@ -27,7 +29,7 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 		}
 	}
 	ctx := r.Context()
-	if err := h.admission.refusing(); err != nil {
+	if err := h.admission.refusing(l); err != nil {
 		return request{}, leave, err
 	}
 	accountID, _ := ctx.Value(signedInAccount{}).(string)
@@ -50,7 +52,7 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	// the places already is refused before it takes one. A signed-in
 	// account (ForAccount) has no key to look up or to limit.
 	digest := DigestKey(key)
-	takes := []func() (func(), error){h.admission.admit}
+	takes := []func() (func(), error){func() (func(), error) { return h.admission.admit(l) }}
 	if !signedIn {
 		takes = slices.Insert(takes, 0, func() (func(), error) { return h.admission.takeShare(sharer{key: digest}) })
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -18,10 +19,13 @@ type budget struct {
 	total int64
 	sem   *semaphore.Weighted
 	inUse atomic.Int64
+
+	mu       sync.Mutex
+	released chan struct{} // closed at the next give, for growBehind
 }
 
 func newBudget(total int64) *budget {
-	return &budget{total: total, sem: semaphore.NewWeighted(total)}
+	return &budget{total: total, sem: semaphore.NewWeighted(total), released: make(chan struct{})}
 }
 
 // A grant is the budget one request holds. The request and, while it
@@ -46,28 +50,79 @@ func (g *grant) grow(ctx context.Context, n int64, retryAfter func() error) erro
 	if n <= 0 {
 		return nil
 	}
-	g.mu.Lock()
-	held := g.bytes
-	g.mu.Unlock()
-	if held+n > g.b.total {
-		return Explain(ErrImageTooLarge, msgNeedsMoreMemory, (held+n)>>20, g.b.total>>20)
+	if err := g.fits(n); err != nil {
+		return err
 	}
 	// Free memory is taken whatever ctx says: a deadline that passes with
 	// memory free is not an overload, and the next step reports it as the
 	// deadline it is.
 	if !g.b.sem.TryAcquire(n) {
 		if err := g.b.sem.Acquire(ctx, n); err != nil {
-			if errors.Is(err, context.Canceled) {
-				return err
-			}
-			return retryAfter()
+			return waitEnded(err, retryAfter)
 		}
 	}
+	g.add(n)
+	return nil
+}
+
+// growBehind is grow for a job run, which must not hold requests behind
+// it: it takes memory only when it is free and no request waits for it,
+// and waits for memory given back otherwise, outside the budget's queue.
+func (g *grant) growBehind(ctx context.Context, n int64, retryAfter func() error) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := g.fits(n); err != nil {
+		return err
+	}
+	for {
+		released := g.b.releases()
+		if g.b.sem.TryAcquire(n) {
+			g.add(n)
+			return nil
+		}
+		select {
+		case <-released:
+		case <-time.After(50 * time.Millisecond): // a waiter that gave up gives nothing back, yet frees the queue
+		case <-ctx.Done():
+			return waitEnded(ctx.Err(), retryAfter)
+		}
+	}
+}
+
+// fits refuses n more bytes that the grant could never hold.
+func (g *grant) fits(n int64) error {
+	g.mu.Lock()
+	held := g.bytes
+	g.mu.Unlock()
+	if held+n > g.b.total {
+		return Explain(ErrImageTooLarge, msgNeedsMoreMemory, (held+n)>>20, g.b.total>>20)
+	}
+	return nil
+}
+
+// add counts n bytes taken from the budget.
+func (g *grant) add(n int64) {
 	g.b.inUse.Add(n)
 	g.mu.Lock()
 	g.bytes += n
 	g.mu.Unlock()
-	return nil
+}
+
+// waitEnded is what a wait for memory that ended with err returns: err
+// for a caller gone, retryAfter's refusal for a deadline.
+func waitEnded(err error, retryAfter func() error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return retryAfter()
+}
+
+// releases returns a channel closed when memory is next given back.
+func (b *budget) releases() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.released
 }
 
 // shrinkTo gives back what the grant holds beyond n bytes.
@@ -100,4 +155,8 @@ func (g *grant) done() {
 func (b *budget) give(n int64) {
 	b.inUse.Add(-n)
 	b.sem.Release(n)
+	b.mu.Lock()
+	close(b.released)
+	b.released = make(chan struct{})
+	b.mu.Unlock()
 }

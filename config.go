@@ -132,6 +132,13 @@ type Capacity struct {
 	// and a Retry-After, before anything is reserved or fetched. Zero
 	// means half of the places, at least one.
 	AccountShare int
+	// JobSlots is how many of the EngineConcurrency slots job runs may
+	// hold at once; the others are kept for requests, which also take a
+	// free slot ahead of every job run waiting. Zero means all but one
+	// when EngineConcurrency is more than one, else the one (requests
+	// behind a job run then see it in their expected wait, and are
+	// refused at once with 503 overloaded when it is too long).
+	JobSlots int
 	// MemoryBudget bounds the memory requests hold at once: source bytes
 	// while downloading and held, and the engine's working memory as its
 	// MemoryEstimator reads it from the source's header. A request waits
@@ -196,7 +203,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"IdempotencyTTL", cfg.IdempotencyTTL < 0}, {"JobTTL", cfg.JobTTL < 0}, {"JobShare", cfg.JobShare < 0}, {"LinkTTL", cfg.LinkTTL < 0}, {"EngineTimeout", cfg.EngineTimeout < 0},
 		{"SettleTimeout", cfg.SettleTimeout < 0}, {"FreeTierMaxFileBytes", cfg.FreeTierMaxFileBytes < 0},
 		{"Capacity.EngineConcurrency", cfg.Capacity.EngineConcurrency < 0}, {"Capacity.QueueLength", cfg.Capacity.QueueLength < 0},
-		{"Capacity.AccountShare", cfg.Capacity.AccountShare < 0}, {"Capacity.MemoryBudget", cfg.Capacity.MemoryBudget < 0},
+		{"Capacity.AccountShare", cfg.Capacity.AccountShare < 0}, {"Capacity.MemoryBudget", cfg.Capacity.MemoryBudget < 0}, {"Capacity.JobSlots", cfg.Capacity.JobSlots < 0},
 		{"Fetch.Timeout", cfg.Fetch.Timeout < 0},
 	} {
 		if f.negative {
@@ -210,6 +217,10 @@ func (cfg Config) withDefaults() (Config, error) {
 			c.EngineConcurrency = max(u.Concurrency(), 1)
 		}
 	}
+	if c.JobSlots > c.EngineConcurrency {
+		return cfg, fmt.Errorf("upscale: Config.Capacity.JobSlots %d is more than the engine's %d slots", c.JobSlots, c.EngineConcurrency)
+	}
+	c.JobSlots = cmp.Or(c.JobSlots, max(c.EngineConcurrency-1, 1))
 	c.QueueLength = cmp.Or(c.QueueLength, 4*c.EngineConcurrency)
 	c.AccountShare = cmp.Or(c.AccountShare, max((c.EngineConcurrency+c.QueueLength)/2, 1))
 	c.MemoryBudget = cmp.Or(c.MemoryBudget, 1<<30)

@@ -67,7 +67,9 @@
 //   - admit.go: who the caller is: key, rate limit, a place in admission.
 //   - auth*.go: keys (KeyStore, the cache, the in-memory store, listing).
 //   - ratelimit*.go: RateLimiter and its in-memory default.
-//   - admission.go, budget.go: the engine's places and queue, and memory.
+//   - admission.go, budget.go: the places and their queue, and memory.
+//   - scheduler.go: the engine's slots in two lanes, requests and job
+//     runs, and the enlargement of each (enlarge, enlargeForJob).
 //   - pipeline.go: fetch, enlarge, store, prepare, commit: the work both
 //     forms share (run), and what a fetched source holds.
 //   - charge.go: the charging protocol: reserve, commit, release, settle.

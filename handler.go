@@ -344,7 +344,7 @@ func (h *Handler) releaseIfIdle() {
 // once per Idempotency-Key when the caller sent one, in which case it may
 // return the key's kept answer instead. It fills in who the caller is.
 func (h *Handler) upscale(w http.ResponseWriter, r *http.Request, who *caller) (Response, *IdempotentAnswer, error) {
-	req, leave, err := h.admitRequest(w, r, who)
+	req, leave, err := h.admitRequest(w, r, who, requestLane)
 	defer leave()
 	if err != nil {
 		return Response{}, nil, err

@@ -281,17 +281,3 @@ func (h *Handler) commitJob(ctx context.Context, job Job) error {
 	}
 	return fmt.Errorf("commit the job's unit: %w: %w", errChargeUnsettled, err)
 }
-
-// jobTurn is the context a job's run waits its turn for the engine with:
-// ctx, ended early, by errEngineBusy, once the rest of ctx's deadline (the
-// queue's time for one run) would no longer cover an enlargement and the
-// settling of its charge. Without a deadline, or with one too short for
-// that from the start, it is ctx.
-func (h *Handler) jobTurn(ctx context.Context) (context.Context, context.CancelFunc) {
-	deadline, ok := ctx.Deadline()
-	turnEnds := deadline.Add(-(h.cfg.EngineTimeout + h.cfg.SettleTimeout))
-	if !ok || !turnEnds.After(time.Now()) {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadlineCause(ctx, turnEnds, errEngineBusy)
-}

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -224,4 +226,42 @@ func quotedList[T ~string](values []T) string {
 		b = strconv.AppendQuote(b, string(v))
 	}
 	return string(b)
+}
+
+// preference is what a request's Prefer headers ask for (RFC 7240):
+// respond-async, and how long the caller would wait for the result.
+type preference struct {
+	async bool
+	wait  time.Duration
+}
+
+// maxWait bounds how long a submission with Prefer: wait=N is held open
+// for its job's end (RFC 7240 lets a server wait less than asked).
+const maxWait = 60 * time.Second
+
+// preferences reads the Prefer headers: comma-separated preferences,
+// each a token with an optional value and parameters after semicolons,
+// tokens matched case-insensitively; what is not understood is ignored. A
+// wait longer than maxWait, however many digits it has, is maxWait.
+func preferences(h http.Header) preference {
+	var p preference
+	for _, header := range h.Values("Prefer") {
+		for _, item := range strings.Split(header, ",") {
+			token, _, _ := strings.Cut(item, ";")
+			name, value, _ := strings.Cut(strings.TrimSpace(token), "=")
+			switch strings.ToLower(strings.TrimSpace(name)) {
+			case "respond-async":
+				p.async = true
+			case "wait":
+				n, err := strconv.ParseUint(strings.Trim(strings.TrimSpace(value), `"`), 10, 64)
+				if errors.Is(err, strconv.ErrRange) || (err == nil && n > uint64(maxWait/time.Second)) {
+					n, err = uint64(maxWait/time.Second), nil
+				}
+				if err == nil && n > 0 {
+					p.wait = time.Duration(n) * time.Second
+				}
+			}
+		}
+	}
+	return p
 }
