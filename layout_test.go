@@ -50,7 +50,7 @@ func TestRootDependencies(t *testing.T) {
 func TestStoresHaveNoExportedFields(t *testing.T) {
 	for _, typ := range []reflect.Type{
 		reflect.TypeFor[upscale.MemoryBlobStore](), reflect.TypeFor[dirstore.Store](),
-		reflect.TypeFor[upscale.MemoryLedger](), reflect.TypeFor[upscale.MemoryKeyStore](),
+		reflect.TypeFor[upscale.MemoryLedger](), reflect.TypeFor[upscale.MemoryCheckoutStore](), reflect.TypeFor[upscale.MemoryKeyStore](),
 		reflect.TypeFor[upscale.MemoryIdempotencyStore](), reflect.TypeFor[upscale.MemoryRateLimiter](),
 		reflect.TypeFor[upscale.CachedKeyStore](), reflect.TypeFor[upscale.Handler](),
 	} {
