@@ -36,6 +36,7 @@ type admission struct {
 
 	mu          sync.Mutex
 	running     map[*slot]struct{} // the images in the Upscaler, requests' and job runs'
+	submissions int                // places held by jobs' submissions, which want no slot
 	waiting     []*engineWaiter    // for a slot: requests, then job runs (scheduler.go)
 	held        map[sharer]int     // places held per API key and per account
 	perUnit     float64            // moving mean of the engine's seconds per unit of work; 0 until timed
@@ -76,7 +77,15 @@ func (a *admission) admit(l lane) (leave func(), err error) {
 		return nil, a.overloaded(cap(a.admitted) - 1)
 	}
 	if l == jobLane {
-		return func() { <-a.admitted }, nil
+		a.mu.Lock()
+		a.submissions++
+		a.mu.Unlock()
+		return func() {
+			a.mu.Lock()
+			a.submissions--
+			a.mu.Unlock()
+			<-a.admitted
+		}, nil
 	}
 	if err := a.refusal(len(a.admitted) - 1); err != nil {
 		<-a.admitted
@@ -108,12 +117,17 @@ func (a *admission) refusal(ahead int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	wait := a.expectedStartLocked(ahead, now)
+	wait := a.expectedStartLocked(a.requestsAheadLocked(ahead), now)
 	if wait == 0 || wait+a.imageTimeLocked(now) <= a.timeout {
 		return nil
 	}
 	return a.overloadedAfter(wait)
 }
+
+// requestsAheadLocked is how many of ahead admitted places are held by
+// requests, which will want a slot: the places of jobs' submissions are
+// not. The caller holds a.mu.
+func (a *admission) requestsAheadLocked(ahead int) int { return max(ahead-a.submissions, 0) }
 
 // requestsRunning counts the requests in the engine. The caller holds
 // a.mu.
@@ -202,7 +216,7 @@ func (a *admission) perUnitLocked(now time.Time) float64 {
 func (a *admission) overloaded(ahead int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.overloadedAfter(a.expectedStartLocked(ahead, time.Now()))
+	return a.overloadedAfter(a.expectedStartLocked(a.requestsAheadLocked(ahead), time.Now()))
 }
 
 // overloadedAfter is the refusal for a request that would wait for the
@@ -216,9 +230,9 @@ func (a *admission) overloadedAfter(wait time.Duration) error {
 }
 
 // busy is the refusal for a request that waited for memory as long as
-// its deadline allowed.
+// its deadline allowed, counting the requests admitted besides it.
 func (a *admission) busy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.overloadedAfter(a.expectedStartLocked(len(a.admitted), time.Now()))
+	return a.overloadedAfter(a.expectedStartLocked(a.requestsAheadLocked(len(a.admitted)-1), time.Now()))
 }

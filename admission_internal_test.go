@@ -126,3 +126,38 @@ func TestExpectedStartCountsJobs(t *testing.T) {
 	}
 	short.finish(false)
 }
+
+// TestOverdueJobStillHoldsItsSlot: a job run that has taken longer than
+// its work should still holds its slot: a request behind it expects to
+// wait until the run's end, not to find the slot free.
+func TestOverdueJobStillHoldsItsSlot(t *testing.T) {
+	a := newAdmission(Capacity{EngineConcurrency: 1, JobSlots: 1, QueueLength: 4, AccountShare: 4}, time.Second)
+	timed(a, 500, 500*time.Millisecond) // 1 ms a unit
+	job, err := a.engineSlot(context.Background(), 500, jobLane, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.finish(false)
+	a.mu.Lock()
+	job.start = time.Now().Add(-2 * time.Second) // expected to take 0.5 s, running for 2
+	a.mu.Unlock()
+	if err := a.refusal(0); err == nil {
+		t.Error("a request behind a job run past its expected end, with a minute left: admitted, want refused")
+	}
+}
+
+// TestSubmissionsAreNotAhead: a job's submission holds a place while it
+// fetches its source but wants no engine slot, so a request behind it on
+// an idle engine is admitted, however slow the engine's images are.
+func TestSubmissionsAreNotAhead(t *testing.T) {
+	a := newAdmission(Capacity{EngineConcurrency: 1, JobSlots: 1, QueueLength: 4, AccountShare: 4}, time.Second)
+	timed(a, 600, 600*time.Millisecond)
+	leave, err := a.admit(jobLane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leave()
+	if err := a.refusing(requestLane); err != nil {
+		t.Errorf("a request behind a submission on an idle engine: %v, want admitted", err)
+	}
+}

@@ -117,7 +117,8 @@ func (a *admission) dispatchLocked(now time.Time) {
 // expectedStartLocked is how long a request would wait for a slot with
 // ahead admitted requests before it: a slot a job run holds frees when
 // the run is expected to end (its units at the time per unit; while the
-// engine has not been timed, at the end of its run), every other slot is
+// engine has not been timed, or once the run has taken longer than its
+// work should, at the end of its run), every other slot is
 // the requests', and each request ahead takes the first slot to free for
 // an image's mean time. So a request with fewer requests ahead than the
 // slots jobs leave waits for nothing, whatever the engine did before. The
@@ -131,10 +132,13 @@ func (a *admission) expectedStartLocked(ahead int, now time.Time) time.Duration 
 			continue
 		}
 		end := s.start.Add(time.Duration(perUnit * s.units * float64(time.Second)))
-		if perUnit == 0 && !s.until.IsZero() {
-			end = s.until
+		if !end.After(now) { // untimed, or running past what its work should take: it holds its slot still
+			end = now.Add(image)
+			if s.until.After(now) {
+				end = s.until
+			}
 		}
-		frees[i] = max(end.Sub(now), 0)
+		frees[i] = end.Sub(now)
 		i++
 	}
 	for range ahead {
@@ -224,11 +228,7 @@ func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, 
 	turn, cancelTurn := h.jobTurn(ctx)
 	defer cancelTurn()
 	until, _ := ctx.Deadline()
-	err := memory.growBehind(turn, int64(cap(src)), errEngineBusyRefusal)
-	var slot *slot
-	if err == nil {
-		slot, err = h.waitForEngine(turn, src, params, memory, jobLane, until)
-	}
+	slot, err := h.waitForEngine(turn, src, params, memory, jobLane, until)
 	if err != nil {
 		if errors.Is(context.Cause(turn), errEngineBusy) && ctx.Err() == nil {
 			return Image{}, errEngineBusy
@@ -301,34 +301,43 @@ func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, param
 	}
 }
 
-// waitForEngine grants the engine's working memory for src, then takes
-// one of the engine's slots in lane l, while ctx allows; a job run's until
-// is the end of its run. Once ctx's deadline passes while others hold the
-// memory, a request is refused as overloaded and a job run gives its turn
-// up (errEngineBusy); a job run takes memory behind the requests
-// (growBehind). The work the slot is timed by is that memory: both
+// waitForEngine takes one of the engine's slots in lane l and the
+// engine's working memory for src, while ctx allows; a job run's until
+// is the end of its run. A request takes its memory first, and once
+// ctx's deadline passes while others hold it, is refused as overloaded.
+// A job run takes its slot first, then its memory (its source's too)
+// behind the requests (growBehind), so that a run waiting for a slot
+// holds no memory; once ctx's deadline passes, it gives its turn up
+// (errEngineBusy). The work the slot is timed by is that memory: both
 // engines' memory, like their time, grows with the output's pixels and
 // the learned passes. An Upscaler that estimates nothing is timed by its
 // source's bytes.
 func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant, l lane, until time.Time) (*slot, error) {
 	queueStart := time.Now()
 	defer func() { h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart)) }()
-	work := int64(len(src))
+	work, need := int64(len(src)), int64(0)
 	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
-		need, err := estimator.EstimateMemory(src, params)
-		if err != nil {
-			return nil, err
-		}
-		grow, busy := memory.grow, h.admission.busy
-		if l == jobLane {
-			grow, busy = memory.growBehind, errEngineBusyRefusal
-		}
-		if err := grow(ctx, need, busy); err != nil {
+		var err error
+		if need, err = estimator.EstimateMemory(src, params); err != nil {
 			return nil, err
 		}
 		work = need
 	}
-	return h.admission.engineSlot(ctx, float64(work), l, until)
+	if l == requestLane {
+		if err := memory.grow(ctx, need, h.admission.busy); err != nil {
+			return nil, err
+		}
+		return h.admission.engineSlot(ctx, float64(work), l, until)
+	}
+	slot, err := h.admission.engineSlot(ctx, float64(work), l, until)
+	if err != nil {
+		return nil, err
+	}
+	if err := memory.growBehind(ctx, int64(cap(src))+need, errEngineBusyRefusal); err != nil {
+		slot.finish(false)
+		return nil, err
+	}
+	return slot, nil
 }
 
 // errEngineBusyRefusal is a job run's refusal once its turn has passed.

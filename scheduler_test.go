@@ -30,7 +30,7 @@ func (u jobGatedUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.
 // TestRequestsBesideJobs: job runs keep a slot free for requests (all but
 // one of two, by default), so with jobs filling their slot a request is
 // enlarged at once, and a second job waits for its turn without taking
-// the request's slot.
+// the request's slot, and without holding memory while it waits.
 func TestRequestsBesideJobs(t *testing.T) {
 	u := jobGatedUpscaler{GatedUpscaler: upscaletest.GatedUpscaler{Entered: make(chan struct{}, 2), Gate: make(chan struct{})}, gated: bigPNG}
 	e := newEnv(t, func(c *upscale.Config) {
@@ -41,12 +41,16 @@ func TestRequestsBesideJobs(t *testing.T) {
 	release := sync.OnceFunc(func() { close(u.Gate) })
 	t.Cleanup(release) // before the env's StopJobs, should the test fail
 	first, _ := e.submit(keyPro, body(e.url("/big.png")))
-	second, _ := e.submit(keyPro, body(e.url("/big.png")))
 	<-u.Entered
+	held := e.handler.Load().MemoryInUse
+	second, _ := e.submit(keyPro, body(e.url("/big.png")))
 	select {
 	case <-u.Entered:
 		t.Fatal("a second job run took the slot kept for requests")
 	case <-time.After(200 * time.Millisecond):
+	}
+	if inUse := e.handler.Load().MemoryInUse; inUse != held {
+		t.Errorf("memory in use %d bytes with a second job run waiting for a slot, %d before it: a run waiting for a slot holds memory", inUse, held)
 	}
 	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
 	release()
