@@ -37,9 +37,13 @@ type Reversal struct {
 	// at most once per ID.
 	ID      string
 	GrantID string
-	// Units is how many of the grant's units to take back. The ledger
-	// takes back no more than the grant's units not reversed already.
-	Units int64
+	// UpTo is how many of the grant's units its reversals take back in
+	// all, this one included: a refund's share of the whole payment
+	// refunded so far, or all of a disputed grant's units. The reversal
+	// takes what earlier ones did not, worked out where the ledger holds
+	// its lock, so that two refunds handled at once take back their
+	// total, not the sum of both.
+	UpTo int64
 	// Event is the provider's event that reported it, recorded with it.
 	Event string
 	At    time.Time
@@ -113,11 +117,11 @@ type BillingLedger interface {
 	// g.ID was made already: it reports whether this call granted. It
 	// returns an error wrapping ErrNotFound for an unknown account.
 	Grant(ctx context.Context, g Grant) (granted bool, err error)
-	// Reverse takes back r.Units of grant r.GrantID, at most what the
-	// grant has not had reversed, from the grant's pool down to zero and
-	// no further; what could not be taken is the Shortfall. A repeat of
-	// r.ID returns what the first took, and takes nothing more. It
-	// returns an error wrapping ErrNotFound for an unknown grant.
+	// Reverse takes back what grant r.GrantID has not had reversed, up to
+	// r.UpTo units in all (ReversalOf), from the grant's pool down to
+	// zero and no further; what could not be taken is the Shortfall. A
+	// repeat of r.ID returns what the first took, and takes nothing more.
+	// It returns an error wrapping ErrNotFound for an unknown grant.
 	Reverse(ctx context.Context, r Reversal) (Reversed, error)
 	// ApplyTerms puts t.AccountID on t.Plan and keeps t, unless the
 	// account holds terms as of t.AsOf or later: it reports whether it
@@ -134,12 +138,14 @@ type BillingLedger interface {
 	Purchases(ctx context.Context, accountID string) ([]Purchase, error)
 }
 
-// ReversalOf is what reversing units of grant p takes from its pool,
-// which holds balance: no more than p has not had reversed, and no more
-// than the balance, the rest being the shortfall. Every BillingLedger
-// applies this rule.
-func ReversalOf(p Purchase, units, balance int64) Reversed {
-	units = max(min(units, p.Units-p.Reversed.Taken-p.Reversed.Shortfall), 0)
+// ReversalOf is what reversing grant p up to upTo units in all takes from
+// its pool, which holds balance: what p's reversals have not taken back
+// yet, up to upTo (and never more than p's units), and no more than the
+// balance, the rest being the shortfall. Every BillingLedger applies
+// this rule.
+func ReversalOf(p Purchase, upTo, balance int64) Reversed {
+	reversed := p.Reversed.Taken + p.Reversed.Shortfall
+	units := max(min(upTo, p.Units)-reversed, 0)
 	taken := min(units, max(balance, 0))
 	return Reversed{Taken: taken, Shortfall: units - taken}
 }

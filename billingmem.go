@@ -46,8 +46,8 @@ func checkGrant(g Grant) error {
 
 // Reverse implements BillingLedger.
 func (l *MemoryLedger) Reverse(_ context.Context, r Reversal) (Reversed, error) {
-	if r.ID == "" || r.Units <= 0 {
-		return Reversed{}, fmt.Errorf("upscale: reversal %q of %d units: a reversal needs an ID and a positive number of units", r.ID, r.Units)
+	if r.ID == "" || r.UpTo <= 0 {
+		return Reversed{}, fmt.Errorf("upscale: reversal %q up to %d units: a reversal needs an ID and a positive number of units", r.ID, r.UpTo)
 	}
 	now := l.lock()
 	defer l.mu.Unlock()
@@ -66,7 +66,7 @@ func (l *MemoryLedger) Reverse(_ context.Context, r Reversal) (Reversed, error) 
 	if p.Pool == PoolShareBonus {
 		balance = acc.ShareBonus
 	}
-	done := ReversalOf(*p, r.Units, balance)
+	done := ReversalOf(*p, r.UpTo, balance)
 	acc.add(p.Pool, "", -done.Taken)
 	p.Reversed.Taken += done.Taken
 	p.Reversed.Shortfall += done.Shortfall

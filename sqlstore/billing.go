@@ -68,8 +68,8 @@ func accountExists(ctx context.Context, tx *sql.Tx, accountID string) error {
 // account's rows are then locked, so that reversals of one grant, and
 // reservations from the account, take their turns.
 func (s *Store) Reverse(ctx context.Context, r upscale.Reversal) (upscale.Reversed, error) {
-	if r.ID == "" || r.Units <= 0 {
-		return upscale.Reversed{}, fmt.Errorf("sqlstore: reversal %q of %d units: a reversal needs an ID and a positive number of units", r.ID, r.Units)
+	if r.ID == "" || r.UpTo <= 0 {
+		return upscale.Reversed{}, fmt.Errorf("sqlstore: reversal %q up to %d units: a reversal needs an ID and a positive number of units", r.ID, r.UpTo)
 	}
 	now := s.opts.Now()
 	var done upscale.Reversed
@@ -110,7 +110,7 @@ func (s *Store) Reverse(ctx context.Context, r upscale.Reversal) (upscale.Revers
 		if err := tx.QueryRowContext(ctx, `SELECT `+column+` FROM accounts WHERE id = $1`, p.AccountID).Scan(&balance); err != nil {
 			return err
 		}
-		done = upscale.ReversalOf(p, r.Units, balance)
+		done = upscale.ReversalOf(p, r.UpTo, balance)
 		if _, err := tx.ExecContext(ctx, `UPDATE accounts SET `+column+` = `+column+` - $2 WHERE id = $1`, p.AccountID, done.Taken); err != nil {
 			return err
 		}

@@ -84,7 +84,7 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		if _, err := l.Grant(ctx, pack("cs_3", 10)); !errors.Is(err, upscale.ErrNotFound) {
 			t.Errorf("Grant to an unknown account: %v, want ErrNotFound", err)
 		}
-		if _, err := l.Reverse(ctx, upscale.Reversal{ID: "re_1", GrantID: "cs_3", Units: 1}); !errors.Is(err, upscale.ErrNotFound) {
+		if _, err := l.Reverse(ctx, upscale.Reversal{ID: "re_1", GrantID: "cs_3", UpTo: 1}); !errors.Is(err, upscale.ErrNotFound) {
 			t.Errorf("Reverse of an unknown grant: %v, want ErrNotFound", err)
 		}
 		if _, err := l.ApplyTerms(ctx, upscale.PlanTerms{AccountID: "a", Plan: UnlimitedPlan, AsOf: at}); !errors.Is(err, upscale.ErrNotFound) {
@@ -108,7 +108,7 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		if _, err := l.Grant(ctx, pack("cs_7", 10)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.Reverse(ctx, upscale.Reversal{ID: "re_0", GrantID: "cs_7", Units: 0}); err == nil {
+		if _, err := l.Reverse(ctx, upscale.Reversal{ID: "re_0", GrantID: "cs_7", UpTo: 0}); err == nil {
 			t.Error("a reversal of 0 units: no error")
 		}
 		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3, Credits: 10})
@@ -122,7 +122,7 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		for range 3 + 7 { // the free pool, then 7 of the credits
 			commit(t, l, reserve(t, l, "a", false))
 		}
-		refund := upscale.Reversal{ID: "re_2", GrantID: "cs_8", Units: 10, Event: "evt_re_2", At: at}
+		refund := upscale.Reversal{ID: "re_2", GrantID: "cs_8", UpTo: 10, Event: "evt_re_2", At: at}
 		for i := range 2 {
 			if got, err := l.Reverse(ctx, refund); err != nil || got != (upscale.Reversed{Taken: 3, Shortfall: 7}) {
 				t.Fatalf("delivery %d of the refund: %+v, %v; want 3 taken, 7 short", i+1, got, err)
@@ -130,7 +130,7 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		}
 		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan})
 		// A dispute of the same payment finds nothing left of the grant.
-		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "dp_1", GrantID: "cs_8", Units: 10}); err != nil || got != (upscale.Reversed{}) {
+		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "dp_1", GrantID: "cs_8", UpTo: 10}); err != nil || got != (upscale.Reversed{}) {
 			t.Errorf("a dispute after a full refund: %+v, %v; want nothing taken", got, err)
 		}
 		purchases, err := l.Purchases(ctx, "a")
@@ -145,10 +145,10 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		if _, err := l.Grant(ctx, pack("cs_9", 10)); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "re_3", GrantID: "cs_9", Units: 4}); err != nil || got != (upscale.Reversed{Taken: 4}) {
+		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "re_3", GrantID: "cs_9", UpTo: 4}); err != nil || got != (upscale.Reversed{Taken: 4}) {
 			t.Fatalf("a partial refund: %+v, %v; want 4 taken", got, err)
 		}
-		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "dp_2", GrantID: "cs_9", Units: 10}); err != nil || got != (upscale.Reversed{Taken: 6}) {
+		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "dp_2", GrantID: "cs_9", UpTo: 10}); err != nil || got != (upscale.Reversed{Taken: 6}) {
 			t.Fatalf("a dispute of the whole payment after it: %+v, %v; want the 6 left", got, err)
 		}
 		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3, Credits: 50})
@@ -159,17 +159,31 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		if _, err := l.Grant(ctx, pack("cs_10", 10)); err != nil {
 			t.Fatal(err)
 		}
+		// Two partial refunds, of 30% and then 60% of the payment in all,
+		// each delivered 25 times at once: 6 units back in all, whatever
+		// order they are handled in.
 		var wg sync.WaitGroup
+		taken := map[string]*atomic.Int64{"re_30": {}, "re_60": {}}
 		for i := range 50 {
 			wg.Go(func() {
-				id := fmt.Sprintf("re_%d", i%2) // two refunds, each delivered 25 times
-				if got, err := l.Reverse(ctx, upscale.Reversal{ID: id, GrantID: "cs_10", Units: 4}); err != nil || got != (upscale.Reversed{Taken: 4}) {
-					t.Errorf("%s: %+v, %v; want 4 taken", id, got, err)
+				id, upTo := "re_30", int64(3)
+				if i%2 == 1 {
+					id, upTo = "re_60", 6
+				}
+				got, err := l.Reverse(ctx, upscale.Reversal{ID: id, GrantID: "cs_10", UpTo: upTo})
+				if err != nil {
+					t.Errorf("%s: %v", id, err)
+				}
+				if prev := taken[id].Swap(got.Taken); prev != 0 && prev != got.Taken {
+					t.Errorf("%s answered %d and %d taken: a repeat must answer what the first took", id, prev, got.Taken)
 				}
 			})
 		}
 		wg.Wait()
-		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3, Credits: 102})
+		if sum := taken["re_30"].Load() + taken["re_60"].Load(); sum != 6 {
+			t.Errorf("the two refunds took %d units back in all, want 6", sum)
+		}
+		checkBalance(t, l, "a", upscale.Balance{Plan: FreePlan, Free: 3, Credits: 104})
 	})
 
 	t.Run("ReservationsKept", func(t *testing.T) {
@@ -178,7 +192,7 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 			t.Fatal(err)
 		}
 		held := reserve(t, l, "a", false) // a queued job's unit
-		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "re_4", GrantID: "cs_11", Units: 2}); err != nil || got != (upscale.Reversed{Taken: 1, Shortfall: 1}) {
+		if got, err := l.Reverse(ctx, upscale.Reversal{ID: "re_4", GrantID: "cs_11", UpTo: 2}); err != nil || got != (upscale.Reversed{Taken: 1, Shortfall: 1}) {
 			t.Fatalf("a refund while a unit is held: %+v, %v; want the one free unit taken, one short", got, err)
 		}
 		commit(t, l, held)

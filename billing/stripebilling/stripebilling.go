@@ -228,15 +228,15 @@ func (b *Billing) Fulfil(ctx context.Context, accountID, sessionID string) (upsc
 	if err != nil {
 		return upscale.Checkout{}, false, fmt.Errorf("stripebilling: look the session up: %w", err)
 	}
-	paid, err := b.applySession(ctx, s, "success-page:"+sessionID)
+	paid, err := b.applySession(ctx, s, "success-page:"+sessionID, b.opts.Now())
 	return record, paid, err
 }
 
-// applySession applies a Checkout Session as Stripe reports it: a paid
-// pack is granted, a subscription's state is applied. It reports whether
-// the session is paid. A session this host did not record is not its
-// own, and changes nothing.
-func (b *Billing) applySession(ctx context.Context, s *stripe.CheckoutSession, event string) (paid bool, err error) {
+// applySession applies a Checkout Session as Stripe reports it, in event
+// at at: a paid pack is granted, a subscription's state is applied. It
+// reports whether the session is paid. A session this host did not
+// record is not its own, and changes nothing.
+func (b *Billing) applySession(ctx context.Context, s *stripe.CheckoutSession, event string, at time.Time) (paid bool, err error) {
 	record, err := b.opts.Checkouts.Checkout(ctx, s.ID)
 	if errors.Is(err, upscale.ErrNotFound) {
 		b.opts.Logger.Info("stripebilling: a checkout session this host did not make; nothing to apply", "session", s.ID, "event", event)
@@ -254,7 +254,7 @@ func (b *Billing) applySession(ctx context.Context, s *stripe.CheckoutSession, e
 	case record.Units > 0:
 		_, err := b.opts.Ledger.Grant(ctx, upscale.Grant{
 			ID: s.ID, AccountID: record.AccountID, Pool: upscale.PoolCredit, Units: record.Units,
-			Label: record.Label, Event: event, At: b.opts.Now(),
+			Label: record.Label, Event: event, At: at,
 		})
 		return true, err
 	}
@@ -285,6 +285,17 @@ func (b *Billing) syncSubscription(ctx context.Context, id, event string) error 
 	terms := upscale.PlanTerms{
 		AccountID: account, Plan: b.opts.FreePlan, Subscription: sub.ID, Status: upscale.SubscriptionStatus(sub.Status),
 		CancelAtPeriodEnd: sub.CancelAtPeriodEnd, AsOf: asOf, Event: event,
+	}
+	if !terms.Status.Live() {
+		held, err := b.opts.Ledger.Terms(ctx, account)
+		if err != nil {
+			return err
+		}
+		if held.Subscription != sub.ID && held.Status.Live() {
+			// An older subscription ending says nothing of the live one.
+			b.opts.Logger.Info("stripebilling: a subscription ended beside the account's live one; its plan stays", "subscription", sub.ID, "live", held.Subscription, "event", event)
+			return nil
+		}
 	}
 	if sub.Items != nil && len(sub.Items.Data) > 0 {
 		item := sub.Items.Data[0]

@@ -461,3 +461,57 @@ func TestPlanLapsesWhileJobsWait(t *testing.T) {
 		t.Errorf("the job that waited: %+v, %v; want succeeded via unlimited", done, err)
 	}
 }
+
+// TestReviewedEdges: two partial refunds handled at once take back their
+// total, not the sum of both; an inquiry (a dispute of status warning_*)
+// withdraws no money and takes nothing; an older subscription ending does
+// not end the account's live one.
+func TestReviewedEdges(t *testing.T) {
+	ctx := context.Background()
+	t.Run("ConcurrentPartialRefunds", func(t *testing.T) {
+		s := newSeller(t, nil)
+		id := s.checkout(t, "a", pack.Price)
+		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+		charge := s.fake.Charge(id)
+		thirty, sixty := s.fake.Refund(charge, 150), s.fake.Refund(charge, 150) // 30%, then 60% in all
+		var wg sync.WaitGroup
+		for _, e := range []stripetest.Event{thirty, sixty, thirty, sixty} {
+			wg.Go(func() {
+				if got := s.fake.Deliver(s.webhook, e); got != http.StatusOK {
+					t.Errorf("a refund's event: %d", got)
+				}
+			})
+		}
+		wg.Wait()
+		if b := s.balance(t, "a"); b.Credits != 4 {
+			t.Errorf("credits after refunds of 60%% in all: %d, want 4", b.Credits)
+		}
+	})
+	t.Run("Inquiry", func(t *testing.T) {
+		s := newSeller(t, nil)
+		id := s.checkout(t, "a", pack.Price)
+		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+		charge := s.fake.Charge(id)
+		s.deliver(t, s.fake.Dispute(charge, "charge.dispute.created", "warning_needs_response"), http.StatusOK)
+		s.deliver(t, s.fake.Dispute(charge, "charge.dispute.closed", "warning_closed"), http.StatusOK)
+		if b := s.balance(t, "a"); b.Credits != 10 {
+			t.Errorf("credits after an inquiry: %d, want all 10", b.Credits)
+		}
+	})
+	t.Run("OlderSubscriptionEnds", func(t *testing.T) {
+		s := newSeller(t, nil)
+		first := s.checkout(t, "a", unlimited.Price)
+		s.deliver(t, s.fake.Pay(first, 2900), http.StatusOK)
+		ended := s.fake.UpdateSubscription(s.fake.Subscription(first), "customer.subscription.deleted", "canceled", false)
+		s.deliver(t, ended, http.StatusOK)
+		second := s.checkout(t, "a", unlimited.Price)
+		s.deliver(t, s.fake.Pay(second, 2900), http.StatusOK)
+		s.deliver(t, ended, http.StatusOK) // the first's end, delivered again late
+		if b := s.balance(t, "a"); b.Plan != upscaletest.UnlimitedPlan {
+			t.Errorf("plan after the old subscription's end came again: %+v, want the live one's", b.Plan)
+		}
+		if terms, err := s.ledger.Terms(ctx, "a"); err != nil || terms.Subscription != s.fake.Subscription(second) {
+			t.Errorf("terms %+v, %v; want the second subscription's", terms, err)
+		}
+	})
+}

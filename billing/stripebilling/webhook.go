@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v84"
@@ -38,6 +39,8 @@ const maxEventBytes = 256 << 10
 //     in all, once per refunded amount.
 //   - charge.dispute.created: the grant is reversed whole, once per charge;
 //     charge.dispute.closed, won: what the dispute took is granted back.
+//     An inquiry (a dispute whose status is warning_*) withdraws no money
+//     and changes nothing.
 func (b *Billing) Webhook() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -73,7 +76,7 @@ func (b *Billing) apply(ctx context.Context, event stripe.Event) error {
 		if err := object(event, &s); err != nil {
 			return err
 		}
-		_, err := b.applySession(ctx, &s, event.ID)
+		_, err := b.applySession(ctx, &s, event.ID, time.Unix(event.Created, 0).UTC())
 		return err
 	case "invoice.paid", "invoice.payment_failed":
 		var inv stripe.Invoice
@@ -139,29 +142,20 @@ func (b *Billing) chargeGrant(ctx context.Context, ch *stripe.Charge) (upscale.C
 	return record, err == nil, err
 }
 
-// refund reverses ch's grant pro rata to what ch has had refunded in all:
-// the units that share stands for, less what reversals took already.
+// refund reverses ch's grant pro rata to what ch has had refunded in
+// all: the ledger takes back what that share stands for less what
+// reversals took already, under its own lock, once per refunded total.
 func (b *Billing) refund(ctx context.Context, ch *stripe.Charge, event stripe.Event) error {
 	record, ok, err := b.chargeGrant(ctx, ch)
 	if !ok || ch.Amount <= 0 {
 		return err
 	}
-	purchases, err := b.opts.Ledger.Purchases(ctx, record.AccountID)
-	if err != nil {
-		return err
-	}
-	var reversed int64
-	for _, p := range purchases {
-		if p.ID == record.ID {
-			reversed = p.Reversed.Taken + p.Reversed.Shortfall
-		}
-	}
 	share := (record.Units*min(ch.AmountRefunded, ch.Amount) + ch.Amount/2) / ch.Amount // rounded
-	if share <= reversed {
+	if share <= 0 {
 		return nil
 	}
 	_, err = b.opts.Ledger.Reverse(ctx, upscale.Reversal{
-		ID: fmt.Sprintf("refund:%s:%d", ch.ID, ch.AmountRefunded), GrantID: record.ID, Units: share - reversed,
+		ID: fmt.Sprintf("refund:%s:%d", ch.ID, ch.AmountRefunded), GrantID: record.ID, UpTo: share,
 		Event: event.ID, At: time.Unix(event.Created, 0).UTC(),
 	})
 	return err
@@ -171,8 +165,8 @@ func (b *Billing) refund(ctx context.Context, ch *stripe.Charge, event stripe.Ev
 // opened, once per charge, and grants back what that took when the
 // dispute is closed won.
 func (b *Billing) dispute(ctx context.Context, d *stripe.Dispute, event stripe.Event) error {
-	if d.Charge == nil {
-		return nil
+	if d.Charge == nil || strings.HasPrefix(string(d.Status), "warning_") {
+		return nil // an inquiry (warning_*) withdraws no money, and closes as warning_closed
 	}
 	ch, err := b.client.V1Charges.Retrieve(ctx, d.Charge.ID, nil)
 	if err != nil {
@@ -185,7 +179,7 @@ func (b *Billing) dispute(ctx context.Context, d *stripe.Dispute, event stripe.E
 	at := time.Unix(event.Created, 0).UTC()
 	// The reversal of the dispute, made at its opening or, repeated,
 	// answering what it took.
-	taken, err := b.opts.Ledger.Reverse(ctx, upscale.Reversal{ID: "dispute:" + ch.ID, GrantID: record.ID, Units: record.Units, Event: event.ID, At: at})
+	taken, err := b.opts.Ledger.Reverse(ctx, upscale.Reversal{ID: "dispute:" + ch.ID, GrantID: record.ID, UpTo: record.Units, Event: event.ID, At: at})
 	if err != nil || event.Type != "charge.dispute.closed" || d.Status != stripe.DisputeStatusWon || taken.Taken == 0 {
 		return err
 	}
