@@ -73,11 +73,11 @@ func New(t testing.TB, webhookSecret string) *Fake {
 	mux.HandleFunc("POST /v1/customers", f.createCustomer)
 	mux.HandleFunc("POST /v1/checkout/sessions", f.createSession)
 	mux.HandleFunc("GET /v1/checkout/sessions", f.listSessions)
-	mux.HandleFunc("GET /v1/checkout/sessions/{id}", f.getSession)
-	mux.HandleFunc("GET /v1/subscriptions/{id}", f.getSubscription)
-	mux.HandleFunc("GET /v1/charges/{id}", f.getCharge)
+	mux.HandleFunc("GET /v1/checkout/sessions/{id}", retrieve(f, f.sessions, "checkout.session", f.sessionJSON))
+	mux.HandleFunc("GET /v1/subscriptions/{id}", retrieve(f, f.subscriptions, "subscription", subscriptionJSON))
+	mux.HandleFunc("GET /v1/charges/{id}", retrieve(f, f.charges, "charge", chargeJSON))
 	mux.HandleFunc("POST /v1/billing_portal/sessions", f.createPortal)
-	mux.HandleFunc("GET /v1/prices/{id}", f.getPrice)
+	mux.HandleFunc("GET /v1/prices/{id}", retrieve(f, f.prices, "price", func(p map[string]any) map[string]any { return p }))
 	mux.HandleFunc("GET /v1/webhook_endpoints", f.listEndpoints)
 	mux.HandleFunc("GET /checkout/{id}", f.checkoutPage)
 	mux.HandleFunc("POST /checkout/{id}", f.pay)
@@ -126,17 +126,6 @@ func (f *Fake) sessionJSON(s *session) map[string]any {
 	}
 }
 
-func (f *Fake) getSession(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.sessions[r.PathValue("id")]
-	if !ok {
-		stripeError(w, http.StatusNotFound, "No such checkout.session")
-		return
-	}
-	writeJSON(w, f.sessionJSON(s))
-}
-
 func (f *Fake) listSessions(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -149,17 +138,6 @@ func (f *Fake) listSessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/checkout/sessions"})
 }
 
-func (f *Fake) getSubscription(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	sub, ok := f.subscriptions[r.PathValue("id")]
-	if !ok {
-		stripeError(w, http.StatusNotFound, "No such subscription")
-		return
-	}
-	writeJSON(w, subscriptionJSON(sub))
-}
-
 func subscriptionJSON(sub *subscription) map[string]any {
 	return map[string]any{
 		"id": sub.ID, "object": "subscription", "customer": sub.Customer, "status": sub.Status, "cancel_at_period_end": sub.CancelAtPeriodEnd,
@@ -168,17 +146,6 @@ func subscriptionJSON(sub *subscription) map[string]any {
 			"price": map[string]any{"id": sub.Price, "object": "price"},
 		}}},
 	}
-}
-
-func (f *Fake) getCharge(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch, ok := f.charges[r.PathValue("id")]
-	if !ok {
-		stripeError(w, http.StatusNotFound, "No such charge")
-		return
-	}
-	writeJSON(w, chargeJSON(ch))
 }
 
 func chargeJSON(ch *charge) map[string]any {
@@ -213,21 +180,25 @@ func (f *Fake) Endpoint(url, apiVersion string, events ...string) {
 		"enabled_events": events, "status": "enabled"})
 }
 
-func (f *Fake) getPrice(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	p, ok := f.prices[r.PathValue("id")]
-	if !ok {
-		stripeError(w, http.StatusNotFound, "No such price")
-		return
-	}
-	writeJSON(w, p)
-}
-
 func (f *Fake) listEndpoints(w http.ResponseWriter, _ *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	writeJSON(w, map[string]any{"object": "list", "data": append([]map[string]any{}, f.endpoints...), "has_more": false, "url": "/v1/webhook_endpoints"})
+}
+
+// retrieve answers a GET of the object of objects named by the path's ID,
+// as render shows it, or Stripe's 404.
+func retrieve[T any](f *Fake, objects map[string]T, what string, render func(T) map[string]any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		o, ok := objects[r.PathValue("id")]
+		if !ok {
+			stripeError(w, http.StatusNotFound, "No such "+what)
+			return
+		}
+		writeJSON(w, render(o))
+	}
 }
 
 func nullable(id string) any {
