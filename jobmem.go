@@ -27,9 +27,12 @@ type MemoryJobQueueOptions struct {
 
 // DefaultRunTimeout is how long one run of a job may take by default:
 // long enough for learned passes to make the largest result a server
-// makes on a small CPU (×2 of a 12-megapixel photo took 4 minutes on two
-// cores), far above a synchronous request's EngineTimeout.
-const DefaultRunTimeout = 10 * time.Minute
+// makes on a slow CPU (×2 of a 12-megapixel photo took 4 minutes on two
+// cores with AVX-512, and the default runtime is several times slower on
+// older CPUs), far above a synchronous request's EngineTimeout. It is no
+// longer how soon a dead worker's run is found: a queue shared by
+// processes judges them by their beats (riverqueue's Lapse).
+const DefaultRunTimeout = time.Hour
 
 // MemoryJobQueue is a JobQueue held in process memory, for one process and
 // for tests: its jobs are lost when the process ends (their units come

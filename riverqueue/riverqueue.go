@@ -2,10 +2,11 @@
 // (github.com/riverqueue/river), a job queue in the database: on SQLite
 // (the standalone's file, one machine) or PostgreSQL (replicas and worker
 // processes sharing one database). River brings what a queue of our own
-// would have to grow: runs given back when their worker dies (rescued
-// after RunTimeout), retries with backoff, cancellation across processes,
+// would have to grow: retries with backoff, cancellation across processes,
 // and the cleaning of old jobs; its operator UI (riverqueue.com/riverui)
-// reads the same tables.
+// reads the same tables. Runs whose process died are handed back by the
+// processes' beats (liveness.go), within Lapse, not after River's run
+// timeout.
 //
 // A job is one River job of kind "upscale" in the queue "upscale". Its ID
 // is "job_<River's ID>_<26 random letters and digits>": River's ID finds
@@ -45,14 +46,29 @@ import (
 // it.
 type Options struct {
 	// RunTimeout bounds one run of a job: past it River cancels the run
-	// and gives the job back, and a run whose worker died is given back
-	// this long after it started (plus a minute). A job's engine has what
-	// is left of it less the handler's SettleTimeout. Zero means
-	// upscale.DefaultRunTimeout. It must be above the handler's
-	// EngineTimeout and SettleTimeout together: a run waiting its turn
-	// for the engine gives it up in time only then (else its wait may
-	// overrun, which counts as an attempt).
+	// and gives the job back. A job's engine has what is left of it less
+	// the handler's SettleTimeout. Zero means upscale.DefaultRunTimeout.
+	// It must be above the handler's EngineTimeout and SettleTimeout
+	// together: a run waiting its turn for the engine gives it up in time
+	// only then (else its wait may overrun, which counts as an attempt).
+	// A dead process's runs are handed back by Lapse, not by it; River's
+	// own rescuer, a minute after it, is left for the runs of clients
+	// that do not beat.
 	RunTimeout time.Duration
+	// ProcessID names this process among those that work the queue's
+	// database: River records it with each run (as "<ProcessID>/upscale").
+	// Keep it the same across the process's restarts, so that a process
+	// restarted after a crash hands back at once the runs it had; two
+	// processes alive at once must not share it (Work refuses to start,
+	// ErrProcessIDInUse, while another beats under it). Empty means a
+	// random ID: a restarted process's runs are then handed back after
+	// Lapse, as any dead process's.
+	ProcessID string
+	// Lapse is how long a working process may go without beating before
+	// the other working processes hand its runs back, to run again. It
+	// beats every Lapse/6, and stops its own runs once it has not beaten
+	// for two thirds of Lapse. Zero means 30 seconds.
+	Lapse time.Duration
 	// Retention is how long River keeps ended jobs: the handler's JobTTL.
 	// Zero means 24 hours.
 	Retention time.Duration
@@ -78,6 +94,7 @@ type Queue[TTx any] struct {
 	driver riverdriver.Driver[TTx]
 	opts   Options
 	client *river.Client[TTx] // inserts, reads and cancels; works no job
+	live   *liveness[TTx]
 }
 
 var (
@@ -125,7 +142,14 @@ func newQueue[TTx any](driver riverdriver.Driver[TTx], opts Options) (*Queue[TTx
 	if opts.SettleInterval == 0 {
 		opts.SettleInterval = 30 * time.Second
 	}
+	if opts.Lapse == 0 {
+		opts.Lapse = 30 * time.Second
+	}
+	if opts.ProcessID == "" {
+		opts.ProcessID = "process-" + strings.ToLower(rand.Text())
+	}
 	q := &Queue[TTx]{driver: driver, opts: opts}
+	q.live = newLiveness(q)
 	client, err := river.NewClient(driver, q.config(nil, "", 0))
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
@@ -134,7 +158,8 @@ func newQueue[TTx any](driver riverdriver.Driver[TTx], opts Options) (*Queue[TTx
 	return q, nil
 }
 
-// Migrate brings River's tables in the database up to this version's.
+// Migrate brings River's tables in the database up to this version's,
+// and adds the table the working processes beat in.
 func (q *Queue[TTx]) Migrate(ctx context.Context) error {
 	migrator, err := rivermigrate.New(q.driver, &rivermigrate.Config{Logger: q.opts.Logger})
 	if err != nil {
@@ -142,6 +167,9 @@ func (q *Queue[TTx]) Migrate(ctx context.Context) error {
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("riverqueue: migrate: %w", err)
+	}
+	if err := q.driver.GetExecutor().Exec(ctx, processTable); err != nil {
+		return fmt.Errorf("riverqueue: migrate: the processes' table: %w", err)
 	}
 	return nil
 }
@@ -174,6 +202,7 @@ func (q *Queue[TTx]) config(workers *river.Workers, queue string, concurrency in
 		Logger:               q.opts.Logger,
 	}
 	if workers != nil {
+		cfg.ID = q.live.clientID(queue)
 		cfg.Workers = workers
 		cfg.Queues = map[string]river.QueueConfig{queue: {MaxWorkers: concurrency}}
 	}
@@ -479,12 +508,14 @@ func classify(ctx context.Context, err error) error {
 }
 
 // Work implements upscale.JobQueue: a River client of its own, with
-// concurrency workers on the queue "upscale", and a sweep, every
-// SettleInterval, of the jobs River ended without a run to settle them.
-// River's rescuer ends the job of a worker that died: canceled, when a
-// cancel was asked of it meanwhile, or discarded, after
-// upscale.MaxJobAttempts; each is run once more, to settle it (see
-// upscale.JobRunner), and its outcome recorded.
+// concurrency workers on the queue "upscale", this process's beat, and a
+// sweep, every SettleInterval, of the jobs River ended without a run to
+// settle them. The run of a process that died is handed back within
+// Lapse: to run again, or ended canceled, when a cancel was asked of it
+// meanwhile, or discarded, after upscale.MaxJobAttempts; each ended one is
+// run once more, to settle it (see upscale.JobRunner), and its outcome
+// recorded. It returns an error wrapping ErrProcessIDInUse while another
+// live process beats under Options.ProcessID.
 func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(drain context.Context) error, error) {
 	stop, err := q.work(ctx, run, nil, queueName, concurrency)
 	if err != nil {
@@ -567,7 +598,7 @@ func (q *Queue[TTx]) work(ctx context.Context, run upscale.JobRunner, deliver fu
 		return nil, fmt.Errorf("riverqueue: work on %d jobs at once: want at least 1", concurrency)
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &worker{job: q.job, now: q.opts.Now, run: run})
+	river.AddWorker(workers, &worker{job: q.job, now: q.opts.Now, run: run, fence: q.live.currentFence})
 	river.AddWorker(workers, &webhookWorker{
 		now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: deliver,
 		share: upscale.WebhookAccountShare(concurrency), inFlight: map[string]int{},
@@ -576,13 +607,18 @@ func (q *Queue[TTx]) work(ctx context.Context, run upscale.JobRunner, deliver fu
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
 	}
+	if err := q.live.join(ctx, client); err != nil {
+		return nil, err
+	}
 	if err := client.Start(ctx); err != nil {
+		q.live.leave(ctx, client)
 		return nil, fmt.Errorf("riverqueue: start the workers: %w", err)
 	}
 	var once sync.Once
 	var stopErr error
 	return func(drain context.Context) error {
 		once.Do(func() {
+			defer q.live.leave(drain, client)
 			if err := client.Stop(drain); err != nil && drain.Err() == nil {
 				stopErr = err
 				return
@@ -603,6 +639,9 @@ type worker struct {
 	job func(*rivertype.JobRow) (upscale.Job, error)
 	now func() time.Time
 	run upscale.JobRunner
+	// fence is done once this process's runs may be handed over
+	// (liveness).
+	fence func() context.Context
 }
 
 // errExpired cancels a job a worker takes past its expiry: it never runs.
@@ -618,7 +657,7 @@ var errExpired = errors.New("riverqueue: the job expired before it ran")
 // failed) leaves it cancelled and unsettled, with what it prepared, for
 // the sweep. A run that overran is an error: River runs the job again, as
 // it does one whose worker died, up to upscale.MaxJobAttempts times. A run
-// its worker's stop cut short runs again at once.
+// its worker's stop, or its process's lapse, cut short runs again at once.
 func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 	job, err := w.job(rj.JobRow)
 	if err != nil {
@@ -648,6 +687,9 @@ func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 		cancel(cause)
 	})
 	defer stop()
+	fence := w.fence()
+	unfence := context.AfterFunc(fence, func() { cancel(context.Cause(fence)) })
+	defer unfence()
 	outcome := w.run(runCtx, job)
 	cause := context.Cause(runCtx)
 	switch {

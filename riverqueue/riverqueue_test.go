@@ -49,7 +49,12 @@ func postgresQueueWith(t *testing.T, opts riverqueue.Options) *riverqueue.Queue[
 
 // sqliteDatabase is a migrated Queue on a new SQLite file, and the file.
 func sqliteDatabase(t *testing.T, opts riverqueue.Options) (*riverqueue.Queue[*sql.Tx], *sql.DB) {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "jobs.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	return sqliteFile(t, filepath.Join(t.TempDir(), "jobs.db"), opts)
+}
+
+// sqliteFile is a migrated Queue on the SQLite file, and the database.
+func sqliteFile(t *testing.T, file string, opts riverqueue.Options) (*riverqueue.Queue[*sql.Tx], *sql.DB) {
+	db, err := sql.Open("sqlite", "file:"+file+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
 	upscaletest.Opened(t, db, err)
 	db.SetMaxOpenConns(1)
 	q, err := riverqueue.NewSQLite(db, opts)
@@ -65,7 +70,13 @@ func sqliteDatabase(t *testing.T, opts riverqueue.Options) (*riverqueue.Queue[*s
 // postgresDatabase is a migrated Queue on a new PostgreSQL database, and
 // a pool on the database.
 func postgresDatabase(t *testing.T, opts riverqueue.Options) (*riverqueue.Queue[pgx.Tx], *pgxpool.Pool) {
-	pool, err := pgxpool.New(context.Background(), testservers.PostgresDatabase(t))
+	return postgresOn(t, testservers.PostgresDatabase(t), opts)
+}
+
+// postgresOn is a migrated Queue on the PostgreSQL database, and a pool on
+// it.
+func postgresOn(t *testing.T, database string, opts riverqueue.Options) (*riverqueue.Queue[pgx.Tx], *pgxpool.Pool) {
+	pool, err := pgxpool.New(context.Background(), database)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +94,123 @@ func postgresDatabase(t *testing.T, opts riverqueue.Options) (*riverqueue.Queue[
 func TestConformance(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) { upscaletest.TestJobQueue(t, sqliteQueue) })
 	t.Run("PostgreSQL", func(t *testing.T) { upscaletest.TestJobQueue(t, postgresQueue) })
+}
+
+// TestLiveness runs the processes of the conformance suite as Queues of
+// their own on one database, SQLite's file or PostgreSQL's, with
+// RunTimeout an hour: only their beats can hand a dead one's runs back.
+func TestLiveness(t *testing.T) {
+	options := func(id string, lapse time.Duration) riverqueue.Options {
+		return riverqueue.Options{Logger: quiet, ProcessID: id, Lapse: lapse, RunTimeout: time.Hour, PollInterval: 50 * time.Millisecond}
+	}
+	t.Run("SQLite", func(t *testing.T) {
+		upscaletest.TestJobQueueLiveness(t, func(t *testing.T, lapse time.Duration) upscaletest.OpenProcess {
+			file := filepath.Join(t.TempDir(), "jobs.db")
+			return func(id string) (upscale.JobQueue, func()) {
+				q, _ := sqliteFile(t, file, options(id, lapse))
+				return q, func() { riverqueue.Crash(q) }
+			}
+		})
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		upscaletest.TestJobQueueLiveness(t, func(t *testing.T, lapse time.Duration) upscaletest.OpenProcess {
+			database := testservers.PostgresDatabase(t)
+			return func(id string) (upscale.JobQueue, func()) {
+				q, _ := postgresOn(t, database, options(id, lapse))
+				return q, func() { riverqueue.Crash(q) }
+			}
+		})
+	})
+}
+
+// TestProcessIDInUse: a second live process under one ID is refused, and
+// the first keeps working.
+func TestProcessIDInUse(t *testing.T) {
+	ctx := context.Background()
+	opts := riverqueue.Options{Logger: quiet, ProcessID: "twin", Lapse: 2 * time.Second}
+	database := testservers.PostgresDatabase(t)
+	first, _ := postgresOn(t, database, opts)
+	idle := func(context.Context, upscale.Job) upscale.JobOutcome { return upscale.JobOutcome{} }
+	stop, err := first.Work(ctx, 1, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(ctx)
+	second, _ := postgresOn(t, database, opts)
+	if stop, err := second.Work(ctx, 1, idle); !errors.Is(err, riverqueue.ErrProcessIDInUse) {
+		if err == nil {
+			stop(ctx)
+		}
+		t.Fatalf("a second process under the first's ID: Work = %v, want ErrProcessIDInUse", err)
+	}
+}
+
+// TestForgottenProcessStopsItsRuns: a process that finds its beat gone
+// (others judged it dead and handed its runs back) stops what it runs,
+// which runs again.
+func TestForgottenProcessStopsItsRuns(t *testing.T) {
+	ctx := context.Background()
+	q, pool := postgresDatabase(t, riverqueue.Options{Logger: quiet, ProcessID: "forgotten", Lapse: 3 * time.Second, RunTimeout: time.Hour})
+	var mu sync.Mutex
+	var causes []error
+	stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+		mu.Lock()
+		first := len(causes) == 0
+		causes = append(causes, nil)
+		mu.Unlock()
+		if !first {
+			return upscale.JobOutcome{Result: &upscale.Response{URL: "https://results.example/" + j.ID}}
+		}
+		<-ctx.Done()
+		mu.Lock()
+		causes[0] = context.Cause(ctx)
+		mu.Unlock()
+		return upscale.JobOutcome{}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(ctx)
+	now := time.Now()
+	job, err := q.Submit(ctx, upscale.Job{AccountID: "a", Source: "s", Reservation: "r", Created: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if j, err := q.Get(ctx, "a", job.ID); err == nil && j.Status == upscale.JobRunning {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the job is not running: %+v, %v", j, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM upscale_queue_process WHERE id = 'forgotten'`); err != nil {
+		t.Fatal(err)
+	}
+	if j := waitEnded(t, q, job.ID); j.Status != upscale.JobSucceeded {
+		t.Fatalf("the job: %s, want succeeded", j.Status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(causes) != 2 || causes[0] == nil || !strings.Contains(causes[0].Error(), "lapsed") {
+		t.Errorf("runs ended by %v; want the first stopped because its beat lapsed, then a second", causes)
+	}
+}
+
+// waitEnded polls account a's job id until it has ended, for 30 s at most.
+func waitEnded(t *testing.T, q upscale.JobQueue, id string) upscale.Job {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		j, err := q.Get(context.Background(), "a", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status.Done() {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s still %s after 30 s", id, j.Status)
+		}
+	}
 }
 
 func TestWebhookConformance(t *testing.T) {

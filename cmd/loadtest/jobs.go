@@ -17,10 +17,8 @@ var jobMix = []struct {
 	count int
 }{{"/photo-128.jpg", 100}, {"/photo-256.jpg", 60}, {"/photo-512.jpg", 40}}
 
-// learned is how every process of the jobs scenario runs the engine; a
-// run is given back 30 s after it started, and a dead worker's a minute
-// after that.
-var learned = []string{"-engine", "onnx", "-engine-timeout", "30s", "-job-run-timeout", "30s"}
+// learned is how every process of the jobs scenario runs the engine.
+var learned = []string{"-engine", "onnx", "-engine-timeout", "30s"}
 
 const submitP99Goal = 100 * time.Millisecond
 
@@ -32,7 +30,8 @@ const submitP99Goal = 100 * time.Millisecond
 // succeed and be charged once; submissions must be answered quickly
 // while the workers work, and the workers' throughput, until the last job
 // not cut off by the kill, must be near the engine's capacity. The jobs
-// the kill cut off run again when River rescues them.
+// the kill cut off run again once the worker is back: it hands back its
+// own runs as it starts, under its process ID.
 func jobs(r *rig) (row, error) {
 	before, srv, err := r.begin(learned...)
 	if err != nil {

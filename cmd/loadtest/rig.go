@@ -246,8 +246,10 @@ func (r *rig) start(extra ...string) (*server, error) {
 // with extra flags, and waits for its banner; its base is empty. As if on
 // an engine machine of its own, it is pinned to one CPU and runs at nice
 // 10, so that the API, the database and S3 have the CPU when they need it.
+// Its process ID is its CPU's: a worker started again on a CPU is the one
+// that ran there.
 func (r *rig) startWorker(cpu int, extra ...string) (*server, error) {
-	return r.launch([]string{"taskset", "-c", strconv.Itoa(cpu), "nice", "-n", "10", r.bin, "worker"}, extra)
+	return r.launch([]string{"taskset", "-c", strconv.Itoa(cpu), "nice", "-n", "10", r.bin, "worker", "-process-id", fmt.Sprintf("worker-%d", cpu)}, extra)
 }
 
 // launch runs command (the standalone, or the standalone worker) with the

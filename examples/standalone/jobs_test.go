@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -134,16 +135,15 @@ func (w *worker) stop(t *testing.T) {
 // TestWorkerKilledMidJob runs the job form as a host that scales it out
 // would: two API processes that run no jobs and two worker processes, on
 // one PostgreSQL database and one bucket, with the learned engine. A
-// worker is killed (SIGKILL) while it runs a job and started again; River
-// gives the job back after its run timeout, and every job succeeds,
-// charged once, with nothing left in the bucket but the results.
+// worker is killed (SIGKILL) while it runs a job and started again under
+// its process ID, which hands its runs back at once (the run timeout is
+// the default hour); every job succeeds, charged once, with nothing left
+// in the bucket but the results.
 func TestWorkerKilledMidJob(t *testing.T) {
 	bin := buildStandalone(t)
 	stores := newSharedStores(t)
 	origin := newButterflyOrigin(t)
-	// A run is given back 26 s after it started if its worker is alive,
-	// and River rescues a dead worker's a minute after that.
-	engine := append(stores.flags, "-engine", "onnx", "-engine-timeout", "10s", "-job-run-timeout", "26s")
+	engine := append(stores.flags, "-engine", "onnx", "-engine-timeout", "10s")
 	var apis []*client.Client
 	for range 2 {
 		api := startStandalone(t, bin, append(engine, "-data", t.TempDir(), "-job-workers", "-1")...)
@@ -162,28 +162,13 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	}
 
 	// The only worker takes jobs; it is killed as soon as one runs.
-	first := startWorker(t, bin, append(engine, "-data", t.TempDir())...)
-	var killed []string
-	for deadline := time.Now().Add(time.Minute); len(killed) == 0; time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-first.exited:
-			t.Fatalf("the worker exited: %v\n%s", err, first.stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no job running a minute after the worker started\n%s", first.stderr.String())
-		}
-		for _, id := range ids {
-			if job, err := apis[0].Job(ctx, id); err == nil && job.Status == string(upscale.JobRunning) {
-				killed = append(killed, id)
-			}
-		}
-	}
+	first := startWorker(t, bin, append(engine, "-data", t.TempDir(), "-process-id", "worker-a")...)
+	killed := running(t, apis[0], ids, first.exited, &first.stderr)
 	first.cmd.Process.Kill()
 	<-first.exited
 	killedAt := time.Now()
-	for range 2 { // the killed one restarted, and a second
-		w := startWorker(t, bin, append(engine, "-data", t.TempDir())...)
+	for _, id := range []string{"worker-a", "worker-b"} { // the killed one restarted, and a second
+		w := startWorker(t, bin, append(engine, "-data", t.TempDir(), "-process-id", id)...)
 		defer w.stop(t)
 	}
 
@@ -195,8 +180,8 @@ func TestWorkerKilledMidJob(t *testing.T) {
 		if err != nil || job.Status != string(upscale.JobSucceeded) {
 			t.Fatalf("job %s: %+v, %v; want succeeded", id, job, err)
 		}
-		if slices.Contains(killed, id) && !job.StartedAt.After(killedAt) {
-			t.Errorf("job %s, running when its worker was killed, last started at %v, before the kill at %v", id, job.StartedAt, killedAt)
+		if slices.Contains(killed, id) && (!job.StartedAt.After(killedAt) || job.StartedAt.Sub(killedAt) > time.Minute) {
+			t.Errorf("job %s, running when its worker was killed at %v, last started at %v; want within a minute after", id, killedAt, job.StartedAt)
 		}
 		key := stores.objectOf(job.Result.URL)
 		if key == "" || job.Result.Via != string(upscale.PoolFree) {
@@ -213,6 +198,99 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	if objects := stores.objects(t); !maps.Equal(objects, results) {
 		t.Errorf("bucket holds %v; want only the %d results %v", objects, len(results), results)
 	}
+}
+
+// running polls c for the jobs ids until some run, for a minute at most,
+// and returns those, while the process that runs them has not exited.
+func running(t *testing.T, c *client.Client, ids []string, exited <-chan error, stderr *bytes.Buffer) []string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			t.Fatalf("the process running the jobs exited: %v\n%s", err, stderr.String())
+		default:
+		}
+		var running []string
+		for _, id := range ids {
+			if job, err := c.Job(context.Background(), id); err == nil && job.Status == string(upscale.JobRunning) {
+				running = append(running, id)
+			}
+		}
+		if len(running) > 0 {
+			return running
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no job running a minute after the process started\n%s", stderr.String())
+		}
+	}
+}
+
+// TestStandaloneKilledMidJob: the standalone on SQLite, killed (SIGKILL)
+// while it runs jobs and started again on its -data, hands its runs back
+// at once: every job succeeds within two minutes of the restart, charged
+// once, and its webhook is sent, although the run timeout is an hour.
+func TestStandaloneKilledMidJob(t *testing.T) {
+	bin := buildStandalone(t)
+	data := t.TempDir()
+	origin := newButterflyOrigin(t)
+	flags := []string{"-data", data, "-engine", "onnx", "-engine-timeout", "10s"}
+	first := startStandalone(t, bin, flags...)
+	secret, err := exec.Command(bin, "webhook-secret", "rotate", "-account", "demo", "-data", data).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := make(chan []byte, 64)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if _, err := client.VerifyWebhook(strings.TrimSpace(string(secret)), r.Header, body, time.Now()); err != nil {
+			t.Errorf("webhook %s: %v", body, err)
+		}
+		hooks <- body
+	}))
+	defer receiver.Close()
+	c := &client.Client{BaseURL: first.base, Key: first.key}
+	ctx := context.Background()
+	const jobs = 6 // of the demo account's 10 free images
+	ids := make([]string, jobs)
+	for i := range ids {
+		job, err := c.Submit(ctx, client.Request{ImageURL: origin + "/b.png", Scale: 2, WebhookURL: receiver.URL + "/hooks"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = job.ID
+	}
+	killed := running(t, c, ids, first.exited, &first.stderr)
+	first.cmd.Process.Kill()
+	<-first.exited
+
+	restarted := startStandalone(t, bin, flags...)
+	restartedAt := time.Now()
+	c = &client.Client{BaseURL: restarted.base, Key: restarted.key}
+	for _, id := range ids {
+		waitCtx, cancel := context.WithDeadline(ctx, restartedAt.Add(2*time.Minute))
+		job, err := c.Wait(waitCtx, id)
+		cancel()
+		if err != nil || job.Status != string(upscale.JobSucceeded) {
+			t.Fatalf("job %s (running when killed: %v): %+v, %v; want succeeded within 2 minutes of the restart\n%s",
+				id, slices.Contains(killed, id), job, err, restarted.stderr.String())
+		}
+	}
+	t.Logf("%d jobs, %d running when killed: all succeeded %v after the restart", jobs, len(killed), time.Since(restartedAt).Round(100*time.Millisecond))
+	succeeded := map[string]bool{}
+	for deadline := time.After(30 * time.Second); len(succeeded) < jobs; {
+		select {
+		case body := <-hooks:
+			var event client.WebhookEvent
+			if err := json.Unmarshal(body, &event); err != nil || event.Type != "upscale.job.succeeded" {
+				t.Fatalf("webhook %s: want a success", body)
+			}
+			succeeded[event.Data.ID] = true
+		case <-deadline:
+			t.Fatalf("webhooks of %d jobs of %d after 30 s: %v", len(succeeded), jobs, succeeded)
+		}
+	}
+	restarted.stop(t)
+	checkUsage(t, bin, []string{"-data", data}, jobs, 10-jobs)
 }
 
 // TestJobFormOnRealStores runs the job form's flows through the

@@ -70,7 +70,7 @@ type options struct {
 	memoryBudget                              int64
 	drainDelay, keyCacheTTL, jobRunTimeout    time.Duration
 	jobWorkers                                int
-	stripeAPIBase                             string
+	processID, stripeAPIBase                  string
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -95,8 +95,7 @@ type queues interface {
 // database, and brings its tables up to date: on SQLite the store's own
 // connection, on PostgreSQL a pool of its own. close closes what it
 // opened.
-func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, runTimeout time.Duration, logger *slog.Logger) (queue queues, close func(), err error) {
-	opts := riverqueue.Options{Logger: logger, RunTimeout: runTimeout}
+func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, opts riverqueue.Options) (queue queues, close func(), err error) {
 	if db := store.SQLiteDB(); db != nil {
 		q, err := riverqueue.NewSQLite(db, opts)
 		if err != nil {
@@ -117,6 +116,24 @@ func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, runTimeou
 		return nil, nil, err
 	}
 	return q, pool.Close, nil
+}
+
+// processName is -process-id, by default the host name and the absolute
+// -data directory: the same across restarts, and apart for processes on
+// one host that keep their files apart.
+func (o options) processName() (string, error) {
+	if o.processID != "" {
+		return o.processID, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("-process-id: the host name: %w", err)
+	}
+	dir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return "", fmt.Errorf("-process-id: -data: %w", err)
+	}
+	return host + ":" + dir, nil
 }
 
 // open opens the key and quota store: PostgreSQL when -database-url is set,
@@ -159,7 +176,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
 	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
 	fs.IntVar(&o.jobWorkers, "job-workers", 0, "jobs of the job form (Prefer: respond-async) this process runs at once, from the queue in the database (default the engine's concurrency; -1 none, for an API replica beside worker processes)")
-	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", upscale.DefaultRunTimeout, "longest one run of a job may take before it is stopped and run again; a job's engine has this less the time to settle its charge, for learned passes at every size; a job whose worker died is run again a minute after this")
+	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", upscale.DefaultRunTimeout, "longest one run of a job may take before it is stopped and run again; a job's engine has this less the time to settle its charge, for learned passes at every size on slow CPUs (a job whose process died is run again within 30 s of its last beat, whatever this is)")
+	fs.StringVar(&o.processID, "process-id", "", "names this process among those that run jobs from the database: keep it across restarts, so that a restarted process runs again at once the jobs it had when it died; two live processes cannot share it (default the host name and the absolute -data directory)")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
@@ -288,7 +306,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.seed(ctx, store); err != nil {
 		return err
 	}
-	jobs, closeJobs, err := o.storage.openJobs(ctx, store, o.jobRunTimeout, logger)
+	processID, err := o.processName()
+	if err != nil {
+		return err
+	}
+	jobs, closeJobs, err := o.storage.openJobs(ctx, store, riverqueue.Options{Logger: logger, RunTimeout: o.jobRunTimeout, ProcessID: processID})
 	if err != nil {
 		return err
 	}

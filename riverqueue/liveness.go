@@ -1,0 +1,341 @@
+package riverqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/upscalekit/upscale/internal/periodic"
+)
+
+// A process that works the queue beats: a row of its own in the table
+// upscale_queue_process, its time renewed every Lapse/6. Every working
+// process, every beat, hands back the runs of processes whose beat is
+// older than Lapse (or who have no row any more), as River's own rescuer
+// would after RunTimeout and a minute: retryable, cancelled if a cancel was
+// asked meanwhile, discarded once its attempts are spent. A run is thus
+// never handed over for being slow, only for its process's silence, and
+// RunTimeout is free to be long.
+//
+// River records which client ran a job (attempted_by): a working
+// process's clients are named "<ProcessID>/<queue>", by which a run is
+// traced to its process. A process that has not been able to beat for
+// two thirds of Lapse stops its own runs (they are handed back as by a
+// stop), so that by the time others may hand them over they no longer
+// run; one that finds its row gone (others judged it dead) does the same
+// before it beats again.
+
+// processTable is where the working processes beat. The times are Unix
+// milliseconds of the processes' own clocks, which must agree within a
+// small part of Lapse.
+const processTable = `CREATE TABLE IF NOT EXISTS upscale_queue_process (
+	id TEXT PRIMARY KEY,
+	instance TEXT NOT NULL,
+	beat_at BIGINT NOT NULL
+)`
+
+// errLapsed stops the runs of a process that may have been judged dead.
+var errLapsed = errors.New("riverqueue: this process's beat lapsed; its runs are handed back")
+
+// ErrProcessIDInUse is Work's and Deliver's error when another live
+// process beats under Options.ProcessID.
+var ErrProcessIDInUse = errors.New("riverqueue: the process ID is in use by a live process")
+
+// liveness is a Queue's beat, while at least one of its River clients
+// works, and its hand-back of other processes' runs.
+type liveness[TTx any] struct {
+	q        *Queue[TTx]
+	id       string // Options.ProcessID
+	instance string // this run of the process, unlike id
+
+	// turning serialises join and leave, which the beat does not take.
+	turning sync.Mutex
+	working map[*river.Client[TTx]]bool // the River clients working here
+	beating *periodic.Job
+
+	mu       sync.Mutex
+	lastBeat time.Time
+	// fence is done, with errLapsed, once this process's runs may have
+	// been handed over; runs started since take a new one.
+	fence    context.Context
+	endFence context.CancelCauseFunc
+}
+
+func newLiveness[TTx any](q *Queue[TTx]) *liveness[TTx] {
+	l := &liveness[TTx]{q: q, id: q.opts.ProcessID, instance: strings.ToLower(rand.Text()), working: map[*river.Client[TTx]]bool{}}
+	l.fence, l.endFence = context.WithCancelCause(context.Background())
+	return l
+}
+
+// interval is how often the process beats and looks for lapsed runs.
+func (l *liveness[TTx]) interval() time.Duration { return l.q.opts.Lapse / 6 }
+
+// clientID is the River client ID of this process's client of queue.
+func (l *liveness[TTx]) clientID(queue string) string { return l.id + "/" + queue }
+
+// processOf is the process of a River client ID this package named, and
+// false for another's.
+func processOf(clientID string) (string, bool) {
+	process, queue, ok := cutLast(clientID, "/")
+	return process, ok && (queue == queueName || queue == webhookQueueName)
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
+}
+
+// join counts client, about to work; the first claims the process ID,
+// hands back the runs a previous run of this process left, and starts
+// beating.
+func (l *liveness[TTx]) join(ctx context.Context, client *river.Client[TTx]) error {
+	l.turning.Lock()
+	defer l.turning.Unlock()
+	if len(l.working) > 0 {
+		l.working[client] = true
+		return nil
+	}
+	if err := l.claim(ctx); err != nil {
+		return err
+	}
+	if err := l.q.handBack(ctx, func(process string) bool { return process == l.id }); err != nil {
+		l.release(ctx)
+		return err
+	}
+	l.working[client] = true
+	l.mu.Lock()
+	l.lastBeat = time.Now()
+	l.mu.Unlock()
+	l.beating = periodic.Start(l.interval(), l.beat)
+	return nil
+}
+
+// leave counts client stopped; the last stops beating and removes the
+// process's row, its runs all given back by the stops.
+func (l *liveness[TTx]) leave(ctx context.Context, client *river.Client[TTx]) {
+	l.turning.Lock()
+	defer l.turning.Unlock()
+	if delete(l.working, client); len(l.working) == 0 {
+		l.beating.Stop()
+		l.release(ctx)
+	}
+}
+
+// claim takes the process ID's row. A row another instance beat within
+// Lapse is either a process that just died, or a live one under the same
+// ID: claim waits one and a half beats and looks again.
+func (l *liveness[TTx]) claim(ctx context.Context) error {
+	instance, beatAt, err := l.row(ctx)
+	if err != nil {
+		return err
+	}
+	if instance != "" && time.Since(time.UnixMilli(beatAt)) < l.q.opts.Lapse {
+		select {
+		case <-time.After(l.interval() * 3 / 2):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if _, later, err := l.row(ctx); err != nil {
+			return err
+		} else if later != beatAt {
+			return fmt.Errorf("%w: %q beats elsewhere; give each process its own ID", ErrProcessIDInUse, l.id)
+		}
+	}
+	return l.upsert(ctx)
+}
+
+// row reads the process ID's row: an empty instance when there is none.
+func (l *liveness[TTx]) row(ctx context.Context) (instance string, beatAt int64, err error) {
+	err = l.q.driver.GetExecutor().QueryRow(ctx, `SELECT instance, beat_at FROM upscale_queue_process WHERE id = $1`, l.id).Scan(&instance, &beatAt)
+	if noRows(err) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, classify(ctx, fmt.Errorf("riverqueue: read process %q's beat: %w", l.id, err))
+	}
+	return instance, beatAt, nil
+}
+
+func (l *liveness[TTx]) upsert(ctx context.Context) error {
+	err := l.q.driver.GetExecutor().Exec(ctx, `INSERT INTO upscale_queue_process (id, instance, beat_at) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, beat_at = excluded.beat_at`, l.id, l.instance, time.Now().UnixMilli())
+	if err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: claim process %q: %w", l.id, err))
+	}
+	return nil
+}
+
+// release removes this instance's row.
+func (l *liveness[TTx]) release(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.interval())
+	defer cancel()
+	err := l.q.driver.GetExecutor().Exec(ctx, `DELETE FROM upscale_queue_process WHERE id = $1 AND instance = $2`, l.id, l.instance)
+	if err != nil {
+		l.q.opts.Logger.Warn("riverqueue: remove this process's beat; others forget it once it lapses", "process", l.id, "err", err)
+	}
+}
+
+// beat renews the process's row, then hands back the runs of lapsed
+// processes. A process that cannot beat for two thirds of Lapse, or whose
+// row is gone or taken, stops its runs first (fence).
+func (l *liveness[TTx]) beat() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.interval())
+	defer cancel()
+	now := time.Now()
+	var id string
+	err := l.q.driver.GetExecutor().QueryRow(ctx, `UPDATE upscale_queue_process SET beat_at = $1 WHERE id = $2 AND instance = $3 RETURNING id`,
+		now.UnixMilli(), l.id, l.instance).Scan(&id)
+	switch {
+	case noRows(err):
+		l.stopRuns("its beat was found gone: others judged it dead")
+		err = l.upsert(ctx)
+	case err != nil && now.Sub(l.lastBeatAt()) > l.q.opts.Lapse*2/3:
+		l.stopRuns("it could not beat for two thirds of its lapse")
+	}
+	if err != nil {
+		l.q.opts.Logger.Warn("riverqueue: beat; tried again in a moment", "process", l.id, "err", err)
+		return
+	}
+	l.mu.Lock()
+	l.lastBeat = now
+	l.mu.Unlock()
+	cutoff := now.Add(-l.q.opts.Lapse).UnixMilli()
+	if err := l.q.handBack(ctx, func(process string) bool { return l.lapsed(ctx, process, cutoff) }); err != nil {
+		l.q.opts.Logger.Warn("riverqueue: hand back the runs of dead processes; tried again next beat", "err", err)
+	}
+}
+
+func (l *liveness[TTx]) lastBeatAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastBeat
+}
+
+// lapsed reports whether process beat last before cutoff, or has no row:
+// it was judged dead already, or stopped. A row that cannot be read
+// counts as alive.
+func (l *liveness[TTx]) lapsed(ctx context.Context, process string, cutoff int64) bool {
+	if process == l.id {
+		return false
+	}
+	var beatAt int64
+	err := l.q.driver.GetExecutor().QueryRow(ctx, `SELECT beat_at FROM upscale_queue_process WHERE id = $1`, process).Scan(&beatAt)
+	if noRows(err) {
+		return true
+	}
+	if err != nil {
+		l.q.opts.Logger.Warn("riverqueue: read a process's beat", "process", process, "err", err)
+		return false
+	}
+	if beatAt >= cutoff {
+		return false
+	}
+	// Forgotten once its runs are handed back; a process that comes
+	// back finds its row gone and stops what it still runs.
+	if err := l.q.driver.GetExecutor().Exec(ctx, `DELETE FROM upscale_queue_process WHERE id = $1 AND beat_at = $2`, process, beatAt); err != nil {
+		l.q.opts.Logger.Warn("riverqueue: forget a dead process", "process", process, "err", err)
+	}
+	return true
+}
+
+// stopRuns ends the runs under way with errLapsed; runs started later
+// take a new fence.
+func (l *liveness[TTx]) stopRuns(why string) {
+	l.q.opts.Logger.Warn("riverqueue: this process stops its runs, to be run again", "process", l.id, "why", why)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endFence(errLapsed)
+	l.fence, l.endFence = context.WithCancelCause(context.Background())
+}
+
+// currentFence is the fence of a run starting now.
+func (l *liveness[TTx]) currentFence() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fence
+}
+
+// handBack hands back the runs of this package's jobs whose process is
+// dead by gone (it receives the process's ID), as River's rescuer does:
+// cancelled when a cancel was asked meanwhile, retryable while attempts
+// are left, else discarded. A run another process handed back and a third
+// took since it was listed is left alone: its attempt began after it.
+func (q *Queue[TTx]) handBack(ctx context.Context, gone func(process string) bool) error {
+	list, err := q.client.JobList(ctx, river.NewJobListParams().Kinds(jobArgs{}.Kind(), webhookArgs{}.Kind()).
+		States(rivertype.JobStateRunning).First(10_000))
+	if err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: list the running jobs: %w", err))
+	}
+	judged := map[string]bool{}
+	for _, row := range list.Jobs {
+		if len(row.AttemptedBy) == 0 || row.AttemptedAt == nil {
+			continue
+		}
+		process, ours := processOf(row.AttemptedBy[len(row.AttemptedBy)-1])
+		if !ours {
+			continue // River's rescuer's, after RunTimeout
+		}
+		dead, ok := judged[process]
+		if !ok {
+			dead = gone(process)
+			judged[process] = dead
+		}
+		if dead {
+			if err := q.handBackRun(ctx, row); err != nil {
+				return err
+			}
+			q.opts.Logger.Info("riverqueue: a dead process's run handed back", "river_id", row.ID, "kind", row.Kind, "process", process)
+		}
+	}
+	return nil
+}
+
+// handBackRun ends one run of a dead process, unless the job has been
+// attempted again since it was read.
+func (q *Queue[TTx]) handBackRun(ctx context.Context, row *rivertype.JobRow) error {
+	now := time.Now().UTC()
+	var meta struct {
+		CancelAttemptedAt time.Time `json:"cancel_attempted_at"`
+	}
+	json.Unmarshal(row.Metadata, &meta) // no cancel asked: zero
+	state, finalized, scheduled := rivertype.JobStateRetryable, (*time.Time)(nil), now.Add(backoff(row.Attempt-1))
+	switch {
+	case !meta.CancelAttemptedAt.IsZero():
+		state, finalized, scheduled = rivertype.JobStateCancelled, &now, row.ScheduledAt
+	case row.Attempt >= row.MaxAttempts:
+		state, finalized, scheduled = rivertype.JobStateDiscarded, &now, row.ScheduledAt
+	case row.Kind == (webhookArgs{}).Kind():
+		scheduled = now.Add(q.opts.WebhookBackoff(row.Attempt))
+	}
+	attemptErr, err := json.Marshal(rivertype.AttemptError{At: now, Attempt: max(row.Attempt, 0), Error: "its process stopped beating"})
+	if err != nil {
+		return err
+	}
+	_, err = q.driver.GetExecutor().JobRescueMany(ctx, &riverdriver.JobRescueManyParams{
+		ID: []int64{row.ID}, Error: [][]byte{attemptErr}, FinalizedAt: []*time.Time{finalized},
+		ScheduledAt: []time.Time{scheduled}, State: []string{string(state)},
+		StuckHorizon: row.AttemptedAt.Add(time.Millisecond),
+	})
+	if err != nil {
+		return classify(ctx, fmt.Errorf("riverqueue: hand back River job %d: %w", row.ID, err))
+	}
+	return nil
+}
+
+// noRows reports whether err is either driver's "no rows".
+func noRows(err error) bool {
+	return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows)
+}
