@@ -1176,3 +1176,47 @@ func TestMemoryJobQueueGivesUpOverruns(t *testing.T) {
 		t.Errorf("%+v, %v after %d overruns; want failed, upstream_error, after %d", got, err, overruns.Load(), upscale.MaxJobAttempts)
 	}
 }
+
+// timedUpscaler is a deadlineUpscaler that tells how long it takes.
+type timedUpscaler struct {
+	deadlineUpscaler
+	expected time.Duration
+	known    bool
+}
+
+func (u timedUpscaler) EstimateDuration([]byte, upscale.Params) (time.Duration, bool, error) {
+	return u.expected, u.known, nil
+}
+
+// TestJobEngineTimeFollowsItsWork: an Upscaler that tells how long a job
+// takes has three times that for it, at least EngineTimeout, within its
+// run's time less SettleTimeout; one that cannot tell yet has the run's.
+func TestJobEngineTimeFollowsItsWork(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		expected time.Duration
+		known    bool
+		least    time.Duration
+		most     time.Duration
+	}{
+		{"ThreeTimesItsWork", time.Minute, true, 2*time.Minute + 50*time.Second, 3 * time.Minute},
+		{"AtLeastEngineTimeout", time.Second, true, 9 * time.Second, 10 * time.Second},
+		{"WithinItsRun", time.Hour, true, 4 * time.Minute, 5*time.Minute - 15*time.Second},
+		{"NotKnownYet", 0, false, 4 * time.Minute, 5*time.Minute - 15*time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := timedUpscaler{deadlineUpscaler{left: make(chan time.Duration, 1)}, tc.expected, tc.known}
+			e := newEnv(t, func(c *upscale.Config) {
+				c.Upscaler, c.EngineTimeout, c.SettleTimeout = u, 10*time.Second, 15*time.Second
+				c.Jobs = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now, RunTimeout: 5 * time.Minute})
+			})
+			location, _ := e.submit(keyFree, body(e.url("/small.png")))
+			if left := <-u.left; left < tc.least || left > tc.most {
+				t.Errorf("expected %v (known: %v): the job's engine had %v, want %v to %v", tc.expected, tc.known, left, tc.least, tc.most)
+			}
+			if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded {
+				t.Errorf("job %s, want succeeded", j.Status)
+			}
+		})
+	}
+}

@@ -235,28 +235,45 @@ func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, 
 		}
 		return Image{}, err
 	}
-	ctx, cancel := h.jobEngineDeadline(ctx)
+	ctx, cancel := h.jobEngineDeadline(ctx, src, params)
 	defer cancel()
 	img, err := h.runUpscaler(ctx, slot, src, params, memory)
 	return img, engineTimeout(ctx, err)
 }
+
+// jobHeadroom is how many times its expected time a job's enlargement has
+// before it is cut: paces move with the machine's load, and the learned
+// engine makes a pass only when it fits well within the time left.
+const jobHeadroom = 3
 
 // jobEngineDeadline is the context a job's enlargement runs in: a job has
 // no gateway to answer in time, so its engine has what is left of its
 // run's time (the queue's RunTimeout) but SettleTimeout, for storing and
 // charging the result; an engine that decides by its deadline (learned
 // passes or classical) enlarges a job wholly learned where a request's
-// EngineTimeout would not allow it. A run without a deadline gives the
-// engine EngineTimeout; a run too short to keep SettleTimeout gives it
-// all it has.
-func (h *Handler) jobEngineDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if deadline, ok := ctx.Deadline(); ok {
-		if engineEnds := deadline.Add(-h.cfg.SettleTimeout); engineEnds.After(time.Now()) {
-			deadline = engineEnds
-		}
-		return context.WithDeadlineCause(ctx, deadline, ErrUpstreamTimeout)
+// EngineTimeout would not allow it. An Upscaler that can tell how long
+// the job takes (DurationEstimator) has jobHeadroom times that, at least
+// EngineTimeout, within the same bound, so that a stuck run is cut in
+// proportion to its work rather than after the whole RunTimeout. A run
+// without a deadline gives the engine EngineTimeout; a run too short to
+// keep SettleTimeout gives it all it has.
+func (h *Handler) jobEngineDeadline(ctx context.Context, src []byte, params Params) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 	}
-	return context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
+	now := time.Now()
+	if engineEnds := deadline.Add(-h.cfg.SettleTimeout); engineEnds.After(now) {
+		deadline = engineEnds
+	}
+	if estimator, ok := h.cfg.Upscaler.(DurationEstimator); ok {
+		if expected, known, err := estimator.EstimateDuration(src, params); known && err == nil {
+			if cut := now.Add(max(h.cfg.EngineTimeout, jobHeadroom*expected)); cut.Before(deadline) {
+				deadline = cut
+			}
+		}
+	}
+	return context.WithDeadlineCause(ctx, deadline, ErrUpstreamTimeout)
 }
 
 // engineTimeout is err as the caller is answered: ErrUpstreamTimeout for

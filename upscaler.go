@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ImageType names the kind of content in the image, so the engine can pick a
@@ -138,6 +139,20 @@ type SizeReader interface {
 	// width times its height, times its frames for an animation. It fails
 	// as Upscale would on a source it refuses.
 	SourcePixels(src []byte) (int64, error)
+}
+
+// DurationEstimator is an Upscaler that can tell from a source's header
+// how long Upscale takes without a deadline, at the pace it has measured
+// on this machine: a job's enlargement is given a multiple of that
+// (jobHeadroom) rather than its run's whole time, so that a stuck run is
+// cut in proportion to its work. engine/onnx implements it; for another
+// Upscaler the handler uses the pace it measures itself.
+type DurationEstimator interface {
+	Upscaler
+	// EstimateDuration returns how long Upscale(ctx, src, params) takes
+	// doing all its work, and false when it cannot tell yet (its pace not
+	// measured). It fails as Upscale would on a source it refuses.
+	EstimateDuration(src []byte, params Params) (time.Duration, bool, error)
 }
 
 // MemoryReleaser is an Upscaler that keeps memory outside the Go heap

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"image"
+	"image/png"
 	"math"
 	"slices"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/upscalekit/upscale/engine/internal/libvips"
 	"github.com/upscalekit/upscale/engine/onnx/models"
 	"github.com/upscalekit/upscale/internal/quality"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // TestDenoiseNeverAboveRequested: the level used fits the source and never
@@ -313,5 +315,44 @@ func TestFlatnessTellsArtFromPhotos(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestEstimateDuration: a job's expected time is its learned passes' work
+// at the measured pace, each run twice for a source with alpha, and
+// nothing is known before the pace is; the handler's three times that
+// (jobHeadroom) lets the first pass fit its deadline.
+func TestEstimateDuration(t *testing.T) {
+	e := newTestEngine(t)
+	opaque := upscaletest.TestImagePNG(t, 512, 512)
+	translucent := upscaletest.TestImage(512, 512)
+	translucent.Pix[3] = 128
+	var alpha bytes.Buffer
+	if err := png.Encode(&alpha, translucent); err != nil {
+		t.Fatal(err)
+	}
+	params := upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+	if _, known, err := e.EstimateDuration(opaque, params); known || err != nil {
+		t.Fatalf("before the pace is measured: known %v, %v; want unknown", known, err)
+	}
+	e.pace.set(1e-6)
+	// Two ×2 passes: 1024² and 2048² result pixels, and the border the
+	// network reads around each tile (up to two thirds more at the
+	// runtimes' tile sizes).
+	got, known, err := e.EstimateDuration(opaque, params)
+	least := time.Duration(1e-6 * (resultPixels(512, 1) + resultPixels(1024, 1)) * float64(time.Second))
+	if !known || err != nil || got < least || got > 2*least {
+		t.Errorf("512² ×4 at 1 µs a result pixel: %v, %v, %v; want %v to twice that", got, known, err, least)
+	}
+	if withAlpha, _, _ := e.EstimateDuration(alpha.Bytes(), params); withAlpha != 2*got {
+		t.Errorf("with alpha: %v, want twice %v", withAlpha, got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*got)
+	defer cancel()
+	if !e.passFits(ctx, resultPixels(512, 1)) {
+		t.Errorf("three times the estimate (%v) does not fit the first pass", 3*got)
+	}
+	if _, _, err := e.EstimateDuration([]byte("not an image"), params); !errors.Is(err, upscale.ErrUnsupportedImage) {
+		t.Errorf("a source that is no image: %v, want ErrUnsupportedImage", err)
 	}
 }

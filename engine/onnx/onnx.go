@@ -227,6 +227,37 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	return learnedMemory(h, e.mostLearnedPasses(h)), nil
 }
 
+// EstimateDuration implements upscale.DurationEstimator: what every
+// learned pass the memory budget allows takes at the engine's measured
+// pace, the first at the level asked for, each run twice for a source
+// with alpha (which may be opaque, and then is not). Decoding, the
+// classical rest and encoding are left to the caller's headroom. It
+// knows nothing before the engine has measured its pace, nor for a
+// result with no learned pass.
+func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duration, bool, error) {
+	h, err := e.codec.Header(src, opts.Scale)
+	if err != nil {
+		return 0, false, err
+	}
+	pace, passes := e.pace.seconds(), e.mostLearnedPasses(h)
+	if pace == 0 || passes == 0 {
+		return 0, false, nil
+	}
+	runs := 1
+	if h.Bands == 2 || h.Bands == 4 {
+		runs = 2
+	}
+	m, work := e.models[opts.Denoise], 0.0
+	if m == nil {
+		m = e.models[upscale.DenoiseNone]
+	}
+	for pass := range passes {
+		work += m.workOf(h.Width<<pass, h.Height<<pass, h.Frames, e.opts.Tile)
+		m = e.models[upscale.DenoiseNone]
+	}
+	return time.Duration(work * float64(runs) * pace * float64(time.Second)), true, nil
+}
+
 // learnedMemory is the most the engine holds making h's result with
 // passes learned passes: the 16-bit samples of the last pass's input and
 // output, or, without one, of the decoded source twice (libvips's and its

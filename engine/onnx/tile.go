@@ -69,8 +69,13 @@ func (m *model) tile(w, h, size int) tiling {
 // its whole tile's, border and least input size included, which is what
 // the network computes for it.
 func (m *model) work(px *libvips.Pixels, size int) float64 {
-	t := m.tile(px.Width, px.Height/px.Frames, size)
-	return m.tileWork(t) * float64(len(t.xs)*len(t.ys)*px.Frames)
+	return m.workOf(px.Width, px.Height/px.Frames, px.Frames, size)
+}
+
+// workOf is work for frames frames of w×h pixels.
+func (m *model) workOf(w, h, frames, size int) float64 {
+	t := m.tile(w, h, size)
+	return m.tileWork(t) * float64(len(t.xs)*len(t.ys)*frames)
 }
 
 // tileWork is the work of one tile of t: its input, border included, in
