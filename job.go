@@ -120,26 +120,31 @@ type JobOutcome struct {
 	Retry bool
 }
 
-// JobRunner runs one job. It is called with a context that is done when
-// the job is canceled or the worker stops; it must then stop soon, and
-// settle what it started (the job's unit and any stored result).
-//
-// A queue also calls it, once more, for a job that ended without a run
-// that settled it, with its context done already: with the cause
-// ErrJobCanceled for a job canceled while no live run had it (it waited to
-// run, or its worker died) or whose canceled run asked to Retry, and
-// ErrJobGivenUp for a job given up after its attempts. The run settles
-// the job and returns its outcome, doing no other work but delivering a
-// result its job had prepared (Job.Prepared); one that asks to Retry is
-// called again later. A job may be settled more than once: by its
-// canceler and its queue, or by two processes at once.
-type JobRunner func(ctx context.Context, job Job) JobOutcome
+// JobWorker is what a JobQueue's workers do with its jobs: run each, and
+// settle each that ended with no run that settled it. The Handler is its
+// queue's (StartJobs).
+type JobWorker struct {
+	// Run runs one job. Its context is done when the job is canceled
+	// (the cause ErrJobCanceled) or the worker stops; it must then stop
+	// soon, and settle what it started (the job's unit and any stored
+	// result).
+	Run func(ctx context.Context, job Job) JobOutcome
+	// Settle ends a job that ended with no run that settled it: canceled
+	// while no live run had it (it waited to run, or its process died),
+	// or whose canceled run asked to Retry (why is ErrJobCanceled); or
+	// given up after its attempts (ErrJobGivenUp). It does no other work
+	// but deliver a result the job had prepared (Job.Prepared), and
+	// returns the job's outcome; one that asks to Retry is called again
+	// later. A job may be settled more than once: by its canceler and its
+	// queue, or by two processes at once.
+	Settle func(ctx context.Context, job Job, why error) JobOutcome
+}
 
-// ErrJobGivenUp is the cause (context.Cause) of the run a JobQueue asks
-// to settle a job it gave up on: the job was started MaxJobAttempts times
-// and no run ended (its worker was killed, or ran out of time, each
-// time). The run ends the job failed, with its unit given back. It never
-// reaches an API caller as such.
+// ErrJobGivenUp is why a JobQueue asks its JobWorker to settle a job it
+// gave up on: the job was started MaxJobAttempts times and no run ended
+// (its worker was killed, or ran out of time, each time). The settlement
+// ends the job failed, with its unit given back. It never reaches an API
+// caller as such.
 var ErrJobGivenUp = errors.New("job given up")
 
 // MaxJobAttempts is how many times a JobQueue whose workers can die (a
@@ -174,11 +179,11 @@ type JobQueue interface {
 	Get(ctx context.Context, accountID, id string) (Job, error)
 	// Cancel ends the job id of accountID if it has not ended: a job
 	// waiting to run, whether it never ran or waits to run again (after a
-	// Retry, or a worker's stop), is canceled at once and runs no more but
-	// to be settled: its canceler settles it (gives its unit back, deletes
-	// its source), and Work's runs do again (see JobRunner), which
-	// finishes what the canceler could not.
-	// A running one's JobRunner has its context done, with the cause
+	// Retry, or a worker's stop), is canceled at once and runs no more:
+	// its canceler settles it (gives its unit back, deletes its source),
+	// and Work's JobWorker settles it again (Settle), which finishes what
+	// the canceler could not.
+	// A running one's run has its context done, with the cause
 	// ErrJobCanceled, and the job ends as Work says when the run returns.
 	// A job that has ended stays as it ended, and so does a waiting job
 	// whose Prepared result still works: its next run delivers it. It
@@ -191,8 +196,10 @@ type JobQueue interface {
 	// nothing more) or deletes it, instead of leaving it behind.
 	// ErrNotFound as Get.
 	Prepare(ctx context.Context, accountID, id string, prepared PreparedResult) error
-	// Work starts running the queue's jobs with run, at most concurrency
-	// at once, and returns the function that stops it: that stops taking
+	// Work starts running the queue's jobs with worker.Run, at most
+	// concurrency at once, and settling with worker.Settle the jobs that
+	// ended without a run that settled them, and returns the function
+	// that stops it: that stops taking
 	// jobs, lets the running ones finish until drain is done, then has
 	// the rest's contexts done and gives them back to be run again, by
 	// this process or another, and returns once no run is left.
@@ -202,13 +209,13 @@ type JobQueue interface {
 	// it ran (and settled by one more run if it asked to Retry); failed
 	// with its Problem, even if stop ended it (it settled the job); queued
 	// again if stop ended it, or, at least a second later, if it asked to
-	// Retry; else failed with internal_error. A job whose worker dies mid-run is run again,
-	// so run must be safe to repeat: it charges one unit for a job however
-	// often it runs. A queue bounds one run's time (its context's
-	// deadline); a job whose runs overrun it, or whose workers die, runs
-	// MaxJobAttempts times at most, then is given up and settled (see
-	// JobRunner).
-	Work(ctx context.Context, concurrency int, run JobRunner) (stop func(drain context.Context) error, err error)
+	// Retry; else failed with internal_error. A job whose worker dies
+	// mid-run is run again, so Run must be safe to repeat: it charges one
+	// unit for a job however often it runs. A queue bounds one run's time
+	// (its context's deadline); a job whose runs overrun it, or whose
+	// workers die, runs MaxJobAttempts times at most, then is given up and
+	// settled (ErrJobGivenUp).
+	Work(ctx context.Context, concurrency int, worker JobWorker) (stop func(drain context.Context) error, err error)
 }
 
 // JobCounts is what a JobCounter counts of its queue's jobs.
@@ -240,7 +247,7 @@ type JobCounter interface {
 
 // RunnerProblem is the Problem a JobQueue gives a job whose run returned
 // neither a Result nor a Problem, nor asked to Retry, with its context not
-// done: a JobRunner's own failure, internal_error.
+// done: the run's own failure, internal_error.
 func RunnerProblem() *Problem {
 	p := problemFor(errors.New("the job's run returned no outcome"))
 	return &p
@@ -248,7 +255,7 @@ func RunnerProblem() *Problem {
 
 // GivenUpProblem is the Problem of a job given up after MaxJobAttempts
 // (ErrJobGivenUp): 502 upstream_error, which a queue may show until the
-// run that settles the job records it.
+// job's settlement records it.
 func GivenUpProblem() *Problem {
 	p := problemFor(Explain(ErrUpstream, msgJobGivenUp))
 	return &p

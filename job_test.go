@@ -881,24 +881,23 @@ func TestJobsTakeTurns(t *testing.T) {
 	}
 }
 
-// runCatcher is a JobQueue whose Work runs nothing but keeps the
-// JobRunner, for a test to call as a queue does for a job its dead
+// workerCatcher is a JobQueue whose Work runs nothing but keeps the
+// JobWorker, for a test to call as a queue does for a job its dead
 // worker left.
-type runCatcher struct {
+type workerCatcher struct {
 	*upscale.MemoryJobQueue
-	run upscale.JobRunner
+	worker upscale.JobWorker
 }
 
-func (q *runCatcher) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(context.Context) error, error) {
-	q.run = run
+func (q *workerCatcher) Work(ctx context.Context, concurrency int, worker upscale.JobWorker) (func(context.Context) error, error) {
+	q.worker = worker
 	return func(context.Context) error { return nil }, nil
 }
 
-// TestJobSettledForADeadWorker: the run a queue asks to settle a job its
-// dead worker left (its context done from the start) does no work: a
-// canceled job's unit goes back, its source is deleted and its canceled
-// webhook sent; a job given up fails with upstream_error, its unit back.
-// Asked twice, it counts the job once.
+// TestJobSettledForADeadWorker: the settlement a queue asks of a job its
+// dead worker left does no work: a canceled job's unit goes back, its
+// source is deleted and its canceled webhook sent; a job given up fails
+// with upstream_error, its unit back. Asked twice, it counts the job once.
 func TestJobSettledForADeadWorker(t *testing.T) {
 	for _, tc := range []struct {
 		cause  error
@@ -907,11 +906,11 @@ func TestJobSettledForADeadWorker(t *testing.T) {
 	}{{upscale.ErrJobCanceled, upscale.JobCanceled, "upscale.job.canceled"}, {upscale.ErrJobGivenUp, upscale.JobFailed, "upscale.job.failed"}} {
 		t.Run(string(tc.status), func(t *testing.T) {
 			rc := newReceiver(t, nil)
-			var queue *runCatcher
+			var queue *workerCatcher
 			var images atomic.Int32
 			metrics := newJobMetrics()
 			e, _ := webhookEnv(t, rc, func(c *upscale.Config) {
-				queue = &runCatcher{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now})}
+				queue = &workerCatcher{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now})}
 				c.Jobs, c.Upscaler, c.Metrics = queue, countingUpscaler{n: &images}, metrics
 			})
 			w := e.submitWithWebhook(rc.URL + "/hooks")
@@ -925,9 +924,7 @@ func TestJobSettledForADeadWorker(t *testing.T) {
 			}
 			var outcome upscale.JobOutcome
 			for range 2 {
-				ended, end := context.WithCancelCause(context.Background())
-				end(tc.cause)
-				outcome = queue.run(ended, job)
+				outcome = queue.worker.Settle(context.Background(), job, tc.cause)
 			}
 			if images.Load() != 0 || outcome.Result != nil || outcome.Retry || (tc.status == upscale.JobFailed) != (outcome.Problem != nil) {
 				t.Errorf("outcome %+v after %d images; want no work, a problem for a job given up", outcome, images.Load())
@@ -956,13 +953,15 @@ type deadlineQueue struct {
 	runs       atomic.Int32
 }
 
-func (q *deadlineQueue) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(context.Context) error, error) {
-	return q.MemoryJobQueue.Work(ctx, concurrency, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+func (q *deadlineQueue) Work(ctx context.Context, concurrency int, worker upscale.JobWorker) (func(context.Context) error, error) {
+	run := worker.Run
+	worker.Run = func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 		q.runs.Add(1)
 		ctx, cancel := context.WithTimeout(ctx, q.runTimeout)
 		defer cancel()
 		return run(ctx, j)
-	})
+	}
+	return q.MemoryJobQueue.Work(ctx, concurrency, worker)
 }
 
 // TestJobGivesUpItsTurnInTime: a job's run that waits for the engine
@@ -1051,7 +1050,7 @@ func TestCancelSettledOnceTheLedgerAnswers(t *testing.T) {
 
 // TestCancelAfterAnUnsettledCharge: a job canceled while its charge's
 // outcome is unknown (the ledger committed, its answer lost) keeps its
-// result: the run asks to Retry, and the run that settles it delivers the
+// result: the run asks to Retry, and the job's settlement delivers the
 // result, charged once, rather than deleting what was paid for.
 func TestCancelAfterAnUnsettledCharge(t *testing.T) {
 	var queue *upscale.MemoryJobQueue
@@ -1140,7 +1139,7 @@ func TestJobEngineHasTheRunsTime(t *testing.T) {
 
 // TestMemoryJobQueueGivesUpOverruns: a run that overruns RunTimeout runs
 // again, MaxJobAttempts times at most; then the job is given up, settled
-// by a run of its own with the cause ErrJobGivenUp, and failed.
+// why ErrJobGivenUp, and failed.
 func TestMemoryJobQueueGivesUpOverruns(t *testing.T) {
 	q := upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{RunTimeout: 20 * time.Millisecond})
 	now := time.Now()
@@ -1150,14 +1149,16 @@ func TestMemoryJobQueueGivesUpOverruns(t *testing.T) {
 	}
 	var overruns atomic.Int32
 	settled := make(chan error, 2)
-	stop, err := q.Work(context.Background(), 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-		if ctx.Err() != nil {
-			settled <- context.Cause(ctx)
+	stop, err := q.Work(context.Background(), 1, upscale.JobWorker{
+		Run: func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			<-ctx.Done() // never ends in time
+			overruns.Add(1)
+			return upscale.JobOutcome{}
+		},
+		Settle: func(ctx context.Context, j upscale.Job, why error) upscale.JobOutcome {
+			settled <- why
 			return upscale.JobOutcome{Problem: upscale.GivenUpProblem()}
-		}
-		<-ctx.Done() // never ends in time
-		overruns.Add(1)
-		return upscale.JobOutcome{}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -1166,7 +1167,7 @@ func TestMemoryJobQueueGivesUpOverruns(t *testing.T) {
 	select {
 	case cause := <-settled:
 		if !errors.Is(cause, upscale.ErrJobGivenUp) {
-			t.Errorf("settled with the cause %v, want ErrJobGivenUp", cause)
+			t.Errorf("settled why %v, want ErrJobGivenUp", cause)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the job was not given up")

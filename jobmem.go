@@ -18,7 +18,7 @@ type MemoryJobQueueOptions struct {
 	Now func() time.Time
 	// RunTimeout bounds one run of a job: past it the run's context is
 	// done (context.DeadlineExceeded) and the job runs again, up to
-	// MaxJobAttempts runs, then is given up (see JobRunner). A job's
+	// MaxJobAttempts runs, then is given up (ErrJobGivenUp). A job's
 	// engine has what is left of it less the handler's SettleTimeout, so
 	// it should exceed EngineTimeout and SettleTimeout together. Zero
 	// means DefaultRunTimeout.
@@ -60,8 +60,8 @@ type memoryJob struct {
 	canceled bool                    // Cancel was asked while it ran
 	overruns int                     // runs that overran RunTimeout
 	// settle is, for a job that ended with no run that settled it
-	// (canceled, or given up), the cause a run that settles it gets (see
-	// JobRunner).
+	// (canceled, or given up), why its settlement is asked for
+	// (JobWorker.Settle).
 	settle error
 }
 
@@ -264,11 +264,17 @@ func (q *MemoryJobQueue) Prepare(ctx context.Context, accountID, id string, prep
 }
 
 // Work implements JobQueue.
-func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunner) (func(drain context.Context) error, error) {
+func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, worker JobWorker) (func(drain context.Context) error, error) {
 	if concurrency < 1 {
 		return nil, fmt.Errorf("work on %d jobs at once: want at least 1", concurrency)
 	}
-	work := func(runCtx context.Context, j *memoryJob) { q.finish(j, run(runCtx, j.Job), runCtx) }
+	work := func(runCtx context.Context, t taken) {
+		if t.settle != nil {
+			q.finish(t.job, worker.Settle(runCtx, t.Job, t.settle), runCtx)
+			return
+		}
+		q.finish(t.job, worker.Run(runCtx, t.Job), runCtx)
+	}
 	cutShort := func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -281,15 +287,24 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, run JobRunne
 	return startWorkers(concurrency, q.take, work, cutShort), nil
 }
 
-// take waits for the oldest unexpired queued job and marks it running,
-// with the context its run gets; false once stopping is closed.
-func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx context.Context, ok bool) {
+// taken is a job a worker took, as it stood then, and why it is to be
+// settled, if it is.
+type taken struct {
+	Job
+	job    *memoryJob
+	settle error
+}
+
+// take waits for the oldest unexpired queued job, or one to settle, and
+// marks it running, with the context its run or settlement gets; false
+// once stopping is closed.
+func (q *MemoryJobQueue) take(stopping <-chan struct{}) (t taken, runCtx context.Context, ok bool) {
 	ok = waitToTake(stopping, q.wake, func() bool {
 		now := q.lock()
 		defer q.mu.Unlock()
 		for l := range q.queued {
 			for len(q.queued[l]) > 0 {
-				j = q.jobs[q.queued[l][0]]
+				j := q.jobs[q.queued[l][0]]
 				q.queued[l] = q.queued[l][1:]
 				if j == nil || (j.Status != JobQueued && j.settle == nil) || j.stop != nil || !now.Before(j.Expires) {
 					continue
@@ -298,27 +313,26 @@ func (q *MemoryJobQueue) take(stopping <-chan struct{}) (j *memoryJob, runCtx co
 				var cancel context.CancelCauseFunc
 				runCtx, cancel = context.WithCancelCause(deadlined)
 				j.stop = func(cause error) { cancel(cause); release() }
-				if j.settle != nil {
-					j.stop(j.settle) // a run that only settles
-				} else {
+				if j.settle == nil {
 					j.Status, j.Started, j.canceled = JobRunning, now, false
 				}
+				t = taken{Job: j.Job, job: j, settle: j.settle}
 				q.signal() // another worker may take the next
 				return true
 			}
 		}
 		return false
 	})
-	return j, runCtx, ok
+	return t, runCtx, ok
 }
 
-// finish ends a run as JobQueue.Work says: a Result always stands (the
-// unit was charged); a run asked to cancel, or one that only settled a
-// canceled job, ends it canceled, or, if it asked to Retry, has it
-// settled by another run a while later (running meanwhile if that run
-// delivers a stored result); then a Problem ends the job failed; a run
-// the queue stopped goes back to the front of the queue, and one that
-// asked to Retry waits a while to run again.
+// finish ends a run or a settlement as JobQueue.Work says: a Result
+// always stands (the unit was charged); a run asked to cancel, or the
+// settlement of a canceled job, ends it canceled, or, if it asked to
+// Retry, has it settled again a while later (running meanwhile if that
+// settlement delivers a stored result); then a Problem ends the job
+// failed; a run the queue stopped goes back to the front of the queue,
+// and one that asked to Retry waits a while to run again.
 func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context.Context) {
 	now := q.lock()
 	defer q.mu.Unlock()
@@ -332,7 +346,7 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 	j.canceled, j.settle = false, nil
 	if overran && settled == nil && outcome.Result == nil && outcome.Problem == nil && !outcome.Retry {
 		if j.overruns++; j.overruns >= MaxJobAttempts {
-			settled, outcome = ErrJobGivenUp, JobOutcome{Retry: true} // settled by a run of its own
+			settled, outcome = ErrJobGivenUp, JobOutcome{Retry: true} // settled later, by Settle
 		}
 	}
 	switch {
@@ -378,9 +392,8 @@ func (q *MemoryJobQueue) finish(j *memoryJob, outcome JobOutcome, runCtx context
 }
 
 // settleLater has a worker settle the job j, canceled or given up, after
-// delay, with a run whose context is done with the cause settle
-// (ErrJobCanceled or ErrJobGivenUp), ahead of every queued job. The caller
-// holds q.mu.
+// delay (JobWorker.Settle, why settle: ErrJobCanceled or ErrJobGivenUp),
+// ahead of every queued job. The caller holds q.mu.
 func (q *MemoryJobQueue) settleLater(j *memoryJob, settle error, delay time.Duration) {
 	j.settle = settle
 	time.AfterFunc(delay, func() {

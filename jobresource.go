@@ -75,21 +75,19 @@ func (h *Handler) jobOfCaller(r *http.Request, id string) (Job, error) {
 
 // cancelJob cancels job and returns it as it stands. A job the queue
 // cancels at once (one waiting to run, whether it never ran or waits to
-// run again) is settled here, by the run its queue would settle it with
-// (see JobRunner): its webhook, its unit and its source. The queue settles
-// it too, which changes and counts nothing more, and finishes what this
-// settlement could not; so does a DELETE sent again. A running one is
-// returned once its run has stopped (its JobRunner settles it), or after a
-// few seconds still running, to end as its run does.
+// run again) is settled here, as its queue settles it (settleJob): its
+// webhook, its unit and its source. The queue settles it too, which
+// changes and counts nothing more, and finishes what this settlement
+// could not; so does a DELETE sent again. A running one is returned once
+// its run has stopped (and settled it), or after a few seconds still
+// running, to end as its run does.
 func (h *Handler) cancelJob(ctx context.Context, job Job) (Job, error) {
 	job, err := h.cfg.Jobs.Cancel(ctx, job.AccountID, job.ID)
 	if err != nil {
 		return Job{}, err
 	}
 	if job.Status == JobCanceled {
-		settling, settle := context.WithCancelCause(ctx)
-		settle(ErrJobCanceled)
-		if outcome := h.runJob(settling, job); outcome.Result != nil {
+		if outcome := h.settleJob(ctx, job, ErrJobCanceled); outcome.Result != nil {
 			// It had stored its result, and charged for it, before the
 			// cancel: the result stands, as it does for the queue.
 			job.Status, job.Result, job.Engine = JobSucceeded, outcome.Result, outcome.Engine

@@ -56,7 +56,7 @@ func (h *Handler) StartJobs(ctx context.Context) error {
 		return errors.New("upscale: StartJobs: the job workers run already")
 	}
 	ctx = context.WithoutCancel(ctx)
-	stopWorkers, err := h.cfg.Jobs.Work(ctx, h.cfg.JobWorkers, h.runJob)
+	stopWorkers, err := h.cfg.Jobs.Work(ctx, h.cfg.JobWorkers, JobWorker{Run: h.runJob, Settle: h.settleJob})
 	if err != nil {
 		return fmt.Errorf("upscale: start the job workers: %w", err)
 	}
@@ -106,19 +106,40 @@ func (h *Handler) warnIfUnstarted() {
 // runs again later; it is not failed.
 var errEngineBusy = errors.New("the engine stayed busy until the run's deadline")
 
-// runJob is the handler's JobRunner: the request's engine, store and
-// charge steps, on the source kept at submission. It settles what it
-// started: a job that ends gives its unit back unless charged, its source
-// is deleted, and its webhook is queued; a run its worker's stop cuts
-// short leaves the unit held and the source kept for the run that takes
-// the job over; a store out of reach, an engine busy until the run's
-// deadline, or a charge or settlement whose outcome is unknown, has the
-// job run again later, whatever else ended the run (a canceled job's
-// next run only settles it). A run whose context is done from the start
-// only settles (see JobRunner).
+// runJob is the handler's JobWorker.Run: the request's engine, store and
+// charge steps, on the source kept at submission, then the job's end
+// (endJob). A run its worker's stop cuts short leaves the unit held and
+// the source kept for the run that takes the job over; a run canceled
+// ends the job canceled.
 func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	resp, err := h.workJob(ctx, job)
-	cause := context.Cause(ctx)
+	why := context.Cause(ctx) // nil while the run was not cut short
+	if err != nil && why != nil && !errors.Is(why, ErrJobCanceled) && !errors.Is(err, errChargeUnsettled) {
+		return JobOutcome{} // its worker stopped, or its process's beat lapsed
+	}
+	return h.endJob(ctx, job, resp, err, why)
+}
+
+// settleJob is the handler's JobWorker.Settle: a job that ended without a
+// run that settled it delivers the result an earlier run prepared, if its
+// link still works, and else ends as why says (canceled, or given up),
+// with no other work.
+func (h *Handler) settleJob(ctx context.Context, job Job, why error) JobOutcome {
+	resp, prepared, err := h.deliverPrepared(ctx, job)
+	if !prepared {
+		err = why
+	}
+	return h.endJob(ctx, job, resp, err, why)
+}
+
+// endJob settles a job's run or settlement that made resp or failed with
+// err, the job having ended as why says (nil for a run not cut short): a
+// job that ends gives its unit back unless charged, its source is
+// deleted, and its webhook is queued; a store out of reach, an engine
+// busy until the run's deadline, or a charge or settlement whose outcome
+// is unknown, has the job run (or settled) again later, whatever else
+// ended the run.
+func (h *Handler) endJob(ctx context.Context, job Job, resp Response, err, why error) JobOutcome {
 	ended := job
 	ended.Finished = h.cfg.Now()
 	switch {
@@ -129,12 +150,10 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 		// it, or settles it if it was not.
 		h.cfg.Logger.Warn("upscale: job run again later, to settle its charge", "job", job.ID, "err", err)
 		return JobOutcome{Retry: true}
-	case errors.Is(cause, ErrJobGivenUp):
+	case errors.Is(why, ErrJobGivenUp):
 		ended.Status, ended.Problem = JobFailed, GivenUpProblem()
-	case errors.Is(cause, ErrJobCanceled):
+	case errors.Is(why, ErrJobCanceled):
 		ended.Status = JobCanceled
-	case ctx.Err() != nil:
-		return JobOutcome{} // its worker stopped
 	case errors.Is(err, ErrUnavailable) || errors.Is(err, errEngineBusy):
 		// Nothing settled: a charge whose outcome is unknown is settled
 		// by the next run's commit, which charges nothing more.
@@ -165,7 +184,7 @@ func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	case JobCanceled:
 		return JobOutcome{}
 	}
-	failure := cmp.Or(err, cause)
+	failure := cmp.Or(err, why)
 	h.cfg.Logger.Log(ctx, logLevel(failure, *ended.Problem), "upscale: job failed", "job", job.ID, "status", ended.Problem.Status, "code", ended.Problem.Code, "err", failure)
 	return JobOutcome{Problem: ended.Problem}
 }
@@ -213,13 +232,11 @@ func (h *Handler) settleEnd(ctx context.Context, ended Job) error {
 // unknown stays for the next run, which charges nothing more and
 // delivers it, as it does the result of a run whose worker died.
 func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
-	if p := job.Prepared; p.Delivers(h.cfg.Now()) {
-		resp := *p.Result
-		resp.linkExpires, resp.engine = p.LinkExpires, p.Engine
-		return resp, h.commitJob(ctx, job)
+	if resp, prepared, err := h.deliverPrepared(ctx, job); prepared {
+		return resp, err
 	}
 	if ctx.Err() != nil {
-		return Response{}, context.Cause(ctx) // a run that only settles
+		return Response{}, context.Cause(ctx) // canceled before it began
 	}
 	if p := job.Prepared; p != nil && p.Key != "" {
 		h.deleteBlob(ctx, "uncharged result", p.Key, p.LinkExpires) // an earlier run's, not recorded as stored
@@ -255,6 +272,19 @@ func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
 		return Response{}, err
 	}
 	return resp, err
+}
+
+// deliverPrepared delivers the result an earlier run of the job stored
+// and recorded (Job.Prepared), if its link still works: committing its
+// unit again charges nothing more. prepared is false when there is none.
+func (h *Handler) deliverPrepared(ctx context.Context, job Job) (resp Response, prepared bool, err error) {
+	p := job.Prepared
+	if !p.Delivers(h.cfg.Now()) {
+		return Response{}, false, nil
+	}
+	resp = *p.Result
+	resp.linkExpires, resp.engine = p.LinkExpires, p.Engine
+	return resp, true, h.commitJob(ctx, job)
 }
 
 // prepareJob records prepared with the job, unless its run was cut short.

@@ -513,16 +513,15 @@ func classify(ctx context.Context, err error) error {
 // settle them. The run of a process that died is handed back within
 // Lapse: to run again, or ended canceled, when a cancel was asked of it
 // meanwhile, or discarded, after upscale.MaxJobAttempts; each ended one is
-// run once more, to settle it (see upscale.JobRunner), and its outcome
-// recorded. It returns an error wrapping ErrProcessIDInUse while another
+// settled (worker.Settle), and its outcome recorded. It returns an error wrapping ErrProcessIDInUse while another
 // live process beats under Options.ProcessID.
-func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobRunner) (func(drain context.Context) error, error) {
-	stop, err := q.work(ctx, run, nil, queueName, concurrency)
+func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, worker upscale.JobWorker) (func(drain context.Context) error, error) {
+	stop, err := q.work(ctx, worker.Run, nil, queueName, concurrency)
 	if err != nil {
 		return nil, err
 	}
 	sweep := func() {
-		if err := q.settleLeft(context.WithoutCancel(ctx), run); err != nil {
+		if err := q.settleLeft(context.WithoutCancel(ctx), worker.Settle); err != nil {
 			q.opts.Logger.Warn("riverqueue: settle the jobs River ended; tried again later", "err", err)
 		}
 	}
@@ -545,12 +544,11 @@ func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, run upscale.JobR
 const settleBatch = 100
 
 // settleLeft settles the jobs River ended without a run to settle them,
-// oldest first: each is run once more, its context done with the cause
-// ErrJobCanceled (canceled) or ErrJobGivenUp (discarded), and its outcome
-// recorded as settled. A run that asks to Retry is tried at the next
-// sweep. Processes that sweep at once may settle a job twice, which the
-// settlement allows.
-func (q *Queue[TTx]) settleLeft(ctx context.Context, run upscale.JobRunner) error {
+// oldest first, why ErrJobCanceled (cancelled) or ErrJobGivenUp
+// (discarded), and records each outcome as settled. A settlement that
+// asks to Retry is tried at the next sweep. Processes that sweep at once
+// may settle a job twice, which the settlement allows.
+func (q *Queue[TTx]) settleLeft(ctx context.Context, settle func(context.Context, upscale.Job, error) upscale.JobOutcome) error {
 	list, err := q.client.JobList(ctx, river.NewJobListParams().Kinds(jobArgs{}.Kind()).
 		States(rivertype.JobStateCancelled, rivertype.JobStateDiscarded).
 		Where(`(metadata -> 'output' ->> 'settled') IS NULL`).First(settleBatch))
@@ -564,13 +562,11 @@ func (q *Queue[TTx]) settleLeft(ctx context.Context, run upscale.JobRunner) erro
 			// its unit goes back when its hold ends.
 			q.opts.Logger.Error("riverqueue: an ended job cannot be read to settle it", "river_id", row.ID, "err", err)
 		} else {
-			cause := upscale.ErrJobCanceled
+			why := upscale.ErrJobCanceled
 			if row.State == rivertype.JobStateDiscarded {
-				cause = upscale.ErrJobGivenUp
+				why = upscale.ErrJobGivenUp
 			}
-			ended, end := context.WithCancelCause(ctx)
-			end(cause)
-			outcome := run(ended, job)
+			outcome := settle(ctx, job, why)
 			if outcome.Retry {
 				continue
 			}
@@ -593,7 +589,7 @@ func (q *Queue[TTx]) settleLeft(ctx context.Context, run upscale.JobRunner) erro
 // workers that died, and that client discards a job of a kind it does
 // not know. The kind it does not work is never run there, as its queue is
 // not in the client's Queues.
-func (q *Queue[TTx]) work(ctx context.Context, run upscale.JobRunner, deliver func(context.Context, upscale.Webhook) error, queue string, concurrency int) (func(drain context.Context) error, error) {
+func (q *Queue[TTx]) work(ctx context.Context, run func(context.Context, upscale.Job) upscale.JobOutcome, deliver func(context.Context, upscale.Webhook) error, queue string, concurrency int) (func(drain context.Context) error, error) {
 	if concurrency < 1 {
 		return nil, fmt.Errorf("riverqueue: work on %d jobs at once: want at least 1", concurrency)
 	}
@@ -638,7 +634,7 @@ type worker struct {
 	river.WorkerDefaults[jobArgs]
 	job func(*rivertype.JobRow) (upscale.Job, error)
 	now func() time.Time
-	run upscale.JobRunner
+	run func(context.Context, upscale.Job) upscale.JobOutcome
 	// fence is done once this process's runs may be handed over
 	// (liveness).
 	fence func() context.Context

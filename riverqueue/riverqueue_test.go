@@ -131,13 +131,13 @@ func TestProcessIDInUse(t *testing.T) {
 	database := testservers.PostgresDatabase(t)
 	first, _ := postgresOn(t, database, opts)
 	idle := func(context.Context, upscale.Job) upscale.JobOutcome { return upscale.JobOutcome{} }
-	stop, err := first.Work(ctx, 1, idle)
+	stop, err := first.Work(ctx, 1, upscaletest.Runner(idle))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop(ctx)
 	second, _ := postgresOn(t, database, opts)
-	if stop, err := second.Work(ctx, 1, idle); !errors.Is(err, riverqueue.ErrProcessIDInUse) {
+	if stop, err := second.Work(ctx, 1, upscaletest.Runner(idle)); !errors.Is(err, riverqueue.ErrProcessIDInUse) {
 		if err == nil {
 			stop(ctx)
 		}
@@ -153,7 +153,7 @@ func TestForgottenProcessStopsItsRuns(t *testing.T) {
 	q, pool := postgresDatabase(t, riverqueue.Options{Logger: quiet, ProcessID: "forgotten", Lapse: 3 * time.Second, RunTimeout: time.Hour})
 	var mu sync.Mutex
 	var causes []error
-	stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+	stop, err := q.Work(ctx, 1, upscaletest.Runner(func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 		mu.Lock()
 		first := len(causes) == 0
 		causes = append(causes, nil)
@@ -166,7 +166,7 @@ func TestForgottenProcessStopsItsRuns(t *testing.T) {
 		causes[0] = context.Cause(ctx)
 		mu.Unlock()
 		return upscale.JobOutcome{}
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestRescueByEitherClient(t *testing.T) {
 		{"upscale_webhook",
 			func(q *riverqueue.Queue[pgx.Tx]) error { return q.Enqueue(ctx, hook) },
 			func(q *riverqueue.Queue[pgx.Tx]) (func(context.Context) error, error) {
-				return q.Work(ctx, 1, func(context.Context, upscale.Job) upscale.JobOutcome { return upscale.JobOutcome{} })
+				return q.Work(ctx, 1, upscaletest.Runner(func(context.Context, upscale.Job) upscale.JobOutcome { return upscale.JobOutcome{} }))
 			}},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
@@ -422,7 +422,9 @@ func TestSettlesWhatDeadWorkersLeft(t *testing.T) {
 				t.Fatalf("Cancel of a job whose worker is dead = %+v, %v; want it running, its cancel asked", got, err)
 			}
 			var settled settlements
-			stop, err := q.Work(ctx, 1, settled.settle)
+			worker := upscaletest.Runner(func(context.Context, upscale.Job) upscale.JobOutcome { return upscale.JobOutcome{} })
+			worker.Settle = settled.settle
+			stop, err := q.Work(ctx, 1, worker)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -434,7 +436,7 @@ func TestSettlesWhatDeadWorkersLeft(t *testing.T) {
 			}{{canceled.ID, upscale.JobCanceled, upscale.ErrJobCanceled}, {givenUp.ID, upscale.JobFailed, upscale.ErrJobGivenUp}} {
 				got, causes := awaitSettled(t, q, tc.id, 1, settled.of)
 				if got.Status != tc.want || len(causes) != 1 || !errors.Is(causes[0], tc.cause) {
-					t.Errorf("%s: %s, runs with causes %v; want %s, settled by one run with %v", got.Source, got.Status, causes, tc.want, tc.cause)
+					t.Errorf("%s: %s, settlements why %v; want %s, settled once, why %v", got.Source, got.Status, causes, tc.want, tc.cause)
 				}
 				if tc.want == upscale.JobFailed && (got.Problem == nil || got.Problem.Code != "upstream_error") {
 					t.Errorf("%s: problem %+v, want the given-up problem", got.Source, got.Problem)
@@ -444,28 +446,28 @@ func TestSettlesWhatDeadWorkersLeft(t *testing.T) {
 	}
 }
 
-// settlements is a JobRunner for runs that only settle their job: it
-// records each run's cause by the job's Source, and ends a job given up
-// with its problem, a canceled one with none.
+// settlements is a JobWorker's Settle: it records why each settlement
+// was asked by the job's Source, and ends a job given up with its
+// problem, a canceled one with none.
 type settlements struct {
 	mu     sync.Mutex
 	causes map[string][]error
 }
 
-func (s *settlements) settle(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+func (s *settlements) settle(ctx context.Context, j upscale.Job, why error) upscale.JobOutcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.causes == nil {
 		s.causes = map[string][]error{}
 	}
-	s.causes[j.Source] = append(s.causes[j.Source], context.Cause(ctx))
-	if errors.Is(context.Cause(ctx), upscale.ErrJobGivenUp) {
+	s.causes[j.Source] = append(s.causes[j.Source], why)
+	if errors.Is(why, upscale.ErrJobGivenUp) {
 		return upscale.JobOutcome{Problem: upscale.GivenUpProblem()}
 	}
 	return upscale.JobOutcome{}
 }
 
-// of returns the causes of the runs that settled the job source.
+// of returns why the job source was settled, each time.
 func (s *settlements) of(source string) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -473,8 +475,8 @@ func (s *settlements) of(source string) []error {
 }
 
 // awaitSettled waits up to 30 s for acme's job id to end after at least
-// settles runs that settled it (as settledBy says of its Source), and a
-// sweep or two more, and returns it with those runs' causes.
+// settles settlements of it (as settledBy says of its Source), and a
+// sweep or two more, and returns it with why each was.
 func awaitSettled(t *testing.T, q upscale.JobQueue, id string, settles int, settledBy func(source string) []error) (upscale.Job, []error) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -503,7 +505,7 @@ func TestRetriesAreNoAttempts(t *testing.T) {
 				t.Fatal(err)
 			}
 			retried, cutShort := make(chan struct{}), make(chan struct{})
-			stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			stop, err := q.Work(ctx, 1, upscaletest.Runner(func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 				select {
 				case <-retried: // the second run, cut short
 					close(cutShort)
@@ -513,7 +515,7 @@ func TestRetriesAreNoAttempts(t *testing.T) {
 					close(retried)
 					return upscale.JobOutcome{Retry: true}
 				}
-			})
+			}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -523,9 +525,9 @@ func TestRetriesAreNoAttempts(t *testing.T) {
 			if err := stop(drain); err != nil {
 				t.Fatal(err)
 			}
-			stop, err = q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			stop, err = q.Work(ctx, 1, upscaletest.Runner(func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 				return upscale.JobOutcome{Result: &upscale.Response{URL: "https://results.example/r", Via: upscale.PoolFree}}
-			})
+			}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -548,7 +550,7 @@ func TestRetriesAreNoAttempts(t *testing.T) {
 }
 
 // TestLastAttempt: on a job's last attempt, a run that overran RunTimeout
-// ends the job given up, settled by one run with the cause ErrJobGivenUp;
+// ends the job given up, settled once, why ErrJobGivenUp;
 // one canceled ends the job canceled, not given up.
 func TestLastAttempt(t *testing.T) {
 	ctx := context.Background()
@@ -569,14 +571,11 @@ func TestLastAttempt(t *testing.T) {
 			}
 			var settled settlements
 			started := make(chan string, 2)
-			stop, err := q.Work(ctx, 2, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-				if ctx.Err() != nil {
-					return settled.settle(ctx, j)
-				}
+			stop, err := q.Work(ctx, 2, upscale.JobWorker{Run: func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 				started <- j.Source
 				<-ctx.Done() // overran, or canceled
 				return upscale.JobOutcome{}
-			})
+			}, Settle: settled.settle})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -595,7 +594,7 @@ func TestLastAttempt(t *testing.T) {
 			}{{"overran", upscale.JobFailed, 1}, {"canceled", upscale.JobCanceled, 0}} {
 				got, causes := awaitSettled(t, q, ids[tc.name], tc.settled, settled.of)
 				if got.Status != tc.want || len(causes) != tc.settled {
-					t.Errorf("%s: %s, settled by runs with causes %v; want %s, settled by %d", tc.name, got.Status, causes, tc.want, tc.settled)
+					t.Errorf("%s: %s, settlements why %v; want %s, settled by %d", tc.name, got.Status, causes, tc.want, tc.settled)
 				}
 				if tc.want == upscale.JobFailed && (got.Problem == nil || got.Problem.Code != "upstream_error") {
 					t.Errorf("%s: problem %+v, want the given-up problem", tc.name, got.Problem)
@@ -607,7 +606,7 @@ func TestLastAttempt(t *testing.T) {
 
 // TestCanceledWithAStoredResult: a job River canceled while its dead
 // worker's run had stored its result (maybe charged) reads as running,
-// not canceled, until the run that settles it delivers the result.
+// not canceled, until its settlement delivers the result.
 func TestCanceledWithAStoredResult(t *testing.T) {
 	ctx := context.Background()
 	for _, d := range databases {
@@ -633,12 +632,13 @@ func TestCanceledWithAStoredResult(t *testing.T) {
 			if got, err := q.Get(ctx, "acme", j.ID); err != nil || got.Status != upscale.JobRunning {
 				t.Fatalf("before its settlement: %+v, %v; want running", got, err)
 			}
-			stop, err := q.Work(ctx, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			deliver := func(ctx context.Context, j upscale.Job, _ error) upscale.JobOutcome {
 				if j.Prepared.Delivers(time.Now()) {
 					return upscale.JobOutcome{Result: j.Prepared.Result, Engine: j.Prepared.Engine}
 				}
 				return upscale.JobOutcome{}
-			})
+			}
+			stop, err := q.Work(ctx, 1, upscale.JobWorker{Run: func(ctx context.Context, j upscale.Job) upscale.JobOutcome { return deliver(ctx, j, nil) }, Settle: deliver})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -47,9 +47,11 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 		return ids
 	}
-	work := func(t *testing.T, q upscale.JobQueue, concurrency int, run upscale.JobRunner) func() {
+	// workWith has worker work q's jobs until the test ends, or until the
+	// function it returns is called.
+	workWith := func(t *testing.T, q upscale.JobQueue, concurrency int, worker upscale.JobWorker) func() {
 		t.Helper()
-		stop, err := q.Work(ctx, concurrency, run)
+		stop, err := q.Work(ctx, concurrency, worker)
 		if err != nil {
 			t.Fatalf("Work: %v", err)
 		}
@@ -66,6 +68,11 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 		t.Cleanup(halt)
 		return halt
+	}
+	// work is workWith with run, and settlements that have nothing to do.
+	work := func(t *testing.T, q upscale.JobQueue, concurrency int, run func(context.Context, upscale.Job) upscale.JobOutcome) func() {
+		t.Helper()
+		return workWith(t, q, concurrency, Runner(run))
 	}
 	result := func(id string) *upscale.Response {
 		return &upscale.Response{URL: "https://results.example/" + id, Via: upscale.PoolCredit}
@@ -302,20 +309,23 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		}
 	})
 
-	// settles is a runner that runs jobs to a Result, and sends on
-	// settled the job and cause of each run that only settles.
-	settles := func(ran chan<- string, settled chan<- string) upscale.JobRunner {
-		return func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-			if ctx.Err() != nil {
-				settled <- fmt.Sprintf("%s %v", j.Source, context.Cause(ctx))
+	// settles is a worker that runs jobs to a Result, sending each job's
+	// name on ran, and sends on settled the job and why of each
+	// settlement.
+	settles := func(ran chan<- string, settled chan<- string) upscale.JobWorker {
+		return upscale.JobWorker{
+			Run: func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+				ran <- j.Source
+				return upscale.JobOutcome{Result: result(j.Source)}
+			},
+			Settle: func(ctx context.Context, j upscale.Job, why error) upscale.JobOutcome {
+				settled <- fmt.Sprintf("%s %v", j.Source, why)
 				return upscale.JobOutcome{}
-			}
-			ran <- j.Source
-			return upscale.JobOutcome{Result: result(j.Source)}
+			},
 		}
 	}
-	// awaitSettled waits for the run that settles the job name with the
-	// cause ErrJobCanceled, and checks that the job stays canceled.
+	// awaitSettled waits for the settlement of the job name, why
+	// ErrJobCanceled, and checks that the job stays canceled.
 	awaitSettled := func(t *testing.T, q upscale.JobQueue, settled <-chan string, name, id string) {
 		t.Helper()
 		select {
@@ -339,7 +349,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			t.Fatalf("Cancel = %+v, %v; want canceled, never started", got, err)
 		}
 		ran, settled := make(chan string, 2), make(chan string, 2)
-		work(t, q, 1, settles(ran, settled))
+		workWith(t, q, 1, settles(ran, settled))
 		waitDone(t, q, "a", submit(t, q, job("after", "a"))["after"])
 		if name := <-ran; name != "after" {
 			t.Errorf("the canceled job ran")
@@ -351,14 +361,13 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 		q := newQueue(t, NewClock(start))
 		id := submit(t, q, job("unsettled", "a"))["unsettled"]
 		started, settled := make(chan struct{}), make(chan string, 2)
-		var runs atomic.Int32
-		work(t, q, 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
-			if runs.Add(1) == 1 {
+		workWith(t, q, 1, upscale.JobWorker{
+			Run: func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 				close(started)
 				<-ctx.Done()
 				return upscale.JobOutcome{Retry: true} // its settlement failed
-			}
-			return settles(make(chan string, 1), settled)(ctx, j)
+			},
+			Settle: settles(nil, settled).Settle,
 		})
 		<-started
 		if _, err := q.Cancel(ctx, "a", id); err != nil {
@@ -388,7 +397,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 			}
 		}
 		settled := make(chan string, 2)
-		work(t, q, 1, settles(runs, settled))
+		workWith(t, q, 1, settles(runs, settled))
 		waitDone(t, q, "a", submit(t, q, job("after", "a"))["after"])
 		if name := <-runs; name != "after" {
 			t.Errorf("%s ran again after it was canceled", name)
@@ -569,13 +578,13 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock) upscal
 func cutShort(t *testing.T, q upscale.JobQueue, begin, end func(ctx context.Context)) {
 	t.Helper()
 	started := make(chan struct{})
-	stop, err := q.Work(context.Background(), 1, func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+	stop, err := q.Work(context.Background(), 1, upscale.JobWorker{Run: func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 		begin(ctx)
 		close(started)
 		<-ctx.Done()
 		end(ctx)
 		return upscale.JobOutcome{}
-	})
+	}, Settle: Runner(nil).Settle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,6 +594,12 @@ func cutShort(t *testing.T, q upscale.JobQueue, begin, end func(ctx context.Cont
 	if err := stop(drain); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Runner is a JobWorker that runs jobs with run and whose jobs hold
+// nothing to settle: its Settle returns an empty outcome.
+func Runner(run func(context.Context, upscale.Job) upscale.JobOutcome) upscale.JobWorker {
+	return upscale.JobWorker{Run: run, Settle: func(context.Context, upscale.Job, error) upscale.JobOutcome { return upscale.JobOutcome{} }}
 }
 
 // waitDone polls accountID's job id until it has ended, for at most 30 s.

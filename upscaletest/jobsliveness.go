@@ -43,9 +43,9 @@ func TestJobQueueLiveness(t *testing.T, newStore func(t *testing.T, lapse time.D
 		}
 		return kept.ID
 	}
-	work := func(t *testing.T, q upscale.JobQueue, run upscale.JobRunner) {
+	work := func(t *testing.T, q upscale.JobQueue, run func(context.Context, upscale.Job) upscale.JobOutcome) {
 		t.Helper()
-		stop, err := q.Work(ctx, 1, run)
+		stop, err := q.Work(ctx, 1, Runner(run))
 		if err != nil {
 			t.Fatalf("Work: %v", err)
 		}
@@ -119,7 +119,7 @@ func TestJobQueueLiveness(t *testing.T, newStore func(t *testing.T, lapse time.D
 		open := newStore(t, lapse)
 		var mu sync.Mutex
 		var ran []string
-		slow := func(process string) upscale.JobRunner {
+		slow := func(process string) func(context.Context, upscale.Job) upscale.JobOutcome {
 			return func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
 				mu.Lock()
 				ran = append(ran, process)
