@@ -477,3 +477,98 @@ func (d *deadReceiver) close() int {
 	}
 	return d.peak
 }
+
+const (
+	// mixedJobs jobs of fairPath ×fairScale in each half of the mixed
+	// scenario, beside requests of mixedPath ×2 offered every
+	// mixedInterval.
+	mixedJobs     = 100
+	mixedPath     = "/photo-256.jpg"
+	mixedInterval = 100 * time.Millisecond
+)
+
+// mixed: jobs and synchronous requests on one standalone (the classical
+// engine's two slots: one for job runs, one kept for requests). First
+// mixedJobs jobs alone, their throughput measured from the first run's
+// start to the last one's end; then as many again with requests offered
+// beside them, ten a second. Every request must be run or refused at once
+// (503 with Retry-After), never answered 504 because of the jobs, and the
+// jobs' throughput must stay within 10% of what it was alone. The row's
+// latencies are the requests'.
+func mixed(r *rig) (row, error) {
+	before, srv, err := r.begin()
+	if err != nil {
+		return row{}, err
+	}
+	defer srv.stop()
+	body := r.body(fairPath, fairScale, "")
+	alone, err := r.jobThroughput(srv, body)
+	if err != nil {
+		return row{}, err
+	}
+	var mu sync.Mutex
+	var reqs []request
+	var offered sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(mixedInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				offered.Go(func() {
+					res := r.post(key, srv.base, mixedPath, 2)
+					mu.Lock()
+					reqs = append(reqs, res)
+					mu.Unlock()
+				})
+			}
+		}
+	}()
+	beside, err := r.jobThroughput(srv, body)
+	close(stop)
+	offered.Wait()
+	if err != nil {
+		return row{}, err
+	}
+	runs, _, err := meanJobRun(srv)
+	if err != nil {
+		return row{}, err
+	}
+	if err := srv.stop(); err != nil {
+		return row{}, err
+	}
+	res := newRow(reqs)
+	res.successes += runs
+	refused := res.count[http.StatusServiceUnavailable]
+	res.notes = fmt.Sprintf("%d jobs of ×%d of %s alone: %.2f jobs/s; %d more beside requests of ×2 of %s offered every %v: %.2f jobs/s (%.0f%%); the requests: 200 p99 %v, 503 %.0f%% (%d of %d); %d jobs succeeded",
+		mixedJobs, fairScale, fairPath, alone, mixedJobs, mixedPath, mixedInterval, beside, 100*beside/alone,
+		res.successP99.Round(time.Millisecond), 100*float64(refused)/float64(max(len(reqs), 1)), refused, len(reqs), runs)
+	res.want(res.count[http.StatusGatewayTimeout] == 0, "no request answered 504")
+	res.want(res.count[http.StatusOK]+refused == len(reqs), "every request run or refused 503")
+	res.want(runs == 2*mixedJobs, "every job succeeded")
+	res.want(beside >= 0.9*alone, "the jobs' throughput beside requests within 10%% of alone")
+	return res, res.checkLedger(r, before)
+}
+
+// jobThroughput submits mixedJobs jobs of body to srv, waits for them to
+// end, and returns how many ended a second, from the first run's start to
+// the last one's end.
+func (r *rig) jobThroughput(srv *server, body string) (float64, error) {
+	since := time.Now()
+	_, subs := r.submitEach(key, srv.base, body, mixedJobs, 4)
+	if len(subs) != mixedJobs {
+		return 0, fmt.Errorf("%d of %d submissions accepted", len(subs), mixedJobs)
+	}
+	if _, err := r.waitForJobs(since, mixedJobs, 5*time.Minute); err != nil {
+		return 0, err
+	}
+	var first, last time.Time
+	err := r.db.QueryRow(`SELECT min(attempted_at), max(finalized_at) FROM river_job WHERE kind = 'upscale' AND created_at >= $1`, since).Scan(&first, &last)
+	if err != nil {
+		return 0, err
+	}
+	return float64(mixedJobs) / last.Sub(first).Seconds(), nil
+}

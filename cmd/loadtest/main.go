@@ -31,6 +31,7 @@ var scenarios = []scenario{
 	{"slow-key", slowKey},
 	{"jobs", jobs},
 	{"fair-jobs", fairJobs},
+	{"mixed", mixed},
 	{"waiters", waiters},
 	{"dead-webhook", deadWebhook},
 }
