@@ -36,7 +36,9 @@ const DefaultRunTimeout = time.Hour
 
 // MemoryJobQueue is a JobQueue held in process memory, for one process and
 // for tests: its jobs are lost when the process ends (their units come
-// back when their holds end). It is safe for concurrent use.
+// back when their holds end), so a run never outlives its process nor is
+// handed to another (what upscaletest.TestJobQueueLiveness checks of a
+// shared queue). It is safe for concurrent use.
 type MemoryJobQueue struct {
 	now        func() time.Time
 	runTimeout time.Duration
