@@ -270,6 +270,9 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, worker JobWo
 	if concurrency < 1 {
 		return nil, fmt.Errorf("work on %d jobs at once: want at least 1", concurrency)
 	}
+	if worker.Run == nil || worker.Settle == nil {
+		return nil, errors.New("work: the JobWorker needs both Run and Settle")
+	}
 	work := func(runCtx context.Context, t taken) {
 		if t.settle != nil {
 			q.finish(t.job, worker.Settle(runCtx, t.Job, t.settle), runCtx)

@@ -145,8 +145,8 @@ type SizeReader interface {
 // how long Upscale takes without a deadline, at the pace it has measured
 // on this machine: a job's enlargement is given a multiple of that
 // (jobHeadroom) rather than its run's whole time, so that a stuck run is
-// cut in proportion to its work. engine/onnx implements it; for another
-// Upscaler the handler uses the pace it measures itself.
+// cut in proportion to its work. engine/onnx implements it; another
+// Upscaler's jobs have their run's whole time.
 type DurationEstimator interface {
 	Upscaler
 	// EstimateDuration returns how long Upscale(ctx, src, params) takes

@@ -1,9 +1,12 @@
 package riverqueue
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,12 +32,14 @@ import (
 // RunTimeout is free to be long.
 //
 // River records which client ran a job (attempted_by): a working
-// process's clients are named "<ProcessID>/<queue>", by which a run is
-// traced to its process. A process that has not been able to beat for
-// two thirds of Lapse stops its own runs (they are handed back as by a
-// stop), so that by the time others may hand them over they no longer
-// run; one that finds its row gone (others judged it dead) does the same
-// before it beats again.
+// process's clients are named "<process>/<queue>", by which a run is
+// traced to its process. A process judges another dead only by deleting
+// its stale row, so a process that beat meanwhile is never judged dead.
+// A process that has not beaten for half of Lapse, by its own clock and
+// whatever its database does, stops its own job runs (they are handed
+// back as by a stop), so that by the time others may hand them over they
+// no longer run, nor write; one that finds its row gone does the same,
+// and takes its row again unless a live twin holds it.
 
 // processTable is where the working processes beat. The times are Unix
 // milliseconds of the processes' own clocks, which must agree within a
@@ -56,7 +61,7 @@ var ErrProcessIDInUse = errors.New("riverqueue: the process ID is in use by a li
 // works, and its hand-back of other processes' runs.
 type liveness[TTx any] struct {
 	q        *Queue[TTx]
-	id       string // Options.ProcessID
+	id       string // processKey(Options.ProcessID)
 	instance string // this run of the process, unlike id
 
 	// turning serialises join and leave, which the beat does not take.
@@ -64,18 +69,35 @@ type liveness[TTx any] struct {
 	working map[*river.Client[TTx]]bool // the River clients working here
 	beating *periodic.Job
 
-	mu       sync.Mutex
-	lastBeat time.Time
-	// fence is done, with errLapsed, once this process's runs may have
-	// been handed over; runs started since take a new one.
+	mu sync.Mutex
+	// fence is the context of the runs starting now: done, with
+	// errLapsed, while this process may have been judged dead, until it
+	// holds its row again.
 	fence    context.Context
 	endFence context.CancelCauseFunc
+	watchdog *time.Timer // stops the runs half a Lapse after the last beat
 }
 
 func newLiveness[TTx any](q *Queue[TTx]) *liveness[TTx] {
-	l := &liveness[TTx]{q: q, id: q.opts.ProcessID, instance: strings.ToLower(rand.Text()), working: map[*river.Client[TTx]]bool{}}
+	l := &liveness[TTx]{q: q, id: processKey(q.opts.ProcessID), instance: strings.ToLower(rand.Text()), working: map[*river.Client[TTx]]bool{}}
 	l.fence, l.endFence = context.WithCancelCause(context.Background())
+	l.watchdog = time.AfterFunc(time.Hour, func() { l.stopRuns("it has not beaten for half its lapse") })
+	l.watchdog.Stop()
 	return l
+}
+
+// longestProcessKey keeps a River client ID, "<key>/upscale_webhooks",
+// within River's 100 bytes.
+const longestProcessKey = 64
+
+// processKey is id, or, when longer than longestProcessKey, its start and
+// digest.
+func processKey(id string) string {
+	if len(id) <= longestProcessKey {
+		return id
+	}
+	digest := sha256.Sum256([]byte(id))
+	return id[:longestProcessKey-33] + "~" + hex.EncodeToString(digest[:16])
 }
 
 // interval is how often the process beats and looks for lapsed runs.
@@ -87,15 +109,12 @@ func (l *liveness[TTx]) clientID(queue string) string { return l.id + "/" + queu
 // processOf is the process of a River client ID this package named, and
 // false for another's.
 func processOf(clientID string) (string, bool) {
-	process, queue, ok := cutLast(clientID, "/")
-	return process, ok && (queue == queueName || queue == webhookQueueName)
-}
-
-func cutLast(s, sep string) (before, after string, found bool) {
-	if i := strings.LastIndex(s, sep); i >= 0 {
-		return s[:i], s[i+len(sep):], true
+	i := strings.LastIndex(clientID, "/")
+	if i < 0 {
+		return "", false
 	}
-	return s, "", false
+	queue := clientID[i+1:]
+	return clientID[:i], queue == queueName || queue == webhookQueueName
 }
 
 // join counts client, about to work; the first claims the process ID,
@@ -116,9 +135,6 @@ func (l *liveness[TTx]) join(ctx context.Context, client *river.Client[TTx]) err
 		return err
 	}
 	l.working[client] = true
-	l.mu.Lock()
-	l.lastBeat = time.Now()
-	l.mu.Unlock()
 	l.beating = periodic.Start(l.interval(), l.beat)
 	return nil
 }
@@ -142,19 +158,30 @@ func (l *liveness[TTx]) claim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if instance != "" && time.Since(time.UnixMilli(beatAt)) < l.q.opts.Lapse {
+	if instance != "" && l.fresh(beatAt) {
 		select {
 		case <-time.After(l.interval() * 3 / 2):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if _, later, err := l.row(ctx); err != nil {
+		was := beatAt
+		if instance, beatAt, err = l.row(ctx); err != nil {
 			return err
-		} else if later != beatAt {
+		}
+		if instance != "" && beatAt != was {
 			return fmt.Errorf("%w: %q beats elsewhere; give each process its own ID", ErrProcessIDInUse, l.id)
 		}
 	}
-	return l.upsert(ctx)
+	took, err := l.take(ctx, instance, beatAt)
+	if err == nil && !took {
+		err = fmt.Errorf("%w: %q was claimed by another process as this one started; give each process its own ID", ErrProcessIDInUse, l.id)
+	}
+	return err
+}
+
+// fresh reports whether a beat at beatAt is within Lapse.
+func (l *liveness[TTx]) fresh(beatAt int64) bool {
+	return time.Since(time.UnixMilli(beatAt)) < l.q.opts.Lapse
 }
 
 // row reads the process ID's row: an empty instance when there is none.
@@ -169,17 +196,44 @@ func (l *liveness[TTx]) row(ctx context.Context) (instance string, beatAt int64,
 	return instance, beatAt, nil
 }
 
-func (l *liveness[TTx]) upsert(ctx context.Context) error {
-	err := l.q.driver.GetExecutor().Exec(ctx, `INSERT INTO upscale_queue_process (id, instance, beat_at) VALUES ($1, $2, $3)
-		ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, beat_at = excluded.beat_at`, l.id, l.instance, time.Now().UnixMilli())
-	if err != nil {
-		return classify(ctx, fmt.Errorf("riverqueue: claim process %q: %w", l.id, err))
+// take makes the process ID's row this instance's, provided it is still
+// as it was read (no row: instance empty), and reports whether it did;
+// then it lifts the fence.
+func (l *liveness[TTx]) take(ctx context.Context, instance string, beatAt int64) (bool, error) {
+	now := time.Now()
+	var id string
+	err := l.q.driver.GetExecutor().QueryRow(ctx, `INSERT INTO upscale_queue_process (id, instance, beat_at) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, beat_at = excluded.beat_at
+		WHERE upscale_queue_process.instance = $4 AND upscale_queue_process.beat_at = $5 RETURNING id`,
+		l.id, l.instance, now.UnixMilli(), instance, beatAt).Scan(&id)
+	if noRows(err) {
+		return false, nil
 	}
-	return nil
+	if err != nil {
+		return false, classify(ctx, fmt.Errorf("riverqueue: claim process %q: %w", l.id, err))
+	}
+	l.held(now)
+	return true, nil
+}
+
+// held records that this instance holds its row, beaten at at: the runs
+// starting from now run unfenced, and the watchdog stops them half a Lapse
+// after at unless a later beat comes first. No other process has handed
+// back a run of a process that still has its row.
+func (l *liveness[TTx]) held(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fence.Err() != nil {
+		l.fence, l.endFence = context.WithCancelCause(context.Background())
+	}
+	l.watchdog.Reset(time.Until(at.Add(l.q.opts.Lapse / 2)))
 }
 
 // release removes this instance's row.
 func (l *liveness[TTx]) release(ctx context.Context) {
+	l.mu.Lock()
+	l.watchdog.Stop()
+	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.interval())
 	defer cancel()
 	err := l.q.driver.GetExecutor().Exec(ctx, `DELETE FROM upscale_queue_process WHERE id = $1 AND instance = $2`, l.id, l.instance)
@@ -189,8 +243,8 @@ func (l *liveness[TTx]) release(ctx context.Context) {
 }
 
 // beat renews the process's row, then hands back the runs of lapsed
-// processes. A process that cannot beat for two thirds of Lapse, or whose
-// row is gone or taken, stops its runs first (fence).
+// processes. A process whose row is gone stops its runs and takes its row
+// again, unless a live twin holds it.
 func (l *liveness[TTx]) beat() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.interval())
 	defer cancel()
@@ -200,39 +254,50 @@ func (l *liveness[TTx]) beat() {
 		now.UnixMilli(), l.id, l.instance).Scan(&id)
 	switch {
 	case noRows(err):
-		l.stopRuns("its beat was found gone: others judged it dead")
-		err = l.upsert(ctx)
-	case err != nil && now.Sub(l.lastBeatAt()) > l.q.opts.Lapse*2/3:
-		l.stopRuns("it could not beat for two thirds of its lapse")
-	}
-	if err != nil {
+		l.stopRuns("its beat was gone: others judged it dead")
+		if err = l.retake(ctx); err != nil {
+			l.q.opts.Logger.Error("riverqueue: this process cannot beat; it runs no job until it can", "process", l.id, "err", err)
+			return
+		}
+	case err != nil:
 		l.q.opts.Logger.Warn("riverqueue: beat; tried again in a moment", "process", l.id, "err", err)
 		return
+	default:
+		l.held(now)
 	}
-	l.mu.Lock()
-	l.lastBeat = now
-	l.mu.Unlock()
 	cutoff := now.Add(-l.q.opts.Lapse).UnixMilli()
 	if err := l.q.handBack(ctx, func(process string) bool { return l.lapsed(ctx, process, cutoff) }); err != nil {
 		l.q.opts.Logger.Warn("riverqueue: hand back the runs of dead processes; tried again next beat", "err", err)
 	}
 }
 
-func (l *liveness[TTx]) lastBeatAt() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lastBeat
+// retake takes the process ID's row again after it was found gone, unless
+// another live instance holds it.
+func (l *liveness[TTx]) retake(ctx context.Context) error {
+	instance, beatAt, err := l.row(ctx)
+	if err != nil {
+		return err
+	}
+	if instance != "" && l.fresh(beatAt) {
+		return fmt.Errorf("%w: %q beats elsewhere; give each process its own ID", ErrProcessIDInUse, l.id)
+	}
+	if took, err := l.take(ctx, instance, beatAt); err != nil || !took {
+		return cmp.Or(err, fmt.Errorf("%w: %q was claimed by another process", ErrProcessIDInUse, l.id))
+	}
+	return nil
 }
 
-// lapsed reports whether process beat last before cutoff, or has no row:
-// it was judged dead already, or stopped. A row that cannot be read
-// counts as alive.
+// lapsed reports whether process is dead: it has no row (it was judged
+// dead already, or stopped), or this process deleted its row, whose beat
+// was before cutoff. A process that beat since its row was read is
+// alive, and so is one whose row cannot be read.
 func (l *liveness[TTx]) lapsed(ctx context.Context, process string, cutoff int64) bool {
 	if process == l.id {
 		return false
 	}
+	exec := l.q.driver.GetExecutor()
 	var beatAt int64
-	err := l.q.driver.GetExecutor().QueryRow(ctx, `SELECT beat_at FROM upscale_queue_process WHERE id = $1`, process).Scan(&beatAt)
+	err := exec.QueryRow(ctx, `SELECT beat_at FROM upscale_queue_process WHERE id = $1`, process).Scan(&beatAt)
 	if noRows(err) {
 		return true
 	}
@@ -243,22 +308,23 @@ func (l *liveness[TTx]) lapsed(ctx context.Context, process string, cutoff int64
 	if beatAt >= cutoff {
 		return false
 	}
-	// Forgotten once its runs are handed back; a process that comes
-	// back finds its row gone and stops what it still runs.
-	if err := l.q.driver.GetExecutor().Exec(ctx, `DELETE FROM upscale_queue_process WHERE id = $1 AND beat_at = $2`, process, beatAt); err != nil {
+	var id string
+	err = exec.QueryRow(ctx, `DELETE FROM upscale_queue_process WHERE id = $1 AND beat_at = $2 RETURNING id`, process, beatAt).Scan(&id)
+	if err != nil && !noRows(err) {
 		l.q.opts.Logger.Warn("riverqueue: forget a dead process", "process", process, "err", err)
 	}
-	return true
+	return err == nil
 }
 
-// stopRuns ends the runs under way with errLapsed; runs started later
-// take a new fence.
+// stopRuns ends the runs under way with errLapsed, and those that start
+// until the process holds its row again.
 func (l *liveness[TTx]) stopRuns(why string) {
-	l.q.opts.Logger.Warn("riverqueue: this process stops its runs, to be run again", "process", l.id, "why", why)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.endFence(errLapsed)
-	l.fence, l.endFence = context.WithCancelCause(context.Background())
+	if l.fence.Err() == nil {
+		l.q.opts.Logger.Warn("riverqueue: this process stops its job runs, to be run again", "process", l.id, "why", why)
+		l.endFence(errLapsed)
+	}
 }
 
 // currentFence is the fence of a run starting now.

@@ -60,14 +60,15 @@ type Options struct {
 	// Keep it the same across the process's restarts, so that a process
 	// restarted after a crash hands back at once the runs it had; two
 	// processes alive at once must not share it (Work refuses to start,
-	// ErrProcessIDInUse, while another beats under it). Empty means a
+	// ErrProcessIDInUse, while another beats under it). One longer than
+	// 64 bytes is shortened to its start and a digest. Empty means a
 	// random ID: a restarted process's runs are then handed back after
 	// Lapse, as any dead process's.
 	ProcessID string
 	// Lapse is how long a working process may go without beating before
 	// the other working processes hand its runs back, to run again. It
-	// beats every Lapse/6, and stops its own runs once it has not beaten
-	// for two thirds of Lapse. Zero means 30 seconds.
+	// beats every Lapse/6, and stops its own job runs once it has not
+	// beaten for half of Lapse. Zero means 30 seconds.
 	Lapse time.Duration
 	// Retention is how long River keeps ended jobs: the handler's JobTTL.
 	// Zero means 24 hours.
@@ -516,6 +517,9 @@ func classify(ctx context.Context, err error) error {
 // settled (worker.Settle), and its outcome recorded. It returns an error wrapping ErrProcessIDInUse while another
 // live process beats under Options.ProcessID.
 func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, worker upscale.JobWorker) (func(drain context.Context) error, error) {
+	if worker.Run == nil || worker.Settle == nil {
+		return nil, errors.New("riverqueue: Work: the JobWorker needs both Run and Settle")
+	}
 	stop, err := q.work(ctx, worker.Run, nil, queueName, concurrency)
 	if err != nil {
 		return nil, err
@@ -614,16 +618,16 @@ func (q *Queue[TTx]) work(ctx context.Context, run func(context.Context, upscale
 	var stopErr error
 	return func(drain context.Context) error {
 		once.Do(func() {
-			defer q.live.leave(drain, client)
 			if err := client.Stop(drain); err != nil && drain.Err() == nil {
 				stopErr = err
-				return
-			}
-			if drain.Err() != nil {
+			} else if drain.Err() != nil {
 				cancelled, cancel := context.WithTimeout(context.WithoutCancel(drain), time.Minute)
 				defer cancel()
 				stopErr = client.StopAndCancel(cancelled)
 			}
+			if stopErr == nil {
+				q.live.leave(drain, client)
+			} // else runs may still be under way: the process beats on for them
 		})
 		return stopErr
 	}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -145,6 +146,28 @@ func TestProcessIDInUse(t *testing.T) {
 	}
 }
 
+// TestLongProcessID: an ID past River's limit for a client's (a host
+// name and a deep -data directory) still works, shortened.
+func TestLongProcessID(t *testing.T) {
+	ctx := context.Background()
+	q, _ := postgresDatabase(t, riverqueue.Options{Logger: quiet, ProcessID: "host.example.com:" + strings.Repeat("/a-deep-directory", 10)})
+	stop, err := q.Work(ctx, 1, upscaletest.Runner(func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+		return upscale.JobOutcome{Result: &upscale.Response{URL: "https://results.example/" + j.ID}}
+	}))
+	if err != nil {
+		t.Fatalf("Work with a %d-byte process ID: %v", len("host.example.com:")+170, err)
+	}
+	defer stop(ctx)
+	now := time.Now()
+	job, err := q.Submit(ctx, upscale.Job{AccountID: "a", Source: "s", Reservation: "r", Created: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := waitEnded(t, q, job.ID); j.Status != upscale.JobSucceeded {
+		t.Errorf("the job: %s, want succeeded", j.Status)
+	}
+}
+
 // TestForgottenProcessStopsItsRuns: a process that finds its beat gone
 // (others judged it dead and handed its runs back) stops what it runs,
 // which runs again.
@@ -193,6 +216,43 @@ func TestForgottenProcessStopsItsRuns(t *testing.T) {
 	defer mu.Unlock()
 	if len(causes) != 2 || causes[0] == nil || !strings.Contains(causes[0].Error(), "lapsed") {
 		t.Errorf("runs ended by %v; want the first stopped because its beat lapsed, then a second", causes)
+	}
+}
+
+// TestSilentProcessStopsItsRuns: a process that cannot beat (its table
+// gone, as a database out of reach would leave it) stops its runs within
+// half a lapse, before others may hand them over.
+func TestSilentProcessStopsItsRuns(t *testing.T) {
+	ctx := context.Background()
+	const lapse = 2 * time.Second
+	q, pool := postgresDatabase(t, riverqueue.Options{Logger: quiet, ProcessID: "silent", Lapse: lapse, RunTimeout: time.Hour})
+	started, stopped := make(chan struct{}), make(chan error, 1)
+	stop, err := q.Work(ctx, 1, upscaletest.Runner(func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+		close(started)
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return upscale.JobOutcome{}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(ctx)
+	now := time.Now()
+	if _, err := q.Submit(ctx, upscale.Job{AccountID: "a", Source: "s", Reservation: "r", Created: now, Expires: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if _, err := pool.Exec(ctx, `DROP TABLE upscale_queue_process`); err != nil {
+		t.Fatal(err)
+	}
+	dropped := time.Now()
+	select {
+	case cause := <-stopped:
+		if !strings.Contains(fmt.Sprint(cause), "lapsed") || time.Since(dropped) > lapse {
+			t.Errorf("the run stopped %v after the beats failed, cause %v; want within the %v lapse, because it lapsed", time.Since(dropped), cause, lapse)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run of a process that cannot beat was not stopped")
 	}
 }
 
