@@ -81,6 +81,15 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
 				})
 			})
+			t.Run("AccountDirectory", func(t *testing.T) {
+				dashboardtest.TestAccountDirectory(t, func(t *testing.T) (dashboard.AccountDirectory, func(string) (upscale.Balance, error)) {
+					s := open(t, newDB(t), upscale.LedgerOptions{})
+					if err := s.PutPlan(context.Background(), upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}); err != nil {
+						t.Fatal(err)
+					}
+					return s, func(id string) (upscale.Balance, error) { return s.Balance(context.Background(), id) }
+				})
+			})
 			t.Run("SessionStore", func(t *testing.T) {
 				dashboardtest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore {
 					return open(t, newDB(t), upscale.LedgerOptions{})

@@ -1,0 +1,86 @@
+package dashboardtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
+)
+
+// TestAccountDirectory checks that an AccountDirectory opens one account
+// per address, on the plan given, and finds it again: a second opening,
+// or concurrent ones, open nothing more. newDirectory returns an empty
+// directory and the balance of an account it opened, as the ledger the
+// directory opens accounts in reads it.
+func TestAccountDirectory(t *testing.T, newDirectory func(t *testing.T) (dashboard.AccountDirectory, func(accountID string) (upscale.Balance, error))) {
+	ctx := context.Background()
+	plan := upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}
+
+	t.Run("OpensOnceAndFinds", func(t *testing.T) {
+		d, balance := newDirectory(t)
+		email := "ada@example.com"
+		if _, err := d.AccountOf(ctx, email); !errors.Is(err, upscale.ErrNotFound) {
+			t.Fatalf("AccountOf an address with no account: %v, want ErrNotFound", err)
+		}
+		id, opened, err := d.OpenAccount(ctx, email, plan, "")
+		if err != nil || !opened || id == "" || id == email {
+			t.Fatalf("OpenAccount = %q, %v, %v; want a new account of its own ID", id, opened, err)
+		}
+		if got, err := d.AccountOf(ctx, email); err != nil || got != id {
+			t.Errorf("AccountOf = %q, %v; want %q", got, err, id)
+		}
+		if b, err := balance(id); err != nil || b.Plan.Name != plan.Name || b.Free != plan.MonthlyImages || b.Credits != 0 || b.ShareBonus != 0 {
+			t.Errorf("the opened account's balance: %+v, %v; want plan %q with its %d free images", b, err, plan.Name, plan.MonthlyImages)
+		}
+		again, opened, err := d.OpenAccount(ctx, email, plan, "someone")
+		if err != nil || opened || again != id {
+			t.Errorf("OpenAccount again = %q, %v, %v; want %q, not opened", again, opened, err, id)
+		}
+		other, opened, err := d.OpenAccount(ctx, "grace@example.com", plan, id)
+		if err != nil || !opened || other == id {
+			t.Errorf("OpenAccount of another address = %q, %v, %v; want another account", other, opened, err)
+		}
+	})
+
+	t.Run("ConcurrentOpensOpenOne", func(t *testing.T) {
+		d, _ := newDirectory(t)
+		const callers = 8
+		var wg sync.WaitGroup
+		ids, opened, errs := make([]string, callers), make([]bool, callers), make([]error, callers)
+		for i := range callers {
+			wg.Go(func() { ids[i], opened[i], errs[i] = d.OpenAccount(ctx, "race@example.com", plan, "") })
+		}
+		wg.Wait()
+		opens := 0
+		for i := range callers {
+			if errs[i] != nil {
+				t.Fatalf("OpenAccount %d: %v", i, errs[i])
+			}
+			if ids[i] != ids[0] {
+				t.Errorf("OpenAccount %d = %q, OpenAccount 0 = %q: want one account", i, ids[i], ids[0])
+			}
+			if opened[i] {
+				opens++
+			}
+		}
+		if opens != 1 {
+			t.Errorf("%d of %d concurrent calls opened the account, want exactly 1", opens, callers)
+		}
+	})
+
+	t.Run("AccountsApart", func(t *testing.T) {
+		d, _ := newDirectory(t)
+		seen := map[string]bool{}
+		for i := range 5 {
+			id, _, err := d.OpenAccount(ctx, fmt.Sprintf("user%d@example.com", i), plan, "")
+			if err != nil || seen[id] {
+				t.Fatalf("account %d: %q, %v; want a new one", i, id, err)
+			}
+			seen[id] = true
+		}
+	})
+}

@@ -1,0 +1,110 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+// AccountDirectory keeps the account of each email address that opened
+// one through the dashboard: sign-up and sign-in by email. sqlstore.Store
+// is one (for replicas), MemoryDirectory one for a single process, and
+// dashboardtest.TestAccountDirectory is the contract. Addresses are given
+// as Address returns them; an address is stored, and never shown to
+// another account.
+type AccountDirectory interface {
+	// AccountOf returns the account opened for the address email, and an
+	// error wrapping upscale.ErrNotFound when none was.
+	AccountOf(ctx context.Context, email string) (string, error)
+	// OpenAccount opens a new account for email on plan, and returns it
+	// and true; referrer, when not empty, is the account whose share link
+	// brought it. When email has an account already it returns that one
+	// and false, and opens nothing: of concurrent calls for one address,
+	// exactly one opens. The account's ID is new, unguessable, and not
+	// the address. sqlstore.Store needs the plan saved (PutPlan) before.
+	OpenAccount(ctx context.Context, email string, plan upscale.Plan, referrer string) (accountID string, opened bool, err error)
+}
+
+// accountPrefix begins the ID of an account opened by email: "acct_" and
+// 26 random letters and digits (upscale.NewKey).
+const accountPrefix = "acct_"
+
+// longestAddress is the longest email address taken, as SMTP's path limit
+// allows (RFC 5321, 4.5.3.1.3).
+const longestAddress = 254
+
+// errBadAddress is Address's refusal.
+var errBadAddress = errors.New("not an email address")
+
+// Address returns email as the directory keeps it: a bare address
+// (name@domain, no display name nor angle brackets), case-folded, so that
+// one mailbox is one account however its holder types it; an error for
+// anything else. Case-folding the local part goes beyond what RFC 5321
+// promises, as every large mail provider does.
+func Address(email string) (string, error) {
+	email = strings.TrimSpace(email)
+	parsed, err := mail.ParseAddress(email)
+	if err != nil || parsed.Name != "" || parsed.Address != email || len(email) > longestAddress ||
+		strings.Count(email, "@") != 1 || strings.ContainsAny(email, " \t\r\n\"") {
+		return "", fmt.Errorf("dashboard: %q: %w", email, errBadAddress)
+	}
+	return strings.ToLower(email), nil
+}
+
+// MemoryDirectory is an AccountDirectory in process memory that opens
+// accounts in a MemoryLedger, for one process and tests. It is safe for
+// concurrent use.
+type MemoryDirectory struct {
+	ledger *upscale.MemoryLedger
+	now    func() time.Time
+
+	mu       sync.Mutex
+	accounts map[string]DirectoryEntry // by address
+}
+
+// DirectoryEntry is what a directory keeps of an address.
+type DirectoryEntry struct {
+	Email, AccountID, Referrer string
+	Opened                     time.Time
+}
+
+// NewMemoryDirectory returns an empty MemoryDirectory that opens accounts
+// in ledger, on the clock now (nil means time.Now).
+func NewMemoryDirectory(ledger *upscale.MemoryLedger, now func() time.Time) *MemoryDirectory {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemoryDirectory{ledger: ledger, now: now, accounts: map[string]DirectoryEntry{}}
+}
+
+// AccountOf implements AccountDirectory.
+func (d *MemoryDirectory) AccountOf(_ context.Context, email string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.accounts[email]
+	if !ok {
+		return "", fmt.Errorf("dashboard: no account for the address: %w", upscale.ErrNotFound)
+	}
+	return e.AccountID, nil
+}
+
+// OpenAccount implements AccountDirectory.
+func (d *MemoryDirectory) OpenAccount(ctx context.Context, email string, plan upscale.Plan, referrer string) (string, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e, ok := d.accounts[email]; ok {
+		return e.AccountID, false, nil
+	}
+	id := upscale.NewKey(accountPrefix)
+	if err := d.ledger.PutAccount(ctx, upscale.Account{ID: id, Plan: plan}); err != nil {
+		return "", false, err
+	}
+	d.accounts[email] = DirectoryEntry{Email: email, AccountID: id, Referrer: referrer, Opened: d.now()}
+	return id, true, nil
+}

@@ -1,0 +1,41 @@
+package dashboard_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/dashboard/dashboardtest"
+)
+
+func TestMemoryDirectory(t *testing.T) {
+	dashboardtest.TestAccountDirectory(t, func(t *testing.T) (dashboard.AccountDirectory, func(string) (upscale.Balance, error)) {
+		ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+		return dashboard.NewMemoryDirectory(ledger, nil), func(id string) (upscale.Balance, error) { return ledger.Balance(context.Background(), id) }
+	})
+}
+
+// TestAddress: one mailbox is one address however it is typed; anything
+// but a bare address is refused.
+func TestAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"ada@example.com":          "ada@example.com",
+		"Ada.Lovelace@Example.COM": "ada.lovelace@example.com",
+		"  ada@example.com\n":      "ada@example.com",
+		"ada+upscale@example.com":  "ada+upscale@example.com",
+	} {
+		if got, err := dashboard.Address(in); err != nil || got != want {
+			t.Errorf("Address(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{
+		"", "ada", "ada@", "@example.com", "Ada <ada@example.com>", "<ada@example.com>", "ada@b@example.com",
+		`"ada lovelace"@example.com`, "ada@example.com, grace@example.com", strings.Repeat("a", 250) + "@example.com",
+	} {
+		if got, err := dashboard.Address(in); err == nil {
+			t.Errorf("Address(%q) = %q; want it refused", in, got)
+		}
+	}
+}
