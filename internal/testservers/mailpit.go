@@ -1,0 +1,108 @@
+package testservers
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+)
+
+var mailpit struct {
+	once   sync.Once
+	server MailpitServer
+	err    error
+}
+
+// MailpitServer is a running Mailpit: an SMTP server that keeps what it is
+// sent, and the HTTP API that reads it back.
+type MailpitServer struct {
+	SMTP string // host:port on loopback, no TLS, any login accepted
+	API  string // http://host:port
+}
+
+// Mailpit returns a Mailpit server on free loopback ports, started once
+// per test process and stopped by Stop. Tests keep apart by the addresses
+// they send to. The binary is the one named by UPSCALE_MAILPIT, else
+// mailpit on PATH; make test-deps builds it.
+func Mailpit(t testing.TB) MailpitServer {
+	t.Helper()
+	mailpit.once.Do(startMailpit)
+	if mailpit.err != nil {
+		Unavailable(t, "Mailpit: "+mailpit.err.Error())
+	}
+	return mailpit.server
+}
+
+func startMailpit() {
+	bin := os.Getenv("UPSCALE_MAILPIT")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("mailpit"); err != nil {
+			mailpit.err = fmt.Errorf("no mailpit binary; run make test-deps, or build it with CGO_ENABLED=0 go install github.com/axllent/mailpit@v1.33.1 and set UPSCALE_MAILPIT")
+			return
+		}
+	}
+	dir, err := os.MkdirTemp("", "upscale-mailpit-")
+	if err != nil {
+		mailpit.err = err
+		return
+	}
+	ports := [2]int{}
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			mailpit.err = err
+			return
+		}
+	}
+	smtp, api := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	mailpit.err = serve(dir, api, bin, "--smtp", smtp, "--listen", api, "--smtp-auth-accept-any", "--smtp-auth-allow-insecure",
+		"--disable-version-check", "--quiet")
+	if mailpit.err == nil {
+		mailpit.server = MailpitServer{SMTP: smtp, API: "http://" + api}
+	}
+}
+
+// MailpitMessage is a message Mailpit received, as its API reads it.
+type MailpitMessage struct {
+	ID      string
+	From    MailpitAddress
+	To      []MailpitAddress
+	Subject string
+	Text    string
+	HTML    string
+}
+
+// MailpitAddress is a sender or recipient of a MailpitMessage.
+type MailpitAddress struct{ Name, Address string }
+
+// Messages returns the messages Mailpit received for the address to,
+// newest first, whole.
+func (m MailpitServer) Messages(t testing.TB, to string) []MailpitMessage {
+	t.Helper()
+	var found struct{ Messages []struct{ ID string } }
+	m.get(t, "/api/v1/search?"+url.Values{"query": {fmt.Sprintf("to:%q", to)}}.Encode(), &found)
+	out := make([]MailpitMessage, len(found.Messages))
+	for i, s := range found.Messages {
+		m.get(t, "/api/v1/message/"+url.PathEscape(s.ID), &out[i])
+	}
+	return out
+}
+
+func (m MailpitServer) get(t testing.TB, path string, into any) {
+	t.Helper()
+	resp, err := http.Get(m.API + path)
+	if err != nil {
+		t.Fatalf("Mailpit: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("Mailpit: GET %s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		t.Fatalf("Mailpit: GET %s: %v", path, err)
+	}
+}
