@@ -170,6 +170,9 @@ func New(cfg Config) (*Dashboard, error) {
 		mux.HandleFunc("GET /signin", d.signInPage)
 		mux.HandleFunc("POST /signin", d.signInWithLink)
 		mux.HandleFunc("POST /signout", d.signOut)
+		if cfg.SignIn.opts.Email != nil {
+			mux.HandleFunc("POST /signin/email", d.emailLink)
+		}
 	}
 	d.handler = http.NewCrossOriginProtection().Handler(mux)
 	return d, nil

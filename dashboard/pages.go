@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"html/template"
 	"math"
@@ -251,19 +252,37 @@ func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request, account st
 }
 
 // signInPage is the sign-in page: a button that spends a working link
-// (Token, for Account), or why there is none.
+// (Token, for an account, or for an address whose account it may open:
+// ByEmail), or why there is none; and the form that asks for a link by
+// email, when the SignIn has one (Email, SignUps).
 type signInPage struct {
 	frame
 	Token, For string
 	// Links is whether the dashboard signs in with links (Config.SignIn).
 	Links, Broken, SignedOut, TooMany bool
+	ByEmail, Email, SignUps           bool
+	// Sent answers a link asked for Address, the same whether it has an
+	// account or not; BadAddress and TooManyLinks refuse one.
+	Address                        string
+	Sent, BadAddress, TooManyLinks bool
+}
+
+// signInFrame is the sign-in page as every answer of the sign-in pages
+// starts it.
+func (d *Dashboard) signInFrame(r *http.Request) signInPage {
+	page := signInPage{frame: d.frame(r, "", ""), Links: true}
+	if e := d.cfg.SignIn.opts.Email; e != nil {
+		page.Email, page.SignUps = true, e.SignUps
+	}
+	return page
 }
 
 func (d *Dashboard) signInPage(w http.ResponseWriter, r *http.Request) {
-	page := signInPage{frame: d.frame(r, "", ""), Links: true, SignedOut: r.URL.Query().Has("signed-out")}
+	page := d.signInFrame(r)
+	page.SignedOut = r.URL.Query().Has("signed-out")
 	token := r.URL.Query().Get("token")
 	if claims, ok := d.cfg.SignIn.link(token); ok {
-		page.Token, page.For = token, claims.Subject
+		page.Token, page.For, page.ByEmail = token, cmp.Or(claims.Email, claims.Subject), claims.Email != ""
 		d.render(w, r, http.StatusOK, "signin", page)
 		return
 	}
@@ -280,7 +299,9 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 	if !allowed {
 		d.cfg.Logger.Warn("dashboard: too many sign-in attempts", "remote", r.RemoteAddr)
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
-		d.render(w, r, http.StatusTooManyRequests, "signin", signInPage{frame: d.frame(r, "", ""), Links: true, TooMany: true})
+		page := d.signInFrame(r)
+		page.TooMany = true
+		d.render(w, r, http.StatusTooManyRequests, "signin", page)
 		return
 	}
 	account, ok, err := d.cfg.SignIn.useLink(w, r, r.PostFormValue("token"))
@@ -290,13 +311,55 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		d.cfg.Logger.Info("dashboard: a sign-in link that does not work", "remote", r.RemoteAddr)
-		d.render(w, r, http.StatusUnauthorized, "signin", signInPage{frame: d.frame(r, "", ""), Links: true, Broken: true})
+		page := d.signInFrame(r)
+		page.Broken = true
+		d.render(w, r, http.StatusUnauthorized, "signin", page)
 		return
 	}
 	d.cfg.Logger.Info("dashboard: signed in with a link", "account", account)
 	w.Header().Set("Location", "./")
 	w.WriteHeader(http.StatusSeeOther)
 }
+
+// emailLink asks for a sign-in link by email: refused at once for an
+// address that is none, or past its allowance or its client's; else the
+// link is mailed, if the address may sign in, after the answer, which is
+// the same whichever it is.
+func (d *Dashboard) emailLink(w http.ResponseWriter, r *http.Request) {
+	page := d.signInFrame(r)
+	email, err := Address(r.PostFormValue("email"))
+	if err != nil {
+		page.BadAddress, page.Address = true, r.PostFormValue("email")
+		d.render(w, r, http.StatusBadRequest, "signin", page)
+		return
+	}
+	allowed, retryAfter, err := d.cfg.SignIn.askLink(r, email)
+	if err != nil {
+		d.fail(w, r, "", "limit the links asked for", err)
+		return
+	}
+	page.Address = email
+	if !allowed {
+		d.cfg.Logger.Warn("dashboard: too many sign-in links asked for", "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
+		page.TooManyLinks = true
+		d.render(w, r, http.StatusTooManyRequests, "signin", page)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), mailLinkTimeout)
+		defer cancel()
+		if err := d.cfg.SignIn.mailLink(ctx, email); err != nil {
+			d.cfg.Logger.Error("dashboard: mail a sign-in link", "err", err)
+		}
+	}()
+	page.Sent = true
+	d.render(w, r, http.StatusOK, "signin", page)
+}
+
+// mailLinkTimeout bounds the finding of an address's account and the
+// posting of its link, after the page has answered.
+const mailLinkTimeout = 30 * time.Second
 
 func (d *Dashboard) signOut(w http.ResponseWriter, r *http.Request) {
 	account, err := d.cfg.SignIn.signOut(w, r)

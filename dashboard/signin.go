@@ -53,8 +53,36 @@ type SignInOptions struct {
 	// means the host of its RemoteAddr; behind a proxy, give the address
 	// the proxy saw, or every client shares the proxy's allowance.
 	ClientAddress func(r *http.Request) string
+	// Email, when set, lets people ask for a sign-in link by email, and
+	// open an account themselves.
+	Email *EmailOptions
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+}
+
+// EmailOptions lets people ask the sign-in page for a link by email
+// (SignInOptions.Email): an address that has an account gets a link that
+// signs it in; one that has none, a link that opens its account, on
+// Plan, when SignUps allows. Every address gets the same answer, so the
+// form tells nobody which addresses have accounts. Directory and Outbox
+// are required.
+type EmailOptions struct {
+	// Directory finds and opens the accounts of addresses.
+	Directory AccountDirectory
+	// Outbox sends the links, without holding up the page.
+	Outbox Outbox
+	// SignUps opens an account for an address that has none; false sends
+	// links to the addresses that have accounts only.
+	SignUps bool
+	// Plan is the plan an account opens on.
+	Plan upscale.Plan
+	// Limit limits the links asked for, per email address and per client
+	// address, keyed by the digests of "mail-to " and the email address
+	// and of "mail-from " and the client's. Nil means 5 an hour each,
+	// one more every 12 minutes (MemoryRateLimiter: one process).
+	Limit upscale.RateLimiter
+	// Product names the service in the mail. Empty means "upscale".
+	Product string
 }
 
 // LinkStore remembers which sign-in links were used. sqlstore.Store is
@@ -141,6 +169,20 @@ func NewSignIn(opts SignInOptions) (*SignIn, error) {
 			return host
 		}
 	}
+	if e := opts.Email; e != nil {
+		if e.Directory == nil || e.Outbox == nil {
+			return nil, errors.New("dashboard: SignInOptions.Email needs a Directory and an Outbox")
+		}
+		if e.SignUps && e.Plan.Name == "" {
+			return nil, errors.New("dashboard: SignInOptions.Email.SignUps needs the Plan accounts open on")
+		}
+		email := *e
+		if email.Limit == nil {
+			email.Limit = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1.0 / (12 * 60), Burst: 5, Now: opts.Now})
+		}
+		email.Product = cmp.Or(email.Product, "upscale")
+		opts.Email = &email
+	}
 	opts.LinkTTL = cmp.Or(opts.LinkTTL, 15*time.Minute)
 	opts.IdleTimeout = cmp.Or(opts.IdleTimeout, time.Hour)
 	opts.SessionTTL = cmp.Or(opts.SessionTTL, 12*time.Hour)
@@ -167,13 +209,24 @@ type sessionClaims struct {
 	Seen  *jwt.NumericDate `json:"seen"`
 }
 
+// linkClaims are a link's: Subject is the account it signs in, or, for a
+// link that opens an account, Email is the address it opens it for.
+type linkClaims struct {
+	jwt.RegisteredClaims
+	Email string `json:"email,omitempty"`
+}
+
 // Link returns a link that signs accountID in once, within LinkTTL.
 func (s *SignIn) Link(accountID string) (string, error) {
+	return s.newLink(linkClaims{RegisteredClaims: jwt.RegisteredClaims{Subject: accountID}})
+}
+
+// newLink signs claims as a link that works once, within LinkTTL.
+func (s *SignIn) newLink(claims linkClaims) (string, error) {
 	now := s.opts.Now()
-	token, err := s.sign(jwt.RegisteredClaims{
-		Subject: accountID, ID: strings.ToLower(rand.Text()), Audience: jwt.ClaimStrings{linkAudience},
-		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(s.opts.LinkTTL)),
-	})
+	claims.ID, claims.Audience = strings.ToLower(rand.Text()), jwt.ClaimStrings{linkAudience}
+	claims.IssuedAt, claims.ExpiresAt = jwt.NewNumericDate(now), jwt.NewNumericDate(now.Add(s.opts.LinkTTL))
+	token, err := s.sign(claims)
 	if err != nil {
 		return "", err
 	}
@@ -197,13 +250,14 @@ func (s *SignIn) parse(token, audience string, claims jwt.Claims) error {
 	return err
 }
 
-// link returns the account and ID of a link's token that works.
-func (s *SignIn) link(token string) (jwt.RegisteredClaims, bool) {
-	var claims jwt.RegisteredClaims
-	if err := s.parse(token, linkAudience, &claims); err != nil || claims.Subject == "" || claims.ID == "" {
+// link returns the claims of a link's token that works: an account's, or
+// an address's while the SignIn opens accounts by email.
+func (s *SignIn) link(token string) (linkClaims, bool) {
+	var claims linkClaims
+	if err := s.parse(token, linkAudience, &claims); err != nil || claims.ID == "" || (claims.Subject == "") == (claims.Email == "") {
 		return claims, false
 	}
-	return claims, true
+	return claims, claims.Email == "" || s.opts.Email != nil
 }
 
 // attempt takes one sign-in attempt from the request's client's
@@ -220,6 +274,16 @@ func (s *SignIn) useLink(w http.ResponseWriter, r *http.Request, token string) (
 	if !ok {
 		return "", false, nil
 	}
+	if claims.Email != "" {
+		// Opened before the link is spent: a link spent but for an
+		// account that could not be opened would be lost. Opening twice
+		// opens once.
+		account, ok, err := s.accountFor(r.Context(), claims.Email)
+		if err != nil || !ok {
+			return "", false, err
+		}
+		claims.Subject = account
+	}
 	first, err := s.opts.Links.UseLink(r.Context(), claims.ID, claims.ExpiresAt.Time)
 	if err != nil || !first {
 		return "", false, err
@@ -230,6 +294,26 @@ func (s *SignIn) useLink(w http.ResponseWriter, r *http.Request, token string) (
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(s.opts.SessionTTL)),
 	}, Began: now.UnixNano()}
 	return claims.Subject, true, s.setSession(w, session, now)
+}
+
+// accountFor returns the account of the address email: found, or opened
+// now when SignUps allows; false when there is none to sign in.
+func (s *SignIn) accountFor(ctx context.Context, email string) (string, bool, error) {
+	e := s.opts.Email
+	account, err := e.Directory.AccountOf(ctx, email)
+	switch {
+	case err == nil:
+		return account, true, nil
+	case !errors.Is(err, upscale.ErrNotFound):
+		return "", false, fmt.Errorf("dashboard: find the address's account: %w", err)
+	case !e.SignUps:
+		return "", false, nil
+	}
+	account, _, err = e.Directory.OpenAccount(ctx, email, e.Plan, "")
+	if err != nil {
+		return "", false, fmt.Errorf("dashboard: open the address's account: %w", err)
+	}
+	return account, true, nil
 }
 
 // setSession writes the session's cookie, seen at now.

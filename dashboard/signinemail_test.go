@@ -1,0 +1,276 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/upscaletest"
+)
+
+// mailbox is a Mailer that keeps what it is sent, and is unavailable
+// while down.
+type mailbox struct {
+	mu   sync.Mutex
+	sent []dashboard.Mail
+	down atomic.Bool
+}
+
+func (m *mailbox) Send(_ context.Context, mail dashboard.Mail) error {
+	if m.down.Load() {
+		return fmt.Errorf("%w: the mail server is down", upscale.ErrUnavailable)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sent = append(m.sent, mail)
+	return nil
+}
+
+// to returns the mail sent to address so far.
+func (m *mailbox) to(address string) []dashboard.Mail {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []dashboard.Mail
+	for _, mail := range m.sent {
+		if mail.To == address {
+			out = append(out, mail)
+		}
+	}
+	return out
+}
+
+// await waits up to 15 s for the nth mail to address, and returns it.
+func (m *mailbox) await(t *testing.T, address string, n int) dashboard.Mail {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if got := m.to(address); len(got) >= n {
+			return got[n-1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d mails to %s after 15 s, want %d", len(m.to(address)), address, n)
+		}
+	}
+}
+
+// emailSite is a dashboard whose sign-in page mails links, and a browser.
+type emailSite struct {
+	t         *testing.T
+	clock     *upscaletest.Clock
+	base      string
+	browser   *http.Client
+	mail      *mailbox
+	directory *dashboard.MemoryDirectory
+	ledger    *upscale.MemoryLedger
+}
+
+var freePlan = upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}
+
+// newEmailSite returns an emailSite that opens accounts when signUps; the
+// client address of a request is its X-Client header.
+func newEmailSite(t *testing.T, signUps bool) *emailSite {
+	t.Helper()
+	clock := upscaletest.NewClock(start)
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
+	directory := dashboard.NewMemoryDirectory(ledger, clock.Now)
+	mail := &mailbox{}
+	outbox := dashboard.NewMemoryOutbox(mail, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		outbox.Close(ctx)
+	})
+	mux := http.NewServeMux()
+	server := httptest.NewServer(mux)
+	t.Cleanup(server.Close)
+	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{
+		Secret: secret, BaseURL: server.URL + "/dashboard/", Now: clock.Now,
+		ClientAddress: func(r *http.Request) string { return r.Header.Get("X-Client") },
+		Email:         &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &emailSite{t: t, clock: clock, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, ledger: ledger}
+}
+
+// do sends a same-origin request from client, and returns the answer with
+// its body read.
+func (s *emailSite) do(method, u, client string, form url.Values) (*http.Response, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("X-Client", client)
+	resp, err := s.browser.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+// ask asks for a link for email, from client.
+func (s *emailSite) ask(email, client string) (*http.Response, string) {
+	return s.do(http.MethodPost, s.base+"signin/email", client, url.Values{"email": {email}})
+}
+
+// follow opens the link in m, presses its button, and returns the POST's
+// answer and the link's page.
+func (s *emailSite) follow(m dashboard.Mail) (*http.Response, string) {
+	s.t.Helper()
+	link := regexp.MustCompile(`https?://\S+`).FindString(m.Text)
+	if link == "" || !strings.Contains(m.HTML, `href="`+strings.ReplaceAll(link, "&", "&amp;")+`"`) {
+		s.t.Fatalf("no link in the mail, or not the same in its text and its HTML: %+v", m)
+	}
+	status, page := s.do(http.MethodGet, link, "browser", nil)
+	token := regexp.MustCompile(`name="token" value="([^"]+)"`).FindStringSubmatch(page)
+	if status.StatusCode != http.StatusOK || token == nil {
+		s.t.Fatalf("the link's page: %d\n%s", status.StatusCode, page)
+	}
+	resp, _ := s.do(http.MethodPost, s.base+"signin", "browser", url.Values{"token": {token[1]}})
+	return resp, page
+}
+
+// overview returns the overview page as the browser sees it.
+func (s *emailSite) overview() (int, string) {
+	resp, page := s.do(http.MethodGet, s.base, "browser", nil)
+	return resp.StatusCode, page
+}
+
+// TestSignUpByEmail: an address asks for a link, its mail opens its account
+// on the plan with its free images and signs it in; asked again after
+// signing out, the link signs the same account in; a used link fails.
+func TestSignUpByEmail(t *testing.T) {
+	s := newEmailSite(t, true)
+	if _, page := s.do(http.MethodGet, s.base+"signin", "browser", nil); !strings.Contains(page, `action="./signin/email"`) && !strings.Contains(page, `signin/email"`) {
+		t.Fatalf("the sign-in page offers no form for a link by email:\n%s", page)
+	}
+	resp, page := s.ask("Ada@Example.com", "a")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "a link is on its way") {
+		t.Fatalf("asking for a link: %d\n%s", resp.StatusCode, page)
+	}
+	opening := s.mail.await(t, "ada@example.com", 1)
+	if opening.Subject != "Open your upscale account" {
+		t.Errorf("the first mail's subject %q, want the account's opening", opening.Subject)
+	}
+	resp, linkPage := s.follow(opening)
+	if !strings.Contains(linkPage, "<strong>ada@example.com</strong>") || resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("following the link: %d\n%s", resp.StatusCode, linkPage)
+	}
+	account, err := s.directory.AccountOf(context.Background(), "ada@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, page := s.overview(); status != http.StatusOK || !strings.Contains(page, "<strong>"+account+"</strong>") || !strings.Contains(page, `<span class="left">10</span>`) {
+		t.Fatalf("the overview after the link: %d, want the new account %s with its 10 free images\n%s", status, account, page)
+	}
+	// The used link works no more.
+	if resp, _ := s.follow(opening); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the used link: %d, want 401", resp.StatusCode)
+	}
+	s.do(http.MethodPost, s.base+"signout", "browser", nil)
+	s.clock.Advance(time.Second) // a session begun at a sign-out's instant is signed out of
+	s.ask("ada@example.com", "a")
+	signIn := s.mail.await(t, "ada@example.com", 2)
+	if signIn.Subject != "Sign in to upscale" {
+		t.Errorf("the second mail's subject %q, want a sign-in", signIn.Subject)
+	}
+	if resp, _ := s.follow(signIn); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("signing in again: %d", resp.StatusCode)
+	}
+	if _, page := s.overview(); !strings.Contains(page, "<strong>"+account+"</strong>") {
+		t.Errorf("signed in again, but not to %s", account)
+	}
+}
+
+// TestEmailAnswersAlike: an address with an account and one without get
+// the same page, byte for byte but the address, whether accounts open or
+// not; only the first gets a mail where they do not.
+func TestEmailAnswersAlike(t *testing.T) {
+	for _, signUps := range []bool{true, false} {
+		t.Run(fmt.Sprintf("SignUps=%v", signUps), func(t *testing.T) {
+			s := newEmailSite(t, signUps)
+			if _, _, err := s.directory.OpenAccount(context.Background(), "known@example.com", freePlan, ""); err != nil {
+				t.Fatal(err)
+			}
+			known, knownPage := s.ask("known@example.com", "a")
+			unknown, unknownPage := s.ask("other@example.com", "b")
+			if known.StatusCode != unknown.StatusCode || strings.ReplaceAll(knownPage, "known@", "other@") != unknownPage {
+				t.Errorf("known: %d, unknown: %d; the pages differ:\n%s\n---\n%s", known.StatusCode, unknown.StatusCode, knownPage, unknownPage)
+			}
+			s.mail.await(t, "known@example.com", 1)
+			if !signUps {
+				time.Sleep(200 * time.Millisecond) // what would have been sent has been
+				if n := len(s.mail.to("other@example.com")); n != 0 {
+					t.Errorf("with sign-ups closed, %d mails to an address without an account", n)
+				}
+				if _, err := s.directory.AccountOf(context.Background(), "other@example.com"); err == nil {
+					t.Error("with sign-ups closed, an account was opened")
+				}
+			} else {
+				s.mail.await(t, "other@example.com", 1)
+			}
+		})
+	}
+}
+
+// TestEmailLinkLimits: the sixth link in an hour for one address is
+// refused (429, Retry-After), whoever asks; so is the sixth from one
+// client, whatever the address; a malformed address is a 400.
+func TestEmailLinkLimits(t *testing.T) {
+	s := newEmailSite(t, true)
+	for i := range 5 {
+		if resp, _ := s.ask("ada@example.com", fmt.Sprintf("client-%d", i)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("link %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	resp, page := s.ask("ada@example.com", "client-5")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(page, `id="too-many-links"`) {
+		t.Errorf("the sixth link for one address: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	for i := range 5 {
+		s.ask(fmt.Sprintf("user%d@example.com", i), "busy")
+	}
+	if resp, _ := s.ask("user5@example.com", "busy"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the sixth link from one client: %d, want 429", resp.StatusCode)
+	}
+	if resp, page := s.ask("not an address", "c"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "not an email address") {
+		t.Errorf("a malformed address: %d\n%s", resp.StatusCode, page)
+	}
+}
+
+// TestMailServerDown: the page answers at once while the mail server is
+// down, and the link is sent once it is back.
+func TestMailServerDown(t *testing.T) {
+	s := newEmailSite(t, true)
+	s.mail.down.Store(true)
+	if resp, _ := s.ask("ada@example.com", "a"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("asking with the server down: %d", resp.StatusCode)
+	}
+	time.Sleep(300 * time.Millisecond)
+	s.mail.down.Store(false)
+	if m := s.mail.await(t, "ada@example.com", 1); m.Subject != "Open your upscale account" {
+		t.Errorf("sent once the server was back: %+v", m)
+	}
+}
