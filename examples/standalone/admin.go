@@ -69,7 +69,7 @@ var adminCommands = []adminCommand{
 			if _, err := s.Balance(ctx, a.account); err != nil {
 				return err
 			}
-			signIn, err := newSignIn(ctx, s, strings.TrimSuffix(a.publicURL, "/"))
+			signIn, err := newSignIn(ctx, s, strings.TrimSuffix(a.publicURL, "/"), nil)
 			if err != nil {
 				return err
 			}

@@ -20,6 +20,9 @@ type fileConfig struct {
 	Accounts             []fileAccount       `json:"accounts"`
 	Keys                 []fileKey           `json:"keys"`
 	Billing              fileBilling         `json:"billing"`
+	// SignUpPlan is the plan of the accounts people open by email
+	// (-smtp-url): "free" when empty and the file has such a plan.
+	SignUpPlan string `json:"signUpPlan"`
 }
 
 type filePlan struct {
@@ -91,6 +94,9 @@ func (c fileConfig) validate() error {
 	}
 	if err := c.Billing.validate(c.Plans); err != nil {
 		return err
+	}
+	if _, ok := c.Plans[c.SignUpPlan]; c.SignUpPlan != "" && !ok {
+		return fmt.Errorf("signUpPlan: unknown plan %q", c.SignUpPlan)
 	}
 	keys := map[string]bool{}
 	for i, k := range c.Keys {

@@ -1,24 +1,62 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/dashboard/smtpmail"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
 // newSignIn returns the dashboard's sign-in for a server at publicURL:
 // links and sessions signed with the database's secret, so that every
 // replica accepts them, links spent once and sign-outs kept across
-// replicas (and restarts).
-func newSignIn(ctx context.Context, store *sqlstore.Store, publicURL string) (*dashboard.SignIn, error) {
+// replicas (and restarts); with email, links asked for by email too.
+func newSignIn(ctx context.Context, store *sqlstore.Store, publicURL string, email *dashboard.EmailOptions) (*dashboard.SignIn, error) {
 	secret, err := store.Secret(ctx, "dashboard")
 	if err != nil {
 		return nil, err
 	}
-	return dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: publicURL + "/dashboard/", Links: store, Sessions: store})
+	return dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: publicURL + "/dashboard/", Links: store, Sessions: store, Email: email})
+}
+
+// smtpURLEnv names the environment variable -smtp-url defaults to.
+const smtpURLEnv = "UPSCALE_SMTP_URL"
+
+// mailOptions are the sign-in's by email when -smtp-url is given: mail
+// through that server from -mail-from, accounts opened on the config's
+// sign-up plan unless -signups closed; nil without -smtp-url. close waits
+// a moment for the mail under way.
+func (o options) mailOptions(cfg fileConfig, store *sqlstore.Store, logger *slog.Logger) (email *dashboard.EmailOptions, close func(), err error) {
+	if o.smtpURL == "" {
+		return nil, func() {}, nil
+	}
+	mailer, err := smtpmail.New(smtpmail.Options{URL: o.smtpURL, From: o.mailFrom})
+	if err != nil {
+		return nil, nil, fmt.Errorf("-smtp-url, -mail-from: %w", err)
+	}
+	email = &dashboard.EmailOptions{Directory: store, SignUps: o.signUps == "open"}
+	if email.SignUps {
+		name := cmp.Or(cfg.SignUpPlan, "free")
+		p, ok := cfg.Plans[name]
+		if !ok {
+			return nil, nil, fmt.Errorf("-signups open: the config has no plan %q for the accounts people open; name one as signUpPlan", name)
+		}
+		email.Plan = p.plan(name)
+	}
+	outbox := dashboard.NewMemoryOutbox(mailer, logger)
+	email.Outbox = outbox
+	return email, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		outbox.Close(ctx)
+	}, nil
 }
 
 //go:embed landing/index.html

@@ -8,10 +8,14 @@ import (
 	"net/url"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/client"
+	"github.com/upscalekit/upscale/internal/testservers"
 )
 
 // TestDashboard: the banner's link signs the demo account in to
@@ -98,5 +102,120 @@ func TestDashboard(t *testing.T) {
 	status, page = send("GET", srv.base+"/", nil)
 	if status != http.StatusOK || !strings.Contains(page, `href="/dashboard/"`) || !strings.Contains(page, `href="/openapi.yaml"`) {
 		t.Errorf("the landing page: %d\n%s", status, page)
+	}
+}
+
+// TestSignUpByEmail: with an SMTP server (Mailpit), a person with only an
+// inbox asks the dashboard for a link, follows the mail, finds an account
+// of their own with the free plan's images, makes a key and upscales with
+// it, paid by the free pool; asked again, the link signs the same account
+// in. With -signups closed, an unknown address opens nothing.
+func TestSignUpByEmail(t *testing.T) {
+	bin := buildStandalone(t)
+	mail := testservers.Mailpit(t)
+	origin := newButterflyOrigin(t)
+	flags := []string{"-smtp-url", "smtp://" + mail.SMTP, "-mail-from", "Upscale <no-reply@upscale.test>"}
+	srv := startStandalone(t, bin, append(flags, "-data", t.TempDir())...)
+	defer srv.stop(t)
+	if !slices.ContainsFunc(srv.banner, func(line string) bool { return strings.HasPrefix(line, "sign-in by email at ") }) {
+		t.Errorf("the banner does not say sign-in by email is on:\n%s", strings.Join(srv.banner, "\n"))
+	}
+	b := newBrowser(t, srv.base)
+	address := "ada-" + strings.ToLower(upscale.NewKey(""))[:8] + "@example.com"
+	if status, page := b.send("POST", srv.base+"/dashboard/signin/email", url.Values{"email": {address}}); status != http.StatusOK || !strings.Contains(page, "a link is on its way") {
+		t.Fatalf("ask for a link: %d\n%s", status, page)
+	}
+	b.signIn(awaitLink(t, mail, address, 1, "Open your upscale account"))
+	status, page := b.send("GET", srv.base+"/dashboard/", nil)
+	account := regexp.MustCompile(`Account <strong>(acct_[a-z0-9]+)</strong>`).FindStringSubmatch(page)
+	if status != http.StatusOK || account == nil || !strings.Contains(page, `<span class="left">10</span> <span class="of">of 10</span>`) {
+		t.Fatalf("the new account's overview: %d\n%s", status, page)
+	}
+	status, page = b.send("POST", srv.base+"/dashboard/keys", url.Values{"name": {"first"}})
+	key := regexp.MustCompile(`<code id="new-key">(upk_[a-z0-9]+)</code>`).FindStringSubmatch(page)
+	if status != http.StatusCreated || key == nil {
+		t.Fatalf("make a key: %d\n%s", status, page)
+	}
+	api := &client.Client{BaseURL: srv.base, Key: key[1], MaxAttempts: 1}
+	if resp, err := api.Upscale(context.Background(), client.Request{ImageURL: origin + "/a.png", Scale: 2}); err != nil || resp.Via != string(upscale.PoolFree) {
+		t.Errorf("the new account's key: %+v, %v; want a result paid by free_pool", resp, err)
+	}
+	other := newBrowser(t, srv.base)
+	other.send("POST", srv.base+"/dashboard/signin/email", url.Values{"email": {strings.ToUpper(address)}})
+	other.signIn(awaitLink(t, mail, address, 2, "Sign in to upscale"))
+	if _, page := other.send("GET", srv.base+"/dashboard/", nil); !strings.Contains(page, "<strong>"+account[1]+"</strong>") {
+		t.Errorf("the second link did not sign in %s", account[1])
+	}
+
+	closed := startStandalone(t, bin, append(flags, "-data", t.TempDir(), "-signups", "closed")...)
+	defer closed.stop(t)
+	stranger := "stranger-" + strings.ToLower(upscale.NewKey(""))[:8] + "@example.com"
+	if status, page := newBrowser(t, closed.base).send("POST", closed.base+"/dashboard/signin/email", url.Values{"email": {stranger}}); status != http.StatusOK || !strings.Contains(page, "a link is on its way") {
+		t.Fatalf("ask for a link, sign-ups closed: %d\n%s", status, page)
+	}
+	time.Sleep(time.Second)
+	if got := mail.Messages(t, stranger); len(got) != 0 {
+		t.Errorf("sign-ups closed: %d mails to an address without an account", len(got))
+	}
+}
+
+// browser is a client with cookies that sends the dashboard's forms as a
+// browser on its page would.
+type browser struct {
+	t      *testing.T
+	base   string
+	client *http.Client
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: base, client: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (b *browser) send(method, u string, form url.Values) (int, string) {
+	b.t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(form.Encode()))
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// signIn opens link and presses its button.
+func (b *browser) signIn(link string) {
+	b.t.Helper()
+	status, page := b.send("GET", link, nil)
+	token := regexp.MustCompile(`name="token" value="([^"]+)"`).FindStringSubmatch(page)
+	if status != http.StatusOK || token == nil {
+		b.t.Fatalf("the link %s: %d\n%s", link, status, page)
+	}
+	if status, _ := b.send("POST", b.base+"/dashboard/signin", url.Values{"token": {token[1]}}); status != http.StatusSeeOther {
+		b.t.Fatalf("sign in: %d", status)
+	}
+}
+
+// awaitLink waits up to 30 s for the nth mail to address, checks its
+// subject, and returns the link in it.
+func awaitLink(t *testing.T, mail testservers.MailpitServer, address string, n int, subject string) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if got := mail.Messages(t, address); len(got) >= n {
+			m := got[0] // newest first
+			link := regexp.MustCompile(`https?://\S+/dashboard/signin\?token=\S+`).FindString(m.Text)
+			if m.Subject != subject || link == "" {
+				t.Fatalf("mail %d to %s: subject %q, text %q; want %q with a sign-in link", n, address, m.Subject, m.Text, subject)
+			}
+			return link
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no mail %d to %s after 30 s", n, address)
+		}
 	}
 }

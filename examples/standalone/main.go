@@ -71,6 +71,7 @@ type options struct {
 	drainDelay, keyCacheTTL, jobRunTimeout    time.Duration
 	jobWorkers                                int
 	processID, stripeAPIBase                  string
+	smtpURL, mailFrom, signUps                string
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -182,6 +183,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
 	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
 	fs.StringVar(&o.onnxPrecision, "onnx-precision", "", "arithmetic of -engine onnx's networks: on onednn bf16 (the default on CPUs with AVX-512 BF16) or fp32; on onnxruntime int8 (the default on CPUs with VNNI) or fp32")
+	fs.StringVar(&o.smtpURL, "smtp-url", os.Getenv(smtpURLEnv), "smtp://user:password@host:587 (STARTTLS, required but for loopback) or smtps://…: the server that mails sign-in links, which lets people sign in and open accounts by email on the dashboard (default $"+smtpURLEnv+", which keeps the password out of the process list)")
+	fs.StringVar(&o.mailFrom, "mail-from", "", "the sender of the sign-in mail, such as 'Upscale <no-reply@example.com>'; required with -smtp-url")
+	fs.StringVar(&o.signUps, "signups", "open", "with -smtp-url: open (an address without an account opens one, on the config's signUpPlan) or closed (only addresses that have accounts get sign-in links)")
 	fs.StringVar(&o.stripeAPIBase, "stripe-api-base", "", "for tests: an http URL on loopback where a Stripe test server (stripe-mock, a fake) answers instead of Stripe; selling needs "+stripeKeyEnv+" and "+stripeHookEnv+" in the environment and the config file's billing section")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -200,6 +204,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if least := o.engineTimeout + settleTimeout; o.jobRunTimeout <= least {
 		return o, fmt.Errorf("-job-run-timeout %v is not above -engine-timeout %v and the %v a charge may take to settle: a run could not use the engine's time, nor give up its turn in time", o.jobRunTimeout, o.engineTimeout, settleTimeout)
+	}
+	if o.signUps != "open" && o.signUps != "closed" {
+		return o, fmt.Errorf("-signups %q: want open or closed", o.signUps)
+	}
+	if o.smtpURL != "" && o.mailFrom == "" {
+		return o, errors.New("-smtp-url needs -mail-from, the sender of the sign-in mail")
 	}
 	if o.memoryBudget < 1 {
 		return o, errors.New("-memory-budget must be a positive number of bytes")
@@ -415,7 +425,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(api.OpenAPI)
 	})
-	signIn, err := newSignIn(ctx, store, publicURL)
+	email, closeMail, err := o.mailOptions(cfg, store, logger)
+	if err != nil {
+		return err
+	}
+	defer closeMail()
+	signIn, err := newSignIn(ctx, store, publicURL, email)
 	if err != nil {
 		return err
 	}
@@ -439,6 +454,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if seller != nil {
 		fmt.Fprintf(stdout, "selling through Stripe: register the webhook endpoint %s%s (API version %s) for: %s\n",
 			publicURL, webhookPath, stripe.APIVersion, strings.Join(stripebilling.Events, ", "))
+	}
+	if email != nil {
+		fmt.Fprintf(stdout, "sign-in by email at %s/dashboard/signin: sign-ups %s", publicURL, o.signUps)
+		if email.SignUps {
+			fmt.Fprintf(stdout, " (accounts open on the plan %q)", email.Plan.Name)
+		}
+		fmt.Fprintln(stdout)
 	}
 	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
 	if o.metricsAddr != "" {

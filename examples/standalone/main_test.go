@@ -46,6 +46,7 @@ func TestLoadConfig(t *testing.T) {
 	valid := `"plans": {"free": {"monthlyImages": 10, "maxFileBytes": 100}}, "accounts": [{"id": "acme", "plan": "free"}]`
 	for _, tc := range []struct{ name, file, field string }{
 		{"UnknownPlan", `{"plans": {}, "accounts": [{"id": "acme", "plan": "gold"}]}`, "accounts[0].plan"},
+		{"UnknownSignUpPlan", `{"plans": {"free": {}}, "signUpPlan": "gold"}`, "signUpPlan"},
 		{"UnknownAccount", `{` + valid + `, "keys": [{"key": "upk_test_0123456789abcdef", "account": "nobody"}]}`, "keys[0].account"},
 		{"NegativeCredits", `{"plans": {"free": {}}, "accounts": [{"id": "a", "plan": "free", "credits": -1}]}`, "accounts[0].credits"},
 		{"NegativeShareBonus", `{"plans": {"free": {}}, "accounts": [{"id": "a", "plan": "free", "shareBonus": -1}]}`, "accounts[0].shareBonus"},
@@ -671,6 +672,8 @@ func TestEngineFlags(t *testing.T) {
 		{[]string{"-engine", "onnx", "-onnxruntime-lib", "/opt/ort.so"}, "-onnx-runtime onnxruntime"},
 		{[]string{"-engine-timeout", "2m", "-job-run-timeout", "1m"}, "-job-run-timeout"},
 		{[]string{"-engine-timeout", "10s", "-job-run-timeout", "25s"}, "-job-run-timeout"},
+		{[]string{"-signups", "maybe"}, "-signups"},
+		{[]string{"-smtp-url", "smtp://127.0.0.1:25"}, "-mail-from"},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseFlags(%q) = %v; want an error naming %s", tc.args, err, tc.want)
