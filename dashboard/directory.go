@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,10 @@ type AccountDirectory interface {
 	// exactly one opens. The account's ID is new, unguessable, and not
 	// the address. sqlstore.Store needs the plan saved (PutPlan) before.
 	OpenAccount(ctx context.Context, email string, plan upscale.Plan, referrer string) (accountID string, opened bool, err error)
+	// Opened lists the accounts opened at or after since, the oldest
+	// first: for the operator, who sees who opened accounts when, and
+	// for the cap on the accounts opened each day.
+	Opened(ctx context.Context, since time.Time) ([]DirectoryEntry, error)
 }
 
 // accountPrefix begins the ID of an account opened by email: "acct_" and
@@ -107,4 +112,18 @@ func (d *MemoryDirectory) OpenAccount(ctx context.Context, email string, plan up
 	}
 	d.accounts[email] = DirectoryEntry{Email: email, AccountID: id, Referrer: referrer, Opened: d.now()}
 	return id, true, nil
+}
+
+// Opened implements AccountDirectory.
+func (d *MemoryDirectory) Opened(_ context.Context, since time.Time) ([]DirectoryEntry, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []DirectoryEntry
+	for _, e := range d.accounts {
+		if !e.Opened.Before(since) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b DirectoryEntry) int { return a.Opened.Compare(b.Opened) })
+	return out, nil
 }

@@ -265,6 +265,8 @@ type signInPage struct {
 	// account or not; BadAddress and TooManyLinks refuse one.
 	Address                        string
 	Sent, BadAddress, TooManyLinks bool
+	// OpensFull refuses to open an account past the day's cap.
+	OpensFull bool
 }
 
 // signInFrame is the sign-in page as every answer of the sign-in pages
@@ -305,6 +307,15 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	account, ok, err := d.cfg.SignIn.useLink(w, r, r.PostFormValue("token"))
+	if errors.Is(err, errOpensFull) {
+		d.cfg.Logger.Warn("dashboard: an account not opened: the day's cap is reached", "remote", r.RemoteAddr)
+		now := d.cfg.Now().UTC()
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC).Sub(now).Seconds()))))
+		page := d.signInFrame(r)
+		page.OpensFull = true
+		d.render(w, r, http.StatusTooManyRequests, "signin", page)
+		return
+	}
 	if err != nil {
 		d.fail(w, r, account, "sign in with a link", err)
 		return

@@ -76,6 +76,11 @@ type EmailOptions struct {
 	SignUps bool
 	// Plan is the plan an account opens on.
 	Plan upscale.Plan
+	// OpensPerDay caps the accounts opened in a day (UTC), so that nobody
+	// can open free accounts by the thousand unseen: past it, a link that
+	// would open one answers 429 until the next day. Concurrent openings
+	// may pass it by a few. Zero means no cap.
+	OpensPerDay int
 	// Limit limits the links asked for, per email address and per client
 	// address, keyed by the digests of "mail-to " and the email address
 	// and of "mail-from " and the client's. Nil means 5 an hour each,
@@ -309,12 +314,25 @@ func (s *SignIn) accountFor(ctx context.Context, email string) (string, bool, er
 	case !e.SignUps:
 		return "", false, nil
 	}
+	if e.OpensPerDay > 0 {
+		now := s.opts.Now().UTC()
+		opened, err := e.Directory.Opened(ctx, time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC))
+		if err != nil {
+			return "", false, fmt.Errorf("dashboard: count the accounts opened today: %w", err)
+		}
+		if len(opened) >= e.OpensPerDay {
+			return "", false, errOpensFull
+		}
+	}
 	account, _, err = e.Directory.OpenAccount(ctx, email, e.Plan, "")
 	if err != nil {
 		return "", false, fmt.Errorf("dashboard: open the address's account: %w", err)
 	}
 	return account, true, nil
 }
+
+// errOpensFull refuses to open an account past EmailOptions.OpensPerDay.
+var errOpensFull = errors.New("dashboard: no more accounts open today")
 
 // setSession writes the session's cookie, seen at now.
 func (s *SignIn) setSession(w http.ResponseWriter, session sessionClaims, now time.Time) error {

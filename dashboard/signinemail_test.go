@@ -79,8 +79,9 @@ type emailSite struct {
 var freePlan = upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}
 
 // newEmailSite returns an emailSite that opens accounts when signUps; the
-// client address of a request is its X-Client header.
-func newEmailSite(t *testing.T, signUps bool) *emailSite {
+// client address of a request is its X-Client header. change, when not
+// nil, changes the EmailOptions.
+func newEmailSite(t *testing.T, signUps bool, change ...func(*dashboard.EmailOptions)) *emailSite {
 	t.Helper()
 	clock := upscaletest.NewClock(start)
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
@@ -95,10 +96,14 @@ func newEmailSite(t *testing.T, signUps bool) *emailSite {
 	mux := http.NewServeMux()
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
+	email := &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan}
+	for _, c := range change {
+		c(email)
+	}
 	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{
 		Secret: secret, BaseURL: server.URL + "/dashboard/", Now: clock.Now,
 		ClientAddress: func(r *http.Request) string { return r.Header.Get("X-Client") },
-		Email:         &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan},
+		Email:         email,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -272,5 +277,28 @@ func TestMailServerDown(t *testing.T) {
 	s.mail.down.Store(false)
 	if m := s.mail.await(t, "ada@example.com", 1); m.Subject != "Open your upscale account" {
 		t.Errorf("sent once the server was back: %+v", m)
+	}
+}
+
+// TestOpensPerDay: past the day's cap, a link that would open an account
+// answers 429 until the next day, and is not spent; an address that has
+// an account still signs in.
+func TestOpensPerDay(t *testing.T) {
+	s := newEmailSite(t, true, func(e *dashboard.EmailOptions) { e.OpensPerDay = 1 })
+	s.ask("first@example.com", "a")
+	if resp, _ := s.follow(s.mail.await(t, "first@example.com", 1)); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the day's first account: %d", resp.StatusCode)
+	}
+	s.ask("second@example.com", "b")
+	resp, _ := s.follow(s.mail.await(t, "second@example.com", 1))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "43200" {
+		t.Errorf("past the cap: %d, Retry-After %q; want 429 until midnight UTC (12 h)", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if _, err := s.directory.AccountOf(context.Background(), "second@example.com"); err == nil {
+		t.Error("an account was opened past the cap")
+	}
+	s.ask("first@example.com", "c")
+	if resp, _ := s.follow(s.mail.await(t, "first@example.com", 2)); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("an address with an account, past the cap: %d, want signed in", resp.StatusCode)
 	}
 }

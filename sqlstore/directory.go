@@ -6,8 +6,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
 )
 
 // AccountOf implements dashboard.AccountDirectory.
@@ -50,6 +52,27 @@ func (s *Store) OpenAccount(ctx context.Context, email string, plan upscale.Plan
 		return "", false, classify(ctx, err)
 	}
 	return id, true, nil
+}
+
+// Opened implements dashboard.AccountDirectory.
+func (s *Store) Opened(ctx context.Context, since time.Time) ([]dashboard.DirectoryEntry, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT email, account_id, referrer, opened_at FROM email_accounts
+		WHERE opened_at >= $1 ORDER BY opened_at, account_id`, since.UnixNano())
+	if err != nil {
+		return nil, classify(ctx, err)
+	}
+	defer rows.Close()
+	var out []dashboard.DirectoryEntry
+	for rows.Next() {
+		var e dashboard.DirectoryEntry
+		var opened int64
+		if err := rows.Scan(&e.Email, &e.AccountID, &e.Referrer, &opened); err != nil {
+			return nil, err
+		}
+		e.Opened = time.Unix(0, opened)
+		out = append(out, e)
+	}
+	return out, classify(ctx, rows.Err())
 }
 
 // errAddressTaken rolls back an opening that lost to another of the same

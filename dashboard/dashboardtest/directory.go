@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/dashboard"
@@ -69,6 +70,32 @@ func TestAccountDirectory(t *testing.T, newDirectory func(t *testing.T) (dashboa
 		}
 		if opens != 1 {
 			t.Errorf("%d of %d concurrent calls opened the account, want exactly 1", opens, callers)
+		}
+	})
+
+	t.Run("OpenedListsByTime", func(t *testing.T) {
+		d, _ := newDirectory(t)
+		before := time.Now().Add(-time.Second)
+		var ids []string
+		for i := range 3 {
+			id, _, err := d.OpenAccount(ctx, fmt.Sprintf("day%d@example.com", i), plan, "referrer")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+			time.Sleep(2 * time.Millisecond) // apart in time
+		}
+		got, err := d.Opened(ctx, before)
+		if err != nil || len(got) != 3 {
+			t.Fatalf("Opened = %+v, %v; want the 3 accounts", got, err)
+		}
+		for i, e := range got {
+			if e.AccountID != ids[i] || e.Email != fmt.Sprintf("day%d@example.com", i) || e.Referrer != "referrer" || e.Opened.Before(before) {
+				t.Errorf("Opened[%d] = %+v; want %s for day%d@example.com, oldest first", i, e, ids[i], i)
+			}
+		}
+		if later, err := d.Opened(ctx, time.Now().Add(time.Hour)); err != nil || len(later) != 0 {
+			t.Errorf("Opened from an hour on = %+v, %v; want none", later, err)
 		}
 	})
 

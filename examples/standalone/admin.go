@@ -29,6 +29,7 @@ type adminArgs struct {
 	account, key, id, name, plan, month, ref, publicURL string
 	config, stripeAPIBase                               string
 	amount                                              int64
+	days                                                int
 }
 
 // when prints a time of keys list, in UTC to the second, or "-" for none.
@@ -93,6 +94,35 @@ var adminCommands = []adminCommand{
 		}},
 	{"billing check", "-config FILE [--public-url URL]: ask Stripe (" + stripeKeyEnv + ") whether the file's prices and the webhook endpoint at URL" + webhookPath + " are set up to sell",
 		billingCheck},
+	{"accounts opened", "[--days N]: the accounts people opened by email in the last N days (7), by day: when, account, address, the account whose share link brought it",
+		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+			if a.days < 1 {
+				return errors.New("--days: want 1 or more")
+			}
+			now := time.Now().UTC()
+			opened, err := s.Opened(ctx, time.Date(now.Year(), now.Month(), now.Day()-(a.days-1), 0, 0, 0, 0, time.UTC))
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "OPENED\tACCOUNT\tEMAIL\tREFERRER")
+			var days []string
+			perDay := map[string]int{}
+			for _, e := range opened {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", when(e.Opened), e.AccountID, e.Email, cmp.Or(e.Referrer, "-"))
+				day := e.Opened.UTC().Format(time.DateOnly)
+				if perDay[day]++; perDay[day] == 1 {
+					days = append(days, day)
+				}
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			for _, day := range days {
+				fmt.Fprintf(stdout, "%s: %d opened\n", day, perDay[day])
+			}
+			return nil
+		}},
 	{"usage", "--account ID [--month YYYY-MM]: what the account spent and has left",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
 			u, err := s.Usage(ctx, a.account, a.month)
@@ -157,6 +187,7 @@ func runSubcommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&a.month, "month", upscale.Month(time.Now()), "calendar month, YYYY-MM (UTC)")
 	fs.StringVar(&a.ref, "ref", "standalone-"+strings.ReplaceAll(cmd.name, " ", "-"), "reference kept in the journal, such as an invoice number")
 	fs.Int64Var(&a.amount, "amount", 0, "number of units")
+	fs.IntVar(&a.days, "days", 7, "days back from today (UTC), today included")
 	fs.StringVar(&a.publicURL, "public-url", "http://127.0.0.1:8080", "base URL under which the server is reached, as its -public-url")
 	fs.StringVar(&a.config, "config", "", "the server's JSON config file")
 	fs.StringVar(&a.stripeAPIBase, "stripe-api-base", "", "for tests: an http URL on loopback where a Stripe test server (stripe-mock, a fake) answers")

@@ -41,7 +41,7 @@ func (o options) mailOptions(cfg fileConfig, store *sqlstore.Store, logger *slog
 	if err != nil {
 		return nil, nil, fmt.Errorf("-smtp-url, -mail-from: %w", err)
 	}
-	email = &dashboard.EmailOptions{Directory: store, SignUps: o.signUps == "open"}
+	email = &dashboard.EmailOptions{Directory: store, SignUps: o.signUps == "open", OpensPerDay: o.signUpsPerDay}
 	if email.SignUps {
 		name := cmp.Or(cfg.SignUpPlan, "free")
 		p, ok := cfg.Plans[name]

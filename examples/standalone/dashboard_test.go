@@ -115,7 +115,8 @@ func TestSignUpByEmail(t *testing.T) {
 	mail := testservers.Mailpit(t)
 	origin := newButterflyOrigin(t)
 	flags := []string{"-smtp-url", "smtp://" + mail.SMTP, "-mail-from", "Upscale <no-reply@upscale.test>"}
-	srv := startStandalone(t, bin, append(flags, "-data", t.TempDir())...)
+	data := t.TempDir()
+	srv := startStandalone(t, bin, append(flags, "-data", data)...)
 	defer srv.stop(t)
 	if !slices.ContainsFunc(srv.banner, func(line string) bool { return strings.HasPrefix(line, "sign-in by email at ") }) {
 		t.Errorf("the banner does not say sign-in by email is on:\n%s", strings.Join(srv.banner, "\n"))
@@ -145,6 +146,11 @@ func TestSignUpByEmail(t *testing.T) {
 	other.signIn(awaitLink(t, mail, address, 2, "Sign in to upscale"))
 	if _, page := other.send("GET", srv.base+"/dashboard/", nil); !strings.Contains(page, "<strong>"+account[1]+"</strong>") {
 		t.Errorf("the second link did not sign in %s", account[1])
+	}
+
+	out, err := exec.Command(bin, "accounts", "opened", "-data", data).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), account[1]+"  "+address) || !strings.Contains(string(out), time.Now().UTC().Format(time.DateOnly)+": 1 opened") {
+		t.Errorf("accounts opened: %v\n%s\nwant %s for %s, one today", err, out, account[1], address)
 	}
 
 	closed := startStandalone(t, bin, append(flags, "-data", t.TempDir(), "-signups", "closed")...)

@@ -72,6 +72,7 @@ type options struct {
 	jobWorkers                                int
 	processID, stripeAPIBase                  string
 	smtpURL, mailFrom, signUps                string
+	signUpsPerDay                             int
 }
 
 // storage is where keys, quotas and results live; the server and every
@@ -186,6 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.smtpURL, "smtp-url", os.Getenv(smtpURLEnv), "smtp://user:password@host:587 (STARTTLS, required but for loopback) or smtps://…: the server that mails sign-in links, which lets people sign in and open accounts by email on the dashboard (default $"+smtpURLEnv+", which keeps the password out of the process list)")
 	fs.StringVar(&o.mailFrom, "mail-from", "", "the sender of the sign-in mail, such as 'Upscale <no-reply@example.com>'; required with -smtp-url")
 	fs.StringVar(&o.signUps, "signups", "open", "with -smtp-url: open (an address without an account opens one, on the config's signUpPlan) or closed (only addresses that have accounts get sign-in links)")
+	fs.IntVar(&o.signUpsPerDay, "signups-per-day", 100, "with -signups open: the most accounts opened by email in a day (UTC); past it a link that would open one answers 429 until the next day (standalone accounts opened lists them); 0 means no cap")
 	fs.StringVar(&o.stripeAPIBase, "stripe-api-base", "", "for tests: an http URL on loopback where a Stripe test server (stripe-mock, a fake) answers instead of Stripe; selling needs "+stripeKeyEnv+" and "+stripeHookEnv+" in the environment and the config file's billing section")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -207,6 +209,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.signUps != "open" && o.signUps != "closed" {
 		return o, fmt.Errorf("-signups %q: want open or closed", o.signUps)
+	}
+	if o.signUpsPerDay < 0 {
+		return o, errors.New("-signups-per-day cannot be negative")
 	}
 	if o.smtpURL != "" && o.mailFrom == "" {
 		return o, errors.New("-smtp-url needs -mail-from, the sender of the sign-in mail")
