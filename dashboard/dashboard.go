@@ -55,6 +55,10 @@ type Config struct {
 	// WebhookSecrets, when set, gives the account a page to make or
 	// rotate the secret that signs its webhooks, shown once.
 	WebhookSecrets upscale.WebhookSecrets
+	// ShareBonus, when set, shows each account its share link, which
+	// opens accounts by email (SignIn's EmailOptions with SignUps), and
+	// what it earned this month; the host runs its Pay.
+	ShareBonus *ShareBonus
 	// Seller, when set, gives the account a Billing page where it buys
 	// credit packs and plans and manages its subscription; Ledger must
 	// then be an upscale.BillingLedger, which the page reads the
@@ -108,6 +112,9 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if _, ok := cfg.Ledger.(upscale.BillingLedger); cfg.Seller != nil && !ok {
 		return nil, errors.New("dashboard: Config.Seller needs a Ledger that is an upscale.BillingLedger, which the Billing page reads")
+	}
+	if cfg.ShareBonus != nil && (cfg.SignIn == nil || cfg.SignIn.opts.Email == nil || !cfg.SignIn.opts.Email.SignUps) {
+		return nil, errors.New("dashboard: Config.ShareBonus needs a SignIn whose EmailOptions open accounts (SignUps): a share link opens accounts")
 	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "upk_"
@@ -170,8 +177,11 @@ func New(cfg Config) (*Dashboard, error) {
 		mux.HandleFunc("GET /signin", d.signInPage)
 		mux.HandleFunc("POST /signin", d.signInWithLink)
 		mux.HandleFunc("POST /signout", d.signOut)
-		if cfg.SignIn.opts.Email != nil {
+		if e := cfg.SignIn.opts.Email; e != nil {
 			mux.HandleFunc("POST /signin/email", d.emailLink)
+			if e.SignUps {
+				mux.HandleFunc("GET /signup", d.signUpPage)
+			}
 		}
 	}
 	d.handler = http.NewCrossOriginProtection().Handler(mux)

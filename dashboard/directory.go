@@ -34,7 +34,16 @@ type AccountDirectory interface {
 	// first: for the operator, who sees who opened accounts when, and
 	// for the cap on the accounts opened each day.
 	Opened(ctx context.Context, since time.Time) ([]DirectoryEntry, error)
+	// ShareCode returns accountID's share code, made on the first call:
+	// the opaque part of its share link, never its ID.
+	ShareCode(ctx context.Context, accountID string) (string, error)
+	// SharedBy returns the account whose share code is code, and an error
+	// wrapping upscale.ErrNotFound when there is none.
+	SharedBy(ctx context.Context, code string) (string, error)
 }
+
+// NewShareCode returns a new share code: 16 random letters and digits.
+func NewShareCode() string { return upscale.NewKey("")[:16] }
 
 // accountPrefix begins the ID of an account opened by email: "acct_" and
 // 26 random letters and digits (upscale.NewKey).
@@ -71,6 +80,8 @@ type MemoryDirectory struct {
 
 	mu       sync.Mutex
 	accounts map[string]DirectoryEntry // by address
+	codes    map[string]string         // share code by account
+	sharers  map[string]string         // account by share code
 }
 
 // DirectoryEntry is what a directory keeps of an address.
@@ -85,7 +96,7 @@ func NewMemoryDirectory(ledger *upscale.MemoryLedger, now func() time.Time) *Mem
 	if now == nil {
 		now = time.Now
 	}
-	return &MemoryDirectory{ledger: ledger, now: now, accounts: map[string]DirectoryEntry{}}
+	return &MemoryDirectory{ledger: ledger, now: now, accounts: map[string]DirectoryEntry{}, codes: map[string]string{}, sharers: map[string]string{}}
 }
 
 // AccountOf implements AccountDirectory.
@@ -112,6 +123,29 @@ func (d *MemoryDirectory) OpenAccount(ctx context.Context, email string, plan up
 	}
 	d.accounts[email] = DirectoryEntry{Email: email, AccountID: id, Referrer: referrer, Opened: d.now()}
 	return id, true, nil
+}
+
+// ShareCode implements AccountDirectory.
+func (d *MemoryDirectory) ShareCode(_ context.Context, accountID string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	code, ok := d.codes[accountID]
+	if !ok {
+		code = NewShareCode()
+		d.codes[accountID], d.sharers[code] = code, accountID
+	}
+	return code, nil
+}
+
+// SharedBy implements AccountDirectory.
+func (d *MemoryDirectory) SharedBy(_ context.Context, code string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	account, ok := d.sharers[code]
+	if !ok {
+		return "", fmt.Errorf("dashboard: no account shares the code: %w", upscale.ErrNotFound)
+	}
+	return account, nil
 }
 
 // Opened implements AccountDirectory.

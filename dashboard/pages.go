@@ -80,6 +80,16 @@ type overviewPage struct {
 	Bars      []bar
 	Width     int
 	Months    []monthTotal
+	// Share is the account's share link and what it earned, when the
+	// dashboard has a ShareBonus.
+	Share *sharePanel
+}
+
+// sharePanel is an account's share link, its terms, and what it earned
+// this month.
+type sharePanel struct {
+	Link                          string
+	PerSignup, MonthlyCap, Earned int64
 }
 
 // The chart's geometry: one bar per day.
@@ -106,6 +116,19 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account str
 		page.Charted = true
 		page.UsedMonth, page.Bars, page.Months = chart(days, monthStart, refill)
 		page.Width = len(page.Bars)*(barWidth+barGap) + 24 // and room for the labels at both ends
+	}
+	if b := d.cfg.ShareBonus; b != nil {
+		code, err := b.Directory.ShareCode(ctx, account)
+		if err != nil {
+			d.fail(w, r, account, "make the share link", err)
+			return
+		}
+		earned, err := b.earned(ctx, account, now)
+		if err != nil {
+			d.fail(w, r, account, "read what the share link earned", err)
+			return
+		}
+		page.Share = &sharePanel{Link: d.cfg.SignIn.opts.BaseURL + "signup?ref=" + code, PerSignup: b.PerSignup, MonthlyCap: b.MonthlyCap, Earned: earned}
 	}
 	d.render(w, r, http.StatusOK, "overview", page)
 }
@@ -267,6 +290,9 @@ type signInPage struct {
 	Sent, BadAddress, TooManyLinks bool
 	// OpensFull refuses to open an account past the day's cap.
 	OpensFull bool
+	// Ref is the share code of the share link the visitor came by, which
+	// the form sends on.
+	Ref string
 }
 
 // signInFrame is the sign-in page as every answer of the sign-in pages
@@ -338,6 +364,7 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 // the same whichever it is.
 func (d *Dashboard) emailLink(w http.ResponseWriter, r *http.Request) {
 	page := d.signInFrame(r)
+	page.Ref = shareCode(r.PostFormValue("ref"))
 	email, err := Address(r.PostFormValue("email"))
 	if err != nil {
 		page.BadAddress, page.Address = true, r.PostFormValue("email")
@@ -360,12 +387,30 @@ func (d *Dashboard) emailLink(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), mailLinkTimeout)
 		defer cancel()
-		if err := d.cfg.SignIn.mailLink(ctx, email); err != nil {
+		if err := d.cfg.SignIn.mailLink(ctx, email, page.Ref); err != nil {
 			d.cfg.Logger.Error("dashboard: mail a sign-in link", "err", err)
 		}
 	}()
 	page.Sent = true
 	d.render(w, r, http.StatusOK, "signin", page)
+}
+
+// signUpPage is the sign-in page of a share link (signup?ref=CODE): its
+// form sends the code on, and the account it opens earns the sharer its
+// share bonus.
+func (d *Dashboard) signUpPage(w http.ResponseWriter, r *http.Request) {
+	page := d.signInFrame(r)
+	page.Ref = shareCode(r.URL.Query().Get("ref"))
+	d.render(w, r, http.StatusOK, "signin", page)
+}
+
+// shareCode is code when it may be a share code (letters and digits, as
+// NewShareCode makes them), else "".
+func shareCode(code string) string {
+	if len(code) == 0 || len(code) > 64 || strings.Trim(code, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return ""
+	}
+	return code
 }
 
 // mailLinkTimeout bounds the finding of an address's account and the

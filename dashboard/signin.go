@@ -215,10 +215,12 @@ type sessionClaims struct {
 }
 
 // linkClaims are a link's: Subject is the account it signs in, or, for a
-// link that opens an account, Email is the address it opens it for.
+// link that opens an account, Email is the address it opens it for, and
+// Ref the share code of the account whose share link brought it, if any.
 type linkClaims struct {
 	jwt.RegisteredClaims
 	Email string `json:"email,omitempty"`
+	Ref   string `json:"ref,omitempty"`
 }
 
 // Link returns a link that signs accountID in once, within LinkTTL.
@@ -283,7 +285,7 @@ func (s *SignIn) useLink(w http.ResponseWriter, r *http.Request, token string) (
 		// Opened before the link is spent: a link spent but for an
 		// account that could not be opened would be lost. Opening twice
 		// opens once.
-		account, ok, err := s.accountFor(r.Context(), claims.Email)
+		account, ok, err := s.accountFor(r.Context(), claims.Email, claims.Ref)
 		if err != nil || !ok {
 			return "", false, err
 		}
@@ -302,8 +304,9 @@ func (s *SignIn) useLink(w http.ResponseWriter, r *http.Request, token string) (
 }
 
 // accountFor returns the account of the address email: found, or opened
-// now when SignUps allows; false when there is none to sign in.
-func (s *SignIn) accountFor(ctx context.Context, email string) (string, bool, error) {
+// now when SignUps allows, brought by the account whose share code is
+// ref, if any; false when there is none to sign in.
+func (s *SignIn) accountFor(ctx context.Context, email, ref string) (string, bool, error) {
 	e := s.opts.Email
 	account, err := e.Directory.AccountOf(ctx, email)
 	switch {
@@ -324,7 +327,15 @@ func (s *SignIn) accountFor(ctx context.Context, email string) (string, bool, er
 			return "", false, errOpensFull
 		}
 	}
-	account, _, err = e.Directory.OpenAccount(ctx, email, e.Plan, "")
+	referrer := ""
+	if ref != "" {
+		if referrer, err = e.Directory.SharedBy(ctx, ref); errors.Is(err, upscale.ErrNotFound) {
+			referrer = "" // a share link whose account is gone opens the account anyway
+		} else if err != nil {
+			return "", false, fmt.Errorf("dashboard: find the share link's account: %w", err)
+		}
+	}
+	account, _, err = e.Directory.OpenAccount(ctx, email, e.Plan, referrer)
 	if err != nil {
 		return "", false, fmt.Errorf("dashboard: open the address's account: %w", err)
 	}

@@ -27,8 +27,9 @@ func (s *SignIn) askLink(r *http.Request, email string) (allowed bool, retryAfte
 
 // mailLink posts to the address email the link it may have: one that
 // signs its account in, or, when SignUps allows, one that opens its
-// account; nothing to an address that may not sign in.
-func (s *SignIn) mailLink(ctx context.Context, email string) error {
+// account, brought by the share code ref if not empty; nothing to an
+// address that may not sign in.
+func (s *SignIn) mailLink(ctx context.Context, email, ref string) error {
 	e := s.opts.Email
 	var claims linkClaims
 	account, err := e.Directory.AccountOf(ctx, email)
@@ -40,7 +41,7 @@ func (s *SignIn) mailLink(ctx context.Context, email string) error {
 	case !e.SignUps:
 		return nil
 	default:
-		claims.Email = email
+		claims.Email, claims.Ref = email, ref
 	}
 	link, err := s.newLink(claims)
 	if err != nil {

@@ -69,6 +69,7 @@ func (m *mailbox) await(t *testing.T, address string, n int) dashboard.Mail {
 type emailSite struct {
 	t         *testing.T
 	clock     *upscaletest.Clock
+	bonus     *dashboard.ShareBonus
 	base      string
 	browser   *http.Client
 	mail      *mailbox
@@ -78,10 +79,16 @@ type emailSite struct {
 
 var freePlan = upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}
 
+// siteOptions change what newEmailSite makes: its EmailOptions, and
+// whether it has a ShareBonus (PerSignup 5, MonthlyCap 10).
+type siteOptions struct {
+	email      func(*dashboard.EmailOptions)
+	shareBonus bool
+}
+
 // newEmailSite returns an emailSite that opens accounts when signUps; the
-// client address of a request is its X-Client header. change, when not
-// nil, changes the EmailOptions.
-func newEmailSite(t *testing.T, signUps bool, change ...func(*dashboard.EmailOptions)) *emailSite {
+// client address of a request is its X-Client header.
+func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite {
 	t.Helper()
 	clock := upscaletest.NewClock(start)
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
@@ -97,8 +104,14 @@ func newEmailSite(t *testing.T, signUps bool, change ...func(*dashboard.EmailOpt
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
 	email := &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan}
-	for _, c := range change {
-		c(email)
+	var bonus *dashboard.ShareBonus
+	for _, o := range options {
+		if o.email != nil {
+			o.email(email)
+		}
+		if o.shareBonus {
+			bonus = &dashboard.ShareBonus{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10, Now: clock.Now}
+		}
 	}
 	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{
 		Secret: secret, BaseURL: server.URL + "/dashboard/", Now: clock.Now,
@@ -108,14 +121,14 @@ func newEmailSite(t *testing.T, signUps bool, change ...func(*dashboard.EmailOpt
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, ShareBonus: bonus, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &emailSite{t: t, clock: clock, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, ledger: ledger}
+	return &emailSite{t: t, clock: clock, bonus: bonus, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, ledger: ledger}
 }
 
 // do sends a same-origin request from client, and returns the answer with
@@ -284,7 +297,7 @@ func TestMailServerDown(t *testing.T) {
 // answers 429 until the next day, and is not spent; an address that has
 // an account still signs in.
 func TestOpensPerDay(t *testing.T) {
-	s := newEmailSite(t, true, func(e *dashboard.EmailOptions) { e.OpensPerDay = 1 })
+	s := newEmailSite(t, true, siteOptions{email: func(e *dashboard.EmailOptions) { e.OpensPerDay = 1 }})
 	s.ask("first@example.com", "a")
 	if resp, _ := s.follow(s.mail.await(t, "first@example.com", 1)); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("the day's first account: %d", resp.StatusCode)
@@ -300,5 +313,74 @@ func TestOpensPerDay(t *testing.T) {
 	s.ask("first@example.com", "c")
 	if resp, _ := s.follow(s.mail.await(t, "first@example.com", 2)); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("an address with an account, past the cap: %d, want signed in", resp.StatusCode)
+	}
+}
+
+// TestShareLink: an account's overview shows its share link; an address
+// that opens its account through it is brought by that account, which
+// earns its share bonus once the new account has used its first image,
+// once however often Pay runs, and never past the month's cap.
+func TestShareLink(t *testing.T) {
+	ctx := context.Background()
+	s := newEmailSite(t, true, siteOptions{shareBonus: true})
+	site, bonus := s, s.bonus
+	sharer, _, err := s.directory.OpenAccount(ctx, "sharer@example.com", freePlan, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _ := s.directory.ShareCode(ctx, sharer)
+	for i := range 3 {
+		invited := fmt.Sprintf("invited%d@example.com", i)
+		_, page := site.do(http.MethodGet, site.base+"signup?ref="+code, "browser", nil)
+		if !strings.Contains(page, `name="ref" value="`+code+`"`) {
+			t.Fatalf("the share link's page does not send the code on:\n%s", page)
+		}
+		site.do(http.MethodPost, site.base+"signin/email", fmt.Sprintf("c%d", i), url.Values{"email": {invited}, "ref": {code}})
+		if resp, _ := site.follow(s.mail.await(t, invited, 1)); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("opening %s: %d", invited, resp.StatusCode)
+		}
+		site.do(http.MethodPost, site.base+"signout", "browser", nil)
+		s.clock.Advance(time.Second)
+	}
+	opened, _ := s.directory.Opened(ctx, start)
+	if len(opened) != 4 || opened[1].Referrer != sharer || opened[2].Referrer != sharer {
+		t.Fatalf("opened %+v; want the three invited brought by %s", opened, sharer)
+	}
+	if paid, err := bonus.Pay(ctx); err != nil || paid != 0 {
+		t.Errorf("Pay before any image: %d, %v; want none", paid, err)
+	}
+	for _, e := range opened[1:] {
+		for range 2 { // a request retried charges once, and pays once
+			r, err := s.ledger.Reserve(ctx, e.AccountID, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ledger.Commit(ctx, r.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if paid, err := bonus.Pay(ctx); err != nil || paid != 2 {
+		t.Errorf("Pay after their images: %d, %v; want 2 (the third past the cap of 10)", paid, err)
+	}
+	if paid, err := bonus.Pay(ctx); err != nil || paid != 0 {
+		t.Errorf("Pay again: %d, %v; want none", paid, err)
+	}
+	if b, _ := s.ledger.Balance(ctx, sharer); b.ShareBonus != 10 {
+		t.Errorf("the sharer's share bonus %d, want 10", b.ShareBonus)
+	}
+	// The sharer signs in through its own link: nothing opens, nothing
+	// is earned; its overview shows its link and what it earned.
+	site.do(http.MethodPost, site.base+"signin/email", "sharer", url.Values{"email": {"sharer@example.com"}, "ref": {code}})
+	site.follow(s.mail.await(t, "sharer@example.com", 1))
+	if again, _ := s.directory.Opened(ctx, start); len(again) != 4 {
+		t.Errorf("the sharer's own link opened %d accounts, want none", len(again)-4)
+	}
+	if paid, _ := bonus.Pay(ctx); paid != 0 {
+		t.Errorf("the sharer's own link earned %d payments, want none", paid)
+	}
+	_, page := site.do(http.MethodGet, site.base, "browser", nil)
+	if !strings.Contains(page, `<code id="share-link">`+site.base+"signup?ref="+code+"</code>") || !strings.Contains(page, `<strong id="share-earned">10</strong>`) {
+		t.Errorf("the sharer's overview:\n%s", page)
 	}
 }

@@ -75,6 +75,28 @@ func (s *Store) Opened(ctx context.Context, since time.Time) ([]dashboard.Direct
 	return out, classify(ctx, rows.Err())
 }
 
+// ShareCode implements dashboard.AccountDirectory: concurrent first calls
+// make one code, the first written.
+func (s *Store) ShareCode(ctx context.Context, accountID string) (string, error) {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO share_codes (account_id, code) VALUES ($1, $2) ON CONFLICT (account_id) DO NOTHING`,
+		accountID, dashboard.NewShareCode()); err != nil {
+		return "", classify(ctx, err)
+	}
+	var code string
+	err := s.db.QueryRowContext(ctx, `SELECT code FROM share_codes WHERE account_id = $1`, accountID).Scan(&code)
+	return code, classify(ctx, err)
+}
+
+// SharedBy implements dashboard.AccountDirectory.
+func (s *Store) SharedBy(ctx context.Context, code string) (string, error) {
+	var account string
+	err := s.db.QueryRowContext(ctx, `SELECT account_id FROM share_codes WHERE code = $1`, code).Scan(&account)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("sqlstore: no account shares the code: %w", upscale.ErrNotFound)
+	}
+	return account, classify(ctx, err)
+}
+
 // errAddressTaken rolls back an opening that lost to another of the same
 // address.
 var errAddressTaken = errors.New("sqlstore: the address was opened meanwhile")

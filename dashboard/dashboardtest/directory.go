@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,6 +97,31 @@ func TestAccountDirectory(t *testing.T, newDirectory func(t *testing.T) (dashboa
 		}
 		if later, err := d.Opened(ctx, time.Now().Add(time.Hour)); err != nil || len(later) != 0 {
 			t.Errorf("Opened from an hour on = %+v, %v; want none", later, err)
+		}
+	})
+
+	t.Run("ShareCodes", func(t *testing.T) {
+		d, _ := newDirectory(t)
+		id, _, err := d.OpenAccount(ctx, "sharer@example.com", plan, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, err := d.ShareCode(ctx, id)
+		if err != nil || code == "" || strings.Contains(code, id) {
+			t.Fatalf("ShareCode = %q, %v; want a code that is not the account", code, err)
+		}
+		if again, err := d.ShareCode(ctx, id); err != nil || again != code {
+			t.Errorf("ShareCode again = %q, %v; want %q", again, err, code)
+		}
+		if got, err := d.SharedBy(ctx, code); err != nil || got != id {
+			t.Errorf("SharedBy(%q) = %q, %v; want %q", code, got, err, id)
+		}
+		other, _, _ := d.OpenAccount(ctx, "other@example.com", plan, "")
+		if otherCode, err := d.ShareCode(ctx, other); err != nil || otherCode == code {
+			t.Errorf("another account's code = %q, %v; want its own", otherCode, err)
+		}
+		if _, err := d.SharedBy(ctx, "nosuchcode"); !errors.Is(err, upscale.ErrNotFound) {
+			t.Errorf("SharedBy of an unknown code: %v, want ErrNotFound", err)
 		}
 	})
 

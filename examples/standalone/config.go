@@ -23,6 +23,16 @@ type fileConfig struct {
 	// SignUpPlan is the plan of the accounts people open by email
 	// (-smtp-url): "free" when empty and the file has such a plan.
 	SignUpPlan string `json:"signUpPlan"`
+	// ShareBonus, when set, gives each account a share link: an account
+	// opened by email through it earns the sharer PerSignup images of
+	// share bonus once it has used its first image, at most MonthlyCap a
+	// month.
+	ShareBonus *fileShareBonus `json:"shareBonus"`
+}
+
+type fileShareBonus struct {
+	PerSignup  int64 `json:"perSignup"`
+	MonthlyCap int64 `json:"monthlyCap"`
 }
 
 type filePlan struct {
@@ -97,6 +107,9 @@ func (c fileConfig) validate() error {
 	}
 	if _, ok := c.Plans[c.SignUpPlan]; c.SignUpPlan != "" && !ok {
 		return fmt.Errorf("signUpPlan: unknown plan %q", c.SignUpPlan)
+	}
+	if b := c.ShareBonus; b != nil && (b.PerSignup < 1 || b.MonthlyCap < b.PerSignup) {
+		return errors.New("shareBonus: perSignup must be at least 1, and monthlyCap at least perSignup")
 	}
 	keys := map[string]bool{}
 	for i, k := range c.Keys {

@@ -26,6 +26,10 @@ func newSignIn(ctx context.Context, store *sqlstore.Store, publicURL string, ema
 	return dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: publicURL + "/dashboard/", Links: store, Sessions: store, Email: email})
 }
 
+// shareBonusInterval is how often the standalone pays what share links
+// earned.
+const shareBonusInterval = time.Minute
+
 // smtpURLEnv names the environment variable -smtp-url defaults to.
 const smtpURLEnv = "UPSCALE_SMTP_URL"
 

@@ -132,6 +132,9 @@ func TestSignUpByEmail(t *testing.T) {
 	if status != http.StatusOK || account == nil || !strings.Contains(page, `<span class="left">10</span> <span class="of">of 10</span>`) {
 		t.Fatalf("the new account's overview: %d\n%s", status, page)
 	}
+	if !strings.Contains(page, `<code id="share-link">`+srv.base+"/dashboard/signup?ref=") {
+		t.Errorf("the new account's overview shows no share link:\n%s", page)
+	}
 	status, page = b.send("POST", srv.base+"/dashboard/keys", url.Values{"name": {"first"}})
 	key := regexp.MustCompile(`<code id="new-key">(upk_[a-z0-9]+)</code>`).FindStringSubmatch(page)
 	if status != http.StatusCreated || key == nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/upscalekit/upscale/engine/onednn"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/vips"
+	"github.com/upscalekit/upscale/internal/periodic"
 	"github.com/upscalekit/upscale/prommetrics"
 	"github.com/upscalekit/upscale/riverqueue"
 	"github.com/upscalekit/upscale/s3store"
@@ -444,6 +445,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		API: handler, APIURL: publicURL + "/api/v1/upscale",
 		Samples: []dashboard.Sample{{Name: "A photo (256×256)", URL: sampleURL(publicURL, "photo.png")}, {Name: "Line art (250×361)", URL: sampleURL(publicURL, "lineart.png")}},
 	}
+	if cfg.ShareBonus != nil && email != nil && email.SignUps {
+		bonus := &dashboard.ShareBonus{Directory: store, Ledger: store, PerSignup: cfg.ShareBonus.PerSignup, MonthlyCap: cfg.ShareBonus.MonthlyCap}
+		dashboardCfg.ShareBonus = bonus
+		paying := periodic.Start(shareBonusInterval, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), shareBonusInterval)
+			defer cancel()
+			if _, err := bonus.Pay(ctx); err != nil {
+				logger.Warn("standalone: pay the share bonus; tried again in a minute", "err", err)
+			}
+		})
+		defer paying.Stop()
+	}
 	if seller != nil {
 		dashboardCfg.Seller = seller
 		mux.Handle("POST "+webhookPath, seller.Webhook())
@@ -590,7 +603,8 @@ func demoConfig(key string) fileConfig {
 			"free":      {MonthlyImages: 10, MaxFileBytes: 25 << 20},
 			"unlimited": {Paid: true, Unlimited: true, MaxFileBytes: 50 << 20},
 		},
-		Accounts: []fileAccount{{ID: "demo", Plan: "free"}},
-		Keys:     []fileKey{{Key: key, Account: "demo"}},
+		Accounts:   []fileAccount{{ID: "demo", Plan: "free"}},
+		Keys:       []fileKey{{Key: key, Account: "demo"}},
+		ShareBonus: &fileShareBonus{PerSignup: 5, MonthlyCap: 50},
 	}
 }

@@ -47,6 +47,7 @@ func TestLoadConfig(t *testing.T) {
 	for _, tc := range []struct{ name, file, field string }{
 		{"UnknownPlan", `{"plans": {}, "accounts": [{"id": "acme", "plan": "gold"}]}`, "accounts[0].plan"},
 		{"UnknownSignUpPlan", `{"plans": {"free": {}}, "signUpPlan": "gold"}`, "signUpPlan"},
+		{"ShareBonusCapBelowOne", `{"plans": {"free": {}}, "shareBonus": {"perSignup": 5, "monthlyCap": 4}}`, "shareBonus"},
 		{"UnknownAccount", `{` + valid + `, "keys": [{"key": "upk_test_0123456789abcdef", "account": "nobody"}]}`, "keys[0].account"},
 		{"NegativeCredits", `{"plans": {"free": {}}, "accounts": [{"id": "a", "plan": "free", "credits": -1}]}`, "accounts[0].credits"},
 		{"NegativeShareBonus", `{"plans": {"free": {}}, "accounts": [{"id": "a", "plan": "free", "shareBonus": -1}]}`, "accounts[0].shareBonus"},

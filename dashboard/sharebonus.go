@@ -1,0 +1,130 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/upscalekit/upscale"
+)
+
+// ShareLedger is the ledger a ShareBonus reads and pays from: it grants
+// share bonus once per ID, and tells whether an account used images.
+// MemoryLedger and sqlstore.Store are both.
+type ShareLedger interface {
+	upscale.BillingLedger
+	upscale.UsageReporter
+}
+
+// ShareBonus pays the accounts whose share links open new accounts:
+// PerSignup images of share bonus once a new account opened through an
+// account's link has used its first image, at most MonthlyCap a month
+// (UTC, the month of that first image). Pay makes one pass; the host
+// runs it every minute or so (the standalone does). Each payment is a
+// Grant whose ID, "share:" and the new account, pays it once however
+// often Pay runs, on however many replicas; replicas paying at once may
+// pass the cap by a payment each. A person who opens a second account of
+// their own through their own link is not told apart: OpensPerDay and
+// the operator's listing (standalone accounts opened) are the check.
+type ShareBonus struct {
+	Directory AccountDirectory
+	Ledger    ShareLedger
+	// PerSignup is the images one new account earns its sharer; MonthlyCap
+	// the most an account earns so in a month. Both above zero.
+	PerSignup, MonthlyCap int64
+	// Window is how long after it opened a new account's first image
+	// still earns. Zero means 90 days.
+	Window time.Duration
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+
+	mu   sync.Mutex
+	done map[string]bool // new accounts paid for, or whose month was full
+}
+
+// shareGrant is the prefix of a share payment's grant ID.
+const shareGrant = "share:"
+
+// Pay pays what the new accounts opened within Window have earned since
+// the last pass, and returns how many it paid.
+func (b *ShareBonus) Pay(ctx context.Context) (int, error) {
+	if b.PerSignup <= 0 || b.MonthlyCap <= 0 {
+		return 0, errors.New("dashboard: ShareBonus needs PerSignup and MonthlyCap above zero")
+	}
+	now := time.Now()
+	if b.Now != nil {
+		now = b.Now()
+	}
+	opened, err := b.Directory.Opened(ctx, now.Add(-cmp.Or(b.Window, 90*24*time.Hour)))
+	if err != nil {
+		return 0, fmt.Errorf("dashboard: list the accounts opened: %w", err)
+	}
+	paid := 0
+	for _, e := range opened {
+		if e.Referrer == "" || e.Referrer == e.AccountID || b.isDone(e.AccountID) {
+			continue
+		}
+		used, err := b.Ledger.UsageByDay(ctx, e.AccountID, e.Opened, now)
+		if err != nil {
+			return paid, fmt.Errorf("dashboard: the usage of %s: %w", e.AccountID, err)
+		}
+		if len(used) == 0 {
+			continue // no image yet
+		}
+		first := used[0].Day
+		earned, err := b.earned(ctx, e.Referrer, first)
+		if err != nil {
+			return paid, err
+		}
+		if earned+b.PerSignup > b.MonthlyCap {
+			b.markDone(e.AccountID)
+			continue
+		}
+		granted, err := b.Ledger.Grant(ctx, upscale.Grant{
+			ID: shareGrant + e.AccountID, AccountID: e.Referrer, Pool: upscale.PoolShareBonus, Units: b.PerSignup,
+			Label: "a new account opened with your share link", Event: "share-link", At: first,
+		})
+		if err != nil {
+			return paid, fmt.Errorf("dashboard: pay %s for %s: %w", e.Referrer, e.AccountID, err)
+		}
+		if granted {
+			paid++
+		}
+		b.markDone(e.AccountID)
+	}
+	return paid, nil
+}
+
+// earned is what accountID's share link earned it in the month of at.
+func (b *ShareBonus) earned(ctx context.Context, accountID string, at time.Time) (int64, error) {
+	purchases, err := b.Ledger.Purchases(ctx, accountID)
+	if err != nil {
+		return 0, fmt.Errorf("dashboard: what %s earned: %w", accountID, err)
+	}
+	var units int64
+	for _, p := range purchases {
+		if strings.HasPrefix(p.ID, shareGrant) && upscale.Month(p.At) == upscale.Month(at) {
+			units += p.Units
+		}
+	}
+	return units, nil
+}
+
+func (b *ShareBonus) isDone(account string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.done[account]
+}
+
+func (b *ShareBonus) markDone(account string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done == nil {
+		b.done = map[string]bool{}
+	}
+	b.done[account] = true
+}
