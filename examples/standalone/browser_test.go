@@ -9,8 +9,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/client"
 	"github.com/upscalekit/upscale/internal/browsertest"
+	"github.com/upscalekit/upscale/internal/testservers"
 )
 
 // TestDashboardInABrowser uses the standalone's dashboard in chromium as
@@ -105,5 +107,64 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.Do(chromedp.Navigate(srv.base+"/dashboard/"), chromedp.WaitVisible("main p"))
 	if text := b.Text("main"); strings.Contains(text, "Overview") {
 		t.Error("the overview after signing out")
+	}
+}
+
+// TestSignUpInABrowser: with a mail server (Mailpit), a person with a
+// browser and an inbox opens an account on the dashboard, makes a key and
+// upscales with it, paid by the free pool; signs out, asks for a link
+// again and signs in; the used link and a forged one fail. Every page
+// passes axe-core.
+func TestSignUpInABrowser(t *testing.T) {
+	bin := buildStandalone(t)
+	mail := testservers.Mailpit(t)
+	b := browsertest.New(t)
+	srv := startStandalone(t, bin, "-data", t.TempDir(), "-smtp-url", "smtp://"+mail.SMTP, "-mail-from", "Upscale <no-reply@upscale.test>")
+	defer srv.stop(t)
+	origin := newButterflyOrigin(t)
+	address := "browser-" + strings.ToLower(upscale.NewKey(""))[:8] + "@example.com"
+	ask := func() {
+		t.Helper()
+		b.Do(chromedp.WaitVisible("form.email-link"), chromedp.SendKeys("#email", address), chromedp.Click("form.email-link button"), chromedp.WaitVisible("#sent"))
+	}
+
+	b.Do(chromedp.Navigate(srv.base + "/dashboard/signin"))
+	b.Check("signin-email")
+	ask()
+	b.Check("link-sent")
+	opening := awaitLink(t, mail, address, 1, "Open your upscale account")
+	b.Do(chromedp.Navigate(opening), chromedp.WaitVisible("form.signin button"))
+	b.Check("signup-link")
+	b.Do(chromedp.Click("form.signin button"), chromedp.WaitVisible(".pools"))
+	if pools := b.Text(".pools"); !strings.Contains(pools, "10 of 10") {
+		t.Errorf("the new account's balances: %q; want the free plan's 10 images", pools)
+	}
+	if share := b.Text("#share-link"); !strings.HasPrefix(share, srv.base+"/dashboard/signup?ref=") {
+		t.Errorf("the new account's share link: %q", share)
+	}
+	b.Check("overview-new-account")
+
+	b.Do(chromedp.Click(`nav a[href="./keys"]`), chromedp.WaitVisible("form.new-key"),
+		chromedp.SendKeys("#name", "first"), chromedp.Click("form.new-key button"), chromedp.WaitVisible("#new-key"))
+	api := &client.Client{BaseURL: srv.base, Key: b.Text("#new-key"), MaxAttempts: 1}
+	if resp, err := api.Upscale(context.Background(), client.Request{ImageURL: origin + "/a.png", Scale: 2}); err != nil || resp.Via != string(upscale.PoolFree) {
+		t.Errorf("the new account's key: %+v, %v; want a result paid by free_pool", resp, err)
+	}
+
+	b.Do(chromedp.Navigate(srv.base+"/dashboard/"), chromedp.WaitVisible("form.signout button"), chromedp.Click("form.signout button"), chromedp.WaitVisible("#signed-out"))
+	ask()
+	b.Do(chromedp.Navigate(awaitLink(t, mail, address, 2, "Sign in to upscale")), chromedp.WaitVisible("form.signin button"),
+		chromedp.Click("form.signin button"), chromedp.WaitVisible(".pools"))
+	if pools := b.Text(".pools"); !strings.Contains(pools, "9 of 10") {
+		t.Errorf("signed in again: balances %q; want the account's, one image used", pools)
+	}
+
+	// The used link, and a forged one, sign in no more.
+	b.Do(chromedp.Navigate(opening), chromedp.WaitVisible("form.signin button"), chromedp.Click("form.signin button"), chromedp.WaitVisible(".problem"))
+	b.Check("signup-link-used")
+	forged := opening[:len(opening)-4] + "AAAA"
+	b.Do(chromedp.Navigate(forged), chromedp.WaitVisible(".problem"))
+	if text := b.Text(".problem"); !strings.Contains(text, "does not work") {
+		t.Errorf("a forged link: %q", text)
 	}
 }
