@@ -40,7 +40,7 @@ func NewMemoryOutbox(mailer Mailer, logger *slog.Logger) *MemoryOutbox {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &MemoryOutbox{mailer: mailer, logger: logger, backoff: mailBackoff, stop: make(chan struct{})}
+	return &MemoryOutbox{mailer: mailer, logger: logger, backoff: MailBackoff, stop: make(chan struct{})}
 }
 
 // Post implements Outbox.
@@ -85,9 +85,10 @@ func (o *MemoryOutbox) send(m Mail, expires time.Time) {
 	}
 }
 
-// mailBackoff is the wait after a mail's attempt: 2 s, twice as long each
-// time, a minute at the most; a link's mail has 15 minutes.
-func mailBackoff(attempt int) time.Duration {
+// MailBackoff is the wait after a mail's attempt: 2 s, twice as long each
+// time, a minute at the most; a link's mail has 15 minutes. Outboxes on a
+// queue (riverqueue) wait the same.
+func MailBackoff(attempt int) time.Duration {
 	return min(2*time.Second<<min(max(attempt-1, 0), 5), time.Minute)
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
@@ -114,7 +115,7 @@ func processOf(clientID string) (string, bool) {
 		return "", false
 	}
 	queue := clientID[i+1:]
-	return clientID[:i], queue == queueName || queue == webhookQueueName
+	return clientID[:i], queue == queueName || queue == webhookQueueName || queue == mailQueueName
 }
 
 // join counts client, about to work; the first claims the process ID,
@@ -340,7 +341,7 @@ func (l *liveness[TTx]) currentFence() context.Context {
 // are left, else discarded. A run another process handed back and a third
 // took since it was listed is left alone: its attempt began after it.
 func (q *Queue[TTx]) handBack(ctx context.Context, gone func(process string) bool) error {
-	list, err := q.client.JobList(ctx, river.NewJobListParams().Kinds(jobArgs{}.Kind(), webhookArgs{}.Kind()).
+	list, err := q.client.JobList(ctx, river.NewJobListParams().Kinds(jobArgs{}.Kind(), webhookArgs{}.Kind(), mailArgs{}.Kind()).
 		States(rivertype.JobStateRunning).First(10_000))
 	if err != nil {
 		return classify(ctx, fmt.Errorf("riverqueue: list the running jobs: %w", err))
@@ -385,6 +386,8 @@ func (q *Queue[TTx]) handBackRun(ctx context.Context, row *rivertype.JobRow) err
 		state, finalized, scheduled = rivertype.JobStateDiscarded, &now, row.ScheduledAt
 	case row.Kind == (webhookArgs{}).Kind():
 		scheduled = now.Add(q.opts.WebhookBackoff(row.Attempt))
+	case row.Kind == (mailArgs{}).Kind():
+		scheduled = now.Add(dashboard.MailBackoff(row.Attempt))
 	}
 	attemptErr, err := json.Marshal(rivertype.AttemptError{At: now, Attempt: max(row.Attempt, 0), Error: "its process stopped beating"})
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
@@ -520,7 +521,7 @@ func (q *Queue[TTx]) Work(ctx context.Context, concurrency int, worker upscale.J
 	if worker.Run == nil || worker.Settle == nil {
 		return nil, errors.New("riverqueue: Work: the JobWorker needs both Run and Settle")
 	}
-	stop, err := q.work(ctx, worker.Run, nil, queueName, concurrency)
+	stop, err := q.work(ctx, handlers{run: worker.Run}, queueName, concurrency)
 	if err != nil {
 		return nil, err
 	}
@@ -583,26 +584,35 @@ func (q *Queue[TTx]) settleLeft(ctx context.Context, settle func(context.Context
 	return nil
 }
 
+// handlers are what a River client of this package does with each kind
+// of job: run the upscale jobs, deliver the webhooks, send the mail; a
+// client has the one of the queue it works.
+type handlers struct {
+	run     func(context.Context, upscale.Job) upscale.JobOutcome
+	deliver func(context.Context, upscale.Webhook) error
+	send    dashboard.Mailer
+}
+
 // work starts a River client that works queue, at most concurrency jobs
-// at once, with run for the upscale jobs or deliver for the webhooks, and
-// returns its stop: it waits for the runs until drain is done, then
-// cancels the rest, which River gives back.
+// at once, with h, and returns its stop: it waits for the runs until
+// drain is done, then cancels the rest, which River gives back.
 //
-// The client knows both kinds of job whichever queue it works: River
+// The client knows every kind of job whichever queue it works: River
 // elects one client of all those on the database to rescue the jobs of
 // workers that died, and that client discards a job of a kind it does
-// not know. The kind it does not work is never run there, as its queue is
-// not in the client's Queues.
-func (q *Queue[TTx]) work(ctx context.Context, run func(context.Context, upscale.Job) upscale.JobOutcome, deliver func(context.Context, upscale.Webhook) error, queue string, concurrency int) (func(drain context.Context) error, error) {
+// not know. The kinds it does not work are never run there, as their
+// queues are not in the client's Queues.
+func (q *Queue[TTx]) work(ctx context.Context, h handlers, queue string, concurrency int) (func(drain context.Context) error, error) {
 	if concurrency < 1 {
 		return nil, fmt.Errorf("riverqueue: work on %d jobs at once: want at least 1", concurrency)
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &worker{job: q.job, now: q.opts.Now, run: run, fence: q.live.currentFence})
+	river.AddWorker(workers, &worker{job: q.job, now: q.opts.Now, run: h.run, fence: q.live.currentFence})
 	river.AddWorker(workers, &webhookWorker{
-		now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: deliver,
+		now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: h.deliver,
 		share: upscale.WebhookAccountShare(concurrency), inFlight: map[string]int{},
 	})
+	river.AddWorker(workers, &mailWorker{send: h.send})
 	client, err := river.NewClient(q.driver, q.config(workers, queue, concurrency))
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)
@@ -767,7 +777,7 @@ const maxDeliveries = 10_000
 // Deliver implements upscale.WebhookQueue: a River client of its own,
 // with concurrency workers on the queue "upscale_webhooks".
 func (q *Queue[TTx]) Deliver(ctx context.Context, concurrency int, deliver func(context.Context, upscale.Webhook) error) (func(drain context.Context) error, error) {
-	return q.work(ctx, nil, deliver, webhookQueueName, concurrency)
+	return q.work(ctx, handlers{deliver: deliver}, webhookQueueName, concurrency)
 }
 
 // webhookWorker delivers webhooks for River: an attempt that fails is an

@@ -19,6 +19,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/riverqueue"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -706,6 +707,84 @@ func TestCanceledWithAStoredResult(t *testing.T) {
 			got, _ := awaitSettled(t, q, j.ID, 0, func(string) []error { return nil })
 			if got.Status != upscale.JobSucceeded || got.Result == nil || got.Result.URL != stored.URL || got.Engine != "learned" {
 				t.Errorf("after its settlement: %+v, want succeeded with the stored result", got)
+			}
+		})
+	}
+}
+
+// mailQueue is a Queue as an outbox of the dashboard's mail.
+type mailQueue interface {
+	dashboard.Outbox
+	SendMail(ctx context.Context, concurrency int, mailer dashboard.Mailer) (func(context.Context) error, error)
+}
+
+// flakyMailer fails each address's first attempt as unavailable, refuses
+// the addresses that begin with "refused" for good, and counts attempts.
+type flakyMailer struct {
+	mu       sync.Mutex
+	attempts map[string]int
+	sent     map[string]dashboard.Mail
+}
+
+func (m *flakyMailer) Send(_ context.Context, mail dashboard.Mail) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.attempts[mail.To]++
+	switch {
+	case strings.HasPrefix(mail.To, "refused"):
+		return errors.New("550 no such mailbox")
+	case m.attempts[mail.To] == 1:
+		return fmt.Errorf("%w: 421 try again later", upscale.ErrUnavailable)
+	}
+	m.sent[mail.To] = mail
+	return nil
+}
+
+func (m *flakyMailer) state(to string) (attempts int, sent bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, sent = m.sent[to]
+	return m.attempts[to], sent
+}
+
+// TestMailOutbox: a posted mail is sent by whichever process sends mail,
+// tried again while the server is unavailable; a mail refused for good is
+// not tried again, and one that expired is not sent.
+func TestMailOutbox(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			q, _ := d.queue(t, riverqueue.Options{Logger: quiet})
+			outbox := q.(mailQueue)
+			mailer := &flakyMailer{attempts: map[string]int{}, sent: map[string]dashboard.Mail{}}
+			for to, expires := range map[string]time.Time{
+				"retried@example.com": time.Now().Add(time.Minute),
+				"refused@example.com": time.Now().Add(time.Minute),
+				"expired@example.com": time.Now().Add(-time.Second),
+			} {
+				if err := outbox.Post(ctx, dashboard.Mail{To: to, Subject: "Sign in", Text: "link", HTML: "<p>link</p>"}, expires); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop, err := outbox.SendMail(ctx, 2, mailer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop(ctx)
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if _, sent := mailer.state("retried@example.com"); sent {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the mail the server first refused for now was not sent again")
+				}
+			}
+			time.Sleep(3 * time.Second) // past the first retry's wait
+			if attempts, _ := mailer.state("refused@example.com"); attempts != 1 {
+				t.Errorf("a mail refused for good: %d attempts, want 1", attempts)
+			}
+			if attempts, _ := mailer.state("expired@example.com"); attempts != 0 {
+				t.Errorf("an expired mail: %d attempts, want none", attempts)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -34,10 +33,12 @@ const shareBonusInterval = time.Minute
 const smtpURLEnv = "UPSCALE_SMTP_URL"
 
 // mailOptions are the sign-in's by email when -smtp-url is given: mail
-// through that server from -mail-from, accounts opened on the config's
-// sign-up plan unless -signups closed; nil without -smtp-url. close waits
-// a moment for the mail under way.
-func (o options) mailOptions(cfg fileConfig, store *sqlstore.Store, logger *slog.Logger) (email *dashboard.EmailOptions, close func(), err error) {
+// kept in the job queue's database and sent through that server from
+// -mail-from by this process (and any other that sends mail), accounts
+// opened on the config's sign-up plan unless -signups closed; nil
+// without -smtp-url. stop stops sending, giving the mail under way a
+// moment.
+func (o options) mailOptions(ctx context.Context, cfg fileConfig, store *sqlstore.Store, jobs queues) (email *dashboard.EmailOptions, stop func(), err error) {
 	if o.smtpURL == "" {
 		return nil, func() {}, nil
 	}
@@ -54,14 +55,20 @@ func (o options) mailOptions(cfg fileConfig, store *sqlstore.Store, logger *slog
 		}
 		email.Plan = p.plan(name)
 	}
-	outbox := dashboard.NewMemoryOutbox(mailer, logger)
-	email.Outbox = outbox
+	stopSending, err := jobs.SendMail(ctx, mailSenders, mailer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("send the mail: %w", err)
+	}
+	email.Outbox = jobs
 	return email, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		outbox.Close(ctx)
+		stopSending(ctx)
 	}, nil
 }
+
+// mailSenders is how many mails a process sends at once.
+const mailSenders = 2
 
 //go:embed landing/index.html
 var landingPage []byte

@@ -87,11 +87,13 @@ func (st *storage) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&st.databaseURL, "database-url", "", "postgres:// URL of a PostgreSQL database shared by replicas (default: SQLite in -data)")
 }
 
-// queues are the queues of jobs and of their webhooks, as riverqueue's
-// Queue is both.
+// queues are the queues of jobs, of their webhooks and of the
+// dashboard's mail, as riverqueue's Queue is all three.
 type queues interface {
 	upscale.JobQueue
 	upscale.WebhookQueue
+	dashboard.Outbox
+	SendMail(ctx context.Context, concurrency int, mailer dashboard.Mailer) (func(drain context.Context) error, error)
 }
 
 // openJobs opens the job and webhook queue (River) in the store's
@@ -431,7 +433,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(api.OpenAPI)
 	})
-	email, closeMail, err := o.mailOptions(cfg, store, logger)
+	email, closeMail, err := o.mailOptions(ctx, cfg, store, jobs)
 	if err != nil {
 		return err
 	}
