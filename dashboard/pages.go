@@ -83,6 +83,9 @@ type overviewPage struct {
 	// Share is the account's share link and what it earned, when the
 	// dashboard has a ShareBonus.
 	Share *sharePanel
+	// NoKeys says the account has never had a key: the page shows how to
+	// make the first.
+	NoKeys bool
 }
 
 // sharePanel is an account's share link, its terms, and what it earned
@@ -107,6 +110,12 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account str
 	now := d.cfg.Now()
 	monthStart, refill := upscale.MonthBounds(now)
 	page := overviewPage{frame: d.frame(r, account, "overview"), Plan: b.Plan, Pools: pools(b), Refill: refill}
+	keys, err := d.cfg.Keys.ListKeys(ctx, account)
+	if err != nil {
+		d.fail(w, r, account, "list the keys", err)
+		return
+	}
+	page.NoKeys = len(keys) == 0
 	if usage, ok := d.cfg.Ledger.(upscale.UsageReporter); ok {
 		days, err := usage.UsageByDay(ctx, account, monthStart.AddDate(-1, 0, 0), now)
 		if err != nil {

@@ -200,8 +200,9 @@ func TestSignUpByEmail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status, page := s.overview(); status != http.StatusOK || !strings.Contains(page, "<strong>"+account+"</strong>") || !strings.Contains(page, `<span class="left">10</span>`) {
-		t.Fatalf("the overview after the link: %d, want the new account %s with its 10 free images\n%s", status, account, page)
+	if status, page := s.overview(); status != http.StatusOK || !strings.Contains(page, "<strong>"+account+"</strong>") || !strings.Contains(page, `<span class="left">10</span>`) ||
+		!strings.Contains(page, `id="first-key"`) {
+		t.Fatalf("the overview after the link: %d, want the new account %s with its 10 free images, and how to make a first key\n%s", status, account, page)
 	}
 	// The used link works no more.
 	if resp, _ := s.follow(opening); resp.StatusCode != http.StatusUnauthorized {
@@ -382,5 +383,45 @@ func TestShareLink(t *testing.T) {
 	_, page := site.do(http.MethodGet, site.base, "browser", nil)
 	if !strings.Contains(page, `<code id="share-link">`+site.base+"signup?ref="+code+"</code>") || !strings.Contains(page, `<strong id="share-earned">10</strong>`) {
 		t.Errorf("the sharer's overview:\n%s", page)
+	}
+}
+
+// BenchmarkEmailLinkAnswer measures the answer to a link asked for an
+// address with an account and for one without: the lookup and the mail
+// come after the answer, so the two take the same time.
+//
+//	go test -run '^$' -bench EmailLinkAnswer -count 6 ./dashboard
+func BenchmarkEmailLinkAnswer(b *testing.B) {
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	directory := dashboard.NewMemoryDirectory(ledger, nil)
+	if _, _, err := directory.OpenAccount(context.Background(), "known@example.com", freePlan, ""); err != nil {
+		b.Fatal(err)
+	}
+	outbox := dashboard.NewMemoryOutbox(&mailbox{}, slog.New(slog.DiscardHandler))
+	defer outbox.Close(context.Background())
+	unlimited := upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1e9, Burst: 1 << 30})
+	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: "https://upscale.example/dashboard/",
+		Email: &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: true, Plan: freePlan, Limit: unlimited}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, email := range []string{"known@example.com", "other@example.com"} {
+		b.Run(strings.SplitN(email, "@", 2)[0], func(b *testing.B) {
+			body := url.Values{"email": {email}}.Encode()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, "/signin/email", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				req.Header.Set("Sec-Fetch-Site", "same-origin")
+				w := httptest.NewRecorder()
+				d.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("%d", w.Code)
+				}
+			}
+		})
 	}
 }
