@@ -133,12 +133,17 @@ func (m *Mailer) Send(ctx context.Context, msg dashboard.Mail) error {
 	}()
 	options := []mail.Option{mail.WithPort(m.port), mail.WithTimeout(m.opts.Timeout), mail.WithTLSPolicy(m.policy),
 		mail.WithTLSConfig(m.tlsConfig()), mail.WithDialContextFunc(dial)}
+	if m.ssl {
+		options = append(options, mail.WithSSL()) // TLS from the first byte: no STARTTLS inside it
+	}
 	if m.user != nil {
 		password, _ := m.user.Password()
-		// The strongest mechanism the server offers over TLS; PLAIN to a
-		// server on this machine, which may offer no TLS to hide it.
+		// The strongest mechanism the server offers after STARTTLS; PLAIN
+		// inside smtps's TLS (which go-mail, handed our dialer, cannot see
+		// to discover), and to a server on this machine, which may offer
+		// no TLS to hide it.
 		auth := mail.SMTPAuthAutoDiscover
-		if m.policy == mail.TLSOpportunistic {
+		if m.ssl || m.policy == mail.TLSOpportunistic {
 			auth = mail.SMTPAuthPlain
 		}
 		options = append(options, mail.WithSMTPAuth(auth), mail.WithUsername(m.user.Username()), mail.WithPassword(password))
@@ -150,11 +155,23 @@ func (m *Mailer) Send(ctx context.Context, msg dashboard.Mail) error {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
 	if err := client.DialAndSendWithContext(ctx, message); err != nil {
-		var refused *mail.SendError
-		if errors.As(err, &refused) && !refused.IsTemp() {
-			return fmt.Errorf("smtpmail: the server refused the message: %w", err)
-		}
-		return fmt.Errorf("smtpmail: %w: %w", upscale.ErrUnavailable, err)
+		return failure(err)
 	}
 	return nil
+}
+
+// failure is err as Send returns it, without the recipient's address,
+// which go-mail's errors and the server's replies carry, and which its
+// callers log: what failed and the SMTP codes. A temporary refusal, or
+// no answer at all, is ErrUnavailable.
+func failure(err error) error {
+	var refused *mail.SendError
+	if !errors.As(err, &refused) {
+		return fmt.Errorf("smtpmail: %w: %w", upscale.ErrUnavailable, err) // dialling, TLS, the login: no address in them
+	}
+	what := fmt.Sprintf("%s (SMTP %d %s)", refused.Reason, refused.ErrorCode(), refused.EnhancedStatusCode())
+	if refused.IsTemp() {
+		return fmt.Errorf("smtpmail: %w: %s", upscale.ErrUnavailable, what)
+	}
+	return fmt.Errorf("smtpmail: the server refused the message: %s", what)
 }

@@ -1,8 +1,16 @@
 package smtpmail_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -83,40 +91,11 @@ func TestRefusesBadOptions(t *testing.T) {
 // TestStartTLSRequired: a server away from this machine that offers no
 // STARTTLS gets no message, and no login, in the clear.
 func TestStartTLSRequired(t *testing.T) {
-	ip := nonLoopbackIP(t)
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	ln, err := net.Listen("tcp", net.JoinHostPort(nonLoopbackIP(t), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	said := make(chan string, 1)
-	go func() { // an SMTP server that offers no STARTTLS, and notes what it is told
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a client that would leave it open
-		var heard strings.Builder
-		conn.Write([]byte("220 plain.example ESMTP\r\n"))
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				said <- heard.String()
-				return
-			}
-			heard.Write(buf[:n])
-			switch line := strings.ToUpper(string(buf[:n])); {
-			case strings.HasPrefix(line, "EHLO"):
-				conn.Write([]byte("250-plain.example\r\n250 AUTH PLAIN LOGIN\r\n"))
-			case strings.HasPrefix(line, "QUIT"):
-				conn.Write([]byte("221 bye\r\n"))
-			default:
-				conn.Write([]byte("250 ok\r\n"))
-			}
-		}
-	}()
+	heard := fakeSMTP(ln)
 	m, err := smtpmail.New(smtpmail.Options{URL: "smtp://user:secret@" + ln.Addr().String(), From: "no-reply@upscale.example"})
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +104,128 @@ func TestStartTLSRequired(t *testing.T) {
 		t.Fatal("Send to a server without STARTTLS succeeded")
 	}
 	ln.Close()
-	if heard := <-said; strings.Contains(heard, "MAIL FROM") || strings.Contains(heard, "AUTH") {
-		t.Errorf("the server without STARTTLS was told %q; want neither a login nor a message", heard)
+	if said := <-heard; strings.Contains(said, "MAIL FROM") || strings.Contains(said, "AUTH") {
+		t.Errorf("the server without STARTTLS was told %q; want neither a login nor a message", said)
 	}
+}
+
+// TestImplicitTLS: smtps:// speaks TLS from the first byte to a server
+// away from this machine, trusted by the configured authority, and logs
+// in and sends inside it.
+func TestImplicitTLS(t *testing.T) {
+	ip := nonLoopbackIP(t)
+	cert, roots := selfSigned(t, ip)
+	ln, err := tls.Listen("tcp", net.JoinHostPort(ip, "0"), &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heard := fakeSMTP(ln)
+	m, err := smtpmail.New(smtpmail.Options{URL: "smtps://user:secret@" + ln.Addr().String(), From: "no-reply@upscale.example", TLS: &tls.Config{RootCAs: roots}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "over TLS", HTML: "<p>t</p>"}); err != nil {
+		t.Fatalf("Send over smtps: %v", err)
+	}
+	ln.Close()
+	if said := <-heard; !strings.Contains(said, "AUTH") || !strings.Contains(said, "RCPT TO:<ada@example.com>") || !strings.Contains(said, "over TLS") {
+		t.Errorf("the smtps server was told %q; want a login and the message", said)
+	}
+}
+
+// TestRefusalNamesNoAddress: a recipient refused for good is no
+// ErrUnavailable, and the error, which callers log, holds the SMTP codes
+// but not the address.
+func TestRefusalNamesNoAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	heard := fakeSMTP(ln, true)
+	m, err := smtpmail.New(smtpmail.Options{URL: "smtp://" + ln.Addr().String(), From: "no-reply@upscale.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"})
+	if err == nil || errors.Is(err, upscale.ErrUnavailable) || strings.Contains(err.Error(), "ada@") || !strings.Contains(err.Error(), "550") {
+		t.Errorf("a recipient refused for good: %v; want a refusal with its code and without the address", err)
+	}
+	ln.Close()
+	<-heard
+}
+
+// fakeSMTP answers one SMTP client on ln, offering AUTH but never
+// STARTTLS, refusing every recipient for good when refuse, and sends on
+// the channel what it was told once the client leaves (or after 10 s).
+func fakeSMTP(ln net.Listener, refuse ...bool) <-chan string {
+	heard := make(chan string, 1)
+	go func() {
+		var said strings.Builder
+		defer func() { heard <- said.String() }()
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a client that would leave it open
+		conn.Write([]byte("220 fake.example ESMTP\r\n"))
+		lines := bufio.NewReader(conn)
+		inData := false
+		for {
+			line, err := lines.ReadString('\n')
+			if err != nil {
+				return
+			}
+			said.WriteString(line)
+			switch upper := strings.ToUpper(line); {
+			case inData && line == ".\r\n":
+				inData = false
+				conn.Write([]byte("250 queued\r\n"))
+			case inData:
+			case strings.HasPrefix(upper, "EHLO"):
+				conn.Write([]byte("250-fake.example\r\n250 AUTH PLAIN LOGIN\r\n"))
+			case strings.HasPrefix(upper, "AUTH"):
+				conn.Write([]byte("235 ok\r\n"))
+			case strings.HasPrefix(upper, "RCPT") && len(refuse) > 0 && refuse[0]:
+				conn.Write([]byte("550 5.1.1 <" + strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(line), "RCPT TO:<"), ">") + ">: no such user\r\n"))
+			case strings.HasPrefix(upper, "DATA"):
+				inData = true
+				conn.Write([]byte("354 go on\r\n"))
+			case strings.HasPrefix(upper, "QUIT"):
+				conn.Write([]byte("221 bye\r\n"))
+				return
+			default:
+				conn.Write([]byte("250 ok\r\n"))
+			}
+		}
+	}()
+	return heard
+}
+
+// selfSigned is a certificate for ip, and a pool that trusts it.
+func selfSigned(t *testing.T, ip string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fake smtp"}, IPAddresses: []net.IP{net.ParseIP(ip)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(parsed)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, roots
 }
 
 // nonLoopbackIP is an address of this machine's other than loopback, where
