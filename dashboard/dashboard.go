@@ -232,7 +232,11 @@ func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, a
 			http.Redirect(w, r, d.cfg.SignInURL, http.StatusSeeOther)
 			return
 		}
-		d.render(w, r, http.StatusUnauthorized, "signin", signInPage{frame: d.frame(r, "", "")})
+		page := signInPage{frame: d.frame(r, "", "")}
+		if d.cfg.SignIn != nil && d.cfg.SignIn.opts.Email != nil {
+			page = d.signInFrame(r) // its form asks for a link, or opens an account
+		}
+		d.render(w, r, http.StatusUnauthorized, "signin", page)
 	}
 }
 

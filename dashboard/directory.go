@@ -57,15 +57,19 @@ const longestAddress = 254
 var errBadAddress = errors.New("not an email address")
 
 // Address returns email as the directory keeps it: a bare address
-// (name@domain, no display name nor angle brackets), case-folded, so that
-// one mailbox is one account however its holder types it; an error for
+// (name@domain, no display name nor angle brackets) at a domain name with
+// a dot (no [IP literal], no intranet host), case-folded, so that one
+// mailbox is one account however its holder types it; an error for
 // anything else. Case-folding the local part goes beyond what RFC 5321
-// promises, as every large mail provider does.
+// promises, as every large mail provider does; nothing else is folded: a
+// "+tag" or a dot may name another person's mailbox at some provider.
 func Address(email string) (string, error) {
 	email = strings.TrimSpace(email)
 	parsed, err := mail.ParseAddress(email)
+	_, domain, _ := strings.Cut(email, "@")
 	if err != nil || parsed.Name != "" || parsed.Address != email || len(email) > longestAddress ||
-		strings.Count(email, "@") != 1 || strings.ContainsAny(email, " \t\r\n\"") {
+		strings.Count(email, "@") != 1 || strings.ContainsAny(email, " \t\r\n\"") ||
+		!strings.Contains(strings.Trim(domain, "."), ".") || strings.HasPrefix(domain, "[") {
 		return "", fmt.Errorf("dashboard: %q: %w", email, errBadAddress)
 	}
 	return strings.ToLower(email), nil

@@ -33,6 +33,7 @@ func TestAddress(t *testing.T) {
 	for _, in := range []string{
 		"", "ada", "ada@", "@example.com", "Ada <ada@example.com>", "<ada@example.com>", "ada@b@example.com",
 		`"ada lovelace"@example.com`, "ada@example.com, grace@example.com", strings.Repeat("a", 250) + "@example.com",
+		"ada@[127.0.0.1]", "ada@localhost", "ada@example.",
 	} {
 		if got, err := dashboard.Address(in); err == nil {
 			t.Errorf("Address(%q) = %q; want it refused", in, got)

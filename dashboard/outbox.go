@@ -27,9 +27,10 @@ type MemoryOutbox struct {
 	logger  *slog.Logger
 	backoff func(attempt int) time.Duration
 
+	mu      sync.Mutex
+	closed  bool // Close was called: Post takes nothing more
 	sending sync.WaitGroup
-	stop    chan struct{}
-	once    sync.Once
+	stop    chan struct{} // closed once the mail under way is to be dropped
 }
 
 var _ Outbox = (*MemoryOutbox)(nil)
@@ -45,10 +46,10 @@ func NewMemoryOutbox(mailer Mailer, logger *slog.Logger) *MemoryOutbox {
 
 // Post implements Outbox.
 func (o *MemoryOutbox) Post(_ context.Context, m Mail, expires time.Time) error {
-	select {
-	case <-o.stop:
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
 		return errors.New("dashboard: the outbox is closed")
-	default:
 	}
 	o.sending.Go(func() { o.send(m, expires) })
 	return nil
@@ -92,9 +93,16 @@ func MailBackoff(attempt int) time.Duration {
 	return min(2*time.Second<<min(max(attempt-1, 0), 5), time.Minute)
 }
 
-// Close stops trying: mail under way is given until ctx is done to be
-// sent, then dropped. It returns once no sending is left.
+// Close takes no more mail; the mail under way is given until ctx is done
+// to be sent, then dropped. It returns once no sending is left.
 func (o *MemoryOutbox) Close(ctx context.Context) {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return
+	}
+	o.closed = true // no Post adds to sending while it is waited for
+	o.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		o.sending.Wait()
@@ -105,6 +113,6 @@ func (o *MemoryOutbox) Close(ctx context.Context) {
 		return
 	case <-ctx.Done():
 	}
-	o.once.Do(func() { close(o.stop) })
+	close(o.stop)
 	<-done
 }

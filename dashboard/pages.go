@@ -302,12 +302,14 @@ type signInPage struct {
 	// Ref is the share code of the share link the visitor came by, which
 	// the form sends on.
 	Ref string
+	// Minutes is how long a link works (SignInOptions.LinkTTL).
+	Minutes int
 }
 
 // signInFrame is the sign-in page as every answer of the sign-in pages
 // starts it.
 func (d *Dashboard) signInFrame(r *http.Request) signInPage {
-	page := signInPage{frame: d.frame(r, "", ""), Links: true}
+	page := signInPage{frame: d.frame(r, "", ""), Links: true, Minutes: int(d.cfg.SignIn.opts.LinkTTL.Minutes())}
 	if e := d.cfg.SignIn.opts.Email; e != nil {
 		page.Email, page.SignUps = true, e.SignUps
 	}

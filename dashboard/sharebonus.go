@@ -43,14 +43,16 @@ type ShareBonus struct {
 	Now func() time.Time
 
 	mu   sync.Mutex
-	done map[string]bool // new accounts paid for, or whose month was full
+	done map[string]time.Time // new accounts paid for, or whose month was full, by when they opened
 }
 
 // shareGrant is the prefix of a share payment's grant ID.
 const shareGrant = "share:"
 
 // Pay pays what the new accounts opened within Window have earned since
-// the last pass, and returns how many it paid.
+// the last pass, and returns how many it paid. An account it cannot
+// settle (its sharer gone, the ledger out of reach) is tried at the next
+// pass and does not hold up the others: Pay returns their errors joined.
 func (b *ShareBonus) Pay(ctx context.Context) (int, error) {
 	if b.PerSignup <= 0 || b.MonthlyCap <= 0 {
 		return 0, errors.New("dashboard: ShareBonus needs PerSignup and MonthlyCap above zero")
@@ -59,44 +61,58 @@ func (b *ShareBonus) Pay(ctx context.Context) (int, error) {
 	if b.Now != nil {
 		now = b.Now()
 	}
-	opened, err := b.Directory.Opened(ctx, now.Add(-cmp.Or(b.Window, 90*24*time.Hour)))
+	since := now.Add(-cmp.Or(b.Window, 90*24*time.Hour))
+	opened, err := b.Directory.Opened(ctx, since)
 	if err != nil {
 		return 0, fmt.Errorf("dashboard: list the accounts opened: %w", err)
 	}
+	b.forgetBefore(since)
 	paid := 0
+	var errs []error
 	for _, e := range opened {
-		if e.Referrer == "" || e.Referrer == e.AccountID || b.isDone(e.AccountID) {
+		if e.Referrer == "" || b.isDone(e.AccountID) {
 			continue
 		}
-		used, err := b.Ledger.UsageByDay(ctx, e.AccountID, e.Opened, now)
+		granted, err := b.pay(ctx, e, now)
 		if err != nil {
-			return paid, fmt.Errorf("dashboard: the usage of %s: %w", e.AccountID, err)
-		}
-		if len(used) == 0 {
-			continue // no image yet
-		}
-		first := used[0].Day
-		earned, err := b.earned(ctx, e.Referrer, first)
-		if err != nil {
-			return paid, err
-		}
-		if earned+b.PerSignup > b.MonthlyCap {
-			b.markDone(e.AccountID)
+			errs = append(errs, err)
 			continue
-		}
-		granted, err := b.Ledger.Grant(ctx, upscale.Grant{
-			ID: shareGrant + e.AccountID, AccountID: e.Referrer, Pool: upscale.PoolShareBonus, Units: b.PerSignup,
-			Label: "a new account opened with your share link", Event: "share-link", At: first,
-		})
-		if err != nil {
-			return paid, fmt.Errorf("dashboard: pay %s for %s: %w", e.Referrer, e.AccountID, err)
 		}
 		if granted {
 			paid++
 		}
-		b.markDone(e.AccountID)
 	}
-	return paid, nil
+	return paid, errors.Join(errs...)
+}
+
+// pay pays e's sharer if e has used its first image and the month of that
+// image has room, and reports whether it granted now.
+func (b *ShareBonus) pay(ctx context.Context, e DirectoryEntry, now time.Time) (bool, error) {
+	used, err := b.Ledger.UsageByDay(ctx, e.AccountID, e.Opened, now)
+	if err != nil {
+		return false, fmt.Errorf("dashboard: the usage of %s: %w", e.AccountID, err)
+	}
+	if len(used) == 0 {
+		return false, nil // no image yet
+	}
+	first := used[0].Day
+	earned, err := b.earned(ctx, e.Referrer, first)
+	if err != nil {
+		return false, err
+	}
+	if earned+b.PerSignup > b.MonthlyCap {
+		b.markDone(e)
+		return false, nil
+	}
+	granted, err := b.Ledger.Grant(ctx, upscale.Grant{
+		ID: shareGrant + e.AccountID, AccountID: e.Referrer, Pool: upscale.PoolShareBonus, Units: b.PerSignup,
+		Label: "a new account opened with your share link", Event: "share-link", At: first,
+	})
+	if err != nil {
+		return false, fmt.Errorf("dashboard: pay %s for %s: %w", e.Referrer, e.AccountID, err)
+	}
+	b.markDone(e)
+	return granted, nil
 }
 
 // earned is what accountID's share link earned it in the month of at.
@@ -117,14 +133,27 @@ func (b *ShareBonus) earned(ctx context.Context, accountID string, at time.Time)
 func (b *ShareBonus) isDone(account string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.done[account]
+	_, done := b.done[account]
+	return done
 }
 
-func (b *ShareBonus) markDone(account string) {
+func (b *ShareBonus) markDone(e DirectoryEntry) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.done == nil {
-		b.done = map[string]bool{}
+		b.done = map[string]time.Time{}
 	}
-	b.done[account] = true
+	b.done[e.AccountID] = e.Opened
+}
+
+// forgetBefore forgets the accounts done that opened before since, which
+// no pass lists again.
+func (b *ShareBonus) forgetBefore(since time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for account, opened := range b.done {
+		if opened.Before(since) {
+			delete(b.done, account)
+		}
+	}
 }

@@ -7,22 +7,36 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/upscalekit/upscale"
 )
 
-// askLink takes one link from the allowances of the address email and of
-// the request's client (EmailOptions.Limit), and says when to ask again if
-// either has none.
+// askLink takes one link from the allowances of the request's client and
+// of the address email (EmailOptions.Limit), and says when to ask again if
+// either has none. The client's comes first, so that a client past its
+// own spends nothing of an address's: one client cannot lock an address
+// out by asking for it.
 func (s *SignIn) askLink(r *http.Request, email string) (allowed bool, retryAfter time.Duration, err error) {
-	for _, key := range []string{"mail-to " + email, "mail-from " + s.opts.ClientAddress(r)} {
+	for _, key := range []string{"mail-from " + clientNetwork(s.opts.ClientAddress(r)), "mail-to " + email} {
 		d, err := s.opts.Email.Limit.Allow(r.Context(), upscale.DigestKey(key))
 		if err != nil || !d.Allowed {
 			return false, d.RetryAfter, err
 		}
 	}
 	return true, 0, nil
+}
+
+// clientNetwork is the client address an allowance is kept for: an IPv6
+// address's /64, which one host commonly has whole, else the address.
+func clientNetwork(address string) string {
+	ip, err := netip.ParseAddr(address)
+	if err != nil || ip.Unmap().Is4() {
+		return address
+	}
+	prefix, _ := ip.Prefix(64)
+	return prefix.String()
 }
 
 // mailLink posts to the address email the link it may have: one that

@@ -181,8 +181,10 @@ func (s *emailSite) overview() (int, string) {
 // signing out, the link signs the same account in; a used link fails.
 func TestSignUpByEmail(t *testing.T) {
 	s := newEmailSite(t, true)
-	if _, page := s.do(http.MethodGet, s.base+"signin", "browser", nil); !strings.Contains(page, `action="./signin/email"`) && !strings.Contains(page, `signin/email"`) {
-		t.Fatalf("the sign-in page offers no form for a link by email:\n%s", page)
+	for _, path := range []string{"signin", "", "keys"} {
+		if resp, page := s.do(http.MethodGet, s.base+path, "browser", nil); !strings.Contains(page, `signin/email"`) || !strings.Contains(page, "Sign in or create an account") {
+			t.Fatalf("/dashboard/%s signed out (%d) offers no form to sign in or open an account by email:\n%s", path, resp.StatusCode, page)
+		}
 	}
 	resp, page := s.ask("Ada@Example.com", "a")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "a link is on its way") {
@@ -273,6 +275,21 @@ func TestEmailLinkLimits(t *testing.T) {
 	}
 	if resp, _ := s.ask("user5@example.com", "busy"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("the sixth link from one client: %d, want 429", resp.StatusCode)
+	}
+	// A client past its allowance spends nothing of an address's: it
+	// cannot lock the address out.
+	for range 6 {
+		s.ask("victim@example.com", "busy")
+	}
+	if resp, _ := s.ask("victim@example.com", "victim"); resp.StatusCode != http.StatusOK {
+		t.Errorf("the address's own link after another client was refused for it: %d, want 200", resp.StatusCode)
+	}
+	// An IPv6 client's allowance is its /64's.
+	for i := range 5 {
+		s.ask(fmt.Sprintf("v6-%d@example.com", i), fmt.Sprintf("2001:db8::%x", i+1))
+	}
+	if resp, _ := s.ask("v6-5@example.com", "2001:db8::ffff"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a sixth link from another address of the same /64: %d, want 429", resp.StatusCode)
 	}
 	if resp, page := s.ask("not an address", "c"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "not an email address") {
 		t.Errorf("a malformed address: %d\n%s", resp.StatusCode, page)
@@ -423,5 +440,38 @@ func BenchmarkEmailLinkAnswer(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestShareBonusGoesOn: a new account whose sharer cannot be paid (gone
+// from the ledger) does not hold up the others, and is tried again.
+func TestShareBonusGoesOn(t *testing.T) {
+	ctx := context.Background()
+	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
+	directory := dashboard.NewMemoryDirectory(ledger, nil)
+	sharer, _, _ := directory.OpenAccount(ctx, "sharer@example.com", freePlan, "")
+	for _, tc := range []struct{ email, referrer string }{{"orphan@example.com", "acct_gone"}, {"invited@example.com", sharer}} {
+		id, _, err := directory.OpenAccount(ctx, tc.email, freePlan, tc.referrer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ledger.Reserve(ctx, id, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ledger.Commit(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bonus := &dashboard.ShareBonus{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10}
+	paid, err := bonus.Pay(ctx)
+	if paid != 1 || err == nil {
+		t.Errorf("Pay = %d, %v; want the invited account's sharer paid, and the orphan's error", paid, err)
+	}
+	if _, err := bonus.Pay(ctx); err == nil {
+		t.Error("the orphan was not tried again")
+	}
+	if b, _ := ledger.Balance(ctx, sharer); b.ShareBonus != 5 {
+		t.Errorf("the sharer's share bonus %d, want 5", b.ShareBonus)
 	}
 }
