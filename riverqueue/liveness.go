@@ -153,7 +153,7 @@ func (l *liveness[TTx]) leave(ctx context.Context, client *river.Client[TTx]) {
 
 // claim takes the process ID's row. A row another instance beat within
 // Lapse is either a process that just died, or a live one under the same
-// ID: claim waits one and a half beats and looks again.
+// ID: claim waits two beats and looks again (one beat late still shows).
 func (l *liveness[TTx]) claim(ctx context.Context) error {
 	instance, beatAt, err := l.row(ctx)
 	if err != nil {
@@ -161,7 +161,7 @@ func (l *liveness[TTx]) claim(ctx context.Context) error {
 	}
 	if instance != "" && l.fresh(beatAt) {
 		select {
-		case <-time.After(l.interval() * 3 / 2):
+		case <-time.After(2 * l.interval()):
 		case <-ctx.Done():
 			return ctx.Err()
 		}

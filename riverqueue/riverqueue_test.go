@@ -129,7 +129,7 @@ func TestLiveness(t *testing.T) {
 // the first keeps working.
 func TestProcessIDInUse(t *testing.T) {
 	ctx := context.Background()
-	opts := riverqueue.Options{Logger: quiet, ProcessID: "twin", Lapse: 2 * time.Second}
+	opts := riverqueue.Options{Logger: quiet, ProcessID: "twin", Lapse: 6 * time.Second}
 	database := testservers.PostgresDatabase(t)
 	first, _ := postgresOn(t, database, opts)
 	idle := func(context.Context, upscale.Job) upscale.JobOutcome { return upscale.JobOutcome{} }
@@ -225,7 +225,7 @@ func TestForgottenProcessStopsItsRuns(t *testing.T) {
 // half a lapse, before others may hand them over.
 func TestSilentProcessStopsItsRuns(t *testing.T) {
 	ctx := context.Background()
-	const lapse = 2 * time.Second
+	const lapse = 4 * time.Second // the runs stop at half of it: room for a busy machine's beat
 	q, pool := postgresDatabase(t, riverqueue.Options{Logger: quiet, ProcessID: "silent", Lapse: lapse, RunTimeout: time.Hour})
 	started, stopped := make(chan struct{}), make(chan error, 1)
 	stop, err := q.Work(ctx, 1, upscaletest.Runner(func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
