@@ -28,34 +28,8 @@ func TestDashboard(t *testing.T) {
 	origin := newButterflyOrigin(t)
 	srv := startStandalone(t, bin, "-data", data)
 	defer srv.stop(t)
-	jar, _ := cookiejar.New(nil)
-	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	send := func(method, u string, form url.Values) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, u, strings.NewReader(form.Encode()))
-		if method == http.MethodPost {
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			req.Header.Set("Sec-Fetch-Site", "same-origin")
-		}
-		resp, err := browser.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
-	signIn := func(link string) {
-		t.Helper()
-		status, page := send("GET", link, nil)
-		token := regexp.MustCompile(`name="token" value="([^"]+)"`).FindStringSubmatch(page)
-		if status != http.StatusOK || token == nil {
-			t.Fatalf("the link %s: %d\n%s", link, status, page)
-		}
-		if status, _ := send("POST", srv.base+"/dashboard/signin", url.Values{"token": {token[1]}}); status != http.StatusSeeOther {
-			t.Fatalf("sign in: %d", status)
-		}
-	}
+	b := newBrowser(t, srv.base)
+	send, signIn := b.send, b.signIn
 
 	if !strings.HasPrefix(srv.dashboard, srv.base+"/dashboard/signin?token=") {
 		t.Fatalf("the banner's dashboard link %q", srv.dashboard)
@@ -91,9 +65,7 @@ func TestDashboard(t *testing.T) {
 	if link := strings.TrimSpace(string(out)); err != nil || !strings.HasPrefix(link, srv.base+"/dashboard/signin?token=") {
 		t.Fatalf("dashboard link: %q, %v", out, err)
 	} else {
-		jar, _ := cookiejar.New(nil)
-		browser.Jar = jar // another browser
-		signIn(link)
+		newBrowser(t, srv.base).signIn(link) // another browser
 	}
 	if out, err := exec.Command(bin, "dashboard", "link", "-account", "nobody", "-data", data).CombinedOutput(); err == nil {
 		t.Errorf("a link for an unknown account: %s", out)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"sync"
 	"testing"
 )
@@ -38,15 +36,7 @@ func Mailpit(t testing.TB) MailpitServer {
 }
 
 func startMailpit() {
-	bin := os.Getenv("UPSCALE_MAILPIT")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("mailpit"); err != nil {
-			mailpit.err = fmt.Errorf("no mailpit binary; run make test-deps, or build it with CGO_ENABLED=0 go install github.com/axllent/mailpit@v1.33.1 and set UPSCALE_MAILPIT")
-			return
-		}
-	}
-	dir, err := os.MkdirTemp("", "upscale-mailpit-")
+	bin, dir, err := tool("UPSCALE_MAILPIT", "mailpit", "github.com/axllent/mailpit@v1.33.1")
 	if err != nil {
 		mailpit.err = err
 		return

@@ -50,15 +50,7 @@ func StartS3() (S3Server, error) {
 }
 
 func startS3() {
-	bin := os.Getenv("UPSCALE_VERSITYGW")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("versitygw"); err != nil {
-			s3.err = fmt.Errorf("no versitygw binary; run make test-deps, or build it with CGO_ENABLED=0 go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 and set UPSCALE_VERSITYGW")
-			return
-		}
-	}
-	dir, err := os.MkdirTemp("", "upscale-s3-")
+	bin, dir, err := tool("UPSCALE_VERSITYGW", "versitygw", "github.com/versity/versitygw/cmd/versitygw@v1.8.0")
 	if err != nil {
 		s3.err = err
 		return

@@ -2,8 +2,6 @@ package testservers
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"sync"
 	"testing"
 )
@@ -31,15 +29,7 @@ func StripeMock(t testing.TB) string {
 }
 
 func startStripeMock() {
-	bin := os.Getenv("UPSCALE_STRIPE_MOCK")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("stripe-mock"); err != nil {
-			stripeMock.err = fmt.Errorf("no stripe-mock binary; run make test-deps, or build it with CGO_ENABLED=0 go install github.com/stripe/stripe-mock@v0.203.0 and set UPSCALE_STRIPE_MOCK")
-			return
-		}
-	}
-	dir, err := os.MkdirTemp("", "upscale-stripe-mock-")
+	bin, dir, err := tool("UPSCALE_STRIPE_MOCK", "stripe-mock", "github.com/stripe/stripe-mock@v0.203.0")
 	if err != nil {
 		stripeMock.err = err
 		return

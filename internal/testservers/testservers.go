@@ -189,6 +189,19 @@ func Stop() {
 	stoppers.funcs = nil
 }
 
+// tool finds the server binary name, the one the environment variable env
+// names or else the one on PATH, and makes a temporary directory for its
+// run; the error says how to get it (module is its go install path).
+func tool(env, name, module string) (bin, dir string, err error) {
+	if bin = os.Getenv(env); bin == "" {
+		if bin, err = exec.LookPath(name); err != nil {
+			return "", "", fmt.Errorf("no %s binary; run make test-deps, or build it with CGO_ENABLED=0 go install %s and set %s", name, module, env)
+		}
+	}
+	dir, err = os.MkdirTemp("", "upscale-"+name+"-")
+	return bin, dir, err
+}
+
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
