@@ -75,15 +75,21 @@ func (s *Store) Opened(ctx context.Context, since time.Time) ([]dashboard.Direct
 	return out, classify(ctx, rows.Err())
 }
 
-// ShareCode implements dashboard.AccountDirectory: concurrent first calls
-// make one code, the first written.
+// ShareCode implements dashboard.AccountDirectory: a read, as each
+// overview asks; the first call writes the code, and concurrent first
+// calls make one, the first written.
 func (s *Store) ShareCode(ctx context.Context, accountID string) (string, error) {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO share_codes (account_id, code) VALUES ($1, $2) ON CONFLICT (account_id) DO NOTHING`,
-		accountID, dashboard.NewShareCode()); err != nil {
-		return "", classify(ctx, err)
-	}
 	var code string
-	err := s.db.QueryRowContext(ctx, `SELECT code FROM share_codes WHERE account_id = $1`, accountID).Scan(&code)
+	read := func() error {
+		return s.db.QueryRowContext(ctx, `SELECT code FROM share_codes WHERE account_id = $1`, accountID).Scan(&code)
+	}
+	err := read()
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err = s.db.ExecContext(ctx, `INSERT INTO share_codes (account_id, code) VALUES ($1, $2) ON CONFLICT (account_id) DO NOTHING`,
+			accountID, dashboard.NewShareCode()); err == nil {
+			err = read()
+		}
+	}
 	return code, classify(ctx, err)
 }
 
