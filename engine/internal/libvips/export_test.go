@@ -22,3 +22,7 @@ func SolidAnimation(tb testing.TB, w, h int, levels ...uint8) []byte {
 
 // HEIFGrid is heifGrid, exported for the package's external tests.
 var HEIFGrid = heifGrid
+
+// HEIFHonestGrid is heifHonestGrid, exported for the package's external
+// tests.
+var HEIFHonestGrid = heifHonestGrid

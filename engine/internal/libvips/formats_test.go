@@ -9,6 +9,7 @@ import (
 	"image"
 	"image/gif"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +206,11 @@ func TestHostileNewFormats(t *testing.T) {
 	avifSequence := convert(t, encodePNG(t, gradient(64, 48, 255)), bimg.AVIF)
 	copy(avifSequence[8:12], "avis") // the major brand of an AVIF animation
 	lyingHEIC, lyingAVIF := readFile(t, "testdata/hostile/lying.heic"), readFile(t, "testdata/hostile/lying.avif")
+	// The short GIF that other packages' tests send through the handler.
+	shortFrames := readFile(t, "testdata/hostile/short-frames.gif")
+	if !bytes.Equal(shortFrames, shortGIF(t, 2, 64, 64, 32)) {
+		t.Error("testdata/hostile/short-frames.gif is not what shortGIF makes")
+	}
 	e := vips.New(vips.Options{})
 	for _, tc := range []struct {
 		name string
@@ -222,9 +228,13 @@ func TestHostileNewFormats(t *testing.T) {
 		{"LyingAVIF", lyingAVIF, "declares 64×64 pixels but its stream codes 8192×8192"},
 		{"LyingGrid2x2", vips.HEIFGrid(t, lyingHEIC, 2, 2, image.Pt(128, 128)), "declares 64×64 pixels but its stream codes 8192×8192"},
 		{"LyingGrid63x64", vips.HEIFGrid(t, lyingHEIC, 63, 64, image.Pt(4096, 4032)), "declares 64×64 pixels but its stream codes 8192×8192"},
+		// One honest 8192×8192 tile laid out as a 1×1 image: libheif
+		// decoded all 67 MP of it, in 7.1 s and 289 MiB.
+		{"OverhangingGrid1x1", readFile(t, "testdata/hostile/overhanging-grid-1x1.heic"), "reach 8191 pixels past its edge"},
 		// 50 frames of 1000×1000 whose LZW data gives 1000×500 pixels
 		// each, their blocks intact: libnsgif filled the rest with black.
 		{"ShortGIFFrames", shortGIF(t, 50, 1000, 1000, 500), "Frame 1 of the GIF holds 500000 of its 1000×1000 pixels"},
+		{"ShortGIFFile", shortFrames, "Frame 1 of the GIF holds 2048 of its 64×64 pixels"},
 		{"TruncatedHEIC", heic[:len(heic)/2], ""},
 		{"HEICBomb", bomb, ""},
 		{"TIFFFlood", tiffHeader(100_000, 100_000, 100_000, 8, 1), ""},
@@ -244,6 +254,11 @@ func TestHostileNewFormats(t *testing.T) {
 			}
 			if err != nil && !strings.Contains(err.Error(), tc.refusal) {
 				t.Errorf("err = %v, want the header's refusal %q", err, tc.refusal)
+			}
+			// Header decodes no pixel: the files it refuses never
+			// reach libheif's or libnsgif's decoding.
+			if _, err := e.Header(tc.src, 2); tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal)) {
+				t.Errorf("Header: %v, want the refusal %q", err, tc.refusal)
 			}
 			t.Logf("refused: %v", err)
 		})
@@ -336,8 +351,12 @@ func heicTile(t *testing.T) []byte {
 func BenchmarkHostileRefusal(b *testing.B) {
 	t := &testing.T{}
 	e := vips.New(vips.Options{})
-	for _, name := range []string{"lying.heic", "lying.avif", "lying-grid-2x2.heic", "lying-grid-63x64.heic"} {
-		src := readFile(t, "testdata/hostile/"+name)
+	names, err := filepath.Glob("testdata/hostile/*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, path := range names {
+		name, src := filepath.Base(path), readFile(t, path)
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

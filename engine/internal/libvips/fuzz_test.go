@@ -39,11 +39,14 @@ func FuzzUpscaleImage(f *testing.F) {
 	}
 	// Files that lie about their size: HEIC and AVIF images whose streams
 	// code 8192×8192 while they declare 64×64, alone and as a grid's
-	// tiles, and a GIF whose frames' data ends early; and an honest grid.
+	// tiles, an honest tile of 8192×8192 as a grid of one pixel, and a GIF
+	// whose frames' data ends early; and an honest grid.
 	lying := readFile(&testing.T{}, "testdata/hostile/lying.heic")
 	f.Add(lying)
 	f.Add(readFile(&testing.T{}, "testdata/hostile/lying.avif"))
 	f.Add(vips.HEIFGrid(&testing.T{}, lying, 2, 2, image.Pt(128, 128)))
+	f.Add(readFile(&testing.T{}, "testdata/hostile/lying-grid-63x64.heic"))
+	f.Add(readFile(&testing.T{}, "testdata/hostile/overhanging-grid-1x1.heic"))
 	f.Add(vips.HEIFGrid(&testing.T{}, heicTile(&testing.T{}), 1, 2, image.Pt(100, 40)))
 	f.Add(shortGIF(&testing.T{}, 2, 40, 40, 20))
 	e := vips.New(vips.Options{MaxSourcePixels: 64 * 64, MaxOutputPixels: 128 * 128, MaxSide: 256})

@@ -139,6 +139,19 @@ func heifGrid(tb testing.TB, tile []byte, rows, columns int, out image.Point) []
 	return heifGridOf(tb, heifImage(tb, tile), rows, columns, out)
 }
 
+// heifHonestGrid is heifGrid of a tile that declares the size its stream
+// codes.
+func heifHonestGrid(tb testing.TB, tile []byte, rows, columns int, out image.Point) []byte {
+	tb.Helper()
+	honest := *heifImage(tb, tile)
+	sizes, why := honest.codedSizes()
+	if why != "" || len(sizes) == 0 {
+		tb.Fatalf("the tile's stream codes %v (%s)", sizes, why)
+	}
+	honest.size = sizes[0]
+	return heifGridOf(tb, &honest, rows, columns, out)
+}
+
 // heifImage is the HEVC image of a HEIC file, not its alpha.
 func heifImage(tb testing.TB, file []byte) *heifItem {
 	tb.Helper()
@@ -278,6 +291,8 @@ func TestHEIFSizes(t *testing.T) {
 		{"a grid short of tiles", map[uint32]*heifItem{1: grid(sq(128), 2, 2, sq(128), 2, 2, 2), 2: coded(sq(64), sps64)}, "is a grid of 2×2 tiles made of 3 images", heifDecode{}},
 		{"a grid of tiles past its edge", map[uint32]*heifItem{1: grid(sq(128), 3, 3, sq(128), 2, 2, 2, 2, 2, 2, 2, 2, 2), 2: coded(sq(64), sps64)}, "do not tile it", heifDecode{}},
 		{"a grid of tiles short of its edge", map[uint32]*heifItem{1: grid(image.Pt(129, 128), 2, 2, image.Pt(129, 128), 2, 2, 2, 2), 2: coded(sq(64), sps64)}, "do not tile it", heifDecode{}},
+		{"a grid of tiles far past its edge", map[uint32]*heifItem{1: grid(sq(1), 1, 1, sq(1), 2), 2: coded(sq(8192), hevcConfig(hevcSPSNAL(8192, 8192)))}, "reach 8191 pixels past its edge", heifDecode{}},
+		{"a grid of tiles just past its edge", map[uint32]*heifItem{1: grid(sq(600), 2, 2, sq(600), 2, 2, 2, 2), 2: coded(sq(512), hevcConfig(hevcSPSNAL(512, 512)))}, "", heifDecode{4 * 512 * 512, 600}},
 		{"a grid of tiles of two sizes", map[uint32]*heifItem{1: grid(sq(100), 2, 2, sq(100), 2, 2, 2, 3), 2: coded(sq(64), sps64), 3: coded(image.Pt(60, 64), sps64)}, "tiles of 64×64 and 60×64", heifDecode{}},
 		{"a grid of a tile that is no image", map[uint32]*heifItem{1: grid(sq(64), 1, 1, sq(64), 9)}, "a tile (9) that is no image", heifDecode{}},
 		{"an overlay on its canvas", map[uint32]*heifItem{1: overlay(sq(64), sq(64))}, "", heifDecode{64 * 64, 64}},
@@ -396,7 +411,8 @@ func (w *bitWriter) ue(v uint64) {
 // packages' tests send through the handler, are what they claim to be: an
 // HEVC and an AV1 image declaring 64×64 whose streams code 8192×8192, and
 // grids of the first (2×2, laid out as 128×128; 63×64, as 4096×4032),
-// which heifGrid makes again byte for byte.
+// which heifGrid makes again byte for byte, and a 1×1 grid of its stream
+// declared honestly (8192×8192) laid out as one pixel.
 func TestHostileFiles(t *testing.T) {
 	read := func(name string) []byte {
 		data, err := os.ReadFile("testdata/hostile/" + name)
@@ -413,8 +429,9 @@ func TestHostileFiles(t *testing.T) {
 		}
 	}
 	for name, grid := range map[string][]byte{
-		"lying-grid-2x2.heic":   heifGrid(t, lying, 2, 2, image.Pt(128, 128)),
-		"lying-grid-63x64.heic": heifGrid(t, lying, 63, 64, image.Pt(4096, 4032)),
+		"lying-grid-2x2.heic":       heifGrid(t, lying, 2, 2, image.Pt(128, 128)),
+		"lying-grid-63x64.heic":     heifGrid(t, lying, 63, 64, image.Pt(4096, 4032)),
+		"overhanging-grid-1x1.heic": heifHonestGrid(t, lying, 1, 1, image.Pt(1, 1)),
 	} {
 		if !bytes.Equal(read(name), grid) {
 			t.Errorf("testdata/hostile/%s is not what heifGrid makes", name)
