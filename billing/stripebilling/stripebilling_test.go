@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +135,36 @@ func TestPackBought(t *testing.T) {
 	}
 }
 
+// TestOneCustomerPerAccount: checkouts of one account, also made at once,
+// share one Stripe customer, made under the account's idempotency key,
+// and each Checkout Session is created under an idempotency key of its
+// own, so a retried request cannot make a second.
+func TestOneCustomerPerAccount(t *testing.T) {
+	s := newSeller(t, nil)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			if _, err := s.Checkout(context.Background(), "a", pack.Price); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	s.checkout(t, "b", pack.Price)
+	if n := s.fake.Customers(); n != 2 {
+		t.Errorf("%d customers made for two accounts' six checkouts, want 2", n)
+	}
+	for _, key := range s.fake.IdempotencyKeys("/v1/customers") {
+		if key != "upscale-customer-a" && key != "upscale-customer-b" {
+			t.Errorf("a customer made under the idempotency key %q, want the account's", key)
+		}
+	}
+	sessions := s.fake.IdempotencyKeys("/v1/checkout/sessions")
+	if len(sessions) != 6 || slices.Contains(sessions, "") || len(slices.Compact(slices.Sorted(slices.Values(sessions)))) != 6 {
+		t.Errorf("the sessions' idempotency keys: %q; want six, each its own", sessions)
+	}
+}
+
 // TestUnpaidSessionGrantsNothing: a session completed with a delayed
 // payment method grants when its payment succeeds, not before.
 func TestUnpaidSessionGrantsNothing(t *testing.T) {
@@ -176,6 +207,10 @@ func TestSubscription(t *testing.T) {
 	if b := s.balance(t, "a"); b.Plan != upscaletest.UnlimitedPlan {
 		t.Errorf("plan while past due: %+v, want unlimited kept", b.Plan)
 	}
+	s.deliver(t, s.fake.UpdateSubscription(sub, "invoice.paid", "active", false), http.StatusOK)
+	if terms, err := s.ledger.Terms(ctx, "a"); err != nil || terms.Status != "active" || terms.CancelAtPeriodEnd {
+		t.Errorf("terms once the renewal was paid: %+v, %v; want active, renewing", terms, err)
+	}
 	// Stripe deletes the subscription; its deletion is delivered before
 	// an update made earlier.
 	updated := s.fake.UpdateSubscription(sub, "customer.subscription.updated", "active", false)
@@ -196,7 +231,7 @@ func TestSubscription(t *testing.T) {
 // TestRefunds: a refund after the credits were spent takes what is left
 // down to zero and records the rest as shortfall; a refund and a dispute
 // of the same charge reverse it once; a dispute won gives back what it
-// took.
+// took, less what the charge's refunds take, before or after it.
 func TestRefunds(t *testing.T) {
 	ctx := context.Background()
 	t.Run("AfterSpending", func(t *testing.T) {
@@ -246,15 +281,83 @@ func TestRefunds(t *testing.T) {
 		won := s.fake.Dispute(charge, "charge.dispute.closed", "won")
 		s.deliver(t, won, http.StatusOK)
 		s.deliver(t, won, http.StatusOK)
+		if b := s.balance(t, "a"); b.Credits != 0 {
+			t.Errorf("credits after the dispute of a charge refunded whole was won: %d, want 0", b.Credits)
+		}
+	})
+	t.Run("DisputeWonThenRefunded", func(t *testing.T) {
+		s := newSeller(t, nil)
+		id := s.checkout(t, "a", pack.Price)
+		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+		charge := s.fake.Charge(id)
+		s.deliver(t, s.fake.Refund(charge, 200), http.StatusOK) // 40%: 4 units
+		s.deliver(t, s.fake.Dispute(charge, "charge.dispute.created", "needs_response"), http.StatusOK)
+		won := s.fake.Dispute(charge, "charge.dispute.closed", "won")
+		s.deliver(t, won, http.StatusOK)
 		if b := s.balance(t, "a"); b.Credits != 6 {
-			t.Errorf("credits after the dispute was won: %d, want the 6 it took back", b.Credits)
+			t.Fatalf("credits after the dispute was won: %d, want the 6 it took back", b.Credits)
+		}
+		rest := s.fake.Refund(charge, 300)
+		s.deliver(t, rest, http.StatusOK)
+		s.deliver(t, rest, http.StatusOK)
+		s.deliver(t, won, http.StatusOK)
+		if b := s.balance(t, "a"); b.Credits != 0 {
+			t.Errorf("credits after the rest was refunded: %d, want 0", b.Credits)
+		}
+		purchases, err := s.ledger.Purchases(ctx, "a")
+		reversed := map[int64]upscale.Reversed{}
+		for _, p := range purchases {
+			reversed[p.Units] = p.Reversed
+		}
+		if err != nil || len(purchases) != 2 || reversed[6] != (upscale.Reversed{Taken: 6}) || reversed[10] != (upscale.Reversed{Taken: 10}) {
+			t.Errorf("purchases %+v, %v; want the dispute's 6 given back and taken again, and the pack's 10 reversed", purchases, err)
 		}
 	})
 }
 
+// TestDelayedPayment: a pack paid by a method whose money comes later
+// (a bank debit) grants nothing at checkout.session.completed, and its
+// units once checkout.session.async_payment_succeeded comes; one whose
+// payment failed grants nothing.
+func TestDelayedPayment(t *testing.T) {
+	s := newSeller(t, nil)
+	later := s.checkout(t, "a", pack.Price)
+	s.deliver(t, s.fake.PayLater(later, 500), http.StatusOK)
+	if _, paid, err := s.Fulfil(context.Background(), "a", later); err != nil || paid {
+		t.Errorf("the success page before the money came: paid %v, %v; want processing", paid, err)
+	}
+	if b := s.balance(t, "a"); b.Credits != 0 {
+		t.Fatalf("credits before the money came: %d, want 0", b.Credits)
+	}
+	settled := s.fake.Settle(later, true)
+	s.deliver(t, settled, http.StatusOK)
+	s.deliver(t, settled, http.StatusOK)
+	if b := s.balance(t, "a"); b.Credits != pack.Units {
+		t.Errorf("credits once the money came: %d, want %d", b.Credits, pack.Units)
+	}
+	failing := s.checkout(t, "b", pack.Price)
+	s.deliver(t, s.fake.PayLater(failing, 500), http.StatusOK)
+	s.deliver(t, s.fake.Settle(failing, false), http.StatusOK)
+	if b := s.balance(t, "b"); b.Credits != 0 {
+		t.Errorf("credits after the payment failed: %d, want 0", b.Credits)
+	}
+}
+
+// TestWebhookForAccountGone: a payment for an account the ledger no longer
+// has is answered 200, since no retry could apply it (Stripe would retry
+// for three days, then disable the endpoint), and grants nothing.
+func TestWebhookForAccountGone(t *testing.T) {
+	s := newSeller(t, nil)
+	id := s.checkout(t, "gone", pack.Price)
+	s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+	if _, err := s.ledger.Balance(context.Background(), "gone"); !errors.Is(err, upscale.ErrNotFound) {
+		t.Errorf("the account that was gone: %v, want ErrNotFound still", err)
+	}
+}
+
 // TestWebhookRefusesForgeries: an event signed with another secret, signed
-// too long ago, or of another API version is answered 400 and changes
-// nothing.
+// too long ago, or of another API version, and a body past 256 KiB, are
+// answered 400 and change nothing.
 func TestWebhookRefusesForgeries(t *testing.T) {
 	s := newSeller(t, nil)
 	id := s.checkout(t, "a", pack.Price)
@@ -269,6 +372,11 @@ func TestWebhookRefusesForgeries(t *testing.T) {
 	old.Payload = []byte(string(paid.Payload[:len(paid.Payload)-1]) + `,"api_version":"2020-08-27"}`)
 	if got := s.fake.Deliver(s.webhook, old); got != http.StatusBadRequest {
 		t.Errorf("another API version: %d, want 400", got)
+	}
+	padded := paid
+	padded.Payload = []byte(string(paid.Payload[:len(paid.Payload)-1]) + `,"padding":"` + strings.Repeat("x", 256<<10) + `"}`)
+	if got := s.fake.Deliver(s.webhook, padded); got != http.StatusBadRequest {
+		t.Errorf("a body past 256 KiB: %d, want 400", got)
 	}
 	if got := s.balance(t, "a").Credits; got != 0 {
 		t.Errorf("credits after forged events: %d, want 0", got)
@@ -406,8 +514,8 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestPlanLapsesWhileJobsWait: a subscription that ends while a job waits
-// in the engine leaves the job its unit, held from the unlimited pool
+// TestPlanLapsesWhileJobsWait: a subscription that ends while one job is
+// in the engine and another queued behind it leaves each job its unit, held from the unlimited pool
 // when it was submitted: the job succeeds, charged to it. The next
 // request is refused as the plan without a subscription has it, and told
 // where to pay.
@@ -433,6 +541,7 @@ func TestPlanLapsesWhileJobsWait(t *testing.T) {
 	const buy = "https://app.test/dashboard/billing"
 	h, err := upscale.New(upscale.Config{
 		Keys: keys, Ledger: s.ledger, Upscaler: engine, Blobs: blobs, Jobs: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{}),
+		Capacity: upscale.Capacity{EngineConcurrency: 2}, JobWorkers: 1, // the second job waits in the queue, a request finds room
 		Fetch: upscale.FetchPolicy{AllowPrivateNetworks: true}, Wording: upscale.Wording{BuyURL: buy}, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -450,15 +559,24 @@ func TestPlanLapsesWhileJobsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-engine.Entered // the job holds its unit, in the engine
+	queued, err := api.Submit(ctx, client.Request{ImageURL: origin.URL + "/b.png"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := api.Job(ctx, queued.ID); err != nil || got.Status != "queued" {
+		t.Fatalf("the second job: %+v, %v; want it queued behind the first", got, err)
+	}
 	s.deliver(t, s.fake.UpdateSubscription(s.fake.Subscription(id), "customer.subscription.deleted", "canceled", false), http.StatusOK)
 	_, err = api.Upscale(ctx, client.Request{ImageURL: origin.URL + "/a.png"})
 	if p, ok := errors.AsType[*client.Error](err); !ok || p.Code != "quota_exhausted" || p.BuyURL != buy {
 		t.Errorf("a request after the plan lapsed: %v; want 429 quota_exhausted with where to pay", err)
 	}
 	close(engine.Gate)
-	done, err := api.Wait(ctx, job.ID)
-	if err != nil || done.Status != "succeeded" || done.Result == nil || done.Result.Via != "unlimited" {
-		t.Errorf("the job that waited: %+v, %v; want succeeded via unlimited", done, err)
+	for _, id := range []string{job.ID, queued.ID} {
+		done, err := api.Wait(ctx, id)
+		if err != nil || done.Status != "succeeded" || done.Result == nil || done.Result.Via != "unlimited" {
+			t.Errorf("job %s, submitted before the plan lapsed: %+v, %v; want succeeded via unlimited", id, done, err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,8 +26,10 @@ const maxEventBytes = 256 << 10
 // nothing. An event that could not be applied for a reason that may pass
 // (the ledger or Stripe out of reach) is answered 500, so that Stripe
 // sends it again; every effect is idempotent, so a repeat changes nothing
-// more. Everything else is answered 200, events of types it does not act
-// on included. It acts on:
+// more. One for an account or grant the ledger no longer has is logged
+// at ERROR, for the operator to settle by hand, and answered 200: no
+// retry could apply it. Everything else is answered 200, events of types
+// it does not act on included. It acts on:
 //
 //   - checkout.session.completed and checkout.session.async_payment_succeeded:
 //     a paid pack is granted; a subscription's state is applied
@@ -59,7 +62,13 @@ func (b *Billing) Webhook() http.Handler {
 			http.Error(w, "The event's signature does not verify: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if err := b.apply(r.Context(), event); err != nil {
+		err = b.apply(r.Context(), event)
+		switch {
+		case errors.Is(err, upscale.ErrNotFound):
+			// No retry can apply it: Stripe would send it for three days
+			// and then disable the endpoint.
+			b.opts.Logger.Error("stripebilling: an event for an account or grant this host no longer has; settle it with the customer by hand", "event", event.ID, "type", event.Type, "err", err)
+		case err != nil:
 			b.opts.Logger.Error("stripebilling: an event not applied; Stripe sends it again", "event", event.ID, "type", event.Type, "err", err)
 			http.Error(w, "The event could not be applied now; send it again.", http.StatusInternalServerError)
 			return
@@ -150,7 +159,7 @@ func (b *Billing) refund(ctx context.Context, ch *stripe.Charge, event stripe.Ev
 	if !ok || ch.Amount <= 0 {
 		return err
 	}
-	share := (record.Units*min(ch.AmountRefunded, ch.Amount) + ch.Amount/2) / ch.Amount // rounded
+	share := refundedShare(record, ch)
 	if share <= 0 {
 		return nil
 	}
@@ -158,12 +167,60 @@ func (b *Billing) refund(ctx context.Context, ch *stripe.Charge, event stripe.Ev
 		ID: fmt.Sprintf("refund:%s:%d", ch.ID, ch.AmountRefunded), GrantID: record.ID, UpTo: share,
 		Event: event.ID, At: time.Unix(event.Created, 0).UTC(),
 	})
+	if err != nil {
+		return err
+	}
+	return b.refundWon(ctx, ch, record, event)
+}
+
+// refundedShare is the units of record that ch's refunds stand for,
+// rounded.
+func refundedShare(record upscale.Checkout, ch *stripe.Charge) int64 {
+	return (record.Units*min(ch.AmountRefunded, ch.Amount) + ch.Amount/2) / ch.Amount
+}
+
+// wonGrantID names the grant that gives back what a dispute of charge
+// took, once it is won: a charge has at most one dispute.
+func wonGrantID(charge string) string { return "dispute-won:" + charge }
+
+// refundWon reverses, from what a won dispute of ch gave back, the part of
+// ch's refunds that its first grant no longer held: the dispute took all
+// the refunds before it had left, so a refund after it, or one whose
+// event came before the dispute's end, is taken from the grant that gave
+// it back. Without a won dispute it does nothing.
+func (b *Billing) refundWon(ctx context.Context, ch *stripe.Charge, record upscale.Checkout, event stripe.Event) error {
+	purchases, err := b.opts.Ledger.Purchases(ctx, record.AccountID)
+	if err != nil || !slices.ContainsFunc(purchases, func(p upscale.Purchase) bool { return p.ID == wonGrantID(ch.ID) }) {
+		return err
+	}
+	at := time.Unix(event.Created, 0).UTC()
+	// A repeat of the dispute's reversal, made already: what it took.
+	disputed, err := b.opts.Ledger.Reverse(ctx, disputeReversal(ch, record, event.ID, at))
+	if err != nil {
+		return err
+	}
+	refundedBefore := record.Units - disputed.Taken - disputed.Shortfall
+	upTo := refundedShare(record, ch) - refundedBefore
+	if upTo <= 0 {
+		return nil
+	}
+	_, err = b.opts.Ledger.Reverse(ctx, upscale.Reversal{
+		ID: fmt.Sprintf("refund:%s:%d:won", ch.ID, ch.AmountRefunded), GrantID: wonGrantID(ch.ID), UpTo: upTo,
+		Event: event.ID, At: at,
+	})
 	return err
+}
+
+// disputeReversal takes back all of record's grant that a dispute of ch
+// withdrew, once per charge.
+func disputeReversal(ch *stripe.Charge, record upscale.Checkout, event string, at time.Time) upscale.Reversal {
+	return upscale.Reversal{ID: "dispute:" + ch.ID, GrantID: record.ID, UpTo: record.Units, Event: event, At: at}
 }
 
 // dispute reverses a disputed charge's grant whole when the dispute is
 // opened, once per charge, and grants back what that took when the
-// dispute is closed won.
+// dispute is closed won, less what refunds of the charge take of it
+// (refundWon).
 func (b *Billing) dispute(ctx context.Context, d *stripe.Dispute, event stripe.Event) error {
 	if d.Charge == nil || strings.HasPrefix(string(d.Status), "warning_") {
 		return nil // an inquiry (warning_*) withdraws no money, and closes as warning_closed
@@ -179,13 +236,16 @@ func (b *Billing) dispute(ctx context.Context, d *stripe.Dispute, event stripe.E
 	at := time.Unix(event.Created, 0).UTC()
 	// The reversal of the dispute, made at its opening or, repeated,
 	// answering what it took.
-	taken, err := b.opts.Ledger.Reverse(ctx, upscale.Reversal{ID: "dispute:" + ch.ID, GrantID: record.ID, UpTo: record.Units, Event: event.ID, At: at})
+	taken, err := b.opts.Ledger.Reverse(ctx, disputeReversal(ch, record, event.ID, at))
 	if err != nil || event.Type != "charge.dispute.closed" || d.Status != stripe.DisputeStatusWon || taken.Taken == 0 {
 		return err
 	}
 	_, err = b.opts.Ledger.Grant(ctx, upscale.Grant{
-		ID: "dispute-won:" + d.ID, AccountID: record.AccountID, Pool: upscale.PoolCredit, Units: taken.Taken,
+		ID: wonGrantID(ch.ID), AccountID: record.AccountID, Pool: upscale.PoolCredit, Units: taken.Taken,
 		Label: record.Label + " (dispute won)", Event: event.ID, At: at,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return b.refundWon(ctx, ch, record, event)
 }

@@ -16,6 +16,7 @@ import (
 	"html"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,10 @@ type Fake struct {
 	endpoints     []map[string]any
 	portalReturn  string
 	webhookURL    string
+	// keys are the Idempotency-Key of each request that created
+	// something, by path; customerKeys the customer each key made.
+	keys         map[string][]string
+	customerKeys map[string]string
 }
 
 type session struct {
@@ -67,7 +72,7 @@ func New(t testing.TB, webhookSecret string) *Fake {
 	f := &Fake{
 		secret: webhookSecret, now: time.Now,
 		customers: map[string]bool{}, sessions: map[string]*session{}, subscriptions: map[string]*subscription{}, charges: map[string]*charge{},
-		prices: map[string]map[string]any{},
+		prices: map[string]map[string]any{}, keys: map[string][]string{}, customerKeys: map[string]string{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/customers", f.createCustomer)
@@ -95,18 +100,49 @@ func (f *Fake) id(prefix string) string {
 	return fmt.Sprintf("%s_%06d", prefix, f.n)
 }
 
+// createCustomer makes a customer, or, as Stripe does, answers a request
+// whose Idempotency-Key made one before with that one.
 func (f *Fake) createCustomer(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	id := f.id("cus")
-	f.customers[id] = true
+	key := f.keep(r)
+	id, made := f.customerKeys[key]
+	if !made || key == "" {
+		id = f.id("cus")
+		f.customers[id] = true
+		f.customerKeys[key] = id
+	}
 	writeJSON(w, map[string]any{"id": id, "object": "customer"})
+}
+
+// keep records r's Idempotency-Key and returns it; the caller holds f.mu.
+func (f *Fake) keep(r *http.Request) string {
+	key := r.Header.Get("Idempotency-Key")
+	f.keys[r.URL.Path] = append(f.keys[r.URL.Path], key)
+	return key
+}
+
+// IdempotencyKeys returns the Idempotency-Key of each request to create
+// something at path (such as /v1/checkout/sessions), in order, "" for a
+// request without one.
+func (f *Fake) IdempotencyKeys(path string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.keys[path])
+}
+
+// Customers returns how many customers the Fake has made.
+func (f *Fake) Customers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.customers)
 }
 
 func (f *Fake) createSession(w http.ResponseWriter, r *http.Request) {
 	r.ParseForm()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.keep(r)
 	if !f.customers[r.Form.Get("customer")] {
 		stripeError(w, http.StatusBadRequest, "No such customer: "+r.Form.Get("customer"))
 		return
@@ -252,8 +288,37 @@ func (f *Fake) Event(typ string, object map[string]any) Event {
 func (f *Fake) Pay(id string, amount int64) Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.complete(id, amount, "paid")
+}
+
+// PayLater completes checkout session id with a payment method whose
+// money comes later (a bank debit): the session is complete and unpaid,
+// and the checkout.session.completed event says so. Settle ends it.
+func (f *Fake) PayLater(id string, amount int64) Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.complete(id, amount, "unpaid")
+}
+
+// Settle ends the delayed payment of checkout session id (PayLater):
+// paid, it returns checkout.session.async_payment_succeeded; not, it
+// returns checkout.session.async_payment_failed.
+func (f *Fake) Settle(id string, paid bool) Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	s := f.sessions[id]
-	s.Status, s.PaymentStatus = "complete", "paid"
+	if !paid {
+		return f.event("checkout.session.async_payment_failed", f.sessionJSON(s))
+	}
+	s.PaymentStatus = "paid"
+	return f.event("checkout.session.async_payment_succeeded", f.sessionJSON(s))
+}
+
+// complete completes checkout session id with paymentStatus; the caller
+// holds f.mu.
+func (f *Fake) complete(id string, amount int64, paymentStatus string) Event {
+	s := f.sessions[id]
+	s.Status, s.PaymentStatus = "complete", paymentStatus
 	if s.Mode == "subscription" {
 		sub := &subscription{ID: f.id("sub"), Customer: s.Customer, Price: s.Price, Status: "active", PeriodEnd: f.now().AddDate(0, 1, 0)}
 		f.subscriptions[sub.ID] = sub
