@@ -58,11 +58,24 @@ func TestBilling(t *testing.T) {
 		}
 		return path.Base(header.Get("Location"))
 	}
+	for path, form := range map[string]url.Values{"/billing/checkout": {"price": {"price_1000"}}, "/billing/portal": nil} {
+		if status := s.postCrossSite(path, "acme", form); status != http.StatusForbidden {
+			t.Errorf("a cross-site POST to %s: %d, want 403", path, status)
+		}
+	}
+	if keys := fake.IdempotencyKeys("/v1/checkout/sessions"); len(keys) != 0 {
+		t.Errorf("cross-site POSTs made %d checkout sessions", len(keys))
+	}
 	id := buy("price_1000")
 	fake.Pay(id, 1900) // no webhook yet
 	status, body, _ = s.do("GET", "/billing/done?session="+id, "acme", nil)
-	if status != http.StatusOK || !strings.Contains(body, "1000 credits added: 1,000 images.") || !strings.Contains(body, `<span class="left">1005</span>`) {
+	if status != http.StatusOK || !strings.Contains(body, "1,000 credits added: 1,000 images.") || !strings.Contains(body, `<span class="left">1005</span>`) {
 		t.Fatalf("back from the checkout: %d\n%s", status, body)
+	}
+	later := buy("price_1000")
+	fake.PayLater(later, 1900) // a bank debit: the money comes later
+	if status, body, _ := s.do("GET", "/billing/done?session="+later, "acme", nil); status != http.StatusOK || !strings.Contains(body, "Payment processing") || !strings.Contains(body, "The credits are added as soon as it is made") {
+		t.Errorf("back from a checkout whose money comes later: %d\n%s", status, body)
 	}
 	if status, _, _ := s.do("GET", "/billing/done?session="+id, "globex", nil); status != http.StatusNotFound {
 		t.Errorf("another account's checkout: %d, want 404", status)

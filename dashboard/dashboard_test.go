@@ -303,19 +303,26 @@ func TestKeyNameRefused(t *testing.T) {
 	}
 }
 
-func TestCrossOriginRefused(t *testing.T) {
-	s := newSite(t, upscaletest.NewClock(start))
-	req, _ := http.NewRequest("POST", s.server.URL+"/dashboard/keys", strings.NewReader("name=x"))
-	req.Header.Set("X-Test-Account", "acme")
+// postCrossSite sends form to path (under /dashboard) as account from
+// another site, as a forged form would, and returns the status.
+func (s *site) postCrossSite(path, account string, form url.Values) int {
+	s.t.Helper()
+	req, _ := http.NewRequest("POST", s.server.URL+"/dashboard"+path, strings.NewReader(form.Encode()))
+	req.Header.Set("X-Test-Account", account)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("a cross-site POST: %d, want 403", resp.StatusCode)
+	return resp.StatusCode
+}
+
+func TestCrossOriginRefused(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	if status := s.postCrossSite("/keys", "acme", url.Values{"name": {"x"}}); status != http.StatusForbidden {
+		t.Errorf("a cross-site POST: %d, want 403", status)
 	}
 	if keys, _ := s.keys.ListKeys(context.Background(), "acme"); len(keys) != 0 {
 		t.Errorf("a cross-site POST made a key: %+v", keys)

@@ -22,9 +22,28 @@ var templateFuncs = template.FuncMap{
 		}
 		return t.UTC().Format("2 Jan 2006, 15:04 UTC")
 	},
-	"day": func(t time.Time) string { return t.UTC().Format("2 January 2006") },
-	"mod": func(a, b int) int { return a % b },
-	"add": func(a, b int64) int64 { return a + b },
+	"day":   func(t time.Time) string { return t.UTC().Format("2 January 2006") },
+	"mod":   func(a, b int) int { return a % b },
+	"add":   func(a, b int64) int64 { return a + b },
+	"count": count,
+}
+
+// count writes n with its thousands grouped, as a buyer reads an amount:
+// "1,000".
+func count(n int64) string {
+	digits := strconv.FormatInt(n, 10)
+	sign := ""
+	if n < 0 {
+		sign, digits = "-", digits[1:]
+	}
+	var b strings.Builder
+	for i, d := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return sign + b.String()
 }
 
 // pool is one row of the overview's balances.

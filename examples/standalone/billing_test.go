@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stripe/stripe-go/v84"
 
 	"github.com/upscalekit/upscale/billing/stripebilling/stripetest"
 	"github.com/upscalekit/upscale/client"
@@ -82,7 +85,7 @@ func TestBillingInABrowser(t *testing.T) {
 	b.Do(chromedp.Click(`nav a[href="./billing"]`), chromedp.WaitVisible("#packs"))
 	b.Check("billing")
 	b.Do(chromedp.Click("#packs + p + ul button"), chromedp.WaitVisible("#go"), chromedp.Click("#go"), chromedp.WaitVisible(".made"))
-	if done := b.Text(".made"); !strings.Contains(done, "1000 credits added: 1,000 images.") {
+	if done := b.Text(".made"); !strings.Contains(done, "1,000 credits added: 1,000 images.") {
 		t.Errorf("back from paying for the pack: %q", done)
 	}
 	b.Check("billing-paid")
@@ -106,5 +109,85 @@ func TestBillingInABrowser(t *testing.T) {
 	b.Check("billing-cancelled")
 	if status := statusOf(t, srv.base+webhookPath); status != http.StatusMethodNotAllowed {
 		t.Errorf("GET of the webhook: %d, want 405", status)
+	}
+}
+
+// TestBillingSetUp: without STRIPE_SECRET_KEY nothing is sold and nothing
+// changes; the key without the webhook secret, -stripe-api-base without
+// the key, or the key with nothing on offer are refused; -stripe-api-base
+// must be plain http on loopback, so that the secret key goes nowhere
+// else; `standalone billing check` prints what keeps Stripe from selling,
+// and "ok" once nothing does.
+func TestBillingSetUp(t *testing.T) {
+	dir := t.TempDir()
+	configFile := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(configFile, []byte(billingConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noOffers := c
+	noOffers.Billing = fileBilling{}
+	const key = "sk_test_0123456789"
+	for _, tc := range []struct {
+		name, key, hook, apiBase string
+		config                   fileConfig
+		refusal                  string // "" when it is accepted
+	}{
+		{"NoKey", "", "", "", c, ""},
+		{"NoWebhookSecret", key, "", "", c, stripeHookEnv + " is not"},
+		{"APIBaseWithoutKey", "", "", "http://127.0.0.1:12111", c, "-stripe-api-base needs " + stripeKeyEnv},
+		{"NothingOnOffer", key, stripeSecret, "", noOffers, "offers nothing"},
+		{"Selling", key, stripeSecret, "", c, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(stripeKeyEnv, tc.key)
+			t.Setenv(stripeHookEnv, tc.hook)
+			b, err := newBilling(tc.config, nil, "https://upscale.example", tc.apiBase, slog.New(slog.DiscardHandler))
+			switch {
+			case tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal)):
+				t.Errorf("err = %v, want a refusal saying %q", err, tc.refusal)
+			case tc.refusal == "" && err != nil:
+				t.Errorf("err = %v", err)
+			case tc.refusal == "" && (b != nil) != (tc.key != ""):
+				t.Errorf("seller %v with key %q: want one exactly when the key is set", b, tc.key)
+			}
+		})
+	}
+	for base, allowed := range map[string]bool{
+		"":                          true,
+		"http://127.0.0.1:12111":    true,
+		"http://localhost:12111":    true,
+		"http://[::1]:12111/":       true,
+		"https://127.0.0.1:12112":   false,
+		"http://10.0.0.5:12111":     false,
+		"http://stripe.evil.test":   false,
+		"http://127.0.0.1:12111/v1": false,
+	} {
+		if err := checkAPIBase(base); (err == nil) != allowed {
+			t.Errorf("checkAPIBase(%q) = %v; allowed %v", base, err, allowed)
+		}
+	}
+
+	fake := stripetest.New(t, stripeSecret)
+	t.Setenv(stripeKeyEnv, key)
+	t.Setenv(stripeHookEnv, stripeSecret)
+	check := func() (string, error) {
+		var out strings.Builder
+		err := runSubcommand(context.Background(), []string{"billing", "check", "-data", dir, "-config", configFile,
+			"-public-url", "https://upscale.example", "-stripe-api-base", fake.URL}, &out, io.Discard)
+		return out.String(), err
+	}
+	out, err := check()
+	if err == nil || !strings.Contains(out, "problem: ") || !strings.Contains(out, "price_1000") || !strings.Contains(out, "https://upscale.example"+webhookPath) {
+		t.Errorf("billing check with nothing set up at Stripe: %q, %v; want the problems named", out, err)
+	}
+	fake.Price("price_1000", false, true)
+	fake.Price("price_unlimited", true, true)
+	fake.Endpoint("https://upscale.example"+webhookPath, stripe.APIVersion, "*")
+	if out, err := check(); err != nil || !strings.HasPrefix(out, "ok: 2 offers") {
+		t.Errorf("billing check set up right: %q, %v; want ok", out, err)
 	}
 }
