@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -49,8 +50,11 @@ func startMailpit() {
 		}
 	}
 	smtp, api := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	// Its database lives in dir, removed when the tests end: by default
+	// Mailpit makes one in the system's temporary folder and removes it
+	// only on a clean exit, which a killed server never makes.
 	mailpit.err = serve(dir, api, bin, "--smtp", smtp, "--listen", api, "--smtp-auth-accept-any", "--smtp-auth-allow-insecure",
-		"--disable-version-check", "--quiet")
+		"--database", filepath.Join(dir, "mailpit.db"), "--disable-version-check", "--quiet")
 	if mailpit.err == nil {
 		mailpit.server = MailpitServer{SMTP: smtp, API: "http://" + api}
 	}
