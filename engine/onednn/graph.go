@@ -50,9 +50,11 @@ const (
 	transposed
 	// squeezeExcite: a squeeze-and-excitation block.
 	squeezeExcite
-	// addExport: the output, a residual of 3 channels plus a crop of an
-	// image.
-	addExport
+	// export: the output, a value of 3 channels written to the caller's
+	// planes, with a crop of an image added when hasSkip (cunet's
+	// residual and its crop; upconv_7's last transposed convolution
+	// alone).
+	export
 )
 
 type layer struct {
@@ -74,7 +76,7 @@ type layer struct {
 	// (offset), and the phase convolution's output.
 	s, offset int
 	phase     value
-	// transposed and addExport: a crop of skip is added, from top, left
+	// transposed and export: a crop of skip is added, from top, left
 	// to ends (ONNX Slice's: from the far side when negative).
 	skip      value
 	hasSkip   bool
@@ -89,13 +91,14 @@ type layer struct {
 // values on their stack.
 const maxChannels = 4096
 
-// compile reads an ONNX network of the operators cunet uses: Conv and
-// ConvTranspose with LeakyRelu or Relu after them, squeeze-and-excitation
-// blocks (GlobalAveragePool, two 1×1 Convs, Relu, Sigmoid, Mul), and Adds
-// of a cropping Slice; in its QDQ form, also the pairs of QuantizeLinear
-// and DequantizeLinear that quantise a tensor, dequantised int8 weights,
-// and the DepthToSpace of a Conv. Anything else is an error that names
-// it.
+// compile reads an ONNX network of the operators cunet and upconv_7 use:
+// Conv and ConvTranspose with LeakyRelu or Relu after them,
+// squeeze-and-excitation blocks (GlobalAveragePool, two 1×1 Convs, Relu,
+// Sigmoid, Mul), and Adds of a cropping Slice; in its QDQ form, also the
+// pairs of QuantizeLinear and DequantizeLinear that quantise a tensor,
+// dequantised int8 weights, and the DepthToSpace of a Conv. Its output is
+// an image of 3 channels that the last layer makes. Anything else is an
+// error that names it.
 func compile(file *onnxpb.Model) (*graph, error) {
 	c := compiler{
 		inits:     map[string]*onnxpb.Tensor{},
@@ -144,9 +147,19 @@ func compile(file *onnxpb.Model) (*graph, error) {
 			return nil, fmt.Errorf("node %s (%s): %w", n.Name, n.Op, err)
 		}
 	}
-	out, ok := c.values[c.resolve(file.Graph.Outputs[0].Name)]
-	if !ok || len(c.g.layers) == 0 || c.g.layers[len(c.g.layers)-1].out != out || c.g.layers[len(c.g.layers)-1].kind != addExport {
-		return nil, fmt.Errorf("the output %s is not the sum of a residual and a crop of an image", file.Graph.Outputs[0].Name)
+	name := file.Graph.Outputs[0].Name
+	out, ok := c.values[c.resolve(name)]
+	if !ok || len(c.g.layers) == 0 || c.g.layers[len(c.g.layers)-1].out != out || !c.g.values[out].image {
+		return nil, fmt.Errorf("the output %s is not an image of 3 channels made by the last layer", name)
+	}
+	if c.g.layers[len(c.g.layers)-1].kind != export {
+		// An image a convolution made is written out as it is.
+		in := out
+		var err error
+		if out, err = c.newValue(name+"/export", 3, true); err != nil {
+			return nil, err
+		}
+		c.g.layers = append(c.g.layers, layer{kind: export, name: name + "/export", in: in, out: out})
 	}
 	c.g.output = out
 	return &c.g, nil
@@ -683,7 +696,7 @@ func (c *compiler) add(n *onnxpb.Node) error {
 		if !ok || c.g.values[a].channels != 3 {
 			continue
 		}
-		l := layer{kind: addExport, name: n.Name, in: a}
+		l := layer{kind: export, name: n.Name, in: a}
 		ok, err := c.cropOperand(&l, n, residual)
 		if err != nil {
 			return err

@@ -35,6 +35,8 @@ fail:
   return -1;
 }
 
+int od_isa(void) { return (int)dnnl_get_effective_cpu_isa(); }
+
 void *od_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 
 void od_free(void *p) { free(p); }
@@ -340,15 +342,15 @@ LOOP void od_squeeze_excite(int threads, const od_desc *src, const void *x, cons
   free(scale);
 }
 
-LOOP void od_add_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
-                   int top, int left, float *out) {
+LOOP void od_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
+               int top, int left, float *out) {
   size_t plane = (size_t)a->h * a->w;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int r = 0; r < a->h; r++)
     for (int q = 0; q < a->w; q++) {
-      float u[3], v[3];
+      float u[3], v[3] = {0, 0, 0};
       load(a, x, at(a, r, q), 3, u);
-      load(b, z, at(b, r + top, q + left), 3, v);
+      if (z) load(b, z, at(b, r + top, q + left), 3, v);
       size_t i = (size_t)r * a->w + q;
       for (int ch = 0; ch < 3; ch++) out[ch * plane + i] = u[ch] + v[ch];
     }

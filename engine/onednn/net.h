@@ -27,6 +27,10 @@ size_t od_bytes(const od_desc *d);
 // says why.
 int od_init(char *err, size_t errlen);
 
+// od_isa is the instruction set oneDNN builds its kernels for, a
+// dnnl_cpu_isa_t: the CPU's, or less where ONEDNN_MAX_CPU_ISA caps it.
+int od_isa(void);
+
 // od_alloc returns n bytes aligned for AVX-512, or NULL; od_free frees
 // them.
 void *od_alloc(size_t n);
@@ -78,9 +82,9 @@ void od_squeeze_excite(int threads, const od_desc *src, const void *x, const od_
                        void *y, const float *w1, const float *b1, int hidden, const float *w2,
                        const float *b2);
 
-// od_add_export writes to out, 3 planes of a's h × w float32, the sum of
-// a, of 3 channels, and the window of b at top, left.
-void od_add_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
-                   int top, int left, float *out);
+// od_export writes to out, 3 planes of a's h × w float32: a, of 3
+// channels, plus the window of b at top, left when z is not NULL.
+void od_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
+               int top, int left, float *out);
 
 #endif

@@ -171,7 +171,7 @@ func (p *plan) shape() error {
 			if err = set(l.phase, h-l.k+1, w-l.k+1); err == nil {
 				err = set(l.out, l.s*(h+1-l.k)+2*l.offset, l.s*(w+1-l.k)+2*l.offset)
 			}
-		case squeezeExcite, addExport:
+		case squeezeExcite, export:
 			err = set(l.out, h, w)
 		}
 		if err != nil {
@@ -362,8 +362,12 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 		case squeezeExcite:
 			C.od_squeeze_excite(threads, &p.descs[l.in], x, &p.descs[l.out], ptr(p.at[l.out]),
 				(*C.float)(&l.w1[0]), (*C.float)(&l.b1[0]), C.int(l.hidden), (*C.float)(&l.w2[0]), (*C.float)(&l.b2[0]))
-		case addExport:
-			C.od_add_export(threads, &p.descs[l.in], x, &p.descs[l.skip], ptr(p.at[l.skip]),
+		case export:
+			var skip unsafe.Pointer
+			if l.hasSkip {
+				skip = ptr(p.at[l.skip])
+			}
+			C.od_export(threads, &p.descs[l.in], x, &p.descs[l.skip], skip,
 				C.int(l.top), C.int(l.left), (*C.float)(&out[0]))
 		}
 		if l.out != g.output {

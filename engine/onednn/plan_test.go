@@ -15,7 +15,7 @@ import (
 
 func compiled(t *testing.T, precision onnx.Precision) *graph {
 	t.Helper()
-	m, err := models.Load(onnx.NetworkFile(upscale.DenoiseNone, precision))
+	m, err := models.Load(onnx.NetworkFile(onnx.CUNet, upscale.DenoiseNone, precision))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +120,8 @@ func TestTypes(t *testing.T) {
 				t.Errorf("%s runs in type %d, want %d", l.name, types.conv[i], dt)
 			}
 		}
-		if l.kind == addExport && types.dt[l.in] != f32 {
-			t.Errorf("the residual %s is of type %d, want float32", g.values[l.in].name, types.dt[l.in])
+		if l.kind == export && types.dt[l.in] != f32 {
+			t.Errorf("the exported %s is of type %d, want float32", g.values[l.in].name, types.dt[l.in])
 		}
 	}
 	if seen != len(want) {
@@ -152,9 +152,10 @@ func TestCompileRefuses(t *testing.T) {
 		"TransposedOfOddKernel": {[]onnxpb.Node{
 			{Op: "ConvTranspose", Name: "t", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []onnxpb.Attr{onnxpb.Ints("strides", 2, 2)}},
 		}, "stride 2"},
-		"NotAnImageSum": {[]onnxpb.Node{
+		"OutputNotTheLastLayers": {[]onnxpb.Node{
 			{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"y"}},
-		}, "not the sum"},
+			{Op: "Conv", Name: "d", Inputs: []string{"y", "w"}, Outputs: []string{"z"}},
+		}, "made by the last layer"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := &onnxpb.Model{Graph: onnxpb.Graph{Nodes: tc.nodes, Initializers: []onnxpb.Tensor{weights}, Inputs: image, Outputs: output}}
@@ -186,7 +187,7 @@ func testNetwork(t *testing.T, side int) (rt *Runtime, n onnx.Network, x, out []
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := models.Load(onnx.NetworkFile(upscale.DenoiseNone, onnx.FP32))
+	m, err := models.Load(onnx.NetworkFile(onnx.CUNet, upscale.DenoiseNone, onnx.FP32))
 	if err != nil {
 		t.Fatal(err)
 	}

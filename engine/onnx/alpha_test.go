@@ -103,8 +103,9 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 	if err != nil {
 		return nil, err
 	}
-	m := e.models[upscale.DenoiseNone]
-	network, err := e.open(m)
+	cunet := e.archs[0]
+	m := cunet.models[upscale.DenoiseNone]
+	network, err := e.open(cunet, m)
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,7 @@ import (
 var (
 	runtimeFlag   = flag.String("runtime", "onednn", "the runtime the benchmarks run on: onednn or onnxruntime")
 	precisionFlag = flag.String("precision", "", "the precision the benchmarks run in (default: the runtime's first)")
+	networksFlag  = flag.String("networks", "", "the architectures a pass may use, comma-separated, in order (default: cunet,upconv7)")
 )
 
 // benchEngine returns an Engine on the runtime and precision the flags
@@ -39,7 +40,19 @@ func benchEngine(tb testing.TB) *onnx.Engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return newEngine(tb, onnx.Options{Runtime: rt, Precision: onnx.Precision(*precisionFlag)})
+	return newEngine(tb, onnx.Options{Runtime: rt, Precision: onnx.Precision(*precisionFlag), Architectures: architectures(*networksFlag)})
+}
+
+// architectures reads a comma-separated list of them; empty is nil, the
+// engine's default.
+func architectures(list string) []onnx.Architecture {
+	var archs []onnx.Architecture
+	for name := range strings.SplitSeq(list, ",") {
+		if name != "" {
+			archs = append(archs, onnx.Architecture(name))
+		}
+	}
+	return archs
 }
 
 // namedRuntime returns the runtime named name.
@@ -133,8 +146,8 @@ const childEnv = "UPSCALE_ONNX_CHILD"
 
 // TestMain lets benchmarks run requests in a process of their own, to read
 // that process's peak RSS and its whole time, as the ncnn binary's are
-// read: UPSCALE_ONNX_CHILD=form:scale:file:runtime:precision:tile, form
-// request or job.
+// read: UPSCALE_ONNX_CHILD=form:scale:file:runtime:precision:tile[:networks],
+// form request or job, networks as the -networks flag.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
@@ -158,8 +171,8 @@ func runChild(spec string) int {
 
 func serveChild(spec string) error {
 	fields := strings.Split(spec, ":")
-	if len(fields) != 6 {
-		return errors.New("want form:scale:file:runtime:precision:tile")
+	if len(fields) != 6 && len(fields) != 7 {
+		return errors.New("want form:scale:file:runtime:precision:tile[:networks]")
 	}
 	form, scale, file := fields[0], fields[1], fields[2]
 	src, err := os.ReadFile(file)
@@ -178,6 +191,9 @@ func serveChild(spec string) error {
 	}
 	opts := onnx.Options{Runtime: rt, Precision: onnx.Precision(fields[4])}
 	opts.Tile, _ = strconv.Atoi(fields[5])
+	if len(fields) == 7 {
+		opts.Architectures = architectures(fields[6])
+	}
 	e, err := onnx.New(opts)
 	if err != nil {
 		return err
@@ -218,7 +234,7 @@ func serveChild(spec string) error {
 }
 
 // child runs requests for file at scale in a fresh process, on config
-// ("runtime:precision:tile"), and returns the process's wall time and peak
+// ("runtime:precision:tile[:networks]"), and returns the process's wall time and peak
 // RSS and the time of its second request.
 func child(b *testing.B, scale int, file, config string) (process time.Duration, peakRSS int64, request time.Duration) {
 	process, peakRSS, request, _, _ = childOfForm(b, "request", scale, file, config)
@@ -273,13 +289,15 @@ func realCUGAN(b *testing.B, file string, scale int) (time.Duration, int64) {
 // through the whole handler, each config in a process of its own with its
 // peak RSS: ONNX Runtime in float32 with 128-pixel tiles (the engine
 // before INT8 and oneDNN) and in INT8, oneDNN in float32 and bfloat16 with
-// tiles of 256, and ncnn's Real-CUGAN (one pass at either scale, so ×4
+// tiles of 256 and in INT8 with tiles of 192 to 384, upconv7 alone on
+// each runtime's float precisions, and ncnn's Real-CUGAN (one pass at either scale, so ×4
 // does less work than cunet's two), one after another in each round so
 // that all meet the same load. For each, process-s is the whole process,
 // request-s the second request's time (the first loads the network), and
 // ratio that time over the first config's in the same round.
 func BenchmarkRuntimes(b *testing.B) {
-	configs := []string{"onnxruntime:fp32:128", "onnxruntime:int8:128", "onednn:fp32:256", "onednn:bf16:256", "onednn:int8:192", "onednn:int8:256", "onednn:int8:384", "ncnn"}
+	configs := []string{"onnxruntime:fp32:128", "onnxruntime:int8:128", "onednn:fp32:256", "onednn:bf16:256", "onednn:int8:192", "onednn:int8:256", "onednn:int8:384",
+		"onnxruntime:fp32:128:upconv7", "onednn:fp32:256:upconv7", "onednn:bf16:256:upconv7", "ncnn"}
 	for _, tc := range []struct{ side, scale int }{{1024, 2}, {512, 4}} {
 		file := filepath.Join(b.TempDir(), fmt.Sprintf("baboon-%d.jpg", tc.side))
 		if err := os.WriteFile(file, enginebench.PhotoJPEG(b, tc.side), 0o644); err != nil {

@@ -120,7 +120,7 @@ func TestOpaqueAlphaStaysOpaque(t *testing.T) {
 	if !opaque(px) {
 		t.Fatal("all opaque, and opaque says it is not")
 	}
-	out, err := e.enlarge(context.Background(), px, e.models[upscale.DenoiseNone])
+	out, err := e.enlarge(context.Background(), px, e.archs[0], e.archs[0].models[upscale.DenoiseNone])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +155,9 @@ func (c *doneAfter) Done() <-chan struct{} { return c.done }
 // check leaves two tiles written and the rest untouched.
 func TestCancelBetweenTiles(t *testing.T) {
 	e := newTestEngine(t)
-	m := e.models[upscale.DenoiseNone]
-	network, err := e.open(m)
+	cunet := e.archs[0]
+	m := cunet.models[upscale.DenoiseNone]
+	network, err := e.open(cunet, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +233,8 @@ func TestWorkCountsWholeTiles(t *testing.T) {
 // fits in learnedShare of the time left before the request's deadline, at
 // the pace the engine measured; else the rest is classical.
 func TestPassFitsTheDeadline(t *testing.T) {
-	e := &Engine{}
-	e.pace.set(1.2e-6)
+	a := &arch{}
+	a.pace.set(1.2e-6)
 	// At 1.2 µs per result pixel a pass over 512² takes 1.26 s, over
 	// 1024² 5.0 s, over 2048² 20.1 s.
 	for _, tc := range []struct {
@@ -254,36 +255,36 @@ func TestPassFitsTheDeadline(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), tc.left)
 			defer cancel()
-			if got := e.passFits(ctx, resultPixels(tc.side, tc.runs)); got != tc.fits {
+			if got := a.fits(ctx, resultPixels(tc.side, tc.runs)); got != tc.fits {
 				t.Errorf("fits %v, want %v", got, tc.fits)
 			}
 		})
 	}
-	if !e.passFits(context.Background(), resultPixels(1<<14, 2)) {
+	if !a.fits(context.Background(), resultPixels(1<<14, 2)) {
 		t.Error("without a deadline a pass does not fit")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A pass moves the pace by a third of the way for a megapixel, less
 	// for fewer pixels: a 64² pass at 10 µs a pixel moves it 0.14%...
-	e.pace.observe(10e-6, 64*64)
-	if got, want := e.pace.seconds(), 1.2e-6+8.8e-6*64*64/1e6/3; math.Abs(got-want) > 1e-12 {
+	a.pace.observe(10e-6, 64*64)
+	if got, want := a.pace.seconds(), 1.2e-6+8.8e-6*64*64/1e6/3; math.Abs(got-want) > 1e-12 {
 		t.Errorf("pace %.4g after a 64² pass, want %.4g", got, want)
 	}
 	// ...while large passes at 10 µs a pixel bring it there: a minute
 	// (36 s to learn) holds a pass over 512² (10.5 s), not one over 1024²
 	// (41.9 s).
 	for range 20 {
-		e.pace.observe(10e-6, 4<<20)
+		a.pace.observe(10e-6, 4<<20)
 	}
-	if !e.passFits(ctx, resultPixels(512, 1)) || e.passFits(ctx, resultPixels(1024, 1)) {
-		t.Errorf("at a slower measured pace %.3g, the passes that fit a minute are not 512²'s alone", e.pace.seconds())
+	if !a.fits(ctx, resultPixels(512, 1)) || a.fits(ctx, resultPixels(1024, 1)) {
+		t.Errorf("at a slower measured pace %.3g, the passes that fit a minute are not 512²'s alone", a.pace.seconds())
 	}
 	// A pass cut short by its deadline raises the pace to at least what
 	// it took a pixel; a faster reading never lowers it.
-	e.pace.atLeast(50e-6)
-	e.pace.atLeast(1e-6)
-	if got := e.pace.seconds(); got != 50e-6 {
+	a.pace.atLeast(50e-6)
+	a.pace.atLeast(1e-6)
+	if got := a.pace.seconds(); got != 50e-6 {
 		t.Errorf("pace %.2g after a deadline, want 5e-05", got)
 	}
 	// A pass with no deadline to fit comes before the pace is measured:
@@ -335,7 +336,7 @@ func TestEstimateDuration(t *testing.T) {
 	if _, known, err := e.EstimateDuration(opaque, params); known || err != nil {
 		t.Fatalf("before the pace is measured: known %v, %v; want unknown", known, err)
 	}
-	e.pace.set(1e-6)
+	e.archs[0].pace.set(1e-6)
 	// Two ×2 passes: 1024² and 2048² result pixels, and the border the
 	// network reads around each tile (up to two thirds more at the
 	// runtimes' tile sizes).
@@ -349,10 +350,49 @@ func TestEstimateDuration(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*got)
 	defer cancel()
-	if !e.passFits(ctx, resultPixels(512, 1)) {
+	if !e.archs[0].fits(ctx, resultPixels(512, 1)) {
 		t.Errorf("three times the estimate (%v) does not fit the first pass", 3*got)
 	}
 	if _, _, err := e.EstimateDuration([]byte("not an image"), params); !errors.Is(err, upscale.ErrUnsupportedImage) {
 		t.Errorf("a source that is no image: %v, want ErrUnsupportedImage", err)
+	}
+}
+
+// TestLighterNetworkBeforeInterpolation: a pass that cunet would not make
+// in the time left is made by upconv7, measured when it is first needed,
+// and Image.Engine says which network made which pass; a pass that
+// neither would make is classical.
+func TestLighterNetworkBeforeInterpolation(t *testing.T) {
+	e := newTestEngine(t)
+	cunet, upconv7 := e.archs[0], e.archs[1]
+	if cunet.name != CUNet || upconv7.name != UpConv7 || upconv7.precision != FP32 {
+		t.Fatalf("the engine's networks: %s then %s in %s; want cunet, then upconv7 in fp32 (ONNX Runtime's float)", cunet.name, upconv7.name, upconv7.precision)
+	}
+	src := upscaletest.TestImagePNG(t, 64, 48)
+	params := upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
+	upscaleWithin := func(d time.Duration) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		img, err := e.Upscale(ctx, src, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img.Engine
+	}
+	// cunet at a pace whose first pass of the ×4 is estimated at 18 s of
+	// the minute's 36 for learning, and its second, four times the work,
+	// at 72 s.
+	cunet.pace.set(18 / cunet.models[upscale.DenoiseNone].workOf(64, 48, 1, e.opts.Tile))
+	want := "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8, learned;passes=1;network=upconv7;runtime=onnxruntime;precision=fp32"
+	if got := upscaleWithin(time.Minute); got != want {
+		t.Errorf("engine %q, want %q", got, want)
+	}
+	if upconv7.pace.seconds() == 0 {
+		t.Error("upconv7 ran without its pace measured")
+	}
+	upconv7.pace.set(2 * cunet.pace.seconds())
+	if got, want := upscaleWithin(time.Minute), "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8, classical;scale=2"; got != want {
+		t.Errorf("with upconv7 twice as slow: engine %q, want %q", got, want)
 	}
 }

@@ -110,17 +110,31 @@ type Options struct {
 	// Precision is the networks' arithmetic, one of the runtime's
 	// Precisions(). Empty means the first of them.
 	Precision Precision
+	// Architectures are the networks a learned pass may use, in the order
+	// the engine tries them: the first whose pass fits the time left
+	// makes it. Empty means CUNet, then UpConv7.
+	Architectures []Architecture
 }
 
 // Engine enlarges the images engine/vips reads (JPEG, PNG, WebP, GIF,
 // HEIC, AVIF, TIFF; an animation frame by frame) with waifu2x networks.
 // It is safe for concurrent use.
 type Engine struct {
-	opts   Options
-	codec  *libvips.Engine
-	slots  chan struct{}
-	models map[upscale.Denoise]*model // by the level it denoises at
-	pace   pace                       // seconds per learned result pixel
+	opts  Options
+	codec *libvips.Engine
+	slots chan struct{}
+	archs []*arch // in the order of Options.Architectures
+}
+
+// An arch is one Architecture's networks on the engine's runtime, and the
+// pace measured of them.
+type arch struct {
+	name Architecture
+	// precision is what its networks run in: the engine's, or for a
+	// network without an INT8 twin the runtime's fastest float one.
+	precision Precision
+	models    map[upscale.Denoise]*model // by the level it denoises at
+	pace      pace                       // seconds per unit of model.work
 }
 
 var (
@@ -163,28 +177,48 @@ func New(opts Options) (*Engine, error) {
 	if !slices.Contains(offered, opts.Precision) {
 		return nil, fmt.Errorf("onnx: Options.Precision %q: %s offers %s", opts.Precision, opts.Runtime.Name(), joinPrecisions(offered))
 	}
-	e := &Engine{
-		opts:   opts,
-		codec:  libvips.New(opts.Vips),
-		slots:  make(chan struct{}, opts.Concurrency),
-		models: map[upscale.Denoise]*model{},
+	if len(opts.Architectures) == 0 {
+		opts.Architectures = []Architecture{CUNet, UpConv7}
 	}
-	for level := range networks {
-		n, err := models.Load(NetworkFile(level, opts.Precision))
-		if err != nil {
-			return nil, err
+	e := &Engine{opts: opts, codec: libvips.New(opts.Vips), slots: make(chan struct{}, opts.Concurrency)}
+	for _, name := range opts.Architectures {
+		if !slices.Contains([]Architecture{CUNet, UpConv7}, name) {
+			return nil, fmt.Errorf("onnx: Options.Architectures: %q is not %q or %q", name, CUNet, UpConv7)
 		}
-		e.models[level] = &model{Network: n}
+		a := &arch{name: name, precision: opts.Precision, models: map[upscale.Denoise]*model{}}
+		if name != CUNet && a.precision == INT8 {
+			a.precision = fastestFloat(offered)
+		}
+		for level := range levelNames {
+			n, err := models.Load(NetworkFile(name, level, a.precision))
+			if err != nil {
+				return nil, err
+			}
+			a.models[level] = &model{Network: n}
+		}
+		e.archs = append(e.archs, a)
 	}
 	return e, nil
+}
+
+// fastestFloat is the first of offered that needs no INT8 twin.
+func fastestFloat(offered []Precision) Precision {
+	for _, p := range offered {
+		if p != INT8 {
+			return p
+		}
+	}
+	return FP32
 }
 
 // Close releases the networks. The Engine must not be used
 // afterwards.
 func (e *Engine) Close() error {
 	var errs []error
-	for _, m := range e.models {
-		errs = append(errs, m.close())
+	for _, a := range e.archs {
+		for _, m := range a.models {
+			errs = append(errs, m.close())
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -208,13 +242,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	if err != nil {
 		return upscale.Image{}, err
 	}
-	most := e.mostLearnedPasses(h)
-	if most > 0 {
-		if err := e.measurePace(ctx, e.models[level]); err != nil {
-			return upscale.Image{}, err
-		}
-	}
-	return e.enlargeAll(ctx, px, h.Scale, most, opts.ImageType, level)
+	return e.enlargeAll(ctx, px, h.Scale, e.mostLearnedPasses(h), opts.ImageType, level)
 }
 
 // EstimateMemory implements upscale.MemoryEstimator from src's header:
@@ -228,18 +256,19 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 }
 
 // EstimateDuration implements upscale.DurationEstimator: what every
-// learned pass the memory budget allows takes at the engine's measured
-// pace, the first at the level asked for, each run twice for a source
-// with alpha (which may be opaque, and then is not). Decoding, the
-// classical rest and encoding are left to the caller's headroom. It
-// knows nothing before the engine has measured its pace, nor for a
-// result with no learned pass.
+// learned pass the memory budget allows takes by the first of the
+// engine's architectures at its measured pace, the first pass at the
+// level asked for, each run twice for a source with alpha (which may be
+// opaque, and then is not). Decoding, the classical rest and encoding are
+// left to the caller's headroom. It knows nothing before the engine has
+// measured its pace, nor for a result with no learned pass.
 func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duration, bool, error) {
 	h, err := e.codec.Header(src, opts.Scale)
 	if err != nil {
 		return 0, false, err
 	}
-	pace, passes := e.pace.seconds(), e.mostLearnedPasses(h)
+	first := e.archs[0]
+	pace, passes := first.pace.seconds(), e.mostLearnedPasses(h)
 	if pace == 0 || passes == 0 {
 		return 0, false, nil
 	}
@@ -247,13 +276,13 @@ func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duratio
 	if h.Bands == 2 || h.Bands == 4 {
 		runs = 2
 	}
-	m, work := e.models[opts.Denoise], 0.0
+	m, work := first.models[opts.Denoise], 0.0
 	if m == nil {
-		m = e.models[upscale.DenoiseNone]
+		m = first.models[upscale.DenoiseNone]
 	}
 	for pass := range passes {
 		work += m.workOf(h.Width<<pass, h.Height<<pass, h.Frames, e.opts.Tile)
-		m = e.models[upscale.DenoiseNone]
+		m = first.models[upscale.DenoiseNone]
 	}
 	return time.Duration(work * float64(runs) * pace * float64(time.Second)), true, nil
 }
@@ -292,27 +321,58 @@ func (e *Engine) ReleaseMemory() {
 }
 
 // enlargeAll enlarges px by scale: at most most learned passes, the first
-// denoising at level, then the classical rest, and encodes the result.
+// denoising at level, each by the first architecture whose pass fits the
+// time left, then the classical rest, and encodes the result.
 func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
 	// Each pass is decided as it comes, at the pace the last one measured.
-	runs, passes := networkRuns(px), 0
-	for passes < most && e.passFits(ctx, e.models[level].work(px, e.opts.Tile)*float64(runs)) {
-		var err error
-		if px, err = e.enlarge(ctx, px, e.models[level]); err != nil {
+	var ran []*arch // by pass
+	for len(ran) < most {
+		a, err := e.fitting(ctx, px, level)
+		if a == nil || err != nil {
+			if err != nil {
+				return upscale.Image{}, err
+			}
+			break
+		}
+		if px, err = e.enlarge(ctx, px, a, a.models[level]); err != nil {
 			return upscale.Image{}, err
 		}
 		level = upscale.DenoiseNone
-		passes++
+		ran = append(ran, a)
 	}
-	img, err := e.codec.Encode(ctx, px, scale>>passes, imageType)
-	if err == nil && passes > 0 {
-		steps := []string{fmt.Sprintf("learned;passes=%d;runtime=%s;precision=%s", passes, e.opts.Runtime.Name(), e.opts.Precision)}
+	img, err := e.codec.Encode(ctx, px, scale>>len(ran), imageType)
+	if err == nil && len(ran) > 0 {
+		var steps []string
+		for i := 0; i < len(ran); {
+			n := 1
+			for i+n < len(ran) && ran[i+n] == ran[i] {
+				n++
+			}
+			steps = append(steps, fmt.Sprintf("learned;passes=%d;network=%s;runtime=%s;precision=%s", n, ran[i].name, e.opts.Runtime.Name(), ran[i].precision))
+			i += n
+		}
 		if img.Engine != "" { // the classical rest
 			steps = append(steps, img.Engine)
 		}
 		img.Engine = strings.Join(steps, ", ")
 	}
 	return img, err
+}
+
+// fitting returns the first architecture whose pass over px, denoising at
+// level, fits the time left (arch.fits), measuring its pace first if it
+// has none; nil when none fits.
+func (e *Engine) fitting(ctx context.Context, px *libvips.Pixels, level upscale.Denoise) (*arch, error) {
+	for _, a := range e.archs {
+		m := a.models[level]
+		if err := e.measurePace(ctx, a, m); err != nil {
+			return nil, err
+		}
+		if a.fits(ctx, m.work(px, e.opts.Tile)*float64(networkRuns(px))) {
+			return a, nil
+		}
+	}
+	return nil, nil
 }
 
 // mostLearnedPasses is how many ×2 passes of h.Scale (the enlargement its
@@ -326,17 +386,18 @@ func (e *Engine) mostLearnedPasses(h libvips.Header) int {
 	return passes
 }
 
-// passFits reports whether a learned pass of work (model.work, times the
-// network's runs) fits the request's time: its estimated time, at the
+// fits reports whether a learned pass of a's of work (model.work, times
+// the network's runs) fits the request's time: its estimated time, at a's
 // measured pace, within learnedShare of the time left before ctx's
-// deadline, so that the rest is enlarged classically rather than the
-// request timing out. Without a deadline, it fits.
-func (e *Engine) passFits(ctx context.Context, work float64) bool {
+// deadline, so that the rest is enlarged by a lighter network or
+// classically rather than the request timing out. Without a deadline, it
+// fits.
+func (a *arch) fits(ctx context.Context, work float64) bool {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return true
 	}
-	return work*e.pace.seconds() <= time.Until(deadline).Seconds()*learnedShare
+	return work*a.pace.seconds() <= time.Until(deadline).Seconds()*learnedShare
 }
 
 // networkRuns is how many times a pass runs the network over px: once for
@@ -359,8 +420,8 @@ const learnedShare = 0.6
 // an anti-aliased disc, alpha 46.4 dB and the image over grey 41.0 dB,
 // against 33.3 and 38.6 with alpha enlarged classically). An alpha that is
 // opaque everywhere stays so without a pass.
-func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*libvips.Pixels, error) {
-	network, err := e.open(m)
+func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *model) (*libvips.Pixels, error) {
+	network, err := e.open(a, m)
 	if err != nil {
 		return nil, err
 	}
@@ -390,13 +451,13 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, m *model) (*li
 				if errors.Is(err, context.DeadlineExceeded) {
 					// Cut short by the deadline: the whole pass would have
 					// taken longer than this, so the pace is at least that.
-					e.pace.atLeast(time.Since(start).Seconds() / work)
+					a.pace.atLeast(time.Since(start).Seconds() / work)
 				}
 				return nil, err
 			}
 		}
 	}
-	e.pace.observe(time.Since(start).Seconds()/work, work)
+	a.pace.observe(time.Since(start).Seconds()/work, work)
 	return out, nil
 }
 
@@ -410,44 +471,35 @@ func opaque(px *libvips.Pixels) bool {
 	return true
 }
 
-// open loads m on the engine's runtime, once.
-func (e *Engine) open(m *model) (Network, error) {
-	return m.open(e.opts.Runtime, e.opts.Precision, e.opts.Threads)
+// open loads m, one of a's, on the engine's runtime, once.
+func (e *Engine) open(a *arch, m *model) (Network, error) {
+	return m.open(e.opts.Runtime, a.precision, e.opts.Threads)
 }
 
-// measurePace sets the engine's pace, before the first learned pass that
-// has a deadline to fit, from a tile of the engine's size run by m on
-// this machine, so that the first decisions (learnedPasses) are this
+// measurePace sets a's pace, before its first learned pass that has a
+// deadline to fit, from a tile of the engine's size run by m, one of a's,
+// on this machine, so that the first decisions (fits) are this
 // machine's, not a prior's. The tile's time includes the runtime's
-// one-time work for its size, which errs on the side of classical passes
+// one-time work for its size, which errs on the side of lighter passes
 // until the first pass corrects it.
-func (e *Engine) measurePace(ctx context.Context, m *model) error {
-	if _, ok := ctx.Deadline(); !ok || e.pace.seconds() > 0 {
+func (e *Engine) measurePace(ctx context.Context, a *arch, m *model) error {
+	if _, ok := ctx.Deadline(); !ok || a.pace.seconds() > 0 {
 		return nil
 	}
-	e.pace.measuring.Lock()
-	defer e.pace.measuring.Unlock()
-	if e.pace.seconds() > 0 {
+	a.pace.measuring.Lock()
+	defer a.pace.measuring.Unlock()
+	if a.pace.seconds() > 0 {
 		return nil
 	}
-	network, err := e.open(m)
+	network, err := e.open(a, m)
 	if err != nil {
 		return err
 	}
-	t := m.tile(e.opts.Tile, e.opts.Tile, e.opts.Tile)
-	inW, inH := t.tileW+2*m.Border, t.tileH+2*m.Border
-	in, out := make([]float32, 3*inW*inH), make([]float32, 3*m.Scale*m.Scale*t.tileW*t.tileH)
-	for i := range in {
-		in[i] = 0.5
+	seconds, err := m.timeTile(ctx, network, e.opts.Tile)
+	if err != nil {
+		return err
 	}
-	start := time.Now()
-	if err := network.Run(ctx, in, inW, inH, out); err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return ctxErr
-		}
-		return fmt.Errorf("%w: %s: %v", upscale.ErrUpstream, m.Name, err)
-	}
-	e.pace.set(time.Since(start).Seconds() / m.tileWork(t))
+	a.pace.set(seconds)
 	return nil
 }
 

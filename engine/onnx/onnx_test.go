@@ -118,8 +118,8 @@ func TestEngineSaysWhatRan(t *testing.T) {
 		scale int
 		want  string
 	}{
-		{"×2Learned", src, 2, "learned;passes=1;runtime=onnxruntime;precision=int8"},
-		{"×8LearnedThenClassical", src, 8, "learned;passes=1;runtime=onnxruntime;precision=int8, classical;scale=4"},
+		{"×2Learned", src, 2, "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8"},
+		{"×8LearnedThenClassical", src, 8, "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8, classical;scale=4"},
 		{"TooLargeForLearned", upscaletest.TestImagePNG(t, 160, 150), 2, "classical;scale=2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,7 +157,7 @@ func TestEngineSaysWhatRan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "learned;passes=1;runtime=onnxruntime;precision=fp32"; img.Engine != want {
+	if want := "learned;passes=1;network=cunet;runtime=onnxruntime;precision=fp32"; img.Engine != want {
 		t.Errorf("FP32 engine %q, want %q", img.Engine, want)
 	}
 }
@@ -172,7 +172,7 @@ func TestFitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ×4 would be 256×192, 49152 pixels: 20000 fit ×2.55, 163×122.
-	want := "learned;passes=1;runtime=onnxruntime;precision=int8, fit;width=163;height=122"
+	want := "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8, fit;width=163;height=122"
 	if !img.Fitted || img.Width != 163 || img.Height != 122 || img.Engine != want {
 		t.Errorf("%dx%d, fitted %v, engine %q; want 163x122, fitted, %q", img.Width, img.Height, img.Fitted, img.Engine, want)
 	}

