@@ -37,9 +37,7 @@ import (
 	"github.com/upscalekit/upscale/billing/stripebilling"
 	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/dirstore"
-	"github.com/upscalekit/upscale/engine/onednn"
 	"github.com/upscalekit/upscale/engine/onnx"
-	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/internal/periodic"
 	"github.com/upscalekit/upscale/prommetrics"
 	"github.com/upscalekit/upscale/riverqueue"
@@ -184,9 +182,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", upscale.DefaultRunTimeout, "longest one run of a job may take before it is stopped and run again; a job's engine has this less the time to settle its charge, for learned passes at every size on slow CPUs (a job whose process died is run again within 30 s of its last beat, whatever this is)")
 	fs.StringVar(&o.processID, "process-id", "", "names this process among those that run jobs from the database: keep it across restarts, so that a restarted process runs again at once the jobs it had when it died; two live processes cannot share it (default the host name and the absolute -data directory)")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
-	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "onednn", "what runs -engine onnx's networks: onednn (oneDNN's convolutions, the fastest) or onnxruntime (ONNX Runtime)")
-	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
-	fs.StringVar(&o.onnxPrecision, "onnx-precision", "", "arithmetic of -engine onnx's networks: on onednn bf16 (the default on CPUs with AVX-512 BF16) or fp32; on onnxruntime int8 (the default on CPUs with VNNI) or fp32")
+	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "auto", "what runs -engine onnx's networks: auto (oneDNN and ONNX Runtime, whichever measures faster at start), onednn (oneDNN's convolutions) or onnxruntime (ONNX Runtime)")
+	fs.StringVar(&o.onnxRuntimeLib, "onnxruntime-lib", "", "path of libonnxruntime.so.1 for -onnx-runtime auto or onnxruntime (default: $"+onnx.LibraryEnv+", else where make deps installs it)")
+	fs.StringVar(&o.onnxPrecision, "onnx-precision", "", "arithmetic -engine onnx's networks may run in: int8, bf16 or fp32, or several comma-separated (default: any the runtimes offer on this CPU); of several, the fastest measured at start")
 	fs.StringVar(&o.smtpURL, "smtp-url", os.Getenv(smtpURLEnv), "smtp://user:password@host:587 (STARTTLS, required but for loopback) or smtps://…: the server that mails sign-in links, which lets people sign in and open accounts by email on the dashboard (default $"+smtpURLEnv+", which keeps the password out of the process list)")
 	fs.StringVar(&o.mailFrom, "mail-from", "", "the sender of the sign-in mail, such as 'Upscale <no-reply@example.com>'; required with -smtp-url")
 	fs.StringVar(&o.signUps, "signups", "open", "with -smtp-url: open (an address without an account opens one, on the config's signUpPlan) or closed (only addresses that have accounts get sign-in links)")
@@ -225,35 +223,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.maxConnections < 1 {
 		return o, errors.New("-max-connections must be at least 1")
 	}
-	if (o.onnxRuntimeLib != "" || o.onnxPrecision != "" || o.onnxRuntime != "onednn") && o.engine != "onnx" {
+	if (o.onnxRuntimeLib != "" || o.onnxPrecision != "" || o.onnxRuntime != "auto") && o.engine != "onnx" {
 		return o, errors.New("-onnx-runtime, -onnxruntime-lib and -onnx-precision need -engine onnx")
 	}
-	if o.onnxRuntime != "onednn" && o.onnxRuntime != "onnxruntime" {
-		return o, fmt.Errorf("-onnx-runtime %q: want onednn or onnxruntime", o.onnxRuntime)
+	if o.onnxRuntime != "auto" && o.onnxRuntime != "onednn" && o.onnxRuntime != "onnxruntime" {
+		return o, fmt.Errorf("-onnx-runtime %q: want auto, onednn or onnxruntime", o.onnxRuntime)
 	}
-	if o.onnxRuntimeLib != "" && o.onnxRuntime != "onnxruntime" {
-		return o, errors.New("-onnxruntime-lib needs -onnx-runtime onnxruntime")
+	if o.onnxRuntimeLib != "" && o.onnxRuntime == "onednn" {
+		return o, errors.New("-onnxruntime-lib needs -onnx-runtime auto or onnxruntime")
 	}
-	// onnx.New refuses a precision the runtime does not offer, naming
-	// those it does.
+	// openEngine refuses a precision no runtime offers, naming those they
+	// do.
 	return o, nil
-}
-
-// openEngine returns the engine -engine names.
-func (o options) openEngine() (upscale.Upscaler, error) {
-	if o.engine != "onnx" {
-		return vips.New(vips.Options{}), nil
-	}
-	// Learned passes fit the same budget as the requests that hold them.
-	opts := onnx.Options{Library: o.onnxRuntimeLib, Precision: onnx.Precision(o.onnxPrecision), MemoryBudget: o.memoryBudget}
-	if o.onnxRuntime == "onednn" {
-		rt, err := onednn.New()
-		if err != nil {
-			return nil, err
-		}
-		opts.Runtime = rt
-	}
-	return onnx.New(opts)
 }
 
 // resultStore is a BlobStore the server closes on the way out. The
@@ -352,12 +333,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer blobs.Close()
-	engine, err := o.openEngine()
+	engine, chosen, err := o.openEngine(ctx, logger)
 	if err != nil {
 		return err
 	}
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), chosen.info())
 	metrics, err := prommetrics.New(registry)
 	if err != nil {
 		return err

@@ -670,7 +670,7 @@ func TestEngineFlags(t *testing.T) {
 		{[]string{"-onnx-precision", "fp32"}, "-engine onnx"},
 		{[]string{"-onnx-runtime", "onnxruntime"}, "-engine onnx"},
 		{[]string{"-engine", "onnx", "-onnx-runtime", "tensorflow"}, "-onnx-runtime"},
-		{[]string{"-engine", "onnx", "-onnxruntime-lib", "/opt/ort.so"}, "-onnx-runtime onnxruntime"},
+		{[]string{"-engine", "onnx", "-onnx-runtime", "onednn", "-onnxruntime-lib", "/opt/ort.so"}, "-onnx-runtime auto or onnxruntime"},
 		{[]string{"-engine-timeout", "2m", "-job-run-timeout", "1m"}, "-job-run-timeout"},
 		{[]string{"-engine-timeout", "10s", "-job-run-timeout", "25s"}, "-job-run-timeout"},
 		{[]string{"-signups", "maybe"}, "-signups"},
@@ -696,7 +696,8 @@ func TestEngineFlags(t *testing.T) {
 	}
 	// Before ONNX Runtime is loaded from its usual place below: a process
 	// loads it once.
-	if _, err := (options{engine: "onnx", onnxRuntime: "onnxruntime", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(); err == nil || !strings.Contains(err.Error(), "make deps") {
+	discard := slog.New(slog.DiscardHandler)
+	if _, _, err := (options{engine: "onnx", onnxRuntime: "onnxruntime", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(context.Background(), discard); err == nil || !strings.Contains(err.Error(), "make deps") {
 		t.Errorf("-engine onnx without the library: %v; want an error that says to run make deps", err)
 	}
 	// A precision the runtime does not offer is refused with the list of
@@ -706,23 +707,39 @@ func TestEngineFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := o.openEngine(); err == nil || !strings.Contains(err.Error(), tc.runtime+" offers") || !strings.Contains(err.Error(), "fp32") {
+		if _, _, err := o.openEngine(context.Background(), discard); err == nil || !strings.Contains(err.Error(), tc.runtime+" offers") || !strings.Contains(err.Error(), "fp32") {
 			t.Errorf("-onnx-runtime %s -onnx-precision %s: %v; want an error naming what %s offers", tc.runtime, tc.precision, err, tc.runtime)
 		}
 	}
 }
 
-// TestOnnxEngine: -engine onnx with no other flag serves an upscale, with
-// the library where make deps puts it.
+// TestOnnxEngine: -engine onnx with no other flag measures every runtime
+// and precision this CPU offers, logs each and the choice, serves an
+// upscale with the fastest (the library where make deps puts it), and
+// names it in /metrics and in the Upscale-Engine header.
 func TestOnnxEngine(t *testing.T) {
 	bin := buildStandalone(t)
 	origin := newButterflyOrigin(t)
-	srv := startStandalone(t, bin, "-data", t.TempDir(), "-engine", "onnx")
+	srv := startStandalone(t, bin, "-data", t.TempDir(), "-engine", "onnx", "-metrics-addr", "127.0.0.1:0")
 	link := upscaleVia(t, srv.base, srv.key, origin+"/butterfly.png", &srv.stderr)
 	if size := upscaletest.ResultPNG(t, link).Bounds().Size(); size.X != 512 || size.Y != 512 {
 		t.Errorf("result is %v, want 512x512", size)
 	}
+	resp, err := http.Get(srv.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
 	srv.stop(t)
+	log := srv.stderr.String()
+	chose := regexp.MustCompile(`engine: chose the fastest" runtime=(\w+) precision=(\w+)`).FindStringSubmatch(log)
+	if chose == nil || strings.Count(log, "engine: measured") < 3 {
+		t.Fatalf("the log names no measured choice of at least three candidates:\n%s", log)
+	}
+	if info := fmt.Sprintf(`upscale_engine_info{engine="onnx",precision="%s",runtime="%s"} 1`, chose[2], chose[1]); !strings.Contains(string(exposition), info) {
+		t.Errorf("/metrics lacks %s", info)
+	}
 }
 
 // newButterflyOrigin serves Set5's butterfly (256×256 PNG) at every
