@@ -34,8 +34,9 @@ type Config struct {
 	// respond-async, docs/jobs.md) and hands them to workers. Nil means
 	// a MemoryJobQueue, for one process. The job form needs Blobs to be a
 	// BlobReader (a job's source waits there for its worker) and Ledger a
-	// ReservationHolder (a job's unit is held for its life); without
-	// them, every request is answered as it runs, whatever it prefers.
+	// ReservationHolder (a job's unit is held for its life): with Jobs
+	// nil and stores without them, every request is answered as it runs,
+	// whatever it prefers; with Jobs set, New refuses such stores.
 	Jobs JobQueue
 	// JobTTL is how long a job, its source and its unit's hold last from
 	// its submission: a job not finished by then never runs, and is
@@ -182,6 +183,22 @@ func (cfg Config) refuseOldMethods() error {
 	return nil
 }
 
+// refuseHalfAJobForm refuses a Jobs given with stores that cannot carry
+// the job form: every Prefer: respond-async would be answered as it runs,
+// and the queue the host set up would never see a job.
+func (cfg Config) refuseHalfAJobForm() error {
+	if cfg.Jobs == nil {
+		return nil
+	}
+	if _, ok := cfg.Blobs.(BlobReader); !ok {
+		return errors.New("upscale: Config.Jobs is set but Config.Blobs is no BlobReader: a job's source waits in the BlobStore for its worker; give a BlobStore that reads back (MemoryBlobStore, dirstore, s3store) or leave Jobs nil to answer every request as it runs")
+	}
+	if _, ok := cfg.Ledger.(ReservationHolder); !ok {
+		return errors.New("upscale: Config.Jobs is set but Config.Ledger is no ReservationHolder: a job's unit is held until it ends; give a ledger that holds reservations (MemoryLedger, sqlstore) or leave Jobs nil to answer every request as it runs")
+	}
+	return nil
+}
+
 // withDefaults checks cfg and returns it with every zero field set to its
 // default. Each mistake is named by its field.
 func (cfg Config) withDefaults() (Config, error) {
@@ -194,6 +211,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 	}
 	if err := cfg.refuseOldMethods(); err != nil {
+		return cfg, err
+	}
+	if err := cfg.refuseHalfAJobForm(); err != nil {
 		return cfg, err
 	}
 	for _, f := range []struct {

@@ -181,6 +181,9 @@ func (h *Handler) Load() Load {
 		MemoryInUse: h.budget.inUse.Load(), MemoryBudget: h.budget.total,
 		JobsQueued: -1, JobsRunning: -1,
 	}
+	if h.jobs == nil { // no job form: no queue to count
+		return load
+	}
 	if jobs, ok := h.jobDepth.count(h.cfg.Jobs); ok {
 		load.JobsQueued, load.JobsRunning, load.JobsQueuedPixels = jobs.Queued, jobs.Running, jobs.QueuedPixels
 		if !jobs.OldestQueued.IsZero() {

@@ -349,9 +349,15 @@ func TestJobSubmittedOnce(t *testing.T) {
 // sources in.
 type withoutReads struct{ upscale.BlobStore }
 
+// withoutHolds hides a ledger's Hold: a ledger the job form cannot keep a
+// job's unit in.
+type withoutHolds struct{ upscale.QuotaLedger }
+
 // TestJobFormNeedsItsStores: with a BlobStore that cannot give back what
 // it keeps, a request that prefers respond-async is answered as it runs,
-// and the job paths know no job.
+// the job paths know no job, and the job gauges read -1, as for a queue
+// that cannot count; a Jobs given with such stores, or with a ledger
+// that cannot hold a unit, is refused by New, not silently never used.
 func TestJobFormNeedsItsStores(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) { c.Blobs = withoutReads{c.Blobs} })
 	w := e.sendJob("POST", "/api/v1/upscale", keyFree, "respond-async", body(e.url("/small.png")))
@@ -359,6 +365,19 @@ func TestJobFormNeedsItsStores(t *testing.T) {
 		t.Errorf("status %d, Preference-Applied %q; want 200 and none", w.Code, w.Header().Get("Preference-Applied"))
 	}
 	checkProblem(t, e.sendJob("GET", "/api/v1/upscale/jobs/job_x", keyFree, "", ""), 404, "job_not_found")
+	if load := e.handler.Load(); load.JobsQueued != -1 || load.JobsRunning != -1 {
+		t.Errorf("job gauges without the job form: %d queued, %d running; want -1 and -1", load.JobsQueued, load.JobsRunning)
+	}
+	for name, change := range map[string]func(*upscale.Config){
+		"BlobReader":        func(c *upscale.Config) { c.Blobs = withoutReads{c.Blobs} },
+		"ReservationHolder": func(c *upscale.Config) { c.Ledger = withoutHolds{c.Ledger} },
+	} {
+		cfg := upscale.Config{Keys: e.keys, Ledger: e.ledger, Upscaler: upscaletest.PixelUpscaler{}, Blobs: e.blobs, Jobs: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{})}
+		change(&cfg)
+		if _, err := upscale.New(cfg); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Config.Jobs with stores short of a %s: %v; want New to refuse it, naming it", name, err)
+		}
+	}
 }
 
 // TestMiddlewareRoutesJobs: Middleware serves the job paths under
