@@ -43,6 +43,34 @@ func TestRootDependencies(t *testing.T) {
 	}
 }
 
+// TestTestingToolsStayInTestPackages: net/http/httptest and package
+// testing are for tests and the packages that serve them (upscaletest, a
+// fake, a benchmark's rig, the quality scores); code that serves requests
+// does without them
+// (dashboard's Try it once answered through an httptest.ResponseRecorder).
+func TestTestingToolsStayInTestPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}:{{range .Imports}} {{.}}{{end}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	forTests := func(path string) bool {
+		for _, part := range strings.Split(path, "/") {
+			if strings.HasSuffix(part, "test") || slices.Contains([]string{"enginebench", "testservers", "quality"}, part) {
+				return true
+			}
+		}
+		return false
+	}
+	for line := range strings.Lines(string(out)) {
+		path, imports, _ := strings.Cut(strings.TrimSpace(line), ":")
+		for _, tool := range []string{"net/http/httptest", "testing"} {
+			if slices.Contains(strings.Fields(imports), tool) && !forTests(path) {
+				t.Errorf("%s imports %s outside its tests", path, tool)
+			}
+		}
+	}
+}
+
 // TestStoresHaveNoExportedFields: a store's state, the handler that serves
 // its links included, is reached through its methods only; an exported
 // field (an embedded http.Handler, as there once was) lets a caller swap

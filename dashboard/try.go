@@ -1,9 +1,9 @@
 package dashboard
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -56,24 +56,54 @@ func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) 
 	body, _ := json.Marshal(form)
 	call, _ := http.NewRequestWithContext(upscale.ForAccount(r.Context(), account), http.MethodPost, d.cfg.APIURL, strings.NewReader(string(body)))
 	call.Header.Set("Content-Type", "application/json")
-	answer := httptest.NewRecorder()
+	answer := &apiAnswer{header: http.Header{}}
 	d.cfg.API.ServeHTTP(answer, call)
 
 	page := d.newTryPage(r, account, form)
 	// The key stays in double quotes, for the shell to expand.
 	page.Curl = "curl -sS -X POST " + shellWord(d.cfg.APIURL) + ` -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d ` + shellWord(string(body))
 	status := http.StatusOK
-	if answer.Code == http.StatusOK {
+	if answer.status() == http.StatusOK {
 		page.Result = new(upscale.Response)
-		json.Unmarshal(answer.Body.Bytes(), page.Result)
+		json.Unmarshal(answer.body.Bytes(), page.Result)
 		d.cfg.Logger.Info("dashboard: tried an image", "account", account, "via", page.Result.Via)
 		allowImages(w, form.ImageURL, page.Result.URL)
 	} else {
 		page.Problem = new(upscale.Problem)
-		json.Unmarshal(answer.Body.Bytes(), page.Problem)
-		status = answer.Code
+		json.Unmarshal(answer.body.Bytes(), page.Problem)
+		status = answer.status()
 	}
 	d.render(w, r, status, "try", page)
+}
+
+// apiAnswer is the http.ResponseWriter a Try it call's answer is written
+// to, for the page to show: the API's status and body.
+type apiAnswer struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (a *apiAnswer) Header() http.Header { return a.header }
+
+func (a *apiAnswer) WriteHeader(code int) {
+	if a.code == 0 {
+		a.code = code
+	}
+}
+
+func (a *apiAnswer) Write(p []byte) (int, error) {
+	a.WriteHeader(http.StatusOK)
+	return a.body.Write(p)
+}
+
+// status is the status the API answered with: 200 when it wrote a body
+// without one, as net/http's server sends.
+func (a *apiAnswer) status() int {
+	if a.code == 0 {
+		return http.StatusOK
+	}
+	return a.code
 }
 
 // shellWord returns s as one word of a POSIX shell command, which the
