@@ -59,13 +59,14 @@ func (q *Queue[TTx]) SendMail(ctx context.Context, concurrency int, mailer dashb
 type mailWorker struct {
 	river.WorkerDefaults[mailArgs]
 	send dashboard.Mailer
+	now  func() time.Time // the queue's clock, which mail expires by
 }
 
 // errMailExpired cancels a mail whose link expired before it was sent.
 var errMailExpired = errors.New("riverqueue: the mail expired before it was sent")
 
 func (w *mailWorker) Work(ctx context.Context, rj *river.Job[mailArgs]) error {
-	if !time.Now().Before(rj.Args.Expires) {
+	if !w.now().Before(rj.Args.Expires) {
 		return river.JobCancel(errMailExpired)
 	}
 	ctx, cancel := context.WithDeadline(ctx, rj.Args.Expires)

@@ -79,7 +79,9 @@ type Options struct {
 	PollInterval time.Duration
 	// Logger receives River's own log. Nil means slog.Default().
 	Logger *slog.Logger
-	// Now is the clock jobs and webhooks expire by. Nil means time.Now.
+	// Now is the clock jobs, webhooks and mail expire by. Nil means
+	// time.Now. River's own schedule (when a run is tried again) and the
+	// processes' beats keep the wall clock, as River and the database do.
 	Now func() time.Time
 	// WebhookBackoff is the wait after a failed webhook delivery, by the
 	// number of attempts so far. Nil means upscale.WebhookBackoff.
@@ -612,7 +614,7 @@ func (q *Queue[TTx]) work(ctx context.Context, h handlers, queue string, concurr
 		now: q.opts.Now, backoff: q.opts.WebhookBackoff, deliver: h.deliver,
 		share: upscale.WebhookAccountShare(concurrency), inFlight: map[string]int{},
 	})
-	river.AddWorker(workers, &mailWorker{send: h.send})
+	river.AddWorker(workers, &mailWorker{send: h.send, now: q.opts.Now})
 	client, err := river.NewClient(q.driver, q.config(workers, queue, concurrency))
 	if err != nil {
 		return nil, fmt.Errorf("riverqueue: %w", err)

@@ -749,18 +749,21 @@ func (m *flakyMailer) state(to string) (attempts int, sent bool) {
 
 // TestMailOutbox: a posted mail is sent by whichever process sends mail,
 // tried again while the server is unavailable; a mail refused for good is
-// not tried again, and one that expired is not sent.
+// not tried again, and one that expired, by the queue's clock, is not
+// sent.
 func TestMailOutbox(t *testing.T) {
 	ctx := context.Background()
 	for _, d := range databases {
 		t.Run(d.name, func(t *testing.T) {
-			q, _ := d.queue(t, riverqueue.Options{Logger: quiet})
+			ahead := func() time.Time { return time.Now().Add(10 * time.Minute) }
+			q, _ := d.queue(t, riverqueue.Options{Logger: quiet, Now: ahead})
 			outbox := q.(mailQueue)
 			mailer := &flakyMailer{attempts: map[string]int{}, sent: map[string]dashboard.Mail{}}
 			for to, expires := range map[string]time.Time{
-				"retried@example.com": time.Now().Add(time.Minute),
-				"refused@example.com": time.Now().Add(time.Minute),
-				"expired@example.com": time.Now().Add(-time.Second),
+				"retried@example.com":          time.Now().Add(time.Hour),
+				"refused@example.com":          time.Now().Add(time.Hour),
+				"expired@example.com":          time.Now().Add(-time.Second),
+				"expired-by-clock@example.com": time.Now().Add(5 * time.Minute),
 			} {
 				if err := outbox.Post(ctx, dashboard.Mail{To: to, Subject: "Sign in", Text: "link", HTML: "<p>link</p>"}, expires); err != nil {
 					t.Fatal(err)
@@ -783,8 +786,10 @@ func TestMailOutbox(t *testing.T) {
 			if attempts, _ := mailer.state("refused@example.com"); attempts != 1 {
 				t.Errorf("a mail refused for good: %d attempts, want 1", attempts)
 			}
-			if attempts, _ := mailer.state("expired@example.com"); attempts != 0 {
-				t.Errorf("an expired mail: %d attempts, want none", attempts)
+			for _, to := range []string{"expired@example.com", "expired-by-clock@example.com"} {
+				if attempts, _ := mailer.state(to); attempts != 0 {
+					t.Errorf("%s, expired: %d attempts, want none", to, attempts)
+				}
 			}
 		})
 	}
