@@ -7,7 +7,8 @@ import (
 )
 
 // The sentinel errors below are the whole error vocabulary of the package.
-// Implementations of the four interfaces wrap them with %w; the handler
+// Implementations of the package's interfaces (the stores, the queues,
+// the Upscaler) wrap them with %w; the handler
 // recognises them with errors.Is and maps each to one HTTP status and machine
 // code in the table in problems.go. Only the engine's own deadline
 // (Config.EngineTimeout) is ErrUpstreamTimeout; any other

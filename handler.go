@@ -18,9 +18,10 @@ import (
 // form and, with Prefer: respond-async, the job form's submission; and
 // GET and DELETE Config.Path/jobs/{id}, a job's resource. The host mounts
 // it at a path and that path's jobs/ subtree (Config.Path, or its own,
-// under a prefix it strips or not; see onRoutes), or puts Middleware,
-// which answers Config.Path, its jobs and the result links, in front of
-// its own handler.
+// under a prefix it strips or not: a path the host routes here is read as
+// Config.Path's own, or as a job's when it ends in /jobs/{id}), or puts
+// Middleware, which answers Config.Path, its jobs and the result links,
+// in front of its own handler.
 //
 // A store that reports ErrUnavailable is given a second's rest: meanwhile
 // new requests that need it are refused with 503 backend_unavailable and a

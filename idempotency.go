@@ -98,6 +98,7 @@ type InFlightError struct {
 	LeaseEnds time.Time
 }
 
+// Error names the key and when its lease ends.
 func (e *InFlightError) Error() string {
 	return fmt.Sprintf("idempotency key %q: %v until %s", e.Key, ErrIdempotencyInFlight, e.LeaseEnds.UTC().Format(time.RFC3339))
 }

@@ -3,17 +3,19 @@ package upscale
 import "time"
 
 // Metrics receives what a Handler measures; package prommetrics exports it
-// to Prometheus. Its methods are called on the request's goroutine, so
-// they must be quick and safe for concurrent use. Nothing passed to them
-// names a key or an account.
+// to Prometheus. Its methods are called as requests and jobs go, on their
+// own goroutines (a request's, a job worker's), so they must be quick and
+// safe for concurrent use. Nothing passed to them names a key or an
+// account.
 type Metrics interface {
 	// Attach is called once, by New, with a function that reads the
 	// handler's current load, for gauges read when metrics are collected.
 	Attach(load func() Load)
 	// RequestDone counts one finished request. code is "ok" for a success,
-	// "replayed" for an Idempotency-Key's kept answer, the problem code of
-	// an error, or "caller_gone" when the caller left before the answer;
-	// pool is the pool charged, "" when none was.
+	// "accepted" for a job submitted (202) or its submission answered
+	// again, "replayed" for an Idempotency-Key's kept answer, the problem
+	// code of an error, or "caller_gone" when the caller left before the
+	// answer; pool is the pool charged, "" when none was.
 	RequestDone(code string, pool Pool, took time.Duration)
 	// StepDone records how long one step of a request took.
 	StepDone(step Step, took time.Duration)

@@ -33,7 +33,7 @@ var problems = []struct {
 	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Use POST with a JSON body, and GET or DELETE for a job."},
 	{errJobNotFound, http.StatusNotFound, "job_not_found", "This account has no job with this ID: it was never submitted with this account's keys, or it expired."},
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Send a valid API key as \"Authorization: Bearer <key>\"; keys are issued on {dashboard}."},
-	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "The request body must be one JSON object with imageUrl and optional scale, imageType and denoise."},
+	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "The request body must be one JSON object with imageUrl and optional scale, imageType, denoise and, with Prefer: respond-async, webhookUrl."},
 	{ErrInvalidImageURL, http.StatusBadRequest, "invalid_image_url", "imageUrl must be an absolute http or https URL of an image."},
 	{ErrInvalidWebhookURL, http.StatusBadRequest, "invalid_webhook_url", "webhookUrl must be an absolute http or https URL on a public address, sent with Prefer: respond-async."},
 	{ErrInvalidScale, http.StatusBadRequest, "invalid_scale", "scale must be " + scaleList(false) + "."},

@@ -102,6 +102,7 @@ type Error struct {
 	RetryAfter time.Duration `json:"-"`
 }
 
+// Error says the status, the machine code and the server's sentence.
 func (e *Error) Error() string {
 	return fmt.Sprintf("upscale API: %d %s: %s", e.Status, e.Code, e.Detail)
 }

@@ -7,7 +7,7 @@
 //
 // The metrics, all prefixed upscale_ and in base units:
 //
-//	requests_total{code,pool}        counter: code "ok", "replayed", a problem code or "caller_gone"; pool charged or "none"
+//	requests_total{code,pool}        counter: code "ok", "accepted" (a job submitted), "replayed", a problem code or "caller_gone"; pool charged or "none"
 //	request_duration_seconds         histogram of whole requests
 //	step_duration_seconds{step}      histogram: fetch, queue, engine, store
 //	source_bytes_total               counter: bytes of the sources enlarged

@@ -62,6 +62,7 @@ func New() (*Runtime, error) {
 	return &Runtime{}, nil
 }
 
+// Name is "onednn".
 func (*Runtime) Name() string { return "onednn" }
 
 // Precisions offers what oneDNN builds kernels for here, fastest first:

@@ -20,6 +20,7 @@ type Candidate struct {
 	Precision Precision
 }
 
+// String names the runtime and the precision: "onednn int8".
 func (c Candidate) String() string { return c.Runtime.Name() + " " + string(c.Precision) }
 
 // Candidates are the precisions each of runtimes offers on this machine

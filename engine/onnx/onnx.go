@@ -223,6 +223,11 @@ func (e *Engine) Close() error {
 	return errors.Join(errs...)
 }
 
+// Upscale implements upscale.Upscaler: it waits for one of the engine's
+// images (Options.Concurrency) until ctx ends, decodes src as engine/vips
+// does, fits the denoise level to the source, and makes as many ×2 passes
+// learned as memory and the deadline allow (enlargeAll), the rest
+// classically. Image.Engine says which network made which pass.
 func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	select {
 	case e.slots <- struct{}{}:

@@ -27,6 +27,7 @@ func NewONNXRuntime(library string) (*ONNXRuntime, error) {
 	return &ONNXRuntime{}, nil
 }
 
+// Name is "onnxruntime".
 func (*ONNXRuntime) Name() string { return "onnxruntime" }
 
 // Precisions puts INT8 first on a CPU with VNNI (x86-64's AVX-512 VNNI or

@@ -362,6 +362,12 @@ var denoiseLevels = map[upscale.Denoise]denoising{
 	upscale.DenoiseMax:  {noise: 3, quant: 0.75, step: 2},
 }
 
+// Upscale implements upscale.Upscaler: it checks src's header against
+// the limits, decodes it strictly, enlarges it by the recipe of
+// opts.ImageType and opts.Denoise, and encodes the result in the source's
+// format (or fits it, Image.Fitted). A file refused is
+// ErrUnsupportedImage or ErrImageTooLarge; ctx's end stops it within a
+// strip or a frame.
 func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
 	f, meta, g, err := e.inspect(src, opts.Scale)
 	if err != nil {
