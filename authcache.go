@@ -52,6 +52,7 @@ type CachedKeyStore struct {
 
 var (
 	_ KeyLister = (*CachedKeyStore)(nil)
+	_ KeyAdmin  = (*CachedKeyStore)(nil)
 	_ Pinger    = (*CachedKeyStore)(nil)
 )
 

@@ -23,7 +23,10 @@ type memoryKey struct {
 	info      KeyInfo
 }
 
-var _ KeyLister = (*MemoryKeyStore)(nil)
+var (
+	_ KeyLister = (*MemoryKeyStore)(nil)
+	_ KeyAdmin  = (*MemoryKeyStore)(nil)
+)
 
 // NewMemoryKeyStore returns an empty MemoryKeyStore.
 func NewMemoryKeyStore() *MemoryKeyStore {

@@ -67,7 +67,10 @@ type memoryJob struct {
 	settle error
 }
 
-var _ JobQueue = (*MemoryJobQueue)(nil)
+var (
+	_ JobQueue   = (*MemoryJobQueue)(nil)
+	_ JobCounter = (*MemoryJobQueue)(nil)
+)
 
 // NewMemoryJobQueue returns an empty MemoryJobQueue.
 func NewMemoryJobQueue(opts MemoryJobQueueOptions) *MemoryJobQueue {

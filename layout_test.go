@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/dirstore"
 )
 
@@ -81,6 +82,9 @@ func TestStoresHaveNoExportedFields(t *testing.T) {
 		reflect.TypeFor[upscale.MemoryLedger](), reflect.TypeFor[upscale.MemoryCheckoutStore](), reflect.TypeFor[upscale.MemoryKeyStore](),
 		reflect.TypeFor[upscale.MemoryIdempotencyStore](), reflect.TypeFor[upscale.MemoryRateLimiter](),
 		reflect.TypeFor[upscale.CachedKeyStore](), reflect.TypeFor[upscale.Handler](),
+		reflect.TypeFor[upscale.MemoryJobQueue](), reflect.TypeFor[upscale.MemoryWebhookQueue](), reflect.TypeFor[upscale.MemoryWebhookSecrets](),
+		reflect.TypeFor[dashboard.MemoryLinks](), reflect.TypeFor[dashboard.MemorySessions](), reflect.TypeFor[dashboard.MemoryDirectory](),
+		reflect.TypeFor[dashboard.MemoryOutbox](),
 	} {
 		for f := range typ.Fields() {
 			if f.IsExported() {

@@ -48,8 +48,9 @@ type memoryHold struct {
 }
 
 var (
-	_ ReservationHolder = (*MemoryLedger)(nil)
-	_ UsageReporter     = (*MemoryLedger)(nil)
+	_ ReservationHolder  = (*MemoryLedger)(nil)
+	_ ReservationExpirer = (*MemoryLedger)(nil)
+	_ UsageReporter      = (*MemoryLedger)(nil)
 )
 
 // NewMemoryLedger returns an empty MemoryLedger.

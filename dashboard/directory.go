@@ -75,6 +75,8 @@ func Address(email string) (string, error) {
 	return strings.ToLower(email), nil
 }
 
+var _ AccountDirectory = (*MemoryDirectory)(nil)
+
 // MemoryDirectory is an AccountDirectory in process memory that opens
 // accounts in a MemoryLedger, for one process and tests. It is safe for
 // concurrent use.

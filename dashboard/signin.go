@@ -430,6 +430,11 @@ func (s *SignIn) signOut(w http.ResponseWriter, r *http.Request) (string, error)
 	return account, nil
 }
 
+var (
+	_ LinkStore    = (*MemoryLinks)(nil)
+	_ SessionStore = (*MemorySessions)(nil)
+)
+
 // MemoryLinks is a LinkStore in process memory, for one process. It is
 // safe for concurrent use.
 type MemoryLinks struct {
