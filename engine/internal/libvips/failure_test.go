@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/h2non/bimg"
 
@@ -41,7 +42,7 @@ func TestFailureBlamesTheEngineForAGoodFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := decodeStrictly(c.src, meta, c.frames); err != nil {
+		if err := decodeStrictly(context.Background(), c.src, meta, c.frames); err != nil {
 			t.Errorf("%s: the strict decode refused a good file: %v", c.name, err)
 		}
 		for _, engineErr := range []error{errors.New("vips_sink_disc: out of memory"), errors.New("heif: Unsupported feature: encoder")} {
@@ -56,5 +57,31 @@ func TestFailureBlamesTheEngineForAGoodFile(t *testing.T) {
 	}
 	if err := failure(context.Background(), png[:len(png)/2], meta, 1, errors.New("vips_sink_disc: out of memory")); !errors.Is(err, upscale.ErrUnsupportedImage) {
 		t.Errorf("a failure on a truncated PNG is %v, want ErrUnsupportedImage", err)
+	}
+	// A caller who goes during the decode (here, 20 ms into one of 16 MP)
+	// stops it, in a fraction of the whole decode's time: the engine's
+	// slot is not held for a whole decode, and the answer is the caller's
+	// going, not a verdict on the file.
+	large := upscaletest.TestImagePNG(t, 4000, 4000)
+	meta, err = bimg.NewImage(large).Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := decodeStrictly(context.Background(), large, meta, 1); err != nil {
+		t.Fatal(err)
+	}
+	whole := time.Since(start)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if err := decodeStrictly(ctx, large, meta, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the strict decode of 16 MP past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if stopped := time.Since(start); stopped > whole/2 {
+		t.Errorf("the strict decode stopped %v after it began, its deadline 20 ms in; the whole decode took %v", stopped, whole)
+	}
+	if err := failure(ctx, large, meta, 1, errors.New("killed")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a failure past the deadline is %v, want context.DeadlineExceeded", err)
 	}
 }

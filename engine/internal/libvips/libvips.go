@@ -51,9 +51,18 @@ var configureLibvips = sync.OnceFunc(func() { C.configure_libvips() })
 // frames frames, as the pipeline reads it (the same loader, options and
 // access; meta is what its header says), and fails on any decoder error
 // or truncation. It runs only after the pipeline failed, to tell a corrupt
-// source (the caller's fault) from a failure of the engine.
-func decodeStrictly(src []byte, meta bimg.ImageMetadata, frames int) error {
-	if C.decode_strictly(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(frames), sequential(meta)) == 0 {
+// source (the caller's fault) from a failure of the engine, and stops as
+// the pipeline does once ctx is done, returning ctx's error: a request
+// past its deadline does not hold its engine slot for a whole decode.
+func decodeStrictly(ctx context.Context, src []byte, meta bimg.ImageMetadata, frames int) error {
+	cancelled, stop := cancelOn(ctx)
+	defer stop()
+	status := C.decode_strictly(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(frames), sequential(meta), cancelled)
+	if err := ctx.Err(); err != nil {
+		C.vips_error_clear()
+		return err
+	}
+	if status == 0 {
 		return nil
 	}
 	return vipsError()

@@ -56,15 +56,6 @@ static VipsImage *load(const void *buf, size_t len, int pages, int sequential) {
 		"fail_on", VIPS_FAIL_ON_ERROR, NULL);
 }
 
-int decode_strictly(const void *buf, size_t len, int pages, int sequential) {
-	VipsImage *in = load(buf, len, pages, sequential);
-	if (!in)
-		return -1;
-	double ignored;
-	int status = vips_min(in, &ignored, NULL);
-	g_object_unref(in);
-	return status;
-}
 
 // Each step's result goes into the next slot of t, which a pipeline's
 // context object owns: unreffing the context frees every image at once.
@@ -87,6 +78,17 @@ static void stop_if_cancelled(VipsImage *root, VipsProgress *progress, gint *can
 static void watch(VipsImage *root, gint *cancelled) {
 	vips_image_set_progress(root, TRUE);
 	g_signal_connect(root, "eval", G_CALLBACK(stop_if_cancelled), cancelled);
+}
+
+int decode_strictly(const void *buf, size_t len, int pages, int sequential, gint *cancelled) {
+	VipsImage *in = load(buf, len, pages, sequential);
+	if (!in)
+		return -1;
+	watch(in, cancelled);
+	double ignored;
+	int status = vips_min(in, &ignored, NULL);
+	g_object_unref(in);
+	return status;
 }
 
 // open_upright loads buf strictly, turns it upright as its EXIF

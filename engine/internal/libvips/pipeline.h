@@ -14,9 +14,10 @@ void configure_libvips(void);
 // decode_strictly decodes every pixel of buf, every frame of an
 // animation of pages frames, as the pipeline reads them (pipeline.c's
 // load, with the same access), failing on the first decoder error or
-// truncation instead of inventing pixels. It returns 0 on success; on
-// failure the message is in vips_error_buffer().
-int decode_strictly(const void *buf, size_t len, int pages, int sequential);
+// truncation instead of inventing pixels, and stopping within a strip
+// once *cancelled is set. It returns 0 on success; on failure the message
+// is in vips_error_buffer().
+int decode_strictly(const void *buf, size_t len, int pages, int sequential, gint *cancelled);
 
 // read_layout reads buf's header: how many pages it holds (frames of an
 // animation, pages of a TIFF), its sample format, its interpretation and

@@ -592,7 +592,10 @@ func failure(ctx context.Context, src []byte, meta bimg.ImageMetadata, frames in
 	if err := ctx.Err(); err != nil { // libvips stopped because the caller went
 		return err
 	}
-	if decodeErr := decodeStrictly(src, meta, frames); decodeErr != nil {
+	switch decodeErr := decodeStrictly(ctx, src, meta, frames); {
+	case ctx.Err() != nil: // the caller went during the decode
+		return decodeErr
+	case decodeErr != nil:
 		return fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
 	}
 	return fmt.Errorf("%w: libvips: %v", upscale.ErrUpstream, err)
