@@ -181,8 +181,9 @@ bench: deps $(WAIFU2X)/package/license.txt
 	$(BENCHSTAT) bench-onnx-throughput.txt
 
 # The load and fault scenarios (cmd/loadtest) against the real standalone,
-# PostgreSQL and versitygw; about 10 minutes, not part of make test. It wants
-# the machine to itself: its figures are in BENCHMARKS.md.
+# PostgreSQL and versitygw; about 10 minutes. It wants the machine to itself:
+# its figures are in BENCHMARKS.md. make test runs a short form of it
+# (cmd/loadtest's TestShortForm: three scenarios, 10 s of overload).
 loadtest: test-deps
 	UPSCALE_VERSITYGW="$(VERSITYGW)" go run ./cmd/loadtest $(LOADTEST_FLAGS)
 

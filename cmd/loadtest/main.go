@@ -3,8 +3,9 @@
 // cut, and prints one table row per scenario: statuses, latencies, memory
 // and the ledger check (the credits spent equal the successes, no
 // reservation is left open, and the bucket holds one result per success
-// and nothing else). make loadtest runs it; it is not part of make test: it
-// takes several minutes and wants the machine to itself.
+// and nothing else). make loadtest runs it: it takes several minutes and
+// wants the machine to itself. A short form of three scenarios runs with
+// make test (TestShortForm), so that it keeps working.
 package main
 
 import (

@@ -61,15 +61,21 @@ type rig struct {
 	dropDatabase     func()
 }
 
-func newRig() (*rig, error) {
+// newRig starts the rig; one that fails on the way gives back what it
+// had started (its database, servers and directory).
+func newRig() (_ *rig, err error) {
 	r := &rig{}
-	var err error
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
 	if r.dir, err = os.MkdirTemp("", "upscale-loadtest-"); err != nil {
 		return nil, err
 	}
 	r.bin = filepath.Join(r.dir, "standalone")
-	if out, err := exec.Command("go", "build", "-o", r.bin, "./examples/standalone").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build the standalone (run from the repository's root): %v\n%s", err, out)
+	if out, err := exec.Command("go", "build", "-o", r.bin, "github.com/upscalekit/upscale/examples/standalone").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build the standalone: %v\n%s", err, out)
 	}
 	dsn, drop, err := testservers.NewPostgresDatabase()
 	if err != nil {
@@ -222,7 +228,9 @@ func (r *rig) close() {
 		fmt.Fprintln(os.Stderr, "loadtest: logs kept in", r.dir)
 		return
 	}
-	os.RemoveAll(r.dir)
+	if r.dir != "" {
+		os.RemoveAll(r.dir)
+	}
 }
 
 // server is one running standalone.
@@ -269,11 +277,18 @@ func (r *rig) launch(command, extra []string) (*server, error) {
 	}
 	s := &server{cmd: exec.Command(command[0], append(command[1:], args...)...), exited: make(chan error, 1), log: log}
 	s.cmd.Stderr = log
-	stdout, err := s.cmd.StdoutPipe()
+	// A pipe of our own, not StdoutPipe: Wait closes that one, and must
+	// not be called while it is read (os/exec), but Wait runs from the
+	// start here, to tell when the server exits.
+	stdout, child, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cmd.Start(); err != nil {
+	s.cmd.Stdout = child
+	err = s.cmd.Start()
+	child.Close()
+	if err != nil {
+		stdout.Close()
 		return nil, err
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
@@ -289,7 +304,10 @@ func (r *rig) launch(command, extra []string) (*server, error) {
 			s.metrics = v
 		}
 	}
-	go io.Copy(io.Discard, stdout)
+	go func() {
+		io.Copy(io.Discard, stdout) // until the server exits
+		stdout.Close()
+	}()
 	if !started || s.metrics == "" {
 		s.cmd.Process.Kill()
 		out, _ := os.ReadFile(log.Name())
