@@ -218,3 +218,36 @@ func docFenceMarker(line string) string {
 	}
 	return ""
 }
+
+// TestArchitectureMapsEveryFile: docs/architecture.md's "Where the code
+// is" names every file of the root package, by name or by its family
+// (auth*.go), so that the map a newcomer reads stays whole.
+func TestArchitectureMapsEveryFile(t *testing.T) {
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, where, ok := strings.Cut(string(doc), "## Where the code is")
+	if !ok {
+		t.Fatal(`docs/architecture.md has no "Where the code is"`)
+	}
+	named := regexp.MustCompile(`[a-z]+\*?\.go`).FindAllString(where, -1)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		mapped := false
+		for _, name := range named {
+			if match, _ := filepath.Match(name, file); match {
+				mapped = true
+			}
+		}
+		if !mapped {
+			t.Errorf("docs/architecture.md's map does not name %s", file)
+		}
+	}
+}
