@@ -18,7 +18,7 @@
 //	h.StartJobs(ctx) // the job form's workers; h.StopJobs at shutdown
 //	http.Handle("/", h.Middleware(mux)) // the API, its jobs and the result links in front of the host's mux
 //
-// [ExampleNew] runs it whole.
+// The example of New runs it whole.
 //
 // # Mounting
 //
