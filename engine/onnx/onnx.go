@@ -42,8 +42,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
+
 	"time"
 
 	"github.com/upscalekit/upscale"
@@ -250,66 +249,6 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	return e.enlargeAll(ctx, px, h.Scale, e.mostLearnedPasses(h), opts.ImageType, level)
 }
 
-// EstimateMemory implements upscale.MemoryEstimator from src's header:
-// learnedMemory for the passes the budget allows.
-func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
-	h, err := e.codec.Header(src, opts.Scale)
-	if err != nil {
-		return 0, err
-	}
-	return learnedMemory(h, e.mostLearnedPasses(h)), nil
-}
-
-// EstimateDuration implements upscale.DurationEstimator: what every
-// learned pass the memory budget allows takes by the first of the
-// engine's architectures at its measured pace, the first pass at the
-// level asked for, each run twice for a source with alpha (which may be
-// opaque, and then is not). Decoding, the classical rest and encoding are
-// left to the caller's headroom. It knows nothing before the engine has
-// measured its pace, nor for a result with no learned pass.
-func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duration, bool, error) {
-	h, err := e.codec.Header(src, opts.Scale)
-	if err != nil {
-		return 0, false, err
-	}
-	first := e.archs[0]
-	pace, passes := first.pace.seconds(), e.mostLearnedPasses(h)
-	if pace == 0 || passes == 0 {
-		return 0, false, nil
-	}
-	runs := 1
-	if h.Bands == 2 || h.Bands == 4 {
-		runs = 2
-	}
-	m, work := first.models[opts.Denoise], 0.0
-	if m == nil {
-		m = first.models[upscale.DenoiseNone]
-	}
-	for pass := range passes {
-		work += m.workOf(h.Width<<pass, h.Height<<pass, h.Frames, e.opts.Tile)
-		m = first.models[upscale.DenoiseNone]
-	}
-	return time.Duration(work * float64(runs) * pace * float64(time.Second)), true, nil
-}
-
-// learnedMemory is the most the engine holds making h's result with
-// passes learned passes: the 16-bit samples of the last pass's input and
-// output, or, without one, of the decoded source twice (libvips's and its
-// copy), every frame's for an animation, and what encoding the result
-// holds (Header.OutputBytes), as engine/vips does. The runtime's buffers
-// for one tile are the same for every image and belong to the process's
-// constant.
-func learnedMemory(h libvips.Header, passes int) int64 {
-	const sampleBytes = 2
-	pixels := int64(h.Width) * int64(h.Height) * int64(h.Frames)
-	held := 2 * pixels
-	if passes > 0 {
-		input := pixels << (2 * (passes - 1))
-		held = input + 4*input
-	}
-	return held*int64(h.Bands)*sampleBytes + h.OutputBytes()
-}
-
 // SourcePixels implements upscale.SizeReader, as engine/vips does.
 func (e *Engine) SourcePixels(src []byte) (int64, error) {
 	return e.codec.SourcePixels(src)
@@ -378,17 +317,6 @@ func (e *Engine) fitting(ctx context.Context, px *libvips.Pixels, level upscale.
 		}
 	}
 	return nil, nil
-}
-
-// mostLearnedPasses is how many ×2 passes of h.Scale (the enlargement its
-// result is made by, fitted or not) the network may make: as many as
-// keep what the engine holds (learnedMemory) within Options.MemoryBudget.
-func (e *Engine) mostLearnedPasses(h libvips.Header) int {
-	passes := 0
-	for h.Scale>>passes > 1 && learnedMemory(h, passes+1) <= e.opts.MemoryBudget {
-		passes++
-	}
-	return passes
 }
 
 // fits reports whether a learned pass of a's of work (model.work, times
@@ -479,74 +407,6 @@ func opaque(px *libvips.Pixels) bool {
 // open loads m, one of a's, on the engine's runtime, once.
 func (e *Engine) open(a *arch, m *model) (Network, error) {
 	return m.open(e.opts.Runtime, a.precision, e.opts.Threads)
-}
-
-// measurePace sets a's pace, before its first learned pass that has a
-// deadline to fit, from a tile of the engine's size run by m, one of a's,
-// on this machine, so that the first decisions (fits) are this
-// machine's, not a prior's. The tile's time includes the runtime's
-// one-time work for its size, which errs on the side of lighter passes
-// until the first pass corrects it.
-func (e *Engine) measurePace(ctx context.Context, a *arch, m *model) error {
-	if _, ok := ctx.Deadline(); !ok || a.pace.seconds() > 0 {
-		return nil
-	}
-	a.pace.measuring.Lock()
-	defer a.pace.measuring.Unlock()
-	if a.pace.seconds() > 0 {
-		return nil
-	}
-	network, err := e.open(a, m)
-	if err != nil {
-		return err
-	}
-	seconds, err := m.timeTile(ctx, network, e.opts.Tile)
-	if err != nil {
-		return err
-	}
-	a.pace.set(seconds)
-	return nil
-}
-
-// pace is the time a learned pass takes per unit of model.work, in
-// seconds (about a result pixel's, on a large image): a moving average of the passes the engine has made, starting from one
-// tile measured (measurePace); zero before that.
-type pace struct {
-	bits      atomic.Uint64
-	measuring sync.Mutex
-}
-
-func (p *pace) seconds() float64 { return math.Float64frombits(p.bits.Load()) }
-
-func (p *pace) set(seconds float64) { p.bits.Store(math.Float64bits(seconds)) }
-
-// observe moves the pace towards a pass's measured one, by a third for a
-// pass of a megapixel or more and less for smaller ones, whose tile
-// borders cost more per pixel: thumbnails should not make the next large
-// image classical. A pace not measured yet (a pass without a deadline
-// came first) becomes the pass's.
-func (p *pace) observe(seconds, pixels float64) {
-	weight := min(pixels/1e6, 1) / 3
-	p.update(func(old float64) float64 {
-		if old == 0 {
-			return seconds
-		}
-		return old + (seconds-old)*weight
-	})
-}
-
-// atLeast raises the pace to seconds if it is lower.
-func (p *pace) atLeast(seconds float64) {
-	p.update(func(old float64) float64 { return max(old, seconds) })
-}
-
-func (p *pace) update(next func(float64) float64) {
-	for {
-		old := p.bits.Load()
-		if p.bits.CompareAndSwap(old, math.Float64bits(next(math.Float64frombits(old)))) {
-			return
-		}
-	}
 }
 
 // joinPrecisions lists ps as a sentence does: "int8, bf16 and fp32".
