@@ -62,9 +62,15 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 		Opened(t, blobs, err)
 		jobs := upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: clock.Now})
 		replica := func(s ChargeStores, jobWorkers int) *upscale.Handler {
+			// A ledger wrapped to freeze its commit holds no unit for a
+			// job, so its replica answers every request as it runs.
+			var replicaJobs upscale.JobQueue
+			if _, holds := s.Ledger.(upscale.ReservationHolder); holds {
+				replicaJobs = jobs
+			}
 			h, err := upscale.New(upscale.Config{
 				Keys: keys, Ledger: s.Ledger, Upscaler: PixelUpscaler{}, Blobs: blobs, Idempotency: s.Idempotency,
-				Jobs: jobs, JobWorkers: jobWorkers,
+				Jobs: replicaJobs, JobWorkers: jobWorkers,
 				Fetch:         upscale.FetchPolicy{Timeout: time.Second, BuiltinSources: map[string][]byte{source: TestImagePNG(t, 8, 6)}},
 				EngineTimeout: time.Second, SettleTimeout: 200 * time.Millisecond,
 				Capacity: upscale.Capacity{IdleRelease: -1}, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
