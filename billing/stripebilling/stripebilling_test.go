@@ -80,6 +80,15 @@ func (s *seller) checkout(t *testing.T, account, price string) string {
 	return path.Base(url)
 }
 
+// boughtPack has account buy the pack, for 500, its payment delivered,
+// and returns the charge that paid it.
+func (s *seller) boughtPack(t *testing.T, account string) string {
+	t.Helper()
+	id := s.checkout(t, account, pack.Price)
+	s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+	return s.fake.Charge(id)
+}
+
 // deliver sends e to the webhook and wants status.
 func (s *seller) deliver(t *testing.T, e stripetest.Event, status int) {
 	t.Helper()
@@ -236,8 +245,7 @@ func TestRefunds(t *testing.T) {
 	ctx := context.Background()
 	t.Run("AfterSpending", func(t *testing.T) {
 		s := newSeller(t, nil)
-		id := s.checkout(t, "a", pack.Price)
-		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+		charge := s.boughtPack(t, "a")
 		for range 7 {
 			r, err := s.ledger.Reserve(ctx, "a", false)
 			if err != nil {
@@ -247,7 +255,7 @@ func TestRefunds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		refunded := s.fake.Refund(s.fake.Charge(id), 500)
+		refunded := s.fake.Refund(charge, 500)
 		s.deliver(t, refunded, http.StatusOK)
 		s.deliver(t, refunded, http.StatusOK)
 		if b := s.balance(t, "a"); b.Credits != 0 {
@@ -260,9 +268,7 @@ func TestRefunds(t *testing.T) {
 	})
 	t.Run("PartialThenDispute", func(t *testing.T) {
 		s := newSeller(t, nil)
-		id := s.checkout(t, "a", pack.Price)
-		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
-		charge := s.fake.Charge(id)
+		charge := s.boughtPack(t, "a")
 		s.deliver(t, s.fake.Refund(charge, 200), http.StatusOK) // 40%: 4 units
 		if b := s.balance(t, "a"); b.Credits != 6 {
 			t.Fatalf("credits after a 40%% refund: %d, want 6", b.Credits)
@@ -287,9 +293,7 @@ func TestRefunds(t *testing.T) {
 	})
 	t.Run("DisputeWonThenRefunded", func(t *testing.T) {
 		s := newSeller(t, nil)
-		id := s.checkout(t, "a", pack.Price)
-		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
-		charge := s.fake.Charge(id)
+		charge := s.boughtPack(t, "a")
 		s.deliver(t, s.fake.Refund(charge, 200), http.StatusOK) // 40%: 4 units
 		s.deliver(t, s.fake.Dispute(charge, "charge.dispute.created", "needs_response"), http.StatusOK)
 		won := s.fake.Dispute(charge, "charge.dispute.closed", "won")
@@ -588,9 +592,7 @@ func TestReviewedEdges(t *testing.T) {
 	ctx := context.Background()
 	t.Run("ConcurrentPartialRefunds", func(t *testing.T) {
 		s := newSeller(t, nil)
-		id := s.checkout(t, "a", pack.Price)
-		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
-		charge := s.fake.Charge(id)
+		charge := s.boughtPack(t, "a")
 		thirty, sixty := s.fake.Refund(charge, 150), s.fake.Refund(charge, 150) // 30%, then 60% in all
 		var wg sync.WaitGroup
 		for _, e := range []stripetest.Event{thirty, sixty, thirty, sixty} {
@@ -607,9 +609,7 @@ func TestReviewedEdges(t *testing.T) {
 	})
 	t.Run("Inquiry", func(t *testing.T) {
 		s := newSeller(t, nil)
-		id := s.checkout(t, "a", pack.Price)
-		s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
-		charge := s.fake.Charge(id)
+		charge := s.boughtPack(t, "a")
 		s.deliver(t, s.fake.Dispute(charge, "charge.dispute.created", "warning_needs_response"), http.StatusOK)
 		s.deliver(t, s.fake.Dispute(charge, "charge.dispute.closed", "warning_closed"), http.StatusOK)
 		if b := s.balance(t, "a"); b.Credits != 10 {
