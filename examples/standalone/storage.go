@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/dirstore"
+	"github.com/upscalekit/upscale/riverqueue"
+	"github.com/upscalekit/upscale/s3store"
+	"github.com/upscalekit/upscale/sqlstore"
+)
+
+// storage is where keys, quotas and results live; the server and every
+// admin subcommand take the same two flags.
+type storage struct {
+	dataDir, databaseURL string
+}
+
+func (st *storage) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&st.dataDir, "data", "./data", "directory for the SQLite database and the results")
+	fs.StringVar(&st.databaseURL, "database-url", "", "postgres:// URL of a PostgreSQL database shared by replicas (default: SQLite in -data)")
+}
+
+// queues are the queues of jobs, of their webhooks and of the
+// dashboard's mail, as riverqueue's Queue is all three.
+type queues interface {
+	upscale.JobQueue
+	upscale.WebhookQueue
+	dashboard.Outbox
+	SendMail(ctx context.Context, concurrency int, mailer dashboard.Mailer) (func(drain context.Context) error, error)
+}
+
+// openJobs opens the job and webhook queue (River) in the store's
+// database, and brings its tables up to date: on SQLite the store's own
+// connection, on PostgreSQL a pool of its own. close closes what it
+// opened.
+func (st storage) openJobs(ctx context.Context, store *sqlstore.Store, opts riverqueue.Options) (queue queues, close func(), err error) {
+	if db := store.SQLiteDB(); db != nil {
+		q, err := riverqueue.NewSQLite(db, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q, func() {}, q.Migrate(ctx)
+	}
+	pool, err := pgxpool.New(ctx, st.databaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-database-url: %w", err)
+	}
+	q, err := riverqueue.NewPostgres(pool, opts)
+	if err == nil {
+		err = q.Migrate(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return q, pool.Close, nil
+}
+
+// open opens the key and quota store: PostgreSQL when -database-url is set,
+// else SQLite in -data.
+func (st storage) open(ctx context.Context) (*sqlstore.Store, error) {
+	if err := os.MkdirAll(st.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("-data: %w", err)
+	}
+	dsn := st.databaseURL
+	if dsn == "" {
+		dsn = filepath.Join(st.dataDir, "upscale.db")
+	}
+	return sqlstore.Open(ctx, dsn, sqlstore.Options{})
+}
+
+// resultStore is a BlobStore the server closes on the way out. The
+// directory store also serves its links (an upscale.LinkServer); an S3
+// bucket serves its own.
+type resultStore interface {
+	upscale.BlobStore
+	Close() error
+}
+
+// openResults opens the S3 bucket when -s3-bucket is set, else the
+// directory -data/outputs, whose links point at publicURL/outputs.
+func (o options) openResults(ctx context.Context, publicURL string) (resultStore, error) {
+	if o.s3Bucket == "" {
+		return dirstore.New(dirstore.Options{Dir: filepath.Join(o.dataDir, "outputs"), BaseURL: publicURL + "/outputs"})
+	}
+	client, err := s3store.NewClient(ctx, o.s3Endpoint, o.s3Region)
+	if err != nil {
+		return nil, err
+	}
+	return s3store.New(ctx, s3store.Options{Client: client, Bucket: o.s3Bucket})
+}
