@@ -306,3 +306,44 @@ func TestJobEngineTimeFollowsItsWork(t *testing.T) {
 		})
 	}
 }
+
+// inspectingUpscaler counts how often the handler reads a source's
+// header: through InspectSource, or through an estimator alone.
+type inspectingUpscaler struct {
+	upscaletest.PixelUpscaler
+	inspections, alone atomic.Int32
+}
+
+func (u *inspectingUpscaler) InspectSource(src []byte, params upscale.Params) (upscale.SourceReport, error) {
+	u.inspections.Add(1)
+	pixels, err := u.PixelUpscaler.SourcePixels(src)
+	return upscale.SourceReport{Pixels: pixels, Memory: 4 * pixels}, err
+}
+
+func (u *inspectingUpscaler) SourcePixels(src []byte) (int64, error) {
+	u.alone.Add(1)
+	return u.PixelUpscaler.SourcePixels(src)
+}
+
+func (u *inspectingUpscaler) EstimateMemory(src []byte, _ upscale.Params) (int64, error) {
+	u.alone.Add(1)
+	pixels, err := u.PixelUpscaler.SourcePixels(src)
+	return 4 * pixels, err
+}
+
+// TestHeaderReadOnce: the handler reads a source's header once at a job's
+// submission and once before each enlargement, through a SourceInspector,
+// where it read it twice at submission and twice before a job's
+// enlargement (a HEIC's with libheif each time).
+func TestHeaderReadOnce(t *testing.T) {
+	u := &inspectingUpscaler{}
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = u })
+	location, _ := e.submit(keyFree, body(e.url("/small.png")))
+	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded {
+		t.Fatalf("job %+v, want succeeded", j)
+	}
+	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
+	if inspections, alone := u.inspections.Load(), u.alone.Load(); inspections != 3 || alone != 0 {
+		t.Errorf("the header read %d times whole and %d times by one estimator alone, for a job and a request; want 3 (submission, the job's run, the request) and 0", inspections, alone)
+	}
+}

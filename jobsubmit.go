@@ -216,25 +216,18 @@ func (h *Handler) jobPriority(ctx context.Context, accountID string) (int, error
 	return 1 + min(n/h.cfg.JobShare, JobPriorities-1), nil
 }
 
-// checkSource reads src's header as the engine will (a MemoryEstimator),
-// so that a file the engine refuses, or whose working memory would not fit
+// checkSource reads src's header as the engine will (inspectSource), so
+// that a file the engine refuses, or whose working memory would not fit
 // the whole budget, is refused at submission as the request would be. It
-// returns the source's pixels when the Upscaler can read them (a
-// SizeReader), 0 otherwise.
+// returns the source's pixels when the Upscaler can read them, 0
+// otherwise.
 func (h *Handler) checkSource(src []byte, params Params) (pixels int64, err error) {
-	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
-		need, err := estimator.EstimateMemory(src, params)
-		if err != nil {
-			return 0, err
-		}
-		if need+int64(cap(src)) > h.budget.total {
-			return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, (need+int64(cap(src)))>>20, h.budget.total>>20)
-		}
+	report, err := inspectSource(h.cfg.Upscaler, src, params)
+	if err != nil {
+		return 0, err
 	}
-	if sizer, ok := h.cfg.Upscaler.(SizeReader); ok {
-		if pixels, err = sizer.SourcePixels(src); err != nil {
-			return 0, err
-		}
+	if need := report.Memory + int64(cap(src)); report.Memory > 0 && need > h.budget.total {
+		return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, need>>20, h.budget.total>>20)
 	}
-	return pixels, nil
+	return report.Pixels, nil
 }

@@ -210,7 +210,11 @@ func (s *slot) finish(ran bool) {
 func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 	defer cancel()
-	slot, err := h.waitForEngine(ctx, src, params, memory, requestLane, time.Time{})
+	report, err := inspectSource(h.cfg.Upscaler, src, params)
+	if err != nil {
+		return Image{}, err
+	}
+	slot, err := h.waitForEngine(ctx, src, report.Memory, memory, requestLane, time.Time{})
 	if err != nil {
 		return Image{}, engineTimeout(ctx, err)
 	}
@@ -225,17 +229,21 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory
 // its deadline still covers the enlargement returns errEngineBusy, for
 // the job to run again later rather than fail.
 func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
+	report, err := inspectSource(h.cfg.Upscaler, src, params)
+	if err != nil {
+		return Image{}, err
+	}
 	turn, cancelTurn := h.jobTurn(ctx)
 	defer cancelTurn()
 	until, _ := ctx.Deadline()
-	slot, err := h.waitForEngine(turn, src, params, memory, jobLane, until)
+	slot, err := h.waitForEngine(turn, src, report.Memory, memory, jobLane, until)
 	if err != nil {
 		if errors.Is(context.Cause(turn), errEngineBusy) && ctx.Err() == nil {
 			return Image{}, errEngineBusy
 		}
 		return Image{}, err
 	}
-	ctx, cancel := h.jobEngineDeadline(ctx, src, params)
+	ctx, cancel := h.jobEngineDeadline(ctx, report.Duration)
 	defer cancel()
 	img, err := h.runUpscaler(ctx, slot, src, params, memory)
 	return img, engineTimeout(ctx, err)
@@ -252,12 +260,12 @@ const jobHeadroom = 3
 // charging the result; an engine that decides by its deadline (learned
 // passes or classical) enlarges a job wholly learned where a request's
 // EngineTimeout would not allow it. An Upscaler that can tell how long
-// the job takes (DurationEstimator) has jobHeadroom times that, at least
+// the job takes (expected, not zero) has jobHeadroom times that, at least
 // EngineTimeout, within the same bound, so that a stuck run is cut in
 // proportion to its work rather than after the whole RunTimeout. A run
 // without a deadline gives the engine EngineTimeout; a run too short to
 // keep SettleTimeout gives it all it has.
-func (h *Handler) jobEngineDeadline(ctx context.Context, src []byte, params Params) (context.Context, context.CancelFunc) {
+func (h *Handler) jobEngineDeadline(ctx context.Context, expected time.Duration) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
@@ -266,11 +274,9 @@ func (h *Handler) jobEngineDeadline(ctx context.Context, src []byte, params Para
 	if engineEnds := deadline.Add(-h.cfg.SettleTimeout); engineEnds.After(now) {
 		deadline = engineEnds
 	}
-	if estimator, ok := h.cfg.Upscaler.(DurationEstimator); ok {
-		if expected, known, err := estimator.EstimateDuration(src, params); known && err == nil {
-			if cut := now.Add(max(h.cfg.EngineTimeout, jobHeadroom*expected)); cut.Before(deadline) {
-				deadline = cut
-			}
+	if expected > 0 {
+		if cut := now.Add(max(h.cfg.EngineTimeout, jobHeadroom*expected)); cut.Before(deadline) {
+			deadline = cut
 		}
 	}
 	return context.WithDeadlineCause(ctx, deadline, ErrUpstreamTimeout)
@@ -318,8 +324,9 @@ func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, param
 	}
 }
 
-// waitForEngine takes one of the engine's slots in lane l and the
-// engine's working memory for src, while ctx allows; a job run's until
+// waitForEngine takes one of the engine's slots in lane l and need, the
+// engine's working memory for src (0 when the Upscaler cannot tell),
+// while ctx allows; a job run's until
 // is the end of its run. A request takes its memory first, and once
 // ctx's deadline passes while others hold it, is refused as overloaded.
 // A job run takes its slot first, then its memory (its source's too)
@@ -329,16 +336,12 @@ func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, param
 // engines' memory, like their time, grows with the output's pixels and
 // the learned passes. An Upscaler that estimates nothing is timed by its
 // source's bytes.
-func (h *Handler) waitForEngine(ctx context.Context, src []byte, params Params, memory *grant, l lane, until time.Time) (*slot, error) {
+func (h *Handler) waitForEngine(ctx context.Context, src []byte, need int64, memory *grant, l lane, until time.Time) (*slot, error) {
 	queueStart := time.Now()
 	defer func() { h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart)) }()
-	work, need := int64(len(src)), int64(0)
-	if estimator, ok := h.cfg.Upscaler.(MemoryEstimator); ok {
-		var err error
-		if need, err = estimator.EstimateMemory(src, params); err != nil {
-			return nil, err
-		}
-		work = need
+	work := need
+	if need == 0 {
+		work = int64(len(src))
 	}
 	if l == requestLane {
 		if err := memory.grow(ctx, need, h.admission.busy); err != nil {

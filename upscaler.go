@@ -155,6 +155,62 @@ type DurationEstimator interface {
 	EstimateDuration(src []byte, params Params) (time.Duration, bool, error)
 }
 
+// SourceInspector is an Upscaler that reads a source's header once for
+// everything the handler plans its work by: what SourcePixels,
+// EstimateMemory and EstimateDuration each read from it alone. The
+// handler asks it once at a job's submission and once before each
+// enlargement, where it would read the header up to three times (a HEIC's
+// with libheif each time). Both engines implement it.
+type SourceInspector interface {
+	Upscaler
+	// InspectSource returns what the other estimators return for src and
+	// params, zero where it cannot tell. It fails as Upscale would on a
+	// source it refuses.
+	InspectSource(src []byte, params Params) (SourceReport, error)
+}
+
+// SourceReport is what an Upscaler reads of a source from its header.
+// Each zero field means it cannot tell.
+type SourceReport struct {
+	// Pixels is SizeReader.SourcePixels's.
+	Pixels int64
+	// Memory is MemoryEstimator.EstimateMemory's.
+	Memory int64
+	// Duration is DurationEstimator.EstimateDuration's, when known.
+	Duration time.Duration
+}
+
+// inspectSource reads src's header through u: once, where u is a
+// SourceInspector, else through each of the estimators u is, each
+// reading it again.
+func inspectSource(u Upscaler, src []byte, params Params) (SourceReport, error) {
+	if inspector, ok := u.(SourceInspector); ok {
+		return inspector.InspectSource(src, params)
+	}
+	var r SourceReport
+	var err error
+	if sizer, ok := u.(SizeReader); ok {
+		if r.Pixels, err = sizer.SourcePixels(src); err != nil {
+			return SourceReport{}, err
+		}
+	}
+	if estimator, ok := u.(MemoryEstimator); ok {
+		if r.Memory, err = estimator.EstimateMemory(src, params); err != nil {
+			return SourceReport{}, err
+		}
+	}
+	if estimator, ok := u.(DurationEstimator); ok {
+		expected, known, err := estimator.EstimateDuration(src, params)
+		if err != nil {
+			return SourceReport{}, err
+		}
+		if known {
+			r.Duration = expected
+		}
+	}
+	return r, nil
+}
+
 // MemoryReleaser is an Upscaler that keeps memory outside the Go heap
 // (C allocators' arenas, say) and can give it back to the system. The
 // handler calls ReleaseMemory once it has been idle for

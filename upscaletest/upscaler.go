@@ -67,6 +67,28 @@ func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler)
 		}
 	})
 
+	t.Run("InspectSource", func(t *testing.T) {
+		u := newUpscaler(t)
+		inspector, ok := u.(upscale.SourceInspector)
+		if !ok {
+			t.Skip("not a SourceInspector")
+		}
+		for _, in := range inputs {
+			for _, params := range []upscale.Params{{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}, {Scale: 8, ImageType: upscale.Anime, Denoise: upscale.DenoiseMax}} {
+				report, err := inspector.InspectSource(in.data, params)
+				if err != nil {
+					t.Fatalf("InspectSource(%s): %v", in.name, err)
+				}
+				if want := estimates(t, u, in.data, params); report != want {
+					t.Errorf("InspectSource(%s, %+v) = %+v; want what the estimators say alone, %+v", in.name, params, report, want)
+				}
+			}
+		}
+		if _, err := inspector.InspectSource([]byte("not an image at all"), upscale.Params{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
+			t.Errorf("InspectSource of a non-image: %v, want ErrUnsupportedImage", err)
+		}
+	})
+
 	t.Run("ErrUnsupportedImage", func(t *testing.T) {
 		u := newUpscaler(t)
 		for _, data := range [][]byte{nil, []byte("not an image at all"), []byte("GIF89a\x01\x00\x01\x00\x00\x00\x00;")} {
@@ -84,6 +106,34 @@ func TestUpscaler(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler)
 			t.Errorf("Upscale past its deadline: err = %v, want context.DeadlineExceeded", err)
 		}
 	})
+}
+
+// estimates is what u's SizeReader, MemoryEstimator and DurationEstimator
+// each say of src, as a SourceReport.
+func estimates(t *testing.T, u upscale.Upscaler, src []byte, params upscale.Params) upscale.SourceReport {
+	t.Helper()
+	var r upscale.SourceReport
+	var err error
+	if sizer, ok := u.(upscale.SizeReader); ok {
+		if r.Pixels, err = sizer.SourcePixels(src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if estimator, ok := u.(upscale.MemoryEstimator); ok {
+		if r.Memory, err = estimator.EstimateMemory(src, params); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if estimator, ok := u.(upscale.DurationEstimator); ok {
+		expected, known, err := estimator.EstimateDuration(src, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if known {
+			r.Duration = expected
+		}
+	}
+	return r
 }
 
 // TestImage returns a w×h opaque image with smooth gradients and a sharp

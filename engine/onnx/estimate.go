@@ -29,10 +29,26 @@ func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duratio
 	if err != nil {
 		return 0, false, err
 	}
+	expected := e.duration(h, opts)
+	return expected, expected > 0, nil
+}
+
+// InspectSource implements upscale.SourceInspector: SourcePixels,
+// EstimateMemory and EstimateDuration from one reading of src's header.
+func (e *Engine) InspectSource(src []byte, opts upscale.Params) (upscale.SourceReport, error) {
+	h, err := e.codec.Header(src, opts.Scale)
+	if err != nil {
+		return upscale.SourceReport{}, err
+	}
+	return upscale.SourceReport{Pixels: h.DecodedPixels, Memory: learnedMemory(h, e.mostLearnedPasses(h)), Duration: e.duration(h, opts)}, nil
+}
+
+// duration is EstimateDuration's answer for h, zero when unknown.
+func (e *Engine) duration(h libvips.Header, opts upscale.Params) time.Duration {
 	first := e.archs[0]
 	pace, passes := first.pace.seconds(), e.mostLearnedPasses(h)
 	if pace == 0 || passes == 0 {
-		return 0, false, nil
+		return 0
 	}
 	runs := 1
 	if h.Bands == 2 || h.Bands == 4 {
@@ -46,7 +62,7 @@ func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duratio
 		work += m.workOf(h.Width<<pass, h.Height<<pass, h.Frames, e.opts.Tile)
 		m = first.models[upscale.DenoiseNone]
 	}
-	return time.Duration(work * float64(runs) * pace * float64(time.Second)), true, nil
+	return time.Duration(work * float64(runs) * pace * float64(time.Second))
 }
 
 // learnedMemory is the most the engine holds making h's result with

@@ -141,6 +141,8 @@ var (
 	_ upscale.MemoryEstimator    = (*Engine)(nil)
 	_ upscale.MemoryReleaser     = (*Engine)(nil)
 	_ upscale.SizeReader         = (*Engine)(nil)
+	_ upscale.SourceInspector    = (*Engine)(nil)
+	_ upscale.DurationEstimator  = (*Engine)(nil)
 )
 
 // Concurrency is how many images the Engine enlarges at once

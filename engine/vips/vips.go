@@ -39,6 +39,7 @@ var (
 	_ upscale.MemoryEstimator    = (*Engine)(nil)
 	_ upscale.MemoryReleaser     = (*Engine)(nil)
 	_ upscale.SizeReader         = (*Engine)(nil)
+	_ upscale.SourceInspector    = (*Engine)(nil)
 )
 
 // New returns an Engine. The first call restricts libvips, for the whole
@@ -65,6 +66,12 @@ func (e *Engine) EstimateMemory(src []byte, params upscale.Params) (int64, error
 // SourcePixels implements upscale.SizeReader.
 func (e *Engine) SourcePixels(src []byte) (int64, error) {
 	return e.impl.SourcePixels(src)
+}
+
+// InspectSource implements upscale.SourceInspector: SourcePixels and
+// EstimateMemory from one reading of src's header.
+func (e *Engine) InspectSource(src []byte, params upscale.Params) (upscale.SourceReport, error) {
+	return e.impl.InspectSource(src, params)
 }
 
 // ReleaseMemory implements upscale.MemoryReleaser: it gives the C

@@ -139,14 +139,26 @@ func (h Header) sourceBytes() int64 {
 // constant (docs/operating.md, "Memory").
 func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
 	h, err := e.Header(src, opts.Scale)
-	if err != nil {
-		return 0, err
-	}
+	return h.workingMemory(opts), err
+}
+
+// workingMemory is EstimateMemory's answer for h.
+func (h Header) workingMemory(opts upscale.Params) int64 {
 	need := h.OutputBytes()
 	if h.WholeSource || recipeFor(opts).denoise.step > 0 {
 		need += h.sourceBytes()
 	}
-	return need, nil
+	return need
+}
+
+// InspectSource implements upscale.SourceInspector: SourcePixels and
+// EstimateMemory from one reading of src's header.
+func (e *Engine) InspectSource(src []byte, opts upscale.Params) (upscale.SourceReport, error) {
+	h, err := e.Header(src, opts.Scale)
+	if err != nil {
+		return upscale.SourceReport{}, err
+	}
+	return upscale.SourceReport{Pixels: h.DecodedPixels, Memory: h.workingMemory(opts)}, nil
 }
 
 // inspect decides src's format from its signature and reads its header,

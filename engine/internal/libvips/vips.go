@@ -82,6 +82,7 @@ var (
 	_ upscale.ConcurrentUpscaler = (*Engine)(nil)
 	_ upscale.MemoryEstimator    = (*Engine)(nil)
 	_ upscale.MemoryReleaser     = (*Engine)(nil)
+	_ upscale.SourceInspector    = (*Engine)(nil)
 )
 
 // Concurrency is how many images the Engine enlarges at once
