@@ -12,6 +12,7 @@
 #include "liblog.h"
 #include "noise.h"
 #include "pipeline.h"
+#include "steps.h"
 #include "upsample.h"
 #include "webp.h"
 
@@ -75,7 +76,7 @@ static void stop_if_cancelled(VipsImage *root, VipsProgress *progress, gint *can
 
 // watch makes every image computed from root report its progress to
 // stop_if_cancelled.
-static void watch(VipsImage *root, gint *cancelled) {
+void watch(VipsImage *root, gint *cancelled) {
 	vips_image_set_progress(root, TRUE);
 	g_signal_connect(root, "eval", G_CALLBACK(stop_if_cancelled), cancelled);
 }
@@ -96,7 +97,7 @@ int decode_strictly(const void *buf, size_t len, int pages, int sequential, gint
 // is loaded whole into memory, its frames one above the other, each of
 // which enlarge_frames reads on its own: frames are not turned, as browsers
 // do not turn them.
-static int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages, int sequential, gint *cancelled,
+int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages, int sequential, gint *cancelled,
 	VipsImage **out) {
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
 	VipsImage *x;
@@ -119,110 +120,17 @@ static int open_upright(VipsObject *ctx, const void *buf, size_t len, int pages,
 	return 0;
 }
 
-static double unit_of(VipsBandFormat format) {
+double unit_of(VipsBandFormat format) {
 	return format == VIPS_FORMAT_USHORT ? 257.0 : 1.0;
 }
 
 // to_working turns an image into float, with colour premultiplied by alpha
 // so that transparent pixels, whatever colour they hide, do not bleed into
 // their neighbours.
-static int to_working(VipsImage *in, VipsImage **out) {
+int to_working(VipsImage *in, VipsImage **out) {
 	if (vips_image_hasalpha(in))
 		return vips_premultiply(in, out, NULL);
 	return vips_cast(in, out, VIPS_FORMAT_FLOAT, NULL);
-}
-
-// noise_sigmas estimates the standard deviation of white noise in each of
-// the colour planes of in from the median absolute response of Immerkaer's
-// mask, which cancels smooth ramps and is 6 sigma wide for white noise;
-// the median keeps edges and texture, which are few pixels, from counting
-// as noise. unit is one grey level of the source's format (1, or 257 for
-// 16-bit).
-static int noise_sigmas(VipsObject *ctx, VipsImage *in, int colour, double unit, double sigma[3]) {
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 9);
-	// The response is kept in 1/8 grey levels in a 16-bit histogram.
-	double scale = 8.0 / unit;
-	t[0] = vips_image_new_matrixv(3, 3, 1.0, -2.0, 1.0, -2.0, 4.0, -2.0, 1.0, -2.0, 1.0);
-	t[1] = vips_image_new_matrix_from_array(3, 3, ycbcr_from_rgb, 9);
-	if (vips_extract_band(in, &t[2], 0, "n", colour, NULL) ||
-		(colour == 3 ? vips_recomb(t[2], &t[3], t[1], NULL) : vips_copy(t[2], &t[3], NULL)) ||
-		vips_conv(t[3], &t[4], t[0], "precision", VIPS_PRECISION_FLOAT, NULL) ||
-		vips_abs(t[4], &t[5], NULL) ||
-		vips_linear1(t[5], &t[6], scale, 0.0, NULL) ||
-		vips_cast(t[6], &t[7], VIPS_FORMAT_USHORT, NULL) ||
-		vips_hist_find(t[7], &t[8], NULL) ||
-		vips_image_wio_input(t[8]))
-		return -1;
-	// The histogram is one row of 65536 counts per band.
-	const guint *counts = (const guint *) VIPS_IMAGE_ADDR(t[8], 0, 0);
-	for (int c = 0; c < colour; c++) {
-		guint64 total = 0, seen = 0;
-		int v = 0;
-		for (int i = 0; i < t[8]->Xsize; i++)
-			total += counts[i * colour + c];
-		while (v < t[8]->Xsize - 1 && (seen += counts[v * colour + c]) * 2 < total)
-			v++;
-		sigma[c] = v / scale / (6.0 * 0.6745);
-	}
-	return 0;
-}
-
-// denoise_job is one image's denoising, shared by its tiles.
-typedef struct {
-	denoise_params params;
-	double sigma[3];
-	int colour;
-	int block_x, block_y; // as in enlarge_params
-	const gint *cancelled;
-} denoise_job;
-
-// denoise_tile makes one tile of the denoised image from the tile and the
-// 8 pixels around it, which the blocks covering its edge pixels reach. One
-// strip of the result can need a row of such tiles, milliseconds each, so
-// each looks at the cancel flag before it starts.
-static int denoise_tile(VipsRegion *out, void *seq, void *a, void *b, gboolean *stop) {
-	VipsRegion *in = (VipsRegion *) seq;
-	const denoise_job *job = (const denoise_job *) b;
-	if (is_cancelled(job->cancelled))
-		return -1;
-	const VipsRect *r = &out->valid;
-	VipsRect image = {0, 0, in->im->Xsize, in->im->Ysize};
-	VipsRect need = {r->left - 8, r->top - 8, r->width + 16, r->height + 16};
-	vips_rect_intersectrect(&need, &image, &need);
-	if (vips_region_prepare(in, &need))
-		return -1;
-	size_t row = (size_t) need.width * in->im->Bands;
-	float *buf = g_try_malloc(row * need.height * sizeof(float));
-	if (!buf) {
-		vips_error("upscale", "out of memory for denoising");
-		return -1;
-	}
-	for (int y = 0; y < need.height; y++)
-		memcpy(buf + y * row, VIPS_REGION_ADDR(in, need.left, need.top + y), row * sizeof(float));
-	int status = denoise_image(buf, need.width, need.height, in->im->Bands, job->colour, job->sigma,
-		((job->block_x - need.left) % 8 + 8) % 8, ((job->block_y - need.top) % 8 + 8) % 8, &job->params);
-	if (status == 0)
-		for (int y = 0; y < r->height; y++)
-			memcpy(VIPS_REGION_ADDR(out, r->left, r->top + y),
-				buf + (size_t) (r->top + y - need.top) * row + (size_t) (r->left - need.left) * in->im->Bands,
-				(size_t) r->width * in->im->Bands * sizeof(float));
-	else
-		vips_error("upscale", "out of memory for denoising");
-	g_free(buf);
-	return status;
-}
-
-// denoise filters in (float) tile by tile as job says. Tiles are cached,
-// since the steps after it read overlapping areas.
-static int denoise(VipsObject *ctx, VipsImage *in, VipsImage **out, denoise_job *job) {
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 1);
-	const int tile = 128;
-	t[0] = vips_image_new();
-	if (vips_image_pipelinev(t[0], VIPS_DEMAND_STYLE_SMALLTILE, in, NULL) ||
-		vips_image_generate(t[0], vips_start_one, denoise_tile, vips_stop_one, in, job))
-		return -1;
-	return vips_tilecache(t[0], out, "tile_width", tile, "tile_height", tile,
-		"max_tiles", 3 * (in->Xsize / tile + 1), NULL);
 }
 
 // enlarge runs p's classical enlargement on a working (float,
@@ -406,7 +314,7 @@ static int enlarge_frames(VipsObject *ctx, VipsImage *in, int pages, VipsBandFor
 // make_result enlarges a working image of pages frames as p says and turns
 // it back into format: a still through one pipeline that streams to the
 // encoder, an animation frame by frame (enlarge_frames).
-static int make_result(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const enlarge_params *p,
+int make_result(VipsObject *ctx, VipsImage *in, int pages, VipsBandFormat format, const enlarge_params *p,
 	gint *cancelled, VipsImage **out) {
 	if (pages > 1)
 		return enlarge_frames(ctx, in, pages, format, p, cancelled, out);
@@ -435,7 +343,7 @@ static gint64 write_output(VipsTargetCustom *target, const void *data, gint64 le
 
 // save keeps only the metadata keep_metadata keeps of a result of pages
 // frames (make_result's) and encodes it as s says.
-static int save(VipsObject *ctx, VipsImage *in, int pages, const save_params *s, gint *cancelled, void **out,
+int save(VipsObject *ctx, VipsImage *in, int pages, const save_params *s, gint *cancelled, void **out,
 	size_t *outlen) {
 	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 1);
 	VipsImage *x = in;
@@ -504,103 +412,6 @@ int upscale(const void *buf, size_t len, int pages, int sequential, const enlarg
 	if (make_result(ctx, x, pages, format, &params, cancelled, &x))
 		goto done;
 	status = save(ctx, x, pages, s, cancelled, out, outlen);
-done:
-	g_object_unref(ctx);
-	return status;
-}
-
-int decode_pixels(const void *buf, size_t len, int pages, int sequential, gint *cancelled, pixels *out) {
-	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
-	VipsImage *x;
-	int status = -1;
-	memset(out, 0, sizeof(*out));
-	if (open_upright(ctx, buf, len, pages, sequential, cancelled, &x))
-		goto done;
-	out->pages = pages;
-	keep_metadata(x, pages);
-	get_kept_exif(x, &out->exif);
-	if (pages > 1) {
-		int *delays, n = 0;
-		if (vips_image_get_typeof(x, "delay") && !vips_image_get_array_int(x, "delay", &delays, &n) && n == pages)
-			out->delays = g_memdup2(delays, n * sizeof(int));
-		if (vips_image_get_typeof(x, "loop"))
-			vips_image_get_int(x, "loop", &out->loop);
-	}
-	out->format = x->BandFmt;
-	out->interpretation = x->Type;
-	out->alpha = vips_image_hasalpha(x);
-	out->xres = x->Xres;
-	out->yres = x->Yres;
-	dup_blob(x, VIPS_META_ICC_NAME, &out->profile, &out->profile_len);
-	// Rounded to 16 bits: exact for 16-bit and 8-bit sources, and an
-	// 8-bit colour premultiplied by alpha keeps 8 bits more than its own.
-	if (to_working(x, &t[0]) ||
-		vips_linear1(t[0], &t[1], 257.0 / unit_of(out->format), 0.5, NULL) ||
-		vips_cast(t[1], &t[2], VIPS_FORMAT_USHORT, NULL))
-		goto done;
-	x = t[2];
-	size_t size;
-	if (!(out->data = vips_image_write_to_memory(x, &size)))
-		goto done;
-	out->width = x->Xsize;
-	out->height = x->Ysize;
-	out->bands = x->Bands;
-	status = 0;
-done:
-	if (status) {
-		g_free(out->profile);
-		g_free(out->delays);
-		free_kept_exif(&out->exif);
-		out->profile = NULL;
-		out->delays = NULL;
-	}
-	g_object_unref(ctx);
-	return status;
-}
-
-// wrap_pixels makes an image of in's samples, without copying them: the
-// working image of the pipeline (float, in the range of the source's
-// format), made from them strip by strip as it is read.
-static int wrap_pixels(VipsObject *ctx, const pixels *in, VipsImage **out) {
-	VipsImage **t = (VipsImage **) vips_object_local_array(ctx, 3);
-	size_t size = (size_t) in->width * in->height * in->bands * sizeof(unsigned short);
-	if (!(t[0] = vips_image_new_from_memory(in->data, size, in->width, in->height, in->bands, VIPS_FORMAT_USHORT)) ||
-		vips_linear1(t[0], &t[1], unit_of(in->format) / 257.0, 0.0, NULL) ||
-		vips_copy(t[1], &t[2], "interpretation", in->interpretation, "xres", in->xres, "yres", in->yres, NULL))
-		return -1;
-	if (in->profile)
-		vips_image_set_blob_copy(t[2], VIPS_META_ICC_NAME, in->profile, in->profile_len);
-	set_kept_exif(t[2], &in->exif);
-	if (in->delays)
-		vips_image_set_array_int(t[2], "delay", in->delays, in->pages);
-	if (in->pages > 1)
-		vips_image_set_int(t[2], "loop", in->loop);
-	*out = t[2];
-	return 0;
-}
-
-int measure_noise(const pixels *in, double *sigma) {
-	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
-	VipsImage *x;
-	int status = -1;
-	if (!wrap_pixels(ctx, in, &x))
-		status = block_noise(x, in->alpha, unit_of(in->format) * 255, NULL, sigma);
-	g_object_unref(ctx);
-	return status;
-}
-
-int encode_pixels(const pixels *in, const enlarge_params *p, const save_params *s, gint *cancelled,
-	void **out, size_t *outlen) {
-	VipsObject *ctx = VIPS_OBJECT(vips_image_new());
-	VipsImage *x;
-	int status = -1;
-	if (wrap_pixels(ctx, in, &x))
-		goto done;
-	watch(x, cancelled);
-	if (make_result(ctx, x, in->pages, in->format, p, cancelled, &x))
-		goto done;
-	status = save(ctx, x, in->pages, s, cancelled, out, outlen);
 done:
 	g_object_unref(ctx);
 	return status;
