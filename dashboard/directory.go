@@ -96,13 +96,21 @@ type DirectoryEntry struct {
 	Opened                     time.Time
 }
 
+// MemoryDirectoryOptions configures a MemoryDirectory.
+type MemoryDirectoryOptions struct {
+	// Ledger is where it opens accounts; required.
+	Ledger *upscale.MemoryLedger
+	// Now is its clock. Nil means time.Now.
+	Now func() time.Time
+}
+
 // NewMemoryDirectory returns an empty MemoryDirectory that opens accounts
-// in ledger, on the clock now (nil means time.Now).
-func NewMemoryDirectory(ledger *upscale.MemoryLedger, now func() time.Time) *MemoryDirectory {
-	if now == nil {
-		now = time.Now
+// in opts.Ledger.
+func NewMemoryDirectory(opts MemoryDirectoryOptions) *MemoryDirectory {
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	return &MemoryDirectory{ledger: ledger, now: now, accounts: map[string]DirectoryEntry{}, codes: map[string]string{}, sharers: map[string]string{}}
+	return &MemoryDirectory{ledger: opts.Ledger, now: opts.Now, accounts: map[string]DirectoryEntry{}, codes: map[string]string{}, sharers: map[string]string{}}
 }
 
 // AccountOf implements AccountDirectory.

@@ -13,7 +13,7 @@ import (
 func TestMemoryDirectory(t *testing.T) {
 	dashboardtest.TestAccountDirectory(t, func(t *testing.T) (dashboard.AccountDirectory, func(string) (upscale.Balance, error)) {
 		ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-		return dashboard.NewMemoryDirectory(ledger, nil), func(id string) (upscale.Balance, error) { return ledger.Balance(context.Background(), id) }
+		return dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger}), func(id string) (upscale.Balance, error) { return ledger.Balance(context.Background(), id) }
 	})
 }
 

@@ -35,13 +35,20 @@ type MemoryOutbox struct {
 
 var _ Outbox = (*MemoryOutbox)(nil)
 
-// NewMemoryOutbox returns a MemoryOutbox that sends with mailer and logs
-// to logger (nil means slog.Default()).
-func NewMemoryOutbox(mailer Mailer, logger *slog.Logger) *MemoryOutbox {
-	if logger == nil {
-		logger = slog.Default()
+// MemoryOutboxOptions configures a MemoryOutbox.
+type MemoryOutboxOptions struct {
+	// Mailer sends the mail; required.
+	Mailer Mailer
+	// Logger receives what could not be sent. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewMemoryOutbox returns an empty MemoryOutbox.
+func NewMemoryOutbox(opts MemoryOutboxOptions) *MemoryOutbox {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	return &MemoryOutbox{mailer: mailer, logger: logger, backoff: MailBackoff, stop: make(chan struct{})}
+	return &MemoryOutbox{mailer: opts.Mailer, logger: opts.Logger, backoff: MailBackoff, stop: make(chan struct{})}
 }
 
 // Post implements Outbox.

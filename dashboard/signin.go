@@ -157,7 +157,7 @@ func NewSignIn(opts SignInOptions) (*SignIn, error) {
 		opts.Now = time.Now
 	}
 	if opts.Links == nil {
-		opts.Links = NewMemoryLinks(opts.Now)
+		opts.Links = NewMemoryLinks(MemoryLinksOptions{Now: opts.Now})
 	}
 	if opts.Sessions == nil {
 		opts.Sessions = NewMemorySessions()
@@ -443,13 +443,18 @@ type MemoryLinks struct {
 	now  func() time.Time
 }
 
-// NewMemoryLinks returns an empty MemoryLinks on the clock now, the
-// SignIn's (nil means time.Now).
-func NewMemoryLinks(now func() time.Time) *MemoryLinks {
-	if now == nil {
-		now = time.Now
+// MemoryLinksOptions configures a MemoryLinks.
+type MemoryLinksOptions struct {
+	// Now is its clock, the SignIn's. Nil means time.Now.
+	Now func() time.Time
+}
+
+// NewMemoryLinks returns an empty MemoryLinks.
+func NewMemoryLinks(opts MemoryLinksOptions) *MemoryLinks {
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	return &MemoryLinks{used: map[string]time.Time{}, now: now}
+	return &MemoryLinks{used: map[string]time.Time{}, now: opts.Now}
 }
 
 // UseLink implements LinkStore. It forgets expired links as it goes.

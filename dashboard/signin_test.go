@@ -257,7 +257,7 @@ func TestMemorySessions(t *testing.T) {
 
 func TestMemoryLinks(t *testing.T) {
 	dashboardtest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
-		return dashboard.NewMemoryLinks(clock.Now)
+		return dashboard.NewMemoryLinks(dashboard.MemoryLinksOptions{Now: clock.Now})
 	})
 }
 

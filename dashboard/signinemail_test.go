@@ -92,9 +92,9 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	t.Helper()
 	clock := upscaletest.NewClock(start)
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
-	directory := dashboard.NewMemoryDirectory(ledger, clock.Now)
+	directory := dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger, Now: clock.Now})
 	mail := &mailbox{}
-	outbox := dashboard.NewMemoryOutbox(mail, slog.New(slog.DiscardHandler))
+	outbox := dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: mail, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -410,11 +410,11 @@ func TestShareLink(t *testing.T) {
 //	go test -run '^$' -bench EmailLinkAnswer -count 6 ./dashboard
 func BenchmarkEmailLinkAnswer(b *testing.B) {
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	directory := dashboard.NewMemoryDirectory(ledger, nil)
+	directory := dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger})
 	if _, _, err := directory.OpenAccount(context.Background(), "known@example.com", freePlan, ""); err != nil {
 		b.Fatal(err)
 	}
-	outbox := dashboard.NewMemoryOutbox(&mailbox{}, slog.New(slog.DiscardHandler))
+	outbox := dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: &mailbox{}, Logger: slog.New(slog.DiscardHandler)})
 	defer outbox.Close(context.Background())
 	unlimited := upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1e9, Burst: 1 << 30})
 	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: "https://upscale.example/dashboard/",
@@ -448,7 +448,7 @@ func BenchmarkEmailLinkAnswer(b *testing.B) {
 func TestShareBonusGoesOn(t *testing.T) {
 	ctx := context.Background()
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	directory := dashboard.NewMemoryDirectory(ledger, nil)
+	directory := dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger})
 	sharer, _, _ := directory.OpenAccount(ctx, "sharer@example.com", freePlan, "")
 	for _, tc := range []struct{ email, referrer string }{{"orphan@example.com", "acct_gone"}, {"invited@example.com", sharer}} {
 		id, _, err := directory.OpenAccount(ctx, tc.email, freePlan, tc.referrer)
