@@ -244,7 +244,7 @@ func TestCommitAfterExpiryIsNotPaid(t *testing.T) {
 // it charged for. Before, it deleted the result and answered 504 "nothing
 // was charged" to a charged caller.
 func TestCommitHangsAfterCharging(t *testing.T) {
-	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.SettleTimeout = 200 * time.Millisecond })
+	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.ChargeTimeout = 200 * time.Millisecond })
 	ledger.commitsHanging.Store(1)
 	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
 	checkPaidOnce(t, e, blobs)
@@ -256,7 +256,7 @@ func TestCommitHangsAfterCharging(t *testing.T) {
 // charged once. Before, the key was forgotten and the retry ran and was
 // charged again.
 func TestIdempotentCommitHangsAfterCharging(t *testing.T) {
-	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.SettleTimeout = 200 * time.Millisecond })
+	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.ChargeTimeout = 200 * time.Millisecond })
 	ledger.commitsHanging.Store(1)
 	w := e.postOnce(keyFree, "hung", body(e.url("/small.png")))
 	checkProblem(t, w, http.StatusServiceUnavailable, "backend_unavailable")
@@ -272,10 +272,10 @@ func TestIdempotentCommitHangsAfterCharging(t *testing.T) {
 	checkPaidOnce(t, e, blobs)
 }
 
-// TestCommitKeepsFailing: a commit that fails for the whole SettleTimeout
+// TestCommitKeepsFailing: a commit that fails for the whole ChargeTimeout
 // gives 503; the stored result is deleted and the unit released.
 func TestCommitKeepsFailing(t *testing.T) {
-	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.SettleTimeout = 200 * time.Millisecond })
+	e, _, ledger, blobs := newFlakyEnv(t, func(c *upscale.Config) { c.ChargeTimeout = 200 * time.Millisecond })
 	ledger.commitFailures.Store(-1)
 	checkUnavailable(t, e.post(keyFree, body(e.url("/small.png"))))
 	if got := blobs.Len(); got != 0 {
@@ -288,7 +288,7 @@ func TestCommitKeepsFailing(t *testing.T) {
 
 // TestReleaseRetried: a unit whose release fails while the ledger is
 // unreachable is given back once the ledger answers again within
-// SettleTimeout.
+// ChargeTimeout.
 func TestReleaseRetried(t *testing.T) {
 	e, _, ledger, blobs := newFlakyEnv(t)
 	ledger.releaseFailures.Store(2)

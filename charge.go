@@ -28,7 +28,7 @@ func (h *Handler) reserve(ctx context.Context, accountID string, needsPaid bool)
 func (h *Handler) commit(ctx context.Context, reservationID string) error {
 	// Once the result is made, a caller who leaves does not cut the charge
 	// short: an attempt cut off midway would leave its outcome unknown.
-	return h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
+	return h.retryUnavailable(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
 		return h.cfg.Ledger.Commit(ctx, reservationID)
 	})
 }
@@ -36,7 +36,7 @@ func (h *Handler) commit(ctx context.Context, reservationID string) error {
 // release gives a unit back even when the caller has gone away: the
 // request's context may be cancelled, the money is still owed back.
 func (h *Handler) release(ctx context.Context, hold Reservation) {
-	err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
+	err := h.retryUnavailable(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
 		return h.cfg.Ledger.Release(ctx, hold.ID)
 	})
 
@@ -45,12 +45,12 @@ func (h *Handler) release(ctx context.Context, hold Reservation) {
 	}
 }
 
-// settle runs the last word on something already held (a unit's commit
+// retryUnavailable runs the last word on something already held (a unit's commit
 // or release, an Idempotency-Key's answer), retrying with backoff for up
-// to SettleTimeout while the store behind store reports ErrUnavailable.
+// to ChargeTimeout while the store behind store reports ErrUnavailable.
 // It is called whatever that breaker says: the thing is already held.
-func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.SettleTimeout)
+func (h *Handler) retryUnavailable(ctx context.Context, store *breaker, op func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.ChargeTimeout)
 	defer cancel()
 	backoff := 50 * time.Millisecond
 	for {
@@ -58,7 +58,7 @@ func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Co
 		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
 			// The store did not answer in time: what it did is as
 			// unknown as in an outage (a hung connection, say).
-			err = fmt.Errorf("%w: no answer within SettleTimeout: %w", ErrUnavailable, err)
+			err = fmt.Errorf("%w: no answer within ChargeTimeout: %w", ErrUnavailable, err)
 		}
 		if !errors.Is(err, ErrUnavailable) {
 			return err
@@ -72,9 +72,9 @@ func (h *Handler) settle(ctx context.Context, store *breaker, op func(context.Co
 	}
 }
 
-// errChargeUnsettled marks a prepared request whose commit could not be
+// errChargeUnknown marks a prepared request whose commit could not be
 // confirmed either way; it is answered as the ledger's unavailability.
-var errChargeUnsettled = errors.New("charge left to settle")
+var errChargeUnknown = errors.New("charge of unknown outcome")
 
 // errUnitGone marks a request whose reservation was given back before its
 // commit (it expired while the request was stopped, or a takeover of its

@@ -84,14 +84,14 @@ type Config struct {
 	// EngineTimeout bounds the Upscaler's work on one request, queueing
 	// included; past it the caller gets 504. Zero means 60 seconds.
 	EngineTimeout time.Duration
-	// SettleTimeout bounds how long the handler keeps trying to commit the
+	// ChargeTimeout bounds how long the handler keeps trying to commit the
 	// charge of a finished image, or to give back an unused unit, while the
 	// ledger is unavailable, retrying with backoff. A result whose charge
 	// cannot be committed in that time is deleted, never given away. Zero
 	// means 15 seconds. New refuses a QuotaLedger (ReservationExpirer)
 	// whose reservations do not outlive the longest request, twice
-	// Fetch.Timeout, EngineTimeout and SettleTimeout.
-	SettleTimeout time.Duration
+	// Fetch.Timeout, EngineTimeout and ChargeTimeout.
+	ChargeTimeout time.Duration
 	// FreeTierMaxFileBytes is the largest source file a request may have
 	// without needing paid capability. Zero means 5 MiB. A plan whose
 	// MaxFileBytes is zero accepts files up to this size.
@@ -221,7 +221,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		negative bool
 	}{
 		{"IdempotencyTTL", cfg.IdempotencyTTL < 0}, {"JobTTL", cfg.JobTTL < 0}, {"JobShare", cfg.JobShare < 0}, {"LinkTTL", cfg.LinkTTL < 0}, {"EngineTimeout", cfg.EngineTimeout < 0},
-		{"SettleTimeout", cfg.SettleTimeout < 0}, {"FreeTierMaxFileBytes", cfg.FreeTierMaxFileBytes < 0},
+		{"ChargeTimeout", cfg.ChargeTimeout < 0}, {"FreeTierMaxFileBytes", cfg.FreeTierMaxFileBytes < 0},
 		{"Capacity.EngineConcurrency", cfg.Capacity.EngineConcurrency < 0}, {"Capacity.QueueLength", cfg.Capacity.QueueLength < 0},
 		{"Capacity.AccountShare", cfg.Capacity.AccountShare < 0}, {"Capacity.MemoryBudget", cfg.Capacity.MemoryBudget < 0}, {"Capacity.JobSlots", cfg.Capacity.JobSlots < 0},
 		{"Fetch.Timeout", cfg.Fetch.Timeout < 0},
@@ -272,9 +272,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.EngineTimeout = cmp.Or(cfg.EngineTimeout, 60*time.Second)
 	cfg.Fetch.Timeout = cmp.Or(cfg.Fetch.Timeout, 20*time.Second)
-	cfg.SettleTimeout = cmp.Or(cfg.SettleTimeout, 15*time.Second)
+	cfg.ChargeTimeout = cmp.Or(cfg.ChargeTimeout, 15*time.Second)
 	if ttl, ok := cfg.Ledger.(ReservationExpirer); ok && ttl.ReservationTTL() <= cfg.requestBound() {
-		return cfg, fmt.Errorf("upscale: Config.SettleTimeout: the QuotaLedger's reservations last %v, not longer than a request may (%v: twice Fetch.Timeout, EngineTimeout and SettleTimeout); a reservation must outlive its request, or a result could be delivered uncharged", ttl.ReservationTTL(), cfg.requestBound())
+		return cfg, fmt.Errorf("upscale: Config.ChargeTimeout: the QuotaLedger's reservations last %v, not longer than a request may (%v: twice Fetch.Timeout, EngineTimeout and ChargeTimeout); a reservation must outlive its request, or a result could be delivered uncharged", ttl.ReservationTTL(), cfg.requestBound())
 	}
 	cfg.FreeTierMaxFileBytes = cmp.Or(cfg.FreeTierMaxFileBytes, 5<<20)
 	if cfg.Fetch.AllowedPorts == nil {
@@ -308,11 +308,11 @@ func (cfg Config) withDefaults() (Config, error) {
 }
 
 // requestBound is longer than any request can take: its download, its
-// engine time (queueing included) and the settlement of its charge, and
+// engine time (queueing included) and its charge (ChargeTimeout), and
 // as much again for the stores' calls between them. It is the lease of an
 // Idempotency-Key's claim, and a reservation must outlive it.
 func (cfg Config) requestBound() time.Duration {
-	return 2 * (cfg.Fetch.Timeout + cfg.EngineTimeout + cfg.SettleTimeout)
+	return 2 * (cfg.Fetch.Timeout + cfg.EngineTimeout + cfg.ChargeTimeout)
 }
 
 // clock is now, or time.Now when now is nil: every Now option's default.

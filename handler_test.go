@@ -272,7 +272,7 @@ func TestNewValidates(t *testing.T) {
 		"Config.Capacity.QueueLength":       func(c *upscale.Config) { c.Capacity.QueueLength = -1 },
 		"Config.Capacity.MemoryBudget":      func(c *upscale.Config) { c.Capacity.MemoryBudget = -1 },
 		"Config.Capacity.EngineConcurrency": func(c *upscale.Config) { c.Capacity.EngineConcurrency = -1 },
-		"Config.SettleTimeout": func(c *upscale.Config) {
+		"Config.ChargeTimeout": func(c *upscale.Config) {
 			c.Ledger = upscale.NewMemoryLedger(upscale.LedgerOptions{ReservationTTL: time.Minute}) // shorter than a request
 		},
 	} {

@@ -218,7 +218,7 @@ func (h *Handler) replay(kept IdempotentAnswer) (Response, *IdempotentAnswer, er
 func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req request) (Response, *IdempotentAnswer, error) {
 	prepare := func(ctx context.Context, resp Response, hold Reservation) error {
 		answer := IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires, Reservation: hold.ID}
-		err := h.settle(ctx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Prepare(ctx, claim, answer) })
+		err := h.retryUnavailable(ctx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Prepare(ctx, claim, answer) })
 		if errors.Is(err, ErrNotFound) {
 			// The claim was taken over: this request outlived its lease,
 			// and the request that took the key over answers for it.
@@ -227,11 +227,11 @@ func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req re
 		return err
 	}
 	resp, err := h.run(ctx, claim.AccountID, req, prepare)
-	if errors.Is(err, errChargeUnsettled) {
-		// Prepared, and charged or not: a retry after the lease settles it.
+	if errors.Is(err, errChargeUnknown) {
+		// Prepared, and charged or not: a retry after the lease finishes it.
 		return Response{}, nil, &retryAfterError{err: err, after: claim.Lease}
 	}
-	h.settleClaim(ctx, claim, IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}, err)
+	h.finishClaim(ctx, claim, IdempotentAnswer{Status: http.StatusOK, Body: jsonBody(resp), LinkExpires: resp.linkExpires}, err)
 	if errors.Is(err, errUnitGone) {
 		// Stopped past its lease and its reservation: the key is free
 		// again (Forget), or taken over by a retry that answers for it.
@@ -241,21 +241,21 @@ func (h *Handler) runClaimed(ctx context.Context, claim IdempotencyClaim, req re
 	return resp, nil, err
 }
 
-// settleClaim ends claim: it keeps answer, or the problem err is answered
+// finishClaim ends claim: it keeps answer, or the problem err is answered
 // with if it is keepable and the caller is still there, and forgets the
 // claim otherwise, so that a retry runs. A success is kept even when the
 // caller has gone: its retry is what the key is for.
-func (h *Handler) settleClaim(ctx context.Context, claim IdempotencyClaim, answer IdempotentAnswer, err error) {
+func (h *Handler) finishClaim(ctx context.Context, claim IdempotencyClaim, answer IdempotentAnswer, err error) {
 	if err != nil {
 		p := h.problem(err)
 		answer = IdempotentAnswer{Status: p.Status, Body: jsonBody(p)}
 	}
-	settleCtx := context.WithoutCancel(ctx)
+	finishCtx := context.WithoutCancel(ctx)
 	if err == nil || (keepable(err) && ctx.Err() == nil) {
-		if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, answer) }); err != nil {
-			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry after its lease settles it", "account", claim.AccountID, "err", err)
+		if err := h.retryUnavailable(finishCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, answer) }); err != nil {
+			h.cfg.Logger.Error("upscale: keep the answer for an Idempotency-Key; a retry after its lease finishes it", "account", claim.AccountID, "err", err)
 		}
-	} else if err := h.settle(settleCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, claim) }); err != nil {
+	} else if err := h.retryUnavailable(finishCtx, h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Forget(ctx, claim) }); err != nil {
 		h.cfg.Logger.Error("upscale: release an Idempotency-Key; retries get 409 until its lease ends", "account", claim.AccountID, "err", err)
 	}
 }
@@ -271,7 +271,7 @@ func keepable(err error) bool {
 		!errors.Is(err, ErrSourceUnavailable) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// takeOver settles a claim whose request prepared its answer and then died
+// takeOver finishes a claim whose request prepared its answer and then died
 // (or lost its stores) before keeping it. If that request was charged, its
 // answer is kept and given, or result_expired once its link has expired;
 // if it never was, req runs again under this claim. A ledger that cannot
@@ -285,15 +285,15 @@ func (h *Handler) takeOver(ctx context.Context, claim IdempotencyClaim, req requ
 		return h.runClaimed(ctx, claim, req)
 	}
 	prepared.Reservation = ""
-	if err := h.settle(context.WithoutCancel(ctx), h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, prepared) }); err != nil {
-		h.cfg.Logger.Error("upscale: keep a taken-over answer for an Idempotency-Key; the next retry settles it again", "account", claim.AccountID, "err", err)
+	if err := h.retryUnavailable(context.WithoutCancel(ctx), h.idempotency, func(ctx context.Context) error { return h.cfg.Idempotency.Keep(ctx, claim, prepared) }); err != nil {
+		h.cfg.Logger.Error("upscale: keep a taken-over answer for an Idempotency-Key; the next retry finishes it again", "account", claim.AccountID, "err", err)
 	}
 	return h.replay(prepared)
 }
 
 // charged finds out whether a reservation whose commit's outcome is
 // unknown was committed. When its result can still be delivered, committing
-// it now settles the question (Commit is idempotent: a charge made already
+// it now answers the question (Commit is idempotent: a charge made already
 // is not made again). Otherwise nothing may be charged that was not: a
 // Release that succeeds gives back a unit never charged, and a Commit of a
 // reservation that is no longer open succeeds only if it was committed.
@@ -305,7 +305,7 @@ func (h *Handler) charged(ctx context.Context, reservationID string, deliverable
 		}
 		return err == nil, err
 	}
-	err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error { return h.cfg.Ledger.Release(ctx, reservationID) })
+	err := h.retryUnavailable(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error { return h.cfg.Ledger.Release(ctx, reservationID) })
 	if !errors.Is(err, ErrNotFound) {
 		return false, err
 	}

@@ -19,8 +19,8 @@ type MemoryJobQueueOptions struct {
 	// RunTimeout bounds one run of a job: past it the run's context is
 	// done (context.DeadlineExceeded) and the job runs again, up to
 	// MaxJobAttempts runs, then is given up (ErrJobGivenUp). A job's
-	// engine has what is left of it less the handler's SettleTimeout, so
-	// it should exceed EngineTimeout and SettleTimeout together. Zero
+	// engine has what is left of it less the handler's ChargeTimeout, so
+	// it should exceed EngineTimeout and ChargeTimeout together. Zero
 	// means DefaultRunTimeout.
 	RunTimeout time.Duration
 }

@@ -114,7 +114,7 @@ var errEngineBusy = errors.New("the engine stayed busy until the run's deadline"
 func (h *Handler) runJob(ctx context.Context, job Job) JobOutcome {
 	resp, err := h.workJob(ctx, job)
 	why := context.Cause(ctx) // nil while the run was not cut short
-	if err != nil && why != nil && !errors.Is(why, ErrJobCanceled) && !errors.Is(err, errChargeUnsettled) {
+	if err != nil && why != nil && !errors.Is(why, ErrJobCanceled) && !errors.Is(err, errChargeUnknown) {
 		return JobOutcome{} // its worker stopped, or its process's beat lapsed
 	}
 	return h.endJob(ctx, job, resp, err, why)
@@ -145,7 +145,7 @@ func (h *Handler) endJob(ctx context.Context, job Job, resp Response, err, why e
 	switch {
 	case err == nil:
 		ended.Status, ended.Result, ended.Engine = JobSucceeded, &resp, resp.engine
-	case errors.Is(err, errChargeUnsettled):
+	case errors.Is(err, errChargeUnknown):
 		// Its result is recorded, maybe charged: the next run delivers
 		// it, or settles it if it was not.
 		h.cfg.Logger.Warn("upscale: job run again later, to settle its charge", "job", job.ID, "err", err)
@@ -202,7 +202,7 @@ func (h *Handler) endJob(ctx context.Context, job Job, resp Response, err, why e
 func (h *Handler) settleEnd(ctx context.Context, ended Job) error {
 	counted := true
 	if ended.Status != JobSucceeded {
-		err := h.settle(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
+		err := h.retryUnavailable(context.WithoutCancel(ctx), h.ledger, func(ctx context.Context) error {
 			return h.cfg.Ledger.Release(ctx, ended.Reservation)
 		})
 		counted = !errors.Is(err, ErrNotFound) // someone gave it back already
@@ -267,7 +267,7 @@ func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
 	if err == nil {
 		err = h.commitJob(ctx, job)
 	}
-	if err != nil && !errors.Is(err, errChargeUnsettled) {
+	if err != nil && !errors.Is(err, errChargeUnknown) {
 		h.deleteBlob(ctx, "uncharged result", prepared.Key, prepared.LinkExpires)
 		return Response{}, err
 	}
@@ -299,7 +299,7 @@ func (h *Handler) prepareJob(ctx context.Context, job Job, prepared PreparedResu
 }
 
 // commitJob charges a job's unit: errUnitGone when it went back
-// (ErrNotFound), errChargeUnsettled (ErrUnavailable) when the ledger did
+// (ErrNotFound), errChargeUnknown (ErrUnavailable) when the ledger did
 // not say whether it charged.
 func (h *Handler) commitJob(ctx context.Context, job Job) error {
 	err := h.commit(ctx, job.Reservation)
@@ -309,5 +309,5 @@ func (h *Handler) commitJob(ctx context.Context, job Job) error {
 	case errors.Is(err, ErrNotFound):
 		return fmt.Errorf("commit the job's unit: %w: %w", errUnitGone, err)
 	}
-	return fmt.Errorf("commit the job's unit: %w: %w", errChargeUnsettled, err)
+	return fmt.Errorf("commit the job's unit: %w: %w", errChargeUnknown, err)
 }

@@ -155,7 +155,7 @@ func TestJobGivesUpItsTurnInTime(t *testing.T) {
 	var queue *deadlineQueue
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = slowUpscaler{took: 1500 * time.Millisecond} // it keeps its slot past a request's deadline
-		c.EngineTimeout, c.SettleTimeout = 1600*time.Millisecond, 50*time.Millisecond
+		c.EngineTimeout, c.ChargeTimeout = 1600*time.Millisecond, 50*time.Millisecond
 		c.Capacity.EngineConcurrency = 1
 		queue = &deadlineQueue{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now}), runTimeout: 1800 * time.Millisecond}
 		c.Jobs = queue
@@ -186,13 +186,13 @@ func (u deadlineUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.
 }
 
 // TestJobEngineHasTheRunsTime: a request's engine has EngineTimeout; a
-// job's has what its run has left but SettleTimeout, so that an engine
+// job's has what its run has left but ChargeTimeout, so that an engine
 // deciding by its deadline (learned or classical passes) makes a job's
 // result learned where a request's would not be.
 func TestJobEngineHasTheRunsTime(t *testing.T) {
 	u := deadlineUpscaler{left: make(chan time.Duration, 2)}
 	e := newEnv(t, func(c *upscale.Config) {
-		c.Upscaler, c.EngineTimeout, c.SettleTimeout = u, 2*time.Second, 15*time.Second
+		c.Upscaler, c.EngineTimeout, c.ChargeTimeout = u, 2*time.Second, 15*time.Second
 		c.Jobs = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now, RunTimeout: 5 * time.Minute})
 	})
 	checkOK(t, e.post(keyFree, body(e.url("/small.png"))), upscale.PoolFree)
@@ -206,11 +206,11 @@ func TestJobEngineHasTheRunsTime(t *testing.T) {
 	if j := e.waitJob(location, keyFree); j.Status != upscale.JobSucceeded {
 		t.Errorf("job %s, want succeeded", j.Status)
 	}
-	// A run shorter than SettleTimeout gives its engine all it has, not a
+	// A run shorter than ChargeTimeout gives its engine all it has, not a
 	// deadline already past.
 	short := deadlineUpscaler{left: make(chan time.Duration, 1)}
 	e = newEnv(t, func(c *upscale.Config) {
-		c.Upscaler, c.SettleTimeout = short, 15*time.Second
+		c.Upscaler, c.ChargeTimeout = short, 15*time.Second
 		c.Jobs = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now, RunTimeout: 10 * time.Second})
 	})
 	location, _ = e.submit(keyFree, body(e.url("/small.png")))
@@ -276,7 +276,7 @@ func (u timedUpscaler) EstimateDuration([]byte, upscale.Params) (time.Duration, 
 
 // TestJobEngineTimeFollowsItsWork: an Upscaler that tells how long a job
 // takes has three times that for it, at least EngineTimeout, within its
-// run's time less SettleTimeout; one that cannot tell yet has the run's.
+// run's time less ChargeTimeout; one that cannot tell yet has the run's.
 func TestJobEngineTimeFollowsItsWork(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -293,7 +293,7 @@ func TestJobEngineTimeFollowsItsWork(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			u := timedUpscaler{deadlineUpscaler{left: make(chan time.Duration, 1)}, tc.expected, tc.known}
 			e := newEnv(t, func(c *upscale.Config) {
-				c.Upscaler, c.EngineTimeout, c.SettleTimeout = u, 10*time.Second, 15*time.Second
+				c.Upscaler, c.EngineTimeout, c.ChargeTimeout = u, 10*time.Second, 15*time.Second
 				c.Jobs = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now, RunTimeout: 5 * time.Minute})
 			})
 			location, _ := e.submit(keyFree, body(e.url("/small.png")))

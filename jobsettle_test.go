@@ -41,18 +41,18 @@ func (u countingUpscaler) Upscale(ctx context.Context, src []byte, opts upscale.
 	return u.PixelUpscaler.Upscale(ctx, src, opts)
 }
 
-// TestJobChargeSettledByTheNextRun: a run whose commit's answer is lost
-// leaves its result prepared; the job runs again, the next run settles the
+// TestJobChargeFinishedByTheNextRun: a run whose commit's answer is lost
+// leaves its result prepared; the job runs again, the next run finishes the
 // charge (charging nothing more) and delivers that result: the engine ran
 // once, one result is stored, one unit is charged.
-func TestJobChargeSettledByTheNextRun(t *testing.T) {
+func TestJobChargeFinishedByTheNextRun(t *testing.T) {
 	var ledger *lostCommits
 	var images atomic.Int32
 	e := newEnv(t, func(c *upscale.Config) {
 		ledger = &lostCommits{MemoryLedger: c.Ledger.(*upscale.MemoryLedger)}
 		ledger.lose.Store(true)
 		c.Ledger = ledger
-		c.SettleTimeout = 100 * time.Millisecond
+		c.ChargeTimeout = 100 * time.Millisecond
 		c.Upscaler = countingUpscaler{n: &images}
 	})
 	location, _ := e.submit(keyFree, body(e.url("/small.png")))
@@ -324,7 +324,7 @@ func TestJobSettledForADeadWorker(t *testing.T) {
 // deleted, counted once.
 func TestCancelSettledOnceTheLedgerAnswers(t *testing.T) {
 	metrics := newJobMetrics()
-	e, _, ledger, _ := newFlakyEnv(t, func(c *upscale.Config) { c.Metrics, c.SettleTimeout = metrics, 50*time.Millisecond })
+	e, _, ledger, _ := newFlakyEnv(t, func(c *upscale.Config) { c.Metrics, c.ChargeTimeout = metrics, 50*time.Millisecond })
 	if err := e.handler.StopJobs(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -350,16 +350,16 @@ func TestCancelSettledOnceTheLedgerAnswers(t *testing.T) {
 	}
 }
 
-// TestCancelAfterAnUnsettledCharge: a job canceled while its charge's
+// TestCancelAfterAChargeOfUnknownOutcome: a job canceled while its charge's
 // outcome is unknown (the ledger committed, its answer lost) keeps its
 // result: the run asks to Retry, and the job's settlement delivers the
 // result, charged once, rather than deleting what was paid for.
-func TestCancelAfterAnUnsettledCharge(t *testing.T) {
+func TestCancelAfterAChargeOfUnknownOutcome(t *testing.T) {
 	var queue *upscale.MemoryJobQueue
 	var jobID atomic.Value
 	e, _, ledger, _ := newFlakyEnv(t, func(c *upscale.Config) {
 		queue = upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now})
-		c.Jobs, c.SettleTimeout = queue, time.Millisecond
+		c.Jobs, c.ChargeTimeout = queue, time.Millisecond
 	})
 	ledger.commitFailures.Store(1)
 	ledger.commitLostAnswer = true

@@ -122,7 +122,7 @@ func (h *Handler) submitOnce(ctx context.Context, accountID, key string, req req
 		return Job{}, kept, nil
 	}
 	job, err := h.submitJob(ctx, accountID, req, fmt.Sprintf("%x %s", claim.Fingerprint, key))
-	h.settleClaim(ctx, claim, IdempotentAnswer{Status: http.StatusAccepted, Body: jsonBody(job)}, err)
+	h.finishClaim(ctx, claim, IdempotentAnswer{Status: http.StatusAccepted, Body: jsonBody(job)}, err)
 	return job, nil, err
 }
 

@@ -15,8 +15,8 @@ import (
 // prepare, when not nil, is given the answer and the reservation that pays
 // for it before the commit; if it fails, the request stops uncharged. Once
 // it has succeeded, a commit whose outcome stays unknown (the ledger
-// unavailable for SettleTimeout) leaves result and reservation as they are
-// and returns errChargeUnsettled: whoever prepared them settles them.
+// unavailable for ChargeTimeout) leaves result and reservation as they are
+// and returns errChargeUnknown: whoever prepared them finishes them.
 func (h *Handler) run(ctx context.Context, accountID string, req request, prepare func(context.Context, Response, Reservation) error) (Response, error) {
 	f, err := h.fetchSource(ctx, accountID, req)
 	if err != nil {
@@ -41,7 +41,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 				// if the answer was prepared and otherwise runs afresh
 				// while the reservation expires.
 				f.kept = true
-				return Response{}, fmt.Errorf("prepare the answer: %w: %w", errChargeUnsettled, err)
+				return Response{}, fmt.Errorf("prepare the answer: %w: %w", errChargeUnknown, err)
 			}
 			h.deleteBlob(ctx, "uncharged result", blobKey, expires)
 			return Response{}, err
@@ -57,9 +57,9 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 		return Response{}, fmt.Errorf("commit reservation: %w: %w", errUnitGone, err)
 	case prepare != nil:
 		f.kept = true
-		return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnsettled, err)
+		return Response{}, fmt.Errorf("commit reservation: %w: %w", errChargeUnknown, err)
 	}
-	// No claim can settle it later: find out now whether an attempt
+	// No claim can finish it later: find out now whether an attempt
 	// whose answer was lost did charge, and if so deliver what was paid.
 	f.kept = true
 	paid, checkErr := h.charged(ctx, f.hold.ID, false)
@@ -145,7 +145,7 @@ type fetched struct {
 	src    []byte
 	memory *grant
 	// kept says the unit is not to be given back: charged, or left for
-	// whoever prepared the answer to settle.
+	// whoever prepared the answer to finish.
 	kept bool
 }
 

@@ -139,12 +139,14 @@ func (l *MemoryLedger) lock() time.Time {
 func (l *MemoryLedger) expireHolds(now time.Time) {
 	for id, h := range l.holds {
 		if now.After(h.expires) {
-			l.settle(id, h, true, now)
+			l.endReservation(id, h, true, now)
 		}
 	}
 }
 
-func (l *MemoryLedger) settle(id string, h memoryHold, giveBack bool, now time.Time) {
+// endReservation ends reservation id, h: its unit kept spent (a commit)
+// or given back (giveBack: a release or an expiry). The caller holds l.mu.
+func (l *MemoryLedger) endReservation(id string, h memoryHold, giveBack bool, now time.Time) {
 	delete(l.holds, id)
 	if !giveBack {
 		l.committed[id] = now
@@ -194,7 +196,7 @@ func (l *MemoryLedger) finish(reservationID string, giveBack bool) error {
 	if !ok {
 		return fmt.Errorf("reservation %q: %w", reservationID, ErrNotFound)
 	}
-	l.settle(reservationID, h, giveBack, now)
+	l.endReservation(reservationID, h, giveBack, now)
 	return nil
 }
 

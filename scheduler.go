@@ -256,7 +256,7 @@ const jobHeadroom = 3
 
 // jobEngineDeadline is the context a job's enlargement runs in: a job has
 // no gateway to answer in time, so its engine has what is left of its
-// run's time (the queue's RunTimeout) but SettleTimeout, for storing and
+// run's time (the queue's RunTimeout) but ChargeTimeout, for storing and
 // charging the result; an engine that decides by its deadline (learned
 // passes or classical) enlarges a job wholly learned where a request's
 // EngineTimeout would not allow it. An Upscaler that can tell how long
@@ -264,14 +264,14 @@ const jobHeadroom = 3
 // EngineTimeout, within the same bound, so that a stuck run is cut in
 // proportion to its work rather than after the whole RunTimeout. A run
 // without a deadline gives the engine EngineTimeout; a run too short to
-// keep SettleTimeout gives it all it has.
+// keep ChargeTimeout gives it all it has.
 func (h *Handler) jobEngineDeadline(ctx context.Context, expected time.Duration) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 	}
 	now := time.Now()
-	if engineEnds := deadline.Add(-h.cfg.SettleTimeout); engineEnds.After(now) {
+	if engineEnds := deadline.Add(-h.cfg.ChargeTimeout); engineEnds.After(now) {
 		deadline = engineEnds
 	}
 	if expected > 0 {
@@ -366,11 +366,11 @@ func errEngineBusyRefusal() error { return errEngineBusy }
 // jobTurn is the context a job's run waits its turn for the engine with:
 // ctx, ended early, by errEngineBusy, once the rest of ctx's deadline (the
 // queue's time for one run) would no longer cover an enlargement and the
-// settling of its charge. Without a deadline, or with one too short for
+// charging of its result. Without a deadline, or with one too short for
 // that from the start, it is ctx.
 func (h *Handler) jobTurn(ctx context.Context) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
-	turnEnds := deadline.Add(-(h.cfg.EngineTimeout + h.cfg.SettleTimeout))
+	turnEnds := deadline.Add(-(h.cfg.EngineTimeout + h.cfg.ChargeTimeout))
 	if !ok || !turnEnds.After(time.Now()) {
 		return context.WithCancel(ctx)
 	}

@@ -51,7 +51,7 @@ const shareGrant = "share:"
 
 // Pay pays what the new accounts opened within Window have earned since
 // the last pass, and returns how many it paid. An account it cannot
-// settle (its sharer gone, the ledger out of reach) is tried at the next
+// pay (its sharer gone, the ledger out of reach) is tried at the next
 // pass and does not hold up the others: Pay returns their errors joined.
 func (b *ShareBonus) Pay(ctx context.Context) (int, error) {
 	if b.PerSignup <= 0 || b.MonthlyCap <= 0 {

@@ -41,8 +41,8 @@ import (
 type Options struct {
 	// RunTimeout bounds one run of a job: past it River cancels the run
 	// and gives the job back. A job's engine has what is left of it less
-	// the handler's SettleTimeout. Zero means upscale.DefaultRunTimeout.
-	// It must be above the handler's EngineTimeout and SettleTimeout
+	// the handler's ChargeTimeout. Zero means upscale.DefaultRunTimeout.
+	// It must be above the handler's EngineTimeout and ChargeTimeout
 	// together: a run waiting its turn for the engine gives it up in time
 	// only then (else its wait may overrun, which counts as an attempt).
 	// A dead process's runs are handed back by Lapse, not by it; River's

@@ -46,7 +46,7 @@ func (s *Store) Claim(ctx context.Context, c upscale.IdempotencyClaim) (*upscale
 		return nil, nil
 	}
 	// A claim that died after preparing its answer is taken over with
-	// that answer, for the caller to settle.
+	// that answer, for the caller to finish.
 	res, err = s.db.ExecContext(ctx, `UPDATE idempotency_keys SET claim_token = $4, lease_ends = $5
 		WHERE account_id = $1 AND idempotency_key = $2 AND fingerprint = $3 AND reservation_id <> '' AND lease_ends <= $6`,
 		c.AccountID, c.Key, fingerprint, c.Token, leaseEnds, now.UnixNano())

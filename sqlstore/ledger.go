@@ -108,16 +108,16 @@ func (s *Store) expire(ctx context.Context, tx *sql.Tx, accountID string, now ti
 		return err
 	}
 	for _, h := range expired {
-		if err := s.settle(ctx, tx, accountID, h.id, upscale.Pool(h.pool), h.month, "expire", now); err != nil {
+		if err := s.endReservation(ctx, tx, accountID, h.id, upscale.Pool(h.pool), h.month, "expire", now); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// settle records the end of a reservation: "commit" keeps the unit spent,
+// endReservation records the end of a reservation: "commit" keeps the unit spent,
 // "release" and "expire" give it back.
-func (s *Store) settle(ctx context.Context, tx *sql.Tx, accountID, reservationID string, pool upscale.Pool, month, reason string, now time.Time) error {
+func (s *Store) endReservation(ctx context.Context, tx *sql.Tx, accountID, reservationID string, pool upscale.Pool, month, reason string, now time.Time) error {
 	delta := int64(0)
 	if reason != "commit" {
 		delta = 1
@@ -198,7 +198,7 @@ func (s *Store) finish(ctx context.Context, reservationID, reason string) error 
 		if expired = now.UnixNano() > expires; expired {
 			reason = "expire"
 		}
-		return s.settle(ctx, tx, accountID, reservationID, upscale.Pool(pool), month, reason, now)
+		return s.endReservation(ctx, tx, accountID, reservationID, upscale.Pool(pool), month, reason, now)
 	})
 	if err == nil && expired {
 		return notFound("reservation", reservationID)

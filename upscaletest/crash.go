@@ -72,7 +72,7 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 				Keys: keys, Ledger: s.Ledger, Upscaler: PixelUpscaler{}, Blobs: blobs, Idempotency: s.Idempotency,
 				Jobs: replicaJobs, JobWorkers: jobWorkers,
 				Fetch:         upscale.FetchPolicy{Timeout: time.Second, BuiltinSources: map[string][]byte{source: TestImagePNG(t, 8, 6)}},
-				EngineTimeout: time.Second, SettleTimeout: 200 * time.Millisecond,
+				EngineTimeout: time.Second, ChargeTimeout: 200 * time.Millisecond,
 				Capacity: upscale.Capacity{IdleRelease: -1}, Now: clock.Now, Logger: slog.New(slog.DiscardHandler),
 			})
 			if err != nil {
@@ -84,7 +84,7 @@ func TestChargedOnceAcrossCrash(t *testing.T, newStores func(t *testing.T, clock
 			t.Cleanup(func() { h.StopJobs(context.Background()) })
 			return h
 		}
-		// The lease is twice Fetch.Timeout, EngineTimeout and SettleTimeout.
+		// The lease is twice Fetch.Timeout, EngineTimeout and ChargeTimeout.
 		return rig{
 			clock: clock, stores: stores, dying: replica(wrap(stores), -1), other: replica(stores, -1), blobs: blobs, lease: 4400 * time.Millisecond,
 			worker: func() { replica(stores, 1) },

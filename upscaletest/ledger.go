@@ -26,7 +26,7 @@ var (
 )
 
 // TestQuotaLedger checks that a QuotaLedger draws pools in the documented
-// order, applies the paid-capability rule, settles each reservation once,
+// order, applies the paid-capability rule, ends each reservation once,
 // gives back expired reservations, refills the free pool monthly and hands out
 // exactly min(N, k) units to N concurrent requests. newLedger must return an
 // empty ledger that uses opts (its clock and reservation TTL).

@@ -333,15 +333,15 @@ func TestDelayedPayment(t *testing.T) {
 	if b := s.balance(t, "a"); b.Credits != 0 {
 		t.Fatalf("credits before the money came: %d, want 0", b.Credits)
 	}
-	settled := s.fake.Settle(later, true)
-	s.deliver(t, settled, http.StatusOK)
-	s.deliver(t, settled, http.StatusOK)
+	cleared := s.fake.Clear(later, true)
+	s.deliver(t, cleared, http.StatusOK)
+	s.deliver(t, cleared, http.StatusOK)
 	if b := s.balance(t, "a"); b.Credits != pack.Units {
 		t.Errorf("credits once the money came: %d, want %d", b.Credits, pack.Units)
 	}
 	failing := s.checkout(t, "b", pack.Price)
 	s.deliver(t, s.fake.PayLater(failing, 500), http.StatusOK)
-	s.deliver(t, s.fake.Settle(failing, false), http.StatusOK)
+	s.deliver(t, s.fake.Clear(failing, false), http.StatusOK)
 	if b := s.balance(t, "b"); b.Credits != 0 {
 		t.Errorf("credits after the payment failed: %d, want 0", b.Credits)
 	}

@@ -27,7 +27,7 @@ const maxEventBytes = 256 << 10
 // (the ledger or Stripe out of reach) is answered 500, so that Stripe
 // sends it again; every effect is idempotent, so a repeat changes nothing
 // more. One for an account or grant the ledger no longer has is logged
-// at ERROR, for the operator to settle by hand, and answered 200: no
+// at ERROR, for the operator to resolve with the customer by hand, and answered 200: no
 // retry could apply it. Everything else is answered 200, events of types
 // it does not act on included. It acts on:
 //
@@ -67,7 +67,7 @@ func (b *Billing) Webhook() http.Handler {
 		case errors.Is(err, upscale.ErrNotFound):
 			// No retry can apply it: Stripe would send it for three days
 			// and then disable the endpoint.
-			b.opts.Logger.Error("stripebilling: an event for an account or grant this host no longer has; settle it with the customer by hand", "event", event.ID, "type", event.Type, "err", err)
+			b.opts.Logger.Error("stripebilling: an event for an account or grant this host no longer has; resolve it with the customer by hand", "event", event.ID, "type", event.Type, "err", err)
 		case err != nil:
 			b.opts.Logger.Error("stripebilling: an event not applied; Stripe sends it again", "event", event.ID, "type", event.Type, "err", err)
 			http.Error(w, "The event could not be applied now; send it again.", http.StatusInternalServerError)

@@ -50,10 +50,10 @@ func (o options) processName() (string, error) {
 	return host + ":" + dir, nil
 }
 
-// settleTimeout is how long the server keeps trying to settle a charge
-// (upscale.Config.SettleTimeout); a job's run keeps that much of its time
+// chargeTimeout is how long the server keeps trying to make a charge
+// (upscale.Config.ChargeTimeout); a job's run keeps that much of its time
 // for it.
-const settleTimeout = 15 * time.Second
+const chargeTimeout = 15 * time.Second
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -77,7 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxConnections, "max-connections", 1024, "most client connections open at once; more wait in the kernel's backlog")
 	fs.DurationVar(&o.keyCacheTTL, "key-cache-ttl", 5*time.Second, "how long a key lookup's answer is kept in memory: a key revoked by another process (keys revoke, another replica) works for at most this long; 0 looks every key up in the database")
 	fs.IntVar(&o.jobWorkers, "job-workers", 0, "jobs of the job form (Prefer: respond-async) this process runs at once, from the queue in the database (default the engine's concurrency; -1 none, for an API replica beside worker processes)")
-	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", upscale.DefaultRunTimeout, "longest one run of a job may take before it is stopped and run again; a job's engine has this less the time to settle its charge, for learned passes at every size on slow CPUs (a job whose process died is run again within 30 s of its last beat, whatever this is)")
+	fs.DurationVar(&o.jobRunTimeout, "job-run-timeout", upscale.DefaultRunTimeout, "longest one run of a job may take before it is stopped and run again; a job's engine has this less the time its charge may take, for learned passes at every size on slow CPUs (a job whose process died is run again within 30 s of its last beat, whatever this is)")
 	fs.StringVar(&o.processID, "process-id", "", "names this process among those that run jobs from the database: keep it across restarts, so that a restarted process runs again at once the jobs it had when it died; two live processes cannot share it (default the host name and the absolute -data directory)")
 	fs.DurationVar(&o.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long /readyz answers 503 before the listener closes, so load balancers stop sending requests first (SIGINT skips it)")
 	fs.StringVar(&o.onnxRuntime, "onnx-runtime", "auto", "what runs -engine onnx's networks: auto (oneDNN and ONNX Runtime, whichever measures faster at start), onednn (oneDNN's convolutions) or onnxruntime (ONNX Runtime)")
@@ -103,8 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.engine != "vips" && o.engine != "onnx" {
 		return o, fmt.Errorf("-engine %q: want vips or onnx", o.engine)
 	}
-	if least := o.engineTimeout + settleTimeout; o.jobRunTimeout <= least {
-		return o, fmt.Errorf("-job-run-timeout %v is not above -engine-timeout %v and the %v a charge may take to settle: a run could not use the engine's time, nor give up its turn in time", o.jobRunTimeout, o.engineTimeout, settleTimeout)
+	if least := o.engineTimeout + chargeTimeout; o.jobRunTimeout <= least {
+		return o, fmt.Errorf("-job-run-timeout %v is not above -engine-timeout %v and the %v a charge may take: a run could not use the engine's time, nor give up its turn in time", o.jobRunTimeout, o.engineTimeout, chargeTimeout)
 	}
 	if o.signUps != "open" && o.signUps != "closed" {
 		return o, fmt.Errorf("-signups %q: want open or closed", o.signUps)

@@ -169,7 +169,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		WebhookSecrets:       store,
 		LinkTTL:              o.linkTTL,
 		EngineTimeout:        o.engineTimeout,
-		SettleTimeout:        settleTimeout,
+		ChargeTimeout:        chargeTimeout,
 		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
 		Capacity:             upscale.Capacity{QueueLength: o.queueLength, AccountShare: o.accountShare, MemoryBudget: o.memoryBudget},
 		Fetch:                upscale.FetchPolicy{BuiltinSources: builtin, AllowPrivateNetworks: o.allowPrivateSources},

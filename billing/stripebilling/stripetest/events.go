@@ -51,17 +51,17 @@ func (f *Fake) Pay(id string, amount int64) Event {
 
 // PayLater completes checkout session id with a payment method whose
 // money comes later (a bank debit): the session is complete and unpaid,
-// and the checkout.session.completed event says so. Settle ends it.
+// and the checkout.session.completed event says so. Clear ends it.
 func (f *Fake) PayLater(id string, amount int64) Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.complete(id, amount, "unpaid")
 }
 
-// Settle ends the delayed payment of checkout session id (PayLater):
+// Clear ends the delayed payment of checkout session id (PayLater):
 // paid, it returns checkout.session.async_payment_succeeded; not, it
 // returns checkout.session.async_payment_failed.
-func (f *Fake) Settle(id string, paid bool) Event {
+func (f *Fake) Clear(id string, paid bool) Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.sessions[id]
