@@ -50,51 +50,25 @@ type Timing struct {
 // engine chooses what to run on a machine rather than by its CPU's flags:
 // a runtime's fastest on one CPU is its slowest on another (on an AVX2
 // EPYC without VNNI, oneDNN in float32 took 1.8 times ONNX Runtime in
-// INT8). Each runs a tile of its runtime's size on threads threads (zero:
-// the number of CPUs): once, to make what the runtime makes once per
-// size, then in measureRounds rounds that take the candidates in turn, so
-// that a moment of load elsewhere on the machine falls on all of them;
-// each one's fastest round counts. It returns the timings fastest first,
-// those that failed (a precision offered that the runtime cannot build
-// here) last, each with its error; it stops with ctx's error once ctx is
-// done. On a 2-core Intel Xeon with AMX, measuring its five candidates
-// took 6 to 8 s.
+// INT8). Each candidate in turn is loaded alone, so that measuring holds
+// one network at a time, and runs a tile of its runtime's size on threads
+// threads (zero: the number of CPUs): once, to make what the runtime makes
+// once per size, then measureRounds times, the fastest counting. It
+// returns the timings fastest first, those that failed (a precision
+// offered that the runtime cannot build here) last, each with its error;
+// it stops with ctx's error once ctx is done. On a 2-core Intel Xeon with
+// AMX, measuring its five candidates took 6 to 8 s.
 func Measure(ctx context.Context, candidates []Candidate, threads int) ([]Timing, error) {
 	if threads == 0 {
 		threads = runtime.NumCPU()
 	}
 	timings := make([]Timing, len(candidates))
-	loaded := make([]*model, len(candidates))
-	networks := make([]Network, len(candidates))
-	defer func() {
-		for _, m := range loaded {
-			if m != nil {
-				m.close()
-			}
-		}
-	}()
 	for i, c := range candidates {
-		timings[i] = Timing{Candidate: c, Seconds: math.Inf(1)}
-		n, err := models.Load(NetworkFile(CUNet, upscale.DenoiseNone, c.Precision))
-		if err != nil {
+		timings[i] = Timing{Candidate: c}
+		timings[i].Seconds, timings[i].Err = timeCandidate(ctx, c, threads)
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		loaded[i] = &model{Network: n}
-		if networks[i], timings[i].Err = loaded[i].open(c.Runtime, c.Precision, threads); timings[i].Err == nil {
-			_, timings[i].Err = loaded[i].timeTile(ctx, networks[i], c.Runtime.Tile())
-		}
-	}
-	for range measureRounds {
-		for i, c := range candidates {
-			if timings[i].Err != nil {
-				continue
-			}
-			seconds, err := loaded[i].timeTile(ctx, networks[i], c.Runtime.Tile())
-			timings[i].Seconds, timings[i].Err = min(timings[i].Seconds, seconds), err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
 	}
 	slices.SortStableFunc(timings, func(a, b Timing) int {
 		if (a.Err == nil) != (b.Err == nil) {
@@ -106,6 +80,37 @@ func Measure(ctx context.Context, candidates []Candidate, threads int) ([]Timing
 		return cmp.Compare(a.Seconds, b.Seconds)
 	})
 	return timings, nil
+}
+
+// timeCandidate is c's fastest of measureRounds tiles of cunet's plain
+// network, after one that warms it up, in seconds per unit of work.
+func timeCandidate(ctx context.Context, c Candidate, threads int) (float64, error) {
+	n, err := models.Load(NetworkFile(CUNet, upscale.DenoiseNone, c.Precision))
+	if err != nil {
+		return 0, err
+	}
+	m := &model{Network: n}
+	defer func() {
+		m.close()
+		if r, ok := c.Runtime.(MemoryReleasingRuntime); ok {
+			r.ReleaseMemory() // the next candidate's memory is its own
+		}
+	}()
+	network, err := m.open(c.Runtime, c.Precision, threads)
+	if err != nil {
+		return 0, err
+	}
+	fastest := math.Inf(1)
+	for run := range measureRounds + 1 {
+		seconds, err := m.timeTile(ctx, network, c.Runtime.Tile())
+		if err != nil {
+			return 0, err
+		}
+		if run > 0 {
+			fastest = min(fastest, seconds)
+		}
+	}
+	return fastest, nil
 }
 
 // measureRounds is how many times Measure times each candidate.
