@@ -57,7 +57,7 @@ type Timing struct {
 // returns the timings fastest first, those that failed (a precision
 // offered that the runtime cannot build here) last, each with its error;
 // it stops with ctx's error once ctx is done. On a 2-core Intel Xeon with
-// AMX, measuring its five candidates took 6 to 8 s.
+// AMX, measuring its five candidates took 5 to 10 s.
 func Measure(ctx context.Context, candidates []Candidate, threads int) ([]Timing, error) {
 	if threads == 0 {
 		threads = runtime.NumCPU()
