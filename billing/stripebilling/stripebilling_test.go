@@ -359,6 +359,22 @@ func TestWebhookForAccountGone(t *testing.T) {
 	}
 }
 
+// TestRefundBeforeThePayment: a refund whose event comes before the
+// payment's (Stripe does not keep their order) is answered 500, not lost:
+// Stripe sends it again, and once the pack is granted it takes it back.
+func TestRefundBeforeThePayment(t *testing.T) {
+	s := newSeller(t, nil)
+	id := s.checkout(t, "a", pack.Price)
+	paid := s.fake.Pay(id, 500)
+	refunded := s.fake.Refund(s.fake.Charge(id), 500)
+	s.deliver(t, refunded, http.StatusInternalServerError)
+	s.deliver(t, paid, http.StatusOK)
+	s.deliver(t, refunded, http.StatusOK)
+	if b := s.balance(t, "a"); b.Credits != 0 {
+		t.Errorf("credits after the payment and its refund, delivered the other way round: %d, want 0", b.Credits)
+	}
+}
+
 // TestWebhookRefusesForgeries: an event signed with another secret, signed
 // too long ago, or of another API version, and a body past 256 KiB, are
 // answered 400 and change nothing.

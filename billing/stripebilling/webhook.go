@@ -168,14 +168,33 @@ func (b *Billing) refund(ctx context.Context, ch *stripe.Charge, event stripe.Ev
 		Event: event.ID, At: time.Unix(event.Created, 0).UTC(),
 	})
 	if err != nil {
-		return err
+		return b.notGrantedYet(ctx, record, err)
 	}
 	return b.refundWon(ctx, ch, record, event)
 }
 
+// notGrantedYet turns the ledger's ErrNotFound for record's grant, which
+// a reversal's event meets when it comes before the payment's (Stripe
+// does not keep their order, and a payment's event may be sent again
+// later), into an error Stripe is answered 500 for, so that it sends the
+// reversal again once the grant is made. Only an account that is gone
+// stays ErrNotFound, answered 200 (Webhook).
+func (b *Billing) notGrantedYet(ctx context.Context, record upscale.Checkout, err error) error {
+	if !errors.Is(err, upscale.ErrNotFound) {
+		return err
+	}
+	if _, balanceErr := b.opts.Ledger.Balance(ctx, record.AccountID); errors.Is(balanceErr, upscale.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("stripebilling: checkout %s is not granted yet: %v", record.ID, err)
+}
+
 // refundedShare is the units of record that ch's refunds stand for,
-// rounded.
+// rounded; none for a charge of nothing.
 func refundedShare(record upscale.Checkout, ch *stripe.Charge) int64 {
+	if ch.Amount <= 0 {
+		return 0
+	}
 	return (record.Units*min(ch.AmountRefunded, ch.Amount) + ch.Amount/2) / ch.Amount
 }
 
@@ -237,6 +256,7 @@ func (b *Billing) dispute(ctx context.Context, d *stripe.Dispute, event stripe.E
 	// The reversal of the dispute, made at its opening or, repeated,
 	// answering what it took.
 	taken, err := b.opts.Ledger.Reverse(ctx, disputeReversal(ch, record, event.ID, at))
+	err = b.notGrantedYet(ctx, record, err)
 	if err != nil || event.Type != "charge.dispute.closed" || d.Status != stripe.DisputeStatusWon || taken.Taken == 0 {
 		return err
 	}
