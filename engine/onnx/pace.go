@@ -12,9 +12,10 @@ import (
 // measurePace sets a's pace, before its first learned pass that has a
 // deadline to fit, from a tile of the engine's size run by m, one of a's,
 // on this machine, so that the first decisions (fits) are this
-// machine's, not a prior's. The tile's time includes the runtime's
-// one-time work for its size, which errs on the side of lighter passes
-// until the first pass corrects it.
+// machine's, not a prior's. The tile is run twice and the second timed:
+// the first holds the runtime's one-time work for its size (oneDNN builds
+// its kernels), which made a pace so slow that an architecture measured
+// by it might never be given a pass to correct it.
 func (e *Engine) measurePace(ctx context.Context, a *arch, m *model) error {
 	if _, ok := ctx.Deadline(); !ok || a.pace.seconds() > 0 {
 		return nil
@@ -28,9 +29,11 @@ func (e *Engine) measurePace(ctx context.Context, a *arch, m *model) error {
 	if err != nil {
 		return err
 	}
-	seconds, err := m.timeTile(ctx, network, e.opts.Tile)
-	if err != nil {
-		return err
+	var seconds float64
+	for range 2 { // the first makes what the runtime makes once per size
+		if seconds, err = m.timeTile(ctx, network, e.opts.Tile); err != nil {
+			return err
+		}
 	}
 	a.pace.set(seconds)
 	return nil

@@ -161,7 +161,7 @@ func failure(ctx context.Context, src []byte, meta bimg.ImageMetadata, frames in
 	}
 	switch decodeErr := decodeStrictly(ctx, src, meta, frames); {
 	case ctx.Err() != nil: // the caller went during the decode
-		return decodeErr
+		return ctx.Err()
 	case decodeErr != nil:
 		return fmt.Errorf("%w: decode: %v", upscale.Explain(upscale.ErrUnsupportedImage, "The image could not be decoded; the file is truncated or corrupt."), decodeErr)
 	}
