@@ -130,25 +130,30 @@ test: test-deps
 W2X_MODELS := $(WAIFU2X)/package/waifu2x
 W2X_SOURCE := npm:waifu2x@$(WAIFU2X_VERSION)/package/waifu2x
 # The INT8 networks are calibrated on the low-resolution halves of Set14's
-# images (committed under testdata) and keep INT8_FLOAT's layers in float32:
-# those that read or make the image at full resolution (the first U-Net's
-# top level and the second's first two convolutions), and the sum that
-# makes the output (engine/onnx/models/README.md).
-INT8_FLOAT := Convolution1,Convolution2,Convolution8,Deconvolution1,Deconvolution2,Crop1,Eltwise1,Convolution9,Convolution10,Crop4,Eltwise4
+# images (committed under testdata) and keep some layers in float32
+# (engine/onnx/models/README.md): cunet those that read or make the image
+# at full resolution (the first U-Net's top level and the second's first
+# two convolutions) and the sum that makes the output; upconv7 its first
+# three convolutions, 4% of its arithmetic.
+INT8_FLOAT_cunet := Convolution1,Convolution2,Convolution8,Deconvolution1,Deconvolution2,Crop1,Eltwise1,Convolution9,Convolution10,Crop4,Eltwise4
+INT8_FLOAT_upconv7 := conv1_layer,conv2_layer,conv3_layer
+W2X_DIR_cunet := models-cunet
+W2X_DIR_upconv7 := models-upconv_7_anime_style_art_rgb
 models: $(WAIFU2X)/package/license.txt
 	@go build -o $(TOOLS)/ncnn2onnx ./cmd/ncnn2onnx
-	@for noise in "" noise0_ noise1_ noise2_ noise3_; do \
-		name=$$(echo "$$noise" | tr _ -)scale2x; \
-		for precision in fp32 int8; do \
-			case $$precision in fp32) file=cunet-$$name.onnx; int8=;; \
-			int8) file=cunet-$$name-int8.onnx; int8="-int8 testdata/sr/Set14 -float $(INT8_FLOAT)";; esac; \
-			$(TOOLS)/ncnn2onnx -o engine/onnx/models/$$file $$int8 \
-				-meta upscale.source=$(W2X_SOURCE)/models-cunet/$${noise}scale2.0x_model \
-				-meta upscale.license=MIT $(W2X_MODELS)/models-cunet/$${noise}scale2.0x_model.param || exit 1; \
+	@for arch in cunet upconv7; do \
+		case $$arch in cunet) dir=$(W2X_DIR_cunet); float=$(INT8_FLOAT_cunet);; \
+			upconv7) dir=$(W2X_DIR_upconv7); float=$(INT8_FLOAT_upconv7);; esac; \
+		for noise in "" noise0_ noise1_ noise2_ noise3_; do \
+			name=$$(echo "$$noise" | tr _ -)scale2x; \
+			for precision in fp32 int8; do \
+				case $$precision in fp32) file=$$arch-$$name.onnx; int8=;; \
+				int8) file=$$arch-$$name-int8.onnx; int8="-int8 testdata/sr/Set14 -float $$float";; esac; \
+				$(TOOLS)/ncnn2onnx -o engine/onnx/models/$$file $$int8 \
+					-meta upscale.source=$(W2X_SOURCE)/$$dir/$${noise}scale2.0x_model \
+					-meta upscale.license=MIT $(W2X_MODELS)/$$dir/$${noise}scale2.0x_model.param || exit 1; \
+			done; \
 		done; \
-		$(TOOLS)/ncnn2onnx -o engine/onnx/models/upconv7-$$name.onnx \
-			-meta upscale.source=$(W2X_SOURCE)/models-upconv_7_anime_style_art_rgb/$${noise}scale2.0x_model \
-			-meta upscale.license=MIT $(W2X_MODELS)/models-upconv_7_anime_style_art_rgb/$${noise}scale2.0x_model.param || exit 1; \
 	done
 
 # Quality scores are deterministic, so one run of each is enough. Encoder

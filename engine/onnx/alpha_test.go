@@ -105,7 +105,7 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 	}
 	cunet := e.archs[0]
 	m := cunet.models[upscale.DenoiseNone]
-	network, err := e.open(cunet, m)
+	network, err := e.open(m)
 	if err != nil {
 		return nil, err
 	}

@@ -297,7 +297,7 @@ func realCUGAN(b *testing.B, file string, scale int) (time.Duration, int64) {
 // ratio that time over the first config's in the same round.
 func BenchmarkRuntimes(b *testing.B) {
 	configs := []string{"onnxruntime:fp32:128", "onnxruntime:int8:128", "onednn:fp32:256", "onednn:bf16:256", "onednn:int8:192", "onednn:int8:256", "onednn:int8:384",
-		"onnxruntime:fp32:128:upconv7", "onednn:fp32:256:upconv7", "onednn:bf16:256:upconv7", "ncnn"}
+		"onnxruntime:fp32:128:upconv7", "onnxruntime:int8:128:upconv7", "onednn:fp32:256:upconv7", "onednn:bf16:256:upconv7", "onednn:int8:256:upconv7", "ncnn"}
 	for _, tc := range []struct{ side, scale int }{{1024, 2}, {512, 4}} {
 		file := filepath.Join(b.TempDir(), fmt.Sprintf("baboon-%d.jpg", tc.side))
 		if err := os.WriteFile(file, enginebench.PhotoJPEG(b, tc.side), 0o644); err != nil {

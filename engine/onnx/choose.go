@@ -18,11 +18,11 @@ const (
 	// the package has (Set5 ×2 37.25 dB), and the engine's first choice.
 	CUNet Architecture = "cunet"
 	// UpConv7 is seven convolutions and a transposed one, trained on
-	// art: 0.6 dB under cunet on Set5 ×2 (36.63), 2 dB over interpolation
-	// (34.6), at 1.5 to 2.1 times cunet's speed in the same precision
-	// (docs/engines.md). The engine runs it for a pass that cunet's would
-	// not fit the time left in, before falling to interpolation. It has
-	// no INT8 twin: it runs in the runtime's fastest float precision.
+	// art: 0.6 dB under cunet on Set5 ×2 (36.70 in float32, 36.49 to
+	// 36.65 in INT8), 2 dB over interpolation (34.6), at 1.1 to 3.7 times
+	// cunet's speed in the same precision (BENCHMARKS.md). The engine runs
+	// it for a pass that cunet's would not fit the time left in, before
+	// falling to interpolation.
 	UpConv7 Architecture = "upconv7"
 )
 
@@ -36,12 +36,12 @@ var levelNames = map[upscale.Denoise]string{
 }
 
 // NetworkFile is the embedded network (engine/onnx/models) of arch that
-// enlarges with denoise level in precision: cunet's INT8 twin for INT8,
-// the float32 network for the others, which the runtime converts as it
-// loads it.
+// enlarges with denoise level in precision: its INT8 twin for INT8, the
+// float32 network for the others, which the runtime converts as it loads
+// it.
 func NetworkFile(arch Architecture, level upscale.Denoise, precision Precision) string {
 	file := string(arch) + "-" + levelNames[level]
-	if precision == INT8 && arch == CUNet {
+	if precision == INT8 {
 		file += "-int8"
 	}
 	return file + ".onnx"

@@ -157,7 +157,7 @@ func TestCancelBetweenTiles(t *testing.T) {
 	e := newTestEngine(t)
 	cunet := e.archs[0]
 	m := cunet.models[upscale.DenoiseNone]
-	network, err := e.open(cunet, m)
+	network, err := e.open(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,8 +365,8 @@ func TestEstimateDuration(t *testing.T) {
 func TestLighterNetworkBeforeInterpolation(t *testing.T) {
 	e := newTestEngine(t)
 	cunet, upconv7 := e.archs[0], e.archs[1]
-	if cunet.name != CUNet || upconv7.name != UpConv7 || upconv7.precision != FP32 {
-		t.Fatalf("the engine's networks: %s then %s in %s; want cunet, then upconv7 in fp32 (ONNX Runtime's float)", cunet.name, upconv7.name, upconv7.precision)
+	if cunet.name != CUNet || upconv7.name != UpConv7 {
+		t.Fatalf("the engine's networks: %s then %s; want cunet, then upconv7", cunet.name, upconv7.name)
 	}
 	src := upscaletest.TestImagePNG(t, 64, 48)
 	params := upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}
@@ -384,7 +384,7 @@ func TestLighterNetworkBeforeInterpolation(t *testing.T) {
 	// the minute's 36 for learning, and its second, four times the work,
 	// at 72 s.
 	cunet.pace.set(18 / cunet.models[upscale.DenoiseNone].workOf(64, 48, 1, e.opts.Tile))
-	want := "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8, learned;passes=1;network=upconv7;runtime=onnxruntime;precision=fp32"
+	want := "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8, learned;passes=1;network=upconv7;runtime=onnxruntime;precision=int8"
 	if got := upscaleWithin(time.Minute); got != want {
 		t.Errorf("engine %q, want %q", got, want)
 	}

@@ -128,12 +128,9 @@ type Engine struct {
 // An arch is one Architecture's networks on the engine's runtime, and the
 // pace measured of them.
 type arch struct {
-	name Architecture
-	// precision is what its networks run in: the engine's, or for a
-	// network without an INT8 twin the runtime's fastest float one.
-	precision Precision
-	models    map[upscale.Denoise]*model // by the level it denoises at
-	pace      pace                       // seconds per unit of model.work
+	name   Architecture
+	models map[upscale.Denoise]*model // by the level it denoises at
+	pace   pace                       // seconds per unit of model.work
 }
 
 var (
@@ -186,12 +183,9 @@ func New(opts Options) (*Engine, error) {
 		if !slices.Contains([]Architecture{CUNet, UpConv7}, name) {
 			return nil, fmt.Errorf("onnx: Options.Architectures: %q is not %q or %q", name, CUNet, UpConv7)
 		}
-		a := &arch{name: name, precision: opts.Precision, models: map[upscale.Denoise]*model{}}
-		if name != CUNet && a.precision == INT8 {
-			a.precision = fastestFloat(offered)
-		}
+		a := &arch{name: name, models: map[upscale.Denoise]*model{}}
 		for level := range levelNames {
-			n, err := models.Load(NetworkFile(name, level, a.precision))
+			n, err := models.Load(NetworkFile(name, level, opts.Precision))
 			if err != nil {
 				return nil, err
 			}
@@ -200,16 +194,6 @@ func New(opts Options) (*Engine, error) {
 		e.archs = append(e.archs, a)
 	}
 	return e, nil
-}
-
-// fastestFloat is the first of offered that needs no INT8 twin.
-func fastestFloat(offered []Precision) Precision {
-	for _, p := range offered {
-		if p != INT8 {
-			return p
-		}
-	}
-	return FP32
 }
 
 // Close releases the networks. The Engine must not be used
@@ -294,7 +278,7 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most
 			for i+n < len(ran) && ran[i+n] == ran[i] {
 				n++
 			}
-			steps = append(steps, fmt.Sprintf("learned;passes=%d;network=%s;runtime=%s;precision=%s", n, ran[i].name, e.opts.Runtime.Name(), ran[i].precision))
+			steps = append(steps, fmt.Sprintf("learned;passes=%d;network=%s;runtime=%s;precision=%s", n, ran[i].name, e.opts.Runtime.Name(), e.opts.Precision))
 			i += n
 		}
 		if img.Engine != "" { // the classical rest
@@ -356,7 +340,7 @@ const learnedShare = 0.6
 // against 33.3 and 38.6 with alpha enlarged classically). An alpha that is
 // opaque everywhere stays so without a pass.
 func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *model) (*libvips.Pixels, error) {
-	network, err := e.open(a, m)
+	network, err := e.open(m)
 	if err != nil {
 		return nil, err
 	}
@@ -406,9 +390,9 @@ func opaque(px *libvips.Pixels) bool {
 	return true
 }
 
-// open loads m, one of a's, on the engine's runtime, once.
-func (e *Engine) open(a *arch, m *model) (Network, error) {
-	return m.open(e.opts.Runtime, a.precision, e.opts.Threads)
+// open loads m on the engine's runtime, once.
+func (e *Engine) open(m *model) (Network, error) {
+	return m.open(e.opts.Runtime, e.opts.Precision, e.opts.Threads)
 }
 
 // joinPrecisions lists ps as a sentence does: "int8, bf16 and fp32".

@@ -25,7 +25,7 @@ func (e *Engine) measurePace(ctx context.Context, a *arch, m *model) error {
 	if a.pace.seconds() > 0 {
 		return nil
 	}
-	network, err := e.open(a, m)
+	network, err := e.open(m)
 	if err != nil {
 		return err
 	}
