@@ -93,8 +93,8 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 	return t, nil
 }
 
-// keptInFloat are the int8 layers of the INT8 twins that INT8 runs in
-// float here: the first U-Net's lower level and the second's last
+// keptInFloat are the int8 layers of cunet's INT8 twins that INT8 runs
+// in float here: the first U-Net's lower level and the second's last
 // transposed convolution. ONNX Runtime runs the twins' float layers in
 // float32, this package in bfloat16, which cost Set14's ppt3 (a flat
 // slide) 0.10 dB (33.85 dB at ×2, against 33.95 with those layers in

@@ -13,9 +13,9 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-func compiled(t *testing.T, precision onnx.Precision) *graph {
+func compiled(t *testing.T, arch onnx.Architecture, precision onnx.Precision) *graph {
 	t.Helper()
-	m, err := models.Load(onnx.NetworkFile(onnx.CUNet, upscale.DenoiseNone, precision))
+	m, err := models.Load(onnx.NetworkFile(arch, upscale.DenoiseNone, precision))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,14 +31,18 @@ func compiled(t *testing.T, precision onnx.Precision) *graph {
 }
 
 // TestPlacementNeverOverlaps: no two buffers in use at the same step share
-// a byte of the arena, and all lie within it, for cunet in each precision
-// at two tile sizes.
+// a byte of the arena, and all lie within it, for each network in each
+// precision at two tile sizes.
 func TestPlacementNeverOverlaps(t *testing.T) {
 	for _, tc := range []struct {
+		arch      onnx.Architecture
 		precision onnx.Precision
 		floatType int
-	}{{onnx.FP32, f32}, {onnx.BF16, bf16}, {onnx.INT8, bf16}} {
-		g := compiled(t, tc.precision)
+	}{
+		{onnx.CUNet, onnx.FP32, f32}, {onnx.CUNet, onnx.BF16, bf16}, {onnx.CUNet, onnx.INT8, bf16},
+		{onnx.UpConv7, onnx.FP32, f32}, {onnx.UpConv7, onnx.INT8, bf16},
+	} {
+		g := compiled(t, tc.arch, tc.precision)
 		types, err := typeGraph(g, tc.floatType, tc.precision == onnx.INT8)
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +75,7 @@ func TestPlacementNeverOverlaps(t *testing.T) {
 						continue
 					}
 					if p.at[v] < 0 {
-						t.Fatalf("%s %d: %s is in use at step %d and has no place", tc.precision, side, g.values[v].name, i)
+						t.Fatalf("%s %s %d: %s is in use at step %d and has no place", tc.arch, tc.precision, side, g.values[v].name, i)
 					}
 					live = append(live, span{p.at[v], p.at[v] + p.size(value(v), false)})
 					if p.t.copy[v] >= 0 {
@@ -80,11 +84,11 @@ func TestPlacementNeverOverlaps(t *testing.T) {
 				}
 				for a := range live {
 					if live[a].to > p.bytes {
-						t.Errorf("%s %d: a buffer ends at %d, past the arena's %d", tc.precision, side, live[a].to, p.bytes)
+						t.Errorf("%s %s %d: a buffer ends at %d, past the arena's %d", tc.arch, tc.precision, side, live[a].to, p.bytes)
 					}
 					for b := range a {
 						if live[a].from < live[b].to && live[b].from < live[a].to {
-							t.Fatalf("%s %d: at step %d (%s) buffers %v and %v overlap", tc.precision, side, i, g.layers[i].name, live[a], live[b])
+							t.Fatalf("%s %s %d: at step %d (%s) buffers %v and %v overlap", tc.arch, tc.precision, side, i, g.layers[i].name, live[a], live[b])
 						}
 					}
 				}
@@ -94,23 +98,35 @@ func TestPlacementNeverOverlaps(t *testing.T) {
 }
 
 // TestTypes: in INT8 the layers ncnn2onnx quantised run on int8 but
-// keptInFloat, and the rest in float; the convolutions that read the
-// image and the transposed one that makes it run in float32.
+// keptInFloat (cunet's), and the rest in float; the convolutions that
+// read the image and the transposed ones that make it run in float32.
 func TestTypes(t *testing.T) {
-	g := compiled(t, onnx.INT8)
-	types, err := typeGraph(g, bf16, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]int{
+	cunet := map[string]int{
 		"Convolution1": f32, "Convolution2": bf16, "Convolution3": bf16, "Convolution5": bf16,
 		"Deconvolution1": bf16, "Deconvolution2": f32, "Convolution9": f32, "Convolution10": bf16,
 		"Convolution11": u8, "Deconvolution3": u8, "Deconvolution4": bf16, "Convolution26": u8,
 	}
 	for name := range keptInFloat {
-		if _, ok := want[name]; !ok {
-			want[name] = bf16
+		if _, ok := cunet[name]; !ok {
+			cunet[name] = bf16
 		}
+	}
+	t.Run("cunet", func(t *testing.T) { testTypes(t, onnx.CUNet, cunet) })
+	t.Run("upconv7", func(t *testing.T) {
+		testTypes(t, onnx.UpConv7, map[string]int{
+			"conv1_layer": f32, "conv2_layer": bf16, "conv3_layer": bf16,
+			"conv4_layer": u8, "conv5_layer": u8, "conv6_layer": u8, "conv7_layer": f32,
+		})
+	})
+}
+
+// testTypes checks that arch's INT8 twin runs each layer want names in
+// the type it gives, and exports float32.
+func testTypes(t *testing.T, arch onnx.Architecture, want map[string]int) {
+	g := compiled(t, arch, onnx.INT8)
+	types, err := typeGraph(g, bf16, true)
+	if err != nil {
+		t.Fatal(err)
 	}
 	seen := 0
 	for i, l := range g.layers {
@@ -125,7 +141,7 @@ func TestTypes(t *testing.T) {
 		}
 	}
 	if seen != len(want) {
-		t.Errorf("%d of the %d layers named here are in the network: keptInFloat names layers that are not", seen, len(want))
+		t.Errorf("%d of the %d layers named here are in the network: a name here or in keptInFloat is not", seen, len(want))
 	}
 }
 

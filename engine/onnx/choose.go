@@ -17,7 +17,7 @@ const (
 	// CUNet is two U-Nets with squeeze-and-excitation blocks: the best
 	// the package has (Set5 ×2 37.25 dB), and the engine's first choice.
 	CUNet Architecture = "cunet"
-	// UpConv7 is seven convolutions and a transposed one, trained on
+	// UpConv7 is six convolutions and a transposed one, trained on
 	// art: 0.6 dB under cunet on Set5 ×2 (36.70 in float32, 36.49 to
 	// 36.65 in INT8), 2 dB over interpolation (34.6), at 1.1 to 3.7 times
 	// cunet's speed in the same precision (BENCHMARKS.md). The engine runs

@@ -64,8 +64,10 @@ const (
 	// INT8 runs most of each network's convolutions, sums and
 	// squeeze-and-excitation blocks on 8-bit integers (ONNX Runtime's
 	// QLinearConv and kin), calibrated by cmd/ncnn2onnx, and keeps in
-	// float32 the layers that set the image's values directly: the first
-	// U-Net's full-resolution level and the sum that makes the output.
+	// float32 the layers that set the image's values directly: cunet's
+	// first U-Net's full-resolution level and the sum that makes the
+	// output, upconv7's first three convolutions and the transposed one
+	// that makes the output.
 	INT8 Precision = "int8"
 	// BF16 multiplies bfloat16 values (float32's range, 8 bits of
 	// precision) and adds in float32, and keeps in float32 the values of
