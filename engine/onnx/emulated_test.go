@@ -33,7 +33,7 @@ const emulatedCPU = "EPYC-Milan-v1"
 // -runtime flag names. It reports, per architecture, the lowest PSNR of
 // each from float32 (here) and of the two from each other: the runtime's
 // AVX2 arithmetic, not its speed, since emulation is about a thousand
-// times slower (ONNX Runtime about 7 minutes, oneDNN about 25). It needs
+// times slower (ONNX Runtime about 7 minutes, oneDNN about 16). It needs
 // qemu-x86_64 (Debian's qemu-user) on an x86-64 machine:
 //
 //	go test -run '^$' -bench EmulatedAVX2 -benchtime 1x -timeout 1h ./engine/onnx -args -runtime onnxruntime
