@@ -88,8 +88,8 @@ func runTiles(b *testing.B, arch onnx.Architecture, precision onnx.Precision) []
 	}
 	defer network.Close()
 	var results [][]float32
+	side := onnxtest.PhotoTileSide
 	for _, x := range onnxtest.PhotoTiles(b) {
-		side := int(math.Sqrt(float64(len(x) / 3)))
 		out := make([]float32, 3*m.OutputSize(side)*m.OutputSize(side))
 		if err := network.Run(context.Background(), x, side, side, out); err != nil {
 			b.Fatal(err)

@@ -199,10 +199,13 @@ func networks() iter.Seq2[onnx.Architecture, upscale.Denoise] {
 	}
 }
 
-// PhotoTiles are 100² tiles of two photographs and a drawing from the
-// test images, as a network's input.
+// PhotoTileSide is the side of each of PhotoTiles, in pixels.
+const PhotoTileSide = 100
+
+// PhotoTiles are PhotoTileSide² tiles of two photographs and a drawing
+// from the test images, as a network's input.
 func PhotoTiles(t testing.TB) [][]float32 {
-	const n = 100
+	const n = PhotoTileSide
 	var tiles [][]float32
 	for _, src := range []struct {
 		file      string
@@ -259,8 +262,8 @@ func testPrecisions(t *testing.T, rt onnx.Runtime) {
 			}
 			t.Run(fmt.Sprintf("%s/%s/%s", precision, arch, level), func(t *testing.T) {
 				for i, x := range tiles {
-					want := r.run(t, arch, level, onnx.FP32, x, 100, 100)
-					got := r.run(t, arch, level, precision, x, 100, 100)
+					want := r.run(t, arch, level, onnx.FP32, x, PhotoTileSide, PhotoTileSide)
+					got := r.run(t, arch, level, precision, x, PhotoTileSide, PhotoTileSide)
 					psnr := TilePSNR(got, want)
 					if psnr < floor || psnr > 70 {
 						t.Errorf("tile %d: %s %.2f dB from float32, want %.0f to 70 (close, and not float32)", i, precision, psnr, floor)
