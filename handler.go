@@ -185,7 +185,7 @@ func (h *Handler) Load() Load {
 	if h.jobs == nil { // no job form: no queue to count
 		return load
 	}
-	if jobs, ok := h.jobDepth.count(h.cfg.Jobs); ok {
+	if jobs, ok := h.jobDepth.count(h.cfg.Jobs, h.cfg.Now()); ok {
 		load.JobsQueued, load.JobsRunning, load.JobsQueuedPixels = jobs.Queued, jobs.Running, jobs.QueuedPixels
 		if !jobs.OldestQueued.IsZero() {
 			load.OldestQueuedJob = max(h.cfg.Now().Sub(jobs.OldestQueued), 0)

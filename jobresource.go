@@ -104,8 +104,9 @@ func (h *Handler) cancelJob(ctx context.Context, job Job) (Job, error) {
 const cancelWait = 5 * time.Second
 
 // jobDepth is the queue's latest count of its jobs, taken at most once a
-// second however often it is read (a metrics scrape reads it once per
-// gauge, and every GET of a queued job's estimate).
+// second of the Handler's clock however often it is read (a metrics
+// scrape reads it once per gauge, and every GET of a queued job's
+// estimate).
 type jobDepth struct {
 	mu     sync.Mutex
 	at     time.Time
@@ -113,21 +114,21 @@ type jobDepth struct {
 	ok     bool
 }
 
-// count returns the queue's counts, and false when it cannot count or its
-// count fails.
-func (d *jobDepth) count(queue JobQueue) (JobCounts, bool) {
+// count returns the queue's counts at now, and false when it cannot
+// count or its count fails.
+func (d *jobDepth) count(queue JobQueue, now time.Time) (JobCounts, bool) {
 	counter, ok := queue.(JobCounter)
 	if !ok {
 		return JobCounts{}, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if time.Since(d.at) >= time.Second {
+	if now.Sub(d.at) >= time.Second || now.Before(d.at) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var err error
 		d.counts, err = counter.CountJobs(ctx)
-		d.ok, d.at = err == nil, time.Now()
+		d.ok, d.at = err == nil, now
 	}
 	return d.counts, d.ok
 }
@@ -140,7 +141,7 @@ func (h *Handler) estimate(job Job) Job {
 	if job.Status != JobQueued || job.Position == nil {
 		return job
 	}
-	counts, ok := h.jobDepth.count(h.cfg.Jobs)
+	counts, ok := h.jobDepth.count(h.cfg.Jobs, h.cfg.Now())
 	perImage := h.admission.imageTime()
 	if !ok || counts.Running == 0 || perImage == 0 {
 		return job

@@ -132,7 +132,7 @@ func TestJobEstimatedStart(t *testing.T) {
 	e.submit(keyFree, body(e.url("/small.png")))
 	<-u.Entered // the first job runs
 	queued, _ := e.submit(keyFree, body(e.url("/small.png")))
-	time.Sleep(1100 * time.Millisecond) // past the queue's count of a second ago
+	e.clock.Advance(time.Second) // past the queue's count of a second ago
 	j := e.job(queued, keyFree)
 	if j.Position == nil || *j.Position != 0 || j.EstimatedStart.Before(e.clock.Now().Truncate(time.Second)) {
 		t.Errorf("a job queued behind a running one: position %v, estimatedStart %v; want 0 and a time from now on", j.Position, j.EstimatedStart)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,9 +58,13 @@ func TestMetrics(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(source.Bytes()) }))
 	defer origin.Close()
 	ctx := context.Background()
+	// The handler's clock runs, so that the job's run takes time, and
+	// jumps past the job count's caching.
+	var ahead atomic.Int64
 	reg, h := newMeteredHandler(t, 2, upscale.Config{
 		Capacity: upscale.Capacity{EngineConcurrency: 2, QueueLength: 3},
 		Fetch:    upscale.FetchPolicy{AllowPrivateNetworks: true},
+		Now:      func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) },
 	})
 	if err := h.StartJobs(ctx); err != nil {
 		t.Fatal(err)
@@ -84,10 +89,17 @@ func TestMetrics(t *testing.T) {
 	send(http.MethodPost, "upk_test_unknown_0123456789", "", http.StatusUnauthorized)
 	send(http.MethodGet, key, "", http.StatusMethodNotAllowed)
 
-	time.Sleep(1100 * time.Millisecond) // past the job count's second of caching, which the job's submission took
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	ahead.Add(int64(time.Second)) // past the job count's second of caching, which the job's submission took
+	// The job's run is recorded as it ends, after its answer.
+	var families []*dto.MetricFamily
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if families, err = reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ended := value(families, "upscale_job_duration_seconds", map[string]string{"phase": "run"}); ended || time.Now().After(deadline) {
+			break
+		}
 	}
 	checks := []struct {
 		name   string
@@ -153,8 +165,7 @@ func TestQueuedWork(t *testing.T) {
 			t.Fatalf("submit: %d %s", w.Code, w.Body)
 		}
 	}
-	clock.Advance(90 * time.Second)
-	time.Sleep(1100 * time.Millisecond) // past the count's second of caching
+	clock.Advance(90 * time.Second) // also past the count's second of caching
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
