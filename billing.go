@@ -61,18 +61,28 @@ type Reversed struct {
 type SubscriptionStatus string
 
 // The states a subscription's plan is kept in (Active, PastDue: a renewal
-// payment failed and is being retried) or left in (the others).
+// payment failed and is being retried) or left in (the others), and the
+// ones it never leaves (Canceled, IncompleteExpired: its first payment
+// never came).
 const (
-	SubscriptionActive   SubscriptionStatus = "active"
-	SubscriptionPastDue  SubscriptionStatus = "past_due"
-	SubscriptionCanceled SubscriptionStatus = "canceled"
-	SubscriptionUnpaid   SubscriptionStatus = "unpaid"
+	SubscriptionActive            SubscriptionStatus = "active"
+	SubscriptionPastDue           SubscriptionStatus = "past_due"
+	SubscriptionCanceled          SubscriptionStatus = "canceled"
+	SubscriptionUnpaid            SubscriptionStatus = "unpaid"
+	SubscriptionIncompleteExpired SubscriptionStatus = "incomplete_expired"
 )
 
 // Live reports whether a subscription in status s keeps its plan: while
 // it is paid or on trial, and while a failed renewal is being retried.
 func (s SubscriptionStatus) Live() bool {
 	return s == SubscriptionActive || s == SubscriptionPastDue || s == "trialing"
+}
+
+// Ended reports whether a subscription in status s is over for good: a
+// provider never moves a canceled or expired subscription to another
+// state, so any other state of it was read before it ended.
+func (s SubscriptionStatus) Ended() bool {
+	return s == SubscriptionCanceled || s == SubscriptionIncompleteExpired
 }
 
 // PlanTerms is an account's subscription as its provider stated it at
@@ -90,12 +100,20 @@ type PlanTerms struct {
 	// or the end when CancelAtPeriodEnd.
 	PaidThrough       time.Time
 	CancelAtPeriodEnd bool
-	// AsOf is the provider's own time for this state. Terms older than
-	// those an account holds change nothing, so an event delivered late
-	// never undoes a newer state.
+	// AsOf is when the read of this state began: terms older than those
+	// an account holds change nothing, so neither an event delivered late
+	// nor a slow read undoes a newer state.
 	AsOf time.Time
 	// Event is the provider's event that reported the state.
 	Event string
+}
+
+// Supersedes reports whether terms t replace held, the terms an account
+// holds: t are as of later, and do not say that a subscription held as
+// Ended is not (it never lives again, so t were read before it ended,
+// whatever their AsOf). Every BillingLedger applies this rule.
+func (t PlanTerms) Supersedes(held PlanTerms) bool {
+	return t.AsOf.After(held.AsOf) && !(held.Subscription == t.Subscription && held.Status.Ended() && !t.Status.Ended())
 }
 
 // Purchase is a grant as the account's purchase history shows it, with
@@ -124,7 +142,9 @@ type BillingLedger interface {
 	// It returns an error wrapping ErrNotFound for an unknown grant.
 	Reverse(ctx context.Context, r Reversal) (Reversed, error)
 	// ApplyTerms puts t.AccountID on t.Plan and keeps t, unless the
-	// account holds terms as of t.AsOf or later: it reports whether it
+	// account holds terms that t do not supersede (Supersedes): terms as
+	// of t.AsOf or later, or terms in which t.Subscription has Ended
+	// while in t it has not, whatever t.AsOf. It reports whether it
 	// applied them. Units already reserved keep their reservations. It
 	// returns an error wrapping ErrNotFound for an unknown account.
 	ApplyTerms(ctx context.Context, t PlanTerms) (applied bool, err error)

@@ -82,7 +82,7 @@ func (l *MemoryLedger) ApplyTerms(_ context.Context, t PlanTerms) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	if held, ok := l.billing.terms[t.AccountID]; ok && !t.AsOf.After(held.AsOf) {
+	if held, ok := l.billing.terms[t.AccountID]; ok && !t.Supersedes(held) {
 		return false, nil
 	}
 	l.billing.terms[t.AccountID] = t

@@ -12,15 +12,24 @@ import (
 
 // Seller sells credit packs and plans to the signed-in account through a
 // payment provider's own pages: billing/stripebilling's Billing is one.
+// Checkout, Portal and Fulfil are called for a page: each returns within
+// a bound of a few seconds, and an error wrapping upscale.ErrUnavailable
+// when the provider did not answer in time or failed in a way that may
+// pass, which the page answers 503 with a Retry-After.
 type Seller interface {
 	// Offers lists what is on sale.
 	Offers() []upscale.Offer
 	// Checkout starts accountID's purchase of price and returns the
-	// provider's checkout page to send the buyer to.
+	// provider's checkout page to send the buyer to. Nothing is charged
+	// when it fails, and trying again makes nothing twice.
 	Checkout(ctx context.Context, accountID, price string) (string, error)
+	// Customer reports whether accountID is the provider's customer,
+	// with receipts and payment details that Portal shows, without
+	// calling the provider.
+	Customer(ctx context.Context, accountID string) (bool, error)
 	// Portal returns the provider's page where accountID manages its
 	// subscription and finds its receipts; an error wrapping
-	// upscale.ErrNotFound when the account never bought anything.
+	// upscale.ErrNotFound when the account is no customer.
 	Portal(ctx context.Context, accountID string) (string, error)
 	// Fulfil applies checkout sessionID of accountID as the provider
 	// reports it now, once, and returns what it offered and whether it
@@ -43,9 +52,11 @@ type billingPage struct {
 	Subscribed bool
 	Packs      []upscale.Offer
 	Plans      []upscale.Offer
-	Purchases  []upscale.Purchase
-	// Customer is whether the account ever bought anything: it has
-	// receipts.
+	// Purchases are the credits the account paid for; Bonuses the share
+	// bonus its share link earned, which is no purchase.
+	Purchases, Bonuses []upscale.Purchase
+	// Customer is whether the account is the Seller's customer: it has
+	// receipts and payment details in the provider's portal.
 	Customer bool
 	// Done is the checkout the buyer came back from, and Paid whether
 	// its payment is made.
@@ -72,14 +83,27 @@ func (d *Dashboard) renderBilling(w http.ResponseWriter, r *http.Request, accoun
 		d.fail(w, r, account, "read the subscription", err)
 		return
 	}
-	purchases, err := ledger.Purchases(ctx, account)
+	grants, err := ledger.Purchases(ctx, account)
 	if err != nil {
 		d.fail(w, r, account, "read the purchases", err)
 		return
 	}
+	customer, err := d.cfg.Seller.Customer(ctx, account)
+	if err != nil {
+		d.fail(w, r, account, "tell whether the account is a customer", err)
+		return
+	}
 	page := billingPage{
 		frame: d.frame(r, account, "billing"), Plan: b.Plan, Pools: pools(b), Terms: terms, Subscribed: terms.Status.Live(),
-		Purchases: purchases, Customer: len(purchases) > 0 || terms.Subscription != "", Done: done, Paid: paid,
+		Customer: customer, Done: done, Paid: paid,
+	}
+	for _, g := range grants {
+		// A payment fills credits; share bonus is earned (ShareBonus).
+		if g.Pool == upscale.PoolCredit {
+			page.Purchases = append(page.Purchases, g)
+		} else {
+			page.Bonuses = append(page.Bonuses, g)
+		}
 	}
 	for _, o := range d.cfg.Seller.Offers() {
 		if o.Subscription() {
@@ -114,7 +138,7 @@ func (d *Dashboard) checkout(w http.ResponseWriter, r *http.Request, account str
 		return
 	}
 	if err != nil {
-		d.fail(w, r, account, "start a checkout", err)
+		d.sellerFailed(w, r, account, "start a checkout", err, "The payment service is not answering just now; nothing was charged. Try again in a minute.")
 		return
 	}
 	d.cfg.Logger.Info("dashboard: checkout started", "account", account, "price", price)
@@ -129,7 +153,7 @@ func (d *Dashboard) portal(w http.ResponseWriter, r *http.Request, account strin
 		return
 	}
 	if err != nil {
-		d.fail(w, r, account, "open the billing portal", err)
+		d.sellerFailed(w, r, account, "open the billing portal", err, "The payment service is not answering just now. Try again in a minute.")
 		return
 	}
 	http.Redirect(w, r, url, http.StatusSeeOther)
@@ -141,12 +165,28 @@ func (d *Dashboard) portal(w http.ResponseWriter, r *http.Request, account strin
 func (d *Dashboard) done(w http.ResponseWriter, r *http.Request, account string) {
 	checkout, paid, err := d.cfg.Seller.Fulfil(r.Context(), account, r.URL.Query().Get("session"))
 	if errors.Is(err, upscale.ErrNotFound) {
-		d.render(w, r, http.StatusNotFound, "notfound", d.frame(r, account, "billing"))
+		d.notFound(w, r, account, "billing", "This account made no such checkout; its receipt, if any, is on the Billing page.", "Billing")
 		return
 	}
 	if err != nil {
-		d.fail(w, r, account, "look the checkout up", err)
+		d.sellerFailed(w, r, account, "look the checkout up", err,
+			"The payment service is not answering just now, so this page cannot show your checkout yet; a payment made is added as soon as the payment service reports it. Try again in a minute.")
 		return
 	}
 	d.renderBilling(w, r, account, &checkout, paid)
+}
+
+// sellerFailed answers err, the Seller's failure to do action, for a
+// page: when the provider is out of reach for the moment (an error
+// wrapping upscale.ErrUnavailable), 503 with a Retry-After and
+// unavailable, a sentence that says what became of the payment; any
+// other error as fail does.
+func (d *Dashboard) sellerFailed(w http.ResponseWriter, r *http.Request, account, action string, err error, unavailable string) {
+	if !errors.Is(err, upscale.ErrUnavailable) {
+		d.fail(w, r, account, action, err)
+		return
+	}
+	d.cfg.Logger.Warn("dashboard: "+action+": the payment provider is not answering", "account", account, "err", err)
+	w.Header().Set("Retry-After", "60")
+	http.Error(w, unavailable, http.StatusServiceUnavailable)
 }

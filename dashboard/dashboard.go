@@ -254,6 +254,19 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, p
 	w.Write(b.Bytes())
 }
 
+// notFoundPage says what the account has none of, and leads back to the
+// page of its Nav, named Back.
+type notFoundPage struct {
+	frame
+	Message, Back string
+}
+
+// notFound answers 404 with message, leading back to nav's page, named
+// back.
+func (d *Dashboard) notFound(w http.ResponseWriter, r *http.Request, account, nav, message, back string) {
+	d.render(w, r, http.StatusNotFound, "notfound", notFoundPage{frame: d.frame(r, account, nav), Message: message, Back: back})
+}
+
 // fail answers a store's failure with a page that says so, logging it.
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, account, action string, err error) {
 	d.cfg.Logger.Error("dashboard: "+action, "account", account, "err", err)

@@ -254,7 +254,7 @@ type revokePage struct {
 // account's, a revoked one, an unknown one, and an ID no key can have
 // alike.
 func (d *Dashboard) keyNotFound(w http.ResponseWriter, r *http.Request, account string) {
-	d.render(w, r, http.StatusNotFound, "notfound", d.frame(r, account, "keys"))
+	d.notFound(w, r, account, "keys", "This account has no such key, or it is revoked already.", "your API keys")
 }
 
 // The revoke pages take the key's ID from a path that is anyone's: an ID

@@ -126,8 +126,8 @@ func (s *Store) Reverse(ctx context.Context, r upscale.Reversal) (upscale.Revers
 }
 
 // ApplyTerms implements upscale.BillingLedger: t.Plan is saved as
-// PutPlan saves it, and the account moved to it, unless its terms are as
-// of t.AsOf or later.
+// PutPlan saves it, and the account moved to it, unless t do not
+// supersede the account's terms (upscale.PlanTerms.Supersedes).
 func (s *Store) ApplyTerms(ctx context.Context, t upscale.PlanTerms) (applied bool, err error) {
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE accounts SET plan = plan WHERE id = $1`, t.AccountID) // lock it
@@ -137,13 +137,16 @@ func (s *Store) ApplyTerms(ctx context.Context, t upscale.PlanTerms) (applied bo
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return cmpErr(err, notFound("account", t.AccountID))
 		}
+		var held upscale.PlanTerms
 		var asOf int64
-		switch err := tx.QueryRowContext(ctx, `SELECT as_of FROM billing_terms WHERE account_id = $1`, t.AccountID).Scan(&asOf); {
+		err = tx.QueryRowContext(ctx, `SELECT subscription, status, as_of FROM billing_terms WHERE account_id = $1`, t.AccountID).Scan(&held.Subscription, &held.Status, &asOf)
+		held.AsOf = time.Unix(0, asOf)
+		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return err
-		case asOf >= t.AsOf.UnixNano():
-			return nil // older than what it holds
+		case !t.Supersedes(held):
+			return nil // older than what it holds, or of a subscription it holds as ended
 		}
 		if err := putPlan(ctx, tx, t.Plan); err != nil {
 			return err

@@ -24,8 +24,9 @@ type BillingHarness interface {
 // payment once: a grant once per ID, also among 50 concurrent deliveries;
 // a reversal once per ID, never more than its grant, never below a zero
 // balance, with the shortfall recorded and units already reserved kept;
-// plan terms by the provider's time, so that an older state never undoes
-// a newer one. newLedger must return an empty ledger that uses opts.
+// plan terms by the time of their read, so that an older state never
+// undoes a newer one, and a subscription once ended never lives again.
+// newLedger must return an empty ledger that uses opts.
 func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.LedgerOptions) BillingHarness) {
 	at := time.Date(2026, time.March, 10, 12, 0, 0, 0, time.UTC)
 	ctx := context.Background()
@@ -232,6 +233,43 @@ func TestBillingLedger(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 		}
 		if terms, err := l.Terms(ctx, "a"); err != nil || !terms.AsOf.Equal(ended.AsOf) || terms.Status != upscale.SubscriptionCanceled || terms.Subscription != "sub_1" || !terms.PaidThrough.Equal(ended.PaidThrough) {
 			t.Errorf("terms %+v, %v; want the ended subscription's", terms, err)
+		}
+	})
+
+	t.Run("EndedStaysEnded", func(t *testing.T) {
+		l := setup(t, upscale.Account{ID: "a", Plan: FreePlan})
+		terms := func(sub string, status upscale.SubscriptionStatus, minutes int) upscale.PlanTerms {
+			plan := FreePlan
+			if status.Live() {
+				plan = UnlimitedPlan
+			}
+			return upscale.PlanTerms{AccountID: "a", Plan: plan, Subscription: sub, Status: status,
+				PaidThrough: at.AddDate(0, 1, 0), AsOf: at.Add(time.Duration(minutes) * time.Minute), Event: fmt.Sprintf("evt_%s_%d", sub, minutes)}
+		}
+		for _, step := range []struct {
+			terms   upscale.PlanTerms
+			applied bool
+			plan    upscale.Plan
+		}{
+			{terms("sub_1", upscale.SubscriptionActive, 1), true, UnlimitedPlan},
+			{terms("sub_1", upscale.SubscriptionCanceled, 2), true, FreePlan},
+			// A read of sub_1 that began before it was canceled and
+			// returned later, as of a later time: it never lives again.
+			{terms("sub_1", upscale.SubscriptionActive, 3), false, FreePlan},
+			{terms("sub_1", upscale.SubscriptionPastDue, 4), false, FreePlan},
+			{terms("sub_2", upscale.SubscriptionActive, 5), true, UnlimitedPlan}, // a new subscription does
+			{terms("sub_2", upscale.SubscriptionIncompleteExpired, 6), true, FreePlan},
+			{terms("sub_2", upscale.SubscriptionActive, 7), false, FreePlan},
+		} {
+			if applied, err := l.ApplyTerms(ctx, step.terms); err != nil || applied != step.applied {
+				t.Fatalf("ApplyTerms(%s %s as of %v): applied %v, %v; want %v", step.terms.Subscription, step.terms.Status, step.terms.AsOf, applied, err, step.applied)
+			}
+			if b, err := l.Balance(ctx, "a"); err != nil || b.Plan != step.plan {
+				t.Fatalf("after %s %s as of %v: plan %+v, %v; want %+v", step.terms.Subscription, step.terms.Status, step.terms.AsOf, b.Plan, err, step.plan)
+			}
+		}
+		if held, err := l.Terms(ctx, "a"); err != nil || held.Subscription != "sub_2" || held.Status != upscale.SubscriptionIncompleteExpired {
+			t.Errorf("terms %+v, %v; want sub_2's end", held, err)
 		}
 	})
 

@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/stripe/stripe-go/v84"
@@ -39,7 +41,9 @@ type Options struct {
 	// tests against stripe-mock or a fake. Empty means Stripe's.
 	APIBase string
 	// HTTPClient makes the calls to Stripe. Nil means one with a 30 s
-	// timeout.
+	// timeout for each attempt; stripe-go tries a call that failed on
+	// the network or with a 5xx twice more. PageTimeout bounds them all
+	// for a page.
 	HTTPClient *http.Client
 	Ledger     upscale.BillingLedger
 	Checkouts  upscale.CheckoutStore
@@ -54,6 +58,13 @@ type Options struct {
 	// page can look the session up (Fulfil). ReturnURL is where the
 	// Customer Portal returns.
 	SuccessURL, CancelURL, ReturnURL string
+	// PageTimeout bounds what Checkout, Portal and Fulfil do for one page,
+	// their calls to Stripe and stripe-go's retries of them included, so
+	// that Stripe slow or down never holds a page: past it they return
+	// an error wrapping upscale.ErrUnavailable. Zero means 10 s. The
+	// webhook is no page: its calls are bounded by HTTPClient's timeout
+	// alone, since Stripe waits for it and sends again what failed.
+	PageTimeout time.Duration
 	// Logger receives what the webhook could not apply. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -63,8 +74,35 @@ type Options struct {
 
 // Billing is a Stripe seller for one host. It is safe for concurrent use.
 type Billing struct {
-	opts   Options
-	client *stripe.Client
+	opts    Options
+	client  *stripe.Client
+	doubles atomic.Uint64
+	// refused counts RefusedEvents; refusalLog keeps their log to a
+	// line a minute (Webhook).
+	refused    atomic.Uint64
+	refusalLog refusalLog
+}
+
+// Stats are counts of what a Billing met since New, for the host to
+// export as metrics.
+type Stats struct {
+	// DoubleSubscriptions counts the times a live subscription's state
+	// was applied while its customer had another live one at Stripe: two
+	// plan checkouts paid in the same moment, each billed. Each is logged
+	// at ERROR, naming the account and the subscriptions, for the
+	// operator to cancel and refund all but one (Doubles lists them); it
+	// goes on counting, with each event of either, until then.
+	DoubleSubscriptions uint64
+	// RefusedEvents counts the webhook's events refused because their
+	// signature did not verify: forgeries, replays past the tolerance, or
+	// events signed with another secret than WebhookSecret. They are
+	// logged at WARN in one line a minute at most, with how many since.
+	RefusedEvents uint64
+}
+
+// Stats returns the counts so far.
+func (b *Billing) Stats() Stats {
+	return Stats{DoubleSubscriptions: b.doubles.Load(), RefusedEvents: b.refused.Load()}
 }
 
 // ErrSubscribed means the account already has a live subscription: it
@@ -99,6 +137,10 @@ func New(opts Options) (*Billing, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
+	if opts.PageTimeout < 0 {
+		return nil, fmt.Errorf("stripebilling: PageTimeout %v: want a positive bound, or zero for 10 s", opts.PageTimeout)
+	}
+	opts.PageTimeout = cmp.Or(opts.PageTimeout, 10*time.Second)
 	config := &stripe.BackendConfig{HTTPClient: opts.HTTPClient, LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelError}}
 	if opts.APIBase != "" {
 		config.URL = stripe.String(opts.APIBase)
@@ -131,10 +173,23 @@ func (b *Billing) offer(price string) (upscale.Offer, bool) {
 
 // Checkout makes a Checkout Session in which accountID buys price, a
 // pack's or a plan's, and returns its URL. The session is recorded with
-// what it offers before its URL is given out. It returns ErrSubscribed
-// for a plan when the account has a live subscription, and an error
-// wrapping upscale.ErrInvalidRequest for a price not on offer.
-func (b *Billing) Checkout(ctx context.Context, accountID, price string) (string, error) {
+// what it offers before its URL is given out. A plan's expires the
+// account's open plan sessions first, so that of two plan checkouts only
+// the newer can be paid. It returns ErrSubscribed for a plan when the
+// account has a live subscription, and an error wrapping
+// upscale.ErrInvalidRequest for a price not on offer.
+//
+// It does all this within PageTimeout, or returns an error wrapping
+// upscale.ErrUnavailable, as it does when Stripe answers 5xx or cannot be
+// reached: nothing was charged, and trying again is safe. The account's
+// customer is made under an idempotency key of the account, so a retry
+// gets the one that a late answer brought no word of. A session that
+// Stripe made but whose answer came too late is neither recorded nor
+// given out: no one can pay it, Stripe expires it unpaid after 24 hours,
+// and its events change nothing (a session this host did not record).
+func (b *Billing) Checkout(ctx context.Context, accountID, price string) (_ string, err error) {
+	ctx, done := b.forPage(ctx)
+	defer func() { err = done(err) }()
 	offer, ok := b.offer(price)
 	if !ok {
 		return "", upscale.Explain(upscale.ErrInvalidRequest, "Price %q is not on offer.", price)
@@ -162,6 +217,11 @@ func (b *Billing) Checkout(ctx context.Context, accountID, price string) (string
 		return "", err
 	}
 	params.Customer = stripe.String(customer)
+	if offer.Subscription() {
+		if err := b.expirePlanCheckouts(ctx, customer); err != nil {
+			return "", err
+		}
+	}
 	params.SetIdempotencyKey("upscale-checkout-" + accountID + "-" + rand.Text())
 	session, err := b.client.V1CheckoutSessions.Create(ctx, params)
 	if err != nil {
@@ -172,6 +232,53 @@ func (b *Billing) Checkout(ctx context.Context, accountID, price string) (string
 		return "", err
 	}
 	return session.URL, nil
+}
+
+// expirePlanCheckouts expires customer's open plan (subscription mode)
+// Checkout Sessions: an account pays for one plan at a time, and a
+// second session paid would be a second subscription, billed beside the
+// first. One being paid as this runs cannot be expired, and fails the
+// checkout.
+func (b *Billing) expirePlanCheckouts(ctx context.Context, customer string) error {
+	params := &stripe.CheckoutSessionListParams{Customer: stripe.String(customer), Status: stripe.String(string(stripe.CheckoutSessionStatusOpen))}
+	for s, err := range b.client.V1CheckoutSessions.List(ctx, params) {
+		if err != nil {
+			return fmt.Errorf("stripebilling: list the account's open checkout sessions: %w", err)
+		}
+		if s.Mode != stripe.CheckoutSessionModeSubscription {
+			continue
+		}
+		if _, err := b.client.V1CheckoutSessions.Expire(ctx, url.PathEscape(s.ID), nil); err != nil {
+			return fmt.Errorf("stripebilling: expire the account's open plan checkout %s: %w", s.ID, err)
+		}
+	}
+	return nil
+}
+
+// forPage bounds ctx by PageTimeout for what a page asks of Stripe, and
+// returns the func that ends the bound and turns the page's error into
+// one wrapping upscale.ErrUnavailable when trying again later may cure
+// it: Stripe did not answer in time, could not be reached, or answered
+// 5xx or 429. A buyer who went away (ctx canceled) is not Stripe's
+// outage.
+func (b *Billing) forPage(ctx context.Context) (context.Context, func(error) error) {
+	ctx, cancel := context.WithTimeout(ctx, b.opts.PageTimeout)
+	return ctx, func(err error) error {
+		cancel()
+		var apiErr *stripe.Error
+		var netErr net.Error
+		switch {
+		case err == nil || errors.Is(err, upscale.ErrUnavailable) || errors.Is(err, context.Canceled):
+			return err
+		case errors.As(err, &apiErr):
+			if apiErr.HTTPStatusCode < http.StatusInternalServerError && apiErr.HTTPStatusCode != http.StatusTooManyRequests {
+				return err
+			}
+		case !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &netErr):
+			return err
+		}
+		return fmt.Errorf("%w: %w", upscale.ErrUnavailable, err)
+	}
 }
 
 // customer returns accountID's Stripe customer, made the first time:
@@ -194,8 +301,12 @@ func (b *Billing) customer(ctx context.Context, accountID string) (string, error
 // Portal makes a Customer Portal session for accountID, where it manages
 // or cancels its subscription and finds its receipts, and returns its
 // URL. It returns an error wrapping upscale.ErrNotFound when the account
-// never bought anything (it is no customer yet).
-func (b *Billing) Portal(ctx context.Context, accountID string) (string, error) {
+// never bought anything (it is no customer yet), and one wrapping
+// upscale.ErrUnavailable when Stripe did not answer within PageTimeout,
+// answered 5xx or could not be reached.
+func (b *Billing) Portal(ctx context.Context, accountID string) (_ string, err error) {
+	ctx, done := b.forPage(ctx)
+	defer func() { err = done(err) }()
 	customer, err := b.opts.Checkouts.Customer(ctx, accountID)
 	if err != nil {
 		return "", err
@@ -209,14 +320,29 @@ func (b *Billing) Portal(ctx context.Context, accountID string) (string, error) 
 	return s.URL, nil
 }
 
+// Customer reports whether accountID has a Stripe customer, made by its
+// first checkout: whether Portal has receipts and payment details to
+// show it. It asks the CheckoutStore, never Stripe.
+func (b *Billing) Customer(ctx context.Context, accountID string) (bool, error) {
+	_, err := b.opts.Checkouts.Customer(ctx, accountID)
+	if errors.Is(err, upscale.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Fulfil looks up Checkout Session sessionID, which accountID made, and
 // applies it as its webhook event would: a buyer who reaches the success
 // page before the webhook sees the credits, by the same grant, made once.
 // It returns what the session offered, and whether it is paid: a delayed
 // method (a bank debit) is still processing while it is not. It returns
 // an error wrapping upscale.ErrNotFound for a session the account did not
-// make.
-func (b *Billing) Fulfil(ctx context.Context, accountID, sessionID string) (upscale.Checkout, bool, error) {
+// make, and one wrapping upscale.ErrUnavailable when Stripe did not
+// answer within PageTimeout, answered 5xx or could not be reached: the
+// webhook applies the session then, when Stripe sends its event.
+func (b *Billing) Fulfil(ctx context.Context, accountID, sessionID string) (_ upscale.Checkout, _ bool, err error) {
+	ctx, done := b.forPage(ctx)
+	defer func() { err = done(err) }()
 	record, err := b.opts.Checkouts.Checkout(ctx, sessionID)
 	if err != nil {
 		return upscale.Checkout{}, false, err
@@ -263,14 +389,19 @@ func (b *Billing) applySession(ctx context.Context, s *stripe.CheckoutSession, e
 
 // syncSubscription reads subscription id as Stripe holds it now and
 // applies its state to its account: never a change in the order events
-// arrive, always the current state, read at a time later than any state
-// applied before it (the terms' AsOf).
+// arrive, always the current state, as of when its read began (the
+// terms' AsOf). An account keeps its plan while any subscription of its
+// customer lives: when id has ended beside a live one, the live one's
+// state is applied; when two live, both billed, it is logged at ERROR and
+// counted (Stats).
 func (b *Billing) syncSubscription(ctx context.Context, id, event string) error {
+	// Before the read, so that a read that began before a later event's
+	// is older than it, however slowly Stripe answers.
+	asOf := b.opts.Now()
 	sub, err := b.client.V1Subscriptions.Retrieve(ctx, url.PathEscape(id), nil)
 	if err != nil {
 		return fmt.Errorf("stripebilling: read subscription %s: %w", id, err)
 	}
-	asOf := b.opts.Now()
 	if sub.Customer == nil {
 		return fmt.Errorf("stripebilling: subscription %s has no customer", id)
 	}
@@ -282,20 +413,22 @@ func (b *Billing) syncSubscription(ctx context.Context, id, event string) error 
 	if err != nil {
 		return err
 	}
+	others, err := b.liveSubscriptions(ctx, sub.Customer.ID, sub.ID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(others) > 0 && upscale.SubscriptionStatus(sub.Status).Live():
+		b.doubles.Add(1)
+		b.opts.Logger.Error("stripebilling: an account has two live subscriptions, each billed; cancel and refund all but one (standalone billing doubles lists them)",
+			"account", account, "subscription", sub.ID, "others", subscriptionIDs(others), "event", event)
+	case len(others) > 0:
+		b.opts.Logger.Info("stripebilling: a subscription ended beside the account's live one; the live one's state applies", "account", account, "subscription", sub.ID, "live", others[0].ID, "event", event)
+		sub = others[0]
+	}
 	terms := upscale.PlanTerms{
 		AccountID: account, Plan: b.opts.FreePlan, Subscription: sub.ID, Status: upscale.SubscriptionStatus(sub.Status),
 		CancelAtPeriodEnd: sub.CancelAtPeriodEnd, AsOf: asOf, Event: event,
-	}
-	if !terms.Status.Live() {
-		held, err := b.opts.Ledger.Terms(ctx, account)
-		if err != nil {
-			return err
-		}
-		if held.Subscription != sub.ID && held.Status.Live() {
-			// An older subscription ending says nothing of the live one.
-			b.opts.Logger.Info("stripebilling: a subscription ended beside the account's live one; its plan stays", "subscription", sub.ID, "live", held.Subscription, "event", event)
-			return nil
-		}
 	}
 	if sub.Items != nil && len(sub.Items.Data) > 0 {
 		item := sub.Items.Data[0]
@@ -306,6 +439,30 @@ func (b *Billing) syncSubscription(ctx context.Context, id, event string) error 
 	}
 	_, err = b.opts.Ledger.ApplyTerms(ctx, terms)
 	return err
+}
+
+// liveSubscriptions returns customer's live subscriptions at Stripe,
+// all but except.
+func (b *Billing) liveSubscriptions(ctx context.Context, customer, except string) ([]*stripe.Subscription, error) {
+	var live []*stripe.Subscription
+	for s, err := range b.client.V1Subscriptions.List(ctx, &stripe.SubscriptionListParams{Customer: stripe.String(customer)}) {
+		if err != nil {
+			return nil, fmt.Errorf("stripebilling: list the customer's subscriptions: %w", err)
+		}
+		if s.ID != except && upscale.SubscriptionStatus(s.Status).Live() {
+			live = append(live, s)
+		}
+	}
+	return live, nil
+}
+
+// subscriptionIDs are subs' IDs.
+func subscriptionIDs(subs []*stripe.Subscription) []string {
+	ids := make([]string, len(subs))
+	for i, s := range subs {
+		ids[i] = s.ID
+	}
+	return ids
 }
 
 // priceID is p's ID, "" for none.

@@ -1,6 +1,7 @@
 package stripebilling_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -42,7 +43,9 @@ type seller struct {
 	webhook http.Handler
 }
 
-func newSeller(t *testing.T, ledger upscale.BillingLedger) *seller {
+// newSeller returns a seller on ledger (nil: a MemoryLedger), its
+// Options changed by configure.
+func newSeller(t *testing.T, ledger upscale.BillingLedger, configure ...func(*stripebilling.Options)) *seller {
 	t.Helper()
 	ctx := context.Background()
 	if ledger == nil {
@@ -55,14 +58,18 @@ func newSeller(t *testing.T, ledger upscale.BillingLedger) *seller {
 		ledger = memory
 	}
 	fake := stripetest.New(t, webhookSecret)
-	b, err := stripebilling.New(stripebilling.Options{
+	opts := stripebilling.Options{
 		SecretKey: "sk_test_0123456789", WebhookSecret: webhookSecret, APIBase: fake.URL,
 		Ledger: ledger, Checkouts: upscale.NewMemoryCheckoutStore(),
 		Offers: []upscale.Offer{pack, unlimited}, FreePlan: noFree,
 		SuccessURL: "https://app.test/dashboard/billing/done?session={CHECKOUT_SESSION_ID}",
 		CancelURL:  "https://app.test/dashboard/billing", ReturnURL: "https://app.test/dashboard/billing",
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, c := range configure {
+		c(&opts)
+	}
+	b, err := stripebilling.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,9 +487,10 @@ func TestRequestShapes(t *testing.T) {
 		t.Errorf("Check: %v", err)
 	}
 	// Events whose objects lead to look-ups: stripe-mock answers its
-	// fixtures, of customers and sessions this host never made, so they
-	// change nothing here; what is checked is that every look-up is
-	// accepted.
+	// fixtures, of customers and sessions this host never made (a
+	// subscription's customer is taken as a's, so that the look-up of its
+	// other subscriptions is made too); what is checked is that every
+	// look-up is accepted.
 	for _, e := range []stripetest.Event{
 		fake.Event("customer.subscription.updated", map[string]any{"id": "sub_123", "object": "subscription"}),
 		fake.Event("invoice.paid", map[string]any{"id": "in_1", "object": "invoice", "parent": map[string]any{"subscription_details": map[string]any{"subscription": "sub_123"}}}),
@@ -495,10 +503,15 @@ func TestRequestShapes(t *testing.T) {
 	}
 }
 
-// recordingCheckouts is a CheckoutStore that lists the checkouts put.
+// recordingCheckouts is a CheckoutStore that lists the checkouts put,
+// and takes every customer for account a.
 type recordingCheckouts struct {
 	upscale.CheckoutStore
 	ids []string
+}
+
+func (c *recordingCheckouts) CustomerAccount(context.Context, string) (string, error) {
+	return "a", nil
 }
 
 func (c *recordingCheckouts) PutCheckout(ctx context.Context, checkout upscale.Checkout) error {
@@ -648,4 +661,117 @@ func TestReviewedEdges(t *testing.T) {
 			t.Errorf("terms %+v, %v; want the second subscription's", terms, err)
 		}
 	})
+}
+
+// TestOnePlanCheckoutOpen: a plan checkout made while another of the
+// account's is open expires the open one at Stripe, so that only the
+// newer can be paid; packs' sessions, and other accounts', stay open.
+func TestOnePlanCheckoutOpen(t *testing.T) {
+	s := newSeller(t, nil)
+	packBefore := s.checkout(t, "a", pack.Price)
+	first := s.checkout(t, "a", unlimited.Price)
+	second := s.checkout(t, "a", unlimited.Price)
+	packAfter := s.checkout(t, "a", pack.Price)
+	others := s.checkout(t, "b", unlimited.Price)
+	for id, want := range map[string]string{packBefore: "open", first: "expired", second: "open", packAfter: "open", others: "open"} {
+		if got := s.fake.SessionStatus(id); got != want {
+			t.Errorf("session %s: %s, want %s", id, got, want)
+		}
+	}
+	buyer := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := buyer.PostForm(s.fake.URL+"/checkout/"+first, nil) // Pay, in the first session's tab
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGone {
+		t.Errorf("paying the first session: %s, want 410: it is expired", resp.Status)
+	}
+	s.deliver(t, s.fake.Pay(second, 2900), http.StatusOK)
+	if b := s.balance(t, "a"); b.Plan != upscaletest.UnlimitedPlan {
+		t.Errorf("plan after paying the second session: %+v, want unlimited", b.Plan)
+	}
+}
+
+// TestTwoSubscriptionsPaidAtOnce: two plan sessions paid in the same
+// moment (the second made once the first was paid, before its event
+// came) make two live subscriptions. Each event that finds both is
+// logged at ERROR, naming the account and both, and counted, and Doubles
+// lists the account. Cancelling the subscription the account's terms
+// name leaves it on the plan while the other lives; cancelling that too
+// returns it to the free plan.
+func TestTwoSubscriptionsPaidAtOnce(t *testing.T) {
+	ctx := context.Background()
+	var log bytes.Buffer // slog's handler writes one line at a time
+	s := newSeller(t, nil, func(o *stripebilling.Options) { o.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
+	first := s.checkout(t, "a", unlimited.Price)
+	paidFirst := s.fake.Pay(first, 2900)
+	second := s.checkout(t, "a", unlimited.Price)
+	paidSecond := s.fake.Pay(second, 2900)
+	s.deliver(t, paidFirst, http.StatusOK)
+	s.deliver(t, paidSecond, http.StatusOK)
+	subs := []string{s.fake.Subscription(first), s.fake.Subscription(second)}
+	if got, want := s.Stats().DoubleSubscriptions, uint64(2); got != want {
+		t.Errorf("DoubleSubscriptions %d, want %d: each payment's event found both", got, want)
+	}
+	for _, line := range strings.SplitAfter(strings.TrimSpace(log.String()), "\n") {
+		if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "account=a ") || !strings.Contains(line, subs[0]) || !strings.Contains(line, subs[1]) {
+			t.Errorf("log line %q; want ERROR naming account a and both subscriptions", line)
+		}
+	}
+	doubles, err := s.Doubles(ctx)
+	if err != nil || len(doubles) != 1 || doubles[0].AccountID != "a" || !slices.Equal(slices.Sorted(slices.Values(doubles[0].Subscriptions)), subs) {
+		t.Errorf("Doubles: %+v, %v; want account a with %v", doubles, err, subs)
+	}
+
+	terms, err := s.ledger.Terms(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, other := subs[0], subs[1]
+	if terms.Subscription == other {
+		named, other = other, named
+	}
+	s.deliver(t, s.fake.UpdateSubscription(named, "customer.subscription.deleted", "canceled", false), http.StatusOK)
+	if b := s.balance(t, "a"); b.Plan != upscaletest.UnlimitedPlan {
+		t.Errorf("plan once one of two live subscriptions was cancelled: %+v, want unlimited while the other lives", b.Plan)
+	}
+	if terms, err := s.ledger.Terms(ctx, "a"); err != nil || terms.Subscription != other || terms.Status != upscale.SubscriptionActive {
+		t.Errorf("terms %+v, %v; want the live subscription %s's", terms, err, other)
+	}
+	if doubles, err := s.Doubles(ctx); err != nil || len(doubles) != 0 {
+		t.Errorf("Doubles once one was cancelled: %+v, %v; want none", doubles, err)
+	}
+	s.deliver(t, s.fake.UpdateSubscription(other, "customer.subscription.deleted", "canceled", false), http.StatusOK)
+	if b := s.balance(t, "a"); b.Plan != noFree {
+		t.Errorf("plan once both were cancelled: %+v, want the free plan", b.Plan)
+	}
+}
+
+// TestSlowReadBeforeCancellation: a read of the subscription that began
+// before its cancellation and returned after it (Stripe answering
+// slowly) changes nothing: the cancelled account stays on the free plan.
+func TestSlowReadBeforeCancellation(t *testing.T) {
+	ctx := context.Background()
+	s := newSeller(t, nil)
+	id := s.checkout(t, "a", unlimited.Price)
+	s.deliver(t, s.fake.Pay(id, 2900), http.StatusOK)
+	sub := s.fake.Subscription(id)
+	renewed := s.fake.UpdateSubscription(sub, "invoice.paid", "active", false)
+	started, release := s.fake.HoldRead(sub)
+	defer release()
+	answered := make(chan int, 1)
+	go func() { answered <- s.fake.Deliver(s.webhook, renewed) }()
+	<-started // the renewal's read has taken the active state
+	s.deliver(t, s.fake.UpdateSubscription(sub, "customer.subscription.deleted", "canceled", false), http.StatusOK)
+	release()
+	if got := <-answered; got != http.StatusOK {
+		t.Fatalf("the renewal answered %d", got)
+	}
+	if b := s.balance(t, "a"); b.Plan != noFree {
+		t.Errorf("plan after the slow read of the active subscription returned: %+v, want the free plan", b.Plan)
+	}
+	if terms, err := s.ledger.Terms(ctx, "a"); err != nil || terms.Status != upscale.SubscriptionCanceled {
+		t.Errorf("terms %+v, %v; want canceled", terms, err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/stripe/stripe-go/v84"
@@ -23,10 +24,11 @@ const maxEventBytes = 256 << 10
 // Webhook is the endpoint Stripe sends its events to. An event whose
 // signature does not verify (the webhook secret, within webhook's 300 s
 // tolerance, for stripe-go's API version) is answered 400 and changes
-// nothing. An event that could not be applied for a reason that may pass
-// (the ledger or Stripe out of reach) is answered 500, so that Stripe
-// sends it again; every effect is idempotent, so a repeat changes nothing
-// more. One for an account or grant the ledger no longer has is logged
+// nothing; it is counted (Stats.RefusedEvents), and logged in one line a
+// minute at most, since anyone can send them. An event that could not be
+// applied for a reason that may pass (the ledger or Stripe out of reach)
+// is answered 500, so that Stripe sends it again; every effect is
+// idempotent, so a repeat changes nothing more. One for an account or grant the ledger no longer has is logged
 // at ERROR, for the operator to resolve with the customer by hand, and answered 200: no
 // retry could apply it. Everything else is answered 200, events of types
 // it does not act on included. It acts on:
@@ -37,7 +39,8 @@ const maxEventBytes = 256 << 10
 //   - invoice.paid, invoice.payment_failed, customer.subscription.created,
 //     .updated and .deleted: the subscription's current state is read from
 //     Stripe and applied, never a change in arrival order. A plan is kept
-//     while past_due.
+//     while past_due, and while another subscription of the account lives;
+//     a canceled subscription never becomes live again.
 //   - charge.refunded: the grant is reversed pro rata to what was refunded
 //     in all, once per refunded amount.
 //   - charge.dispute.created: the grant is reversed whole, once per charge;
@@ -58,7 +61,7 @@ func (b *Billing) Webhook() http.Handler {
 		}
 		event, err := webhook.ConstructEvent(body, r.Header.Get("Stripe-Signature"), b.opts.WebhookSecret)
 		if err != nil {
-			b.opts.Logger.Warn("stripebilling: an event refused", "err", err)
+			b.refuse(err)
 			http.Error(w, "The event's signature does not verify: "+err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -75,6 +78,31 @@ func (b *Billing) Webhook() http.Handler {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
+}
+
+// refusalLogEvery is the least time between two log lines about refused
+// events: anyone can send them, as fast as they like.
+const refusalLogEvery = time.Minute
+
+// refusalLog is when the last line about refused events was written,
+// and the count it was written at.
+type refusalLog struct {
+	at    atomic.Int64 // Unix nanoseconds; 0 before the first
+	count atomic.Uint64
+}
+
+// refuse counts an event refused for err, its signature's fault, and
+// logs at most one line a refusalLogEvery, with how many were refused
+// since the line before: the first refusal writes one, so that a wrong
+// webhook secret shows at once.
+func (b *Billing) refuse(err error) {
+	n := b.refused.Add(1)
+	now, last := b.opts.Now().UnixNano(), b.refusalLog.at.Load()
+	if last != 0 && now-last < int64(refusalLogEvery) || !b.refusalLog.at.CompareAndSwap(last, now) {
+		return
+	}
+	b.opts.Logger.Warn("stripebilling: webhook events refused: their signature does not verify (forged, replayed, or signed with another webhook secret)",
+		"refused", n-b.refusalLog.count.Swap(n), "total", n, "err", err)
 }
 
 // apply carries event out.

@@ -94,6 +94,8 @@ var adminCommands = []adminCommand{
 		}},
 	{"billing check", "-config FILE [--public-url URL]: ask Stripe (" + stripeKeyEnv + ") whether the file's prices and the webhook endpoint at URL" + webhookPath + " are set up to sell",
 		billingCheck},
+	{"billing doubles", "-config FILE: ask Stripe (" + stripeKeyEnv + ") for the accounts with more than one live subscription, each billed: account, customer, subscriptions; cancel and refund all but one",
+		billingDoubles},
 	{"accounts opened", "[--days N]: the accounts people opened by email in the last N days (7), by day: when, account, address, the account whose share link brought it",
 		func(ctx context.Context, s *sqlstore.Store, a adminArgs, stdout io.Writer) error {
 			if a.days < 1 {

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/billing/stripebilling"
@@ -56,8 +59,11 @@ func (b fileBilling) validate(plans map[string]filePlan) error {
 		}
 	}
 	for i, p := range b.Plans {
-		if _, ok := plans[p.Plan]; !ok || p.Price == "" || p.Label == "" {
-			return fmt.Errorf("billing.plans[%d]: a plan offer needs a price, a label and a plan of the file's plans (%q is not one)", i, p.Plan)
+		if _, ok := plans[p.Plan]; !ok {
+			return fmt.Errorf("billing.plans[%d]: plan %q is not one of the file's plans (%s)", i, p.Plan, strings.Join(slices.Sorted(maps.Keys(plans)), ", "))
+		}
+		if p.Price == "" || p.Label == "" {
+			return fmt.Errorf("billing.plans[%d]: a plan offer needs a price and a label, which the Billing page shows", i)
 		}
 	}
 	return nil
@@ -123,26 +129,33 @@ func checkAPIBase(base string) error {
 	return nil
 }
 
+// adminBilling is the Stripe seller of the config file a.config, for the
+// admin subcommand command.
+func adminBilling(store *sqlstore.Store, a adminArgs, command string) (*stripebilling.Billing, fileConfig, error) {
+	if err := checkAPIBase(a.stripeAPIBase); err != nil {
+		return nil, fileConfig{}, err
+	}
+	if a.config == "" {
+		return nil, fileConfig{}, fmt.Errorf("%s: give -config, the server's file, whose billing section says what is sold", command)
+	}
+	c, err := loadConfig(a.config)
+	if err != nil {
+		return nil, fileConfig{}, err
+	}
+	b, err := newBilling(c, store, a.publicURL, a.stripeAPIBase, slog.New(slog.DiscardHandler))
+	if err == nil && b == nil {
+		err = fmt.Errorf("%s: set %s and %s", command, stripeKeyEnv, stripeHookEnv)
+	}
+	return b, c, err
+}
+
 // billingCheck is "standalone billing check": it asks Stripe whether the
 // key, the prices of the config file and the webhook endpoint are set up
 // to sell, and prints what is not.
 func billingCheck(ctx context.Context, store *sqlstore.Store, a adminArgs, stdout io.Writer) error {
-	if err := checkAPIBase(a.stripeAPIBase); err != nil {
-		return err
-	}
-	if a.config == "" {
-		return errors.New("billing check: give -config, the file whose billing section is checked")
-	}
-	c, err := loadConfig(a.config)
+	b, c, err := adminBilling(store, a, "billing check")
 	if err != nil {
 		return err
-	}
-	b, err := newBilling(c, store, a.publicURL, a.stripeAPIBase, slog.New(slog.DiscardHandler))
-	if err != nil {
-		return err
-	}
-	if b == nil {
-		return fmt.Errorf("billing check: set %s and %s", stripeKeyEnv, stripeHookEnv)
 	}
 	hook := a.publicURL + webhookPath
 	problems, err := b.Check(ctx, hook)
@@ -157,4 +170,29 @@ func billingCheck(ctx context.Context, store *sqlstore.Store, a adminArgs, stdou
 	}
 	fmt.Fprintf(stdout, "ok: %d offers, webhook endpoint %s\n", len(c.offers()), hook)
 	return nil
+}
+
+// billingDoubles is "standalone billing doubles": it asks Stripe for the
+// accounts with more than one live subscription, each billed (two plan
+// checkouts paid in the same moment), and prints them, for the operator
+// to cancel and refund all but one.
+func billingDoubles(ctx context.Context, store *sqlstore.Store, a adminArgs, stdout io.Writer) error {
+	b, _, err := adminBilling(store, a, "billing doubles")
+	if err != nil {
+		return err
+	}
+	doubles, err := b.Doubles(ctx)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ACCOUNT\tCUSTOMER\tLIVE SUBSCRIPTIONS")
+	for _, d := range doubles {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", d.AccountID, d.Customer, strings.Join(d.Subscriptions, " "))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "accounts with more than one live subscription: %d\n", len(doubles))
+	return err
 }

@@ -58,7 +58,7 @@ func TestBillingInABrowser(t *testing.T) {
 	fake := stripetest.New(t, stripeSecret)
 	t.Setenv(stripeKeyEnv, "sk_test_standalone")
 	t.Setenv(stripeHookEnv, stripeSecret)
-	srv := startStandalone(t, bin, "-data", data, "-config", config, "-stripe-api-base", fake.URL)
+	srv := startStandalone(t, bin, "-data", data, "-config", config, "-stripe-api-base", fake.URL, "-metrics-addr", "127.0.0.1:0")
 	defer srv.stop(t)
 	if !slices.ContainsFunc(srv.banner, func(line string) bool {
 		return strings.HasPrefix(line, "selling through Stripe: register the webhook endpoint "+srv.base+webhookPath)
@@ -110,6 +110,15 @@ func TestBillingInABrowser(t *testing.T) {
 	if status := statusOf(t, srv.base+webhookPath); status != http.StatusMethodNotAllowed {
 		t.Errorf("GET of the webhook: %d, want 405", status)
 	}
+	forged, err := http.Post(srv.base+webhookPath, "application/json", strings.NewReader(`{"id":"evt_forged","object":"event"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Body.Close()
+	if forged.StatusCode != http.StatusBadRequest {
+		t.Errorf("an event without a signature: %d, want 400", forged.StatusCode)
+	}
+	checkMetrics(t, srv.metrics, "upscale_billing_refused_events_total 1\n")
 }
 
 // TestBillingSetUp: without STRIPE_SECRET_KEY nothing is sold and nothing
@@ -189,5 +198,89 @@ func TestBillingSetUp(t *testing.T) {
 	fake.Endpoint("https://upscale.example"+webhookPath, stripe.APIVersion, "*")
 	if out, err := check(); err != nil || !strings.HasPrefix(out, "ok: 2 offers") {
 		t.Errorf("billing check set up right: %q, %v; want ok", out, err)
+	}
+}
+
+// TestBillingDoubles: `standalone billing doubles` lists the accounts
+// with more than one live subscription at Stripe (two plan checkouts paid
+// in the same moment), with both subscriptions, and none once one is
+// cancelled.
+func TestBillingDoubles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	configFile := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(configFile, []byte(billingConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := stripetest.New(t, stripeSecret)
+	t.Setenv(stripeKeyEnv, "sk_test_0123456789")
+	t.Setenv(stripeHookEnv, stripeSecret)
+	store, err := storage{dataDir: dir}.open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.seed(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	seller, err := newBilling(c, store, "https://upscale.example", fake.URL, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subs []string
+	for range 2 { // the second made once the first was paid, before its event came
+		url, err := seller.Checkout(ctx, "acme", "price_unlimited")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := filepath.Base(url)
+		fake.Pay(id, 2900)
+		subs = append(subs, fake.Subscription(id))
+	}
+	store.Close()
+	doubles := func() string {
+		t.Helper()
+		var out strings.Builder
+		if err := runSubcommand(ctx, []string{"billing", "doubles", "-data", dir, "-config", configFile, "-stripe-api-base", fake.URL}, &out, io.Discard); err != nil {
+			t.Fatalf("billing doubles: %v", err)
+		}
+		return out.String()
+	}
+	if out := doubles(); !strings.Contains(out, "acme ") || !strings.Contains(out, subs[0]) || !strings.Contains(out, subs[1]) || !strings.HasSuffix(out, ": 1\n") {
+		t.Errorf("billing doubles with two live subscriptions:\n%s\nwant acme with %v", out, subs)
+	}
+	fake.UpdateSubscription(subs[0], "customer.subscription.deleted", "canceled", false)
+	if out := doubles(); strings.Contains(out, "acme") || !strings.HasSuffix(out, ": 0\n") {
+		t.Errorf("billing doubles once one was cancelled:\n%s\nwant none", out)
+	}
+}
+
+// TestBillingOffersRefused: each thing wrong with an offer in the config
+// file is named as what it is: a plan offer without a label is not told
+// that its plan is unknown.
+func TestBillingOffersRefused(t *testing.T) {
+	plans := map[string]filePlan{"free": {}, "unlimited": {}}
+	for _, tc := range []struct {
+		name    string
+		billing fileBilling
+		refusal string
+	}{
+		{"PlanWithoutLabel", fileBilling{Plans: []fileSub{{Price: "price_u", Plan: "unlimited"}}}, "billing.plans[0]: a plan offer needs a price and a label, which the Billing page shows"},
+		{"PlanWithoutPrice", fileBilling{Plans: []fileSub{{Plan: "unlimited", Label: "Unlimited"}}}, "billing.plans[0]: a plan offer needs a price and a label, which the Billing page shows"},
+		{"UnknownPlan", fileBilling{Plans: []fileSub{{Price: "price_u", Plan: "gold", Label: "Gold"}}}, `billing.plans[0]: plan "gold" is not one of the file's plans (free, unlimited)`},
+		{"PackWithoutLabel", fileBilling{Packs: []filePack{{Price: "price_1000", Units: 1000}}}, "billing.packs[0]: a pack needs a price, a positive number of units and a label"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.billing.validate(plans); err == nil || err.Error() != tc.refusal {
+				t.Errorf("got %v, want %q", err, tc.refusal)
+			}
+		})
+	}
+	ok := fileBilling{Plans: []fileSub{{Price: "price_u", Plan: "unlimited", Label: "Unlimited"}}}
+	if err := ok.validate(plans); err != nil {
+		t.Errorf("a whole plan offer: %v", err)
 	}
 }

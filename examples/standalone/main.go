@@ -149,6 +149,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if seller != nil {
 			wording.BuyURL = publicURL + billingPath
+			registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "upscale_billing_double_subscriptions_total",
+				Help: "Times a subscription's state was applied while its account had another live subscription at Stripe, each billed: cancel and refund all but one (standalone billing doubles).",
+			}, func() float64 { return float64(seller.Stats().DoubleSubscriptions) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "upscale_billing_refused_events_total",
+				Help: "Stripe webhook events refused because their signature does not verify: forged, replayed, or signed with another webhook secret.",
+			}, func() float64 { return float64(seller.Stats().RefusedEvents) }))
 		}
 	}
 	var keys upscale.KeyLister = store

@@ -190,7 +190,7 @@ func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	}
 	go func() { s.exited <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.cmd.Process.Kill() })
-	s.readBanner(t, stdout, !slices.Contains(args, "-config"))
+	s.readBanner(t, stdout, !slices.Contains(args, "-config"), slices.Contains(args, "-metrics-addr"))
 	return s
 }
 
@@ -235,12 +235,12 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 }
 
 // readBanner reads the server's start-up lines: its address, its metrics
-// address if it has one, and for the demo (demo) its key, its dashboard
-// link and its curl command.
-func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo bool) {
+// address if it has one (metrics), and for the demo (demo) its key, its
+// dashboard link and its curl command.
+func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo, metrics bool) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
-	for (demo && s.try == "" || !demo && s.base == "") && lines.Scan() {
+	for (demo && s.try == "" || !demo && s.base == "" || metrics && s.metrics == "") && lines.Scan() {
 		line := lines.Text()
 		s.banner = append(s.banner, line)
 		if v, ok := strings.CutPrefix(line, "  curl "); ok {

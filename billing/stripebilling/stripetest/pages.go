@@ -31,14 +31,20 @@ func (f *Fake) checkoutPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // pay pays the session, sends its event (SendEventsTo), and sends the
-// buyer to the session's success URL.
+// buyer to the session's success URL. A session no longer open (paid,
+// expired) is not paid again: 410.
 func (f *Fake) pay(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	f.mu.Lock()
 	s, ok := f.sessions[id]
+	open := ok && s.Status == "open"
 	f.mu.Unlock()
-	if !ok {
+	switch {
+	case !ok:
 		http.NotFound(w, r)
+		return
+	case !open:
+		http.Error(w, "This Checkout Session is no longer open.", http.StatusGone)
 		return
 	}
 	if err := f.send(f.Pay(id, pageAmount)); err != nil {

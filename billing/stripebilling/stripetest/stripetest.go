@@ -1,19 +1,21 @@
 // Package stripetest is a stateful fake of the few Stripe endpoints that
-// stripebilling calls (customers, Checkout Sessions, subscriptions,
-// charges, Customer Portal sessions), and the events Stripe would send
-// as what a buyer does changes them: paying, cancelling, refunds and
-// disputes. Its events are signed as Stripe signs them, for stripe-go's
-// API version, so that a host's webhook is tested as Stripe calls it. Its
-// request shapes are checked against Stripe's own description by
-// stripe-mock in stripebilling's tests; its state is what stripe-mock
-// lacks.
+// stripebilling calls (customers, Checkout Sessions and their expiry,
+// subscriptions, charges, Customer Portal sessions), and the events
+// Stripe would send as what a buyer does changes them: paying,
+// cancelling, refunds and disputes. Its events are signed as Stripe
+// signs them, for stripe-go's API version, so that a host's webhook is
+// tested as Stripe calls it. Its request shapes are checked against
+// Stripe's own description by stripe-mock in stripebilling's tests; its
+// state is what stripe-mock lacks.
 package stripetest
 
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -38,11 +40,17 @@ type Fake struct {
 	endpoints     []map[string]any
 	portalReturn  string
 	webhookURL    string
+	// holds are the reads held back (HoldRead), by object ID.
+	holds map[string]*hold
 	// keys are the Idempotency-Key of each request that created
 	// something, by path; customerKeys the customer each key made.
 	keys         map[string][]string
 	customerKeys map[string]string
 }
+
+// hold is a read held back: started is closed once it has taken its
+// answer, and it is written once release is closed.
+type hold struct{ started, release chan struct{} }
 
 type session struct {
 	ID, Mode, Customer, Price, Status, PaymentStatus, PaymentIntent, Subscription string
@@ -66,13 +74,15 @@ func New(t testing.TB, webhookSecret string) *Fake {
 	f := &Fake{
 		secret: webhookSecret, now: time.Now,
 		customers: map[string]bool{}, sessions: map[string]*session{}, subscriptions: map[string]*subscription{}, charges: map[string]*charge{},
-		prices: map[string]map[string]any{}, keys: map[string][]string{}, customerKeys: map[string]string{},
+		prices: map[string]map[string]any{}, keys: map[string][]string{}, customerKeys: map[string]string{}, holds: map[string]*hold{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/customers", f.createCustomer)
 	mux.HandleFunc("POST /v1/checkout/sessions", f.createSession)
 	mux.HandleFunc("GET /v1/checkout/sessions", f.listSessions)
 	mux.HandleFunc("GET /v1/checkout/sessions/{id}", retrieve(f, f.sessions, "checkout.session", f.sessionJSON))
+	mux.HandleFunc("POST /v1/checkout/sessions/{id}/expire", f.expireSession)
+	mux.HandleFunc("GET /v1/subscriptions", f.listSubscriptions)
 	mux.HandleFunc("GET /v1/subscriptions/{id}", retrieve(f, f.subscriptions, "subscription", subscriptionJSON))
 	mux.HandleFunc("GET /v1/charges/{id}", retrieve(f, f.charges, "charge", chargeJSON))
 	mux.HandleFunc("POST /v1/billing_portal/sessions", f.createPortal)
@@ -156,16 +166,75 @@ func (f *Fake) sessionJSON(s *session) map[string]any {
 	}
 }
 
+// listSessions lists the sessions that match the query's payment_intent,
+// customer and status, those given.
 func (f *Fake) listSessions(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	q := r.URL.Query()
 	data := []any{}
-	for _, s := range f.sessions {
-		if pi := r.URL.Query().Get("payment_intent"); pi != "" && s.PaymentIntent == pi {
+	for _, s := range sorted(f.sessions) {
+		if matches(q, "payment_intent", s.PaymentIntent) && matches(q, "customer", s.Customer) && matches(q, "status", s.Status) {
 			data = append(data, f.sessionJSON(s))
 		}
 	}
 	writeJSON(w, map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/checkout/sessions"})
+}
+
+// matches reports whether query q's parameter key, when given, is value.
+func matches(q url.Values, key, value string) bool {
+	return !q.Has(key) || q.Get(key) == value
+}
+
+// sorted returns objects in the order of their IDs, which is the order
+// they were made in.
+func sorted[T any](objects map[string]T) []T {
+	var out []T
+	for _, id := range slices.Sorted(maps.Keys(objects)) {
+		out = append(out, objects[id])
+	}
+	return out
+}
+
+// expireSession expires an open session, as Stripe does: it can no
+// longer be paid. A session that is not open is refused.
+func (f *Fake) expireSession(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sessions[r.PathValue("id")]
+	switch {
+	case !ok:
+		stripeError(w, http.StatusNotFound, "No such checkout.session")
+	case s.Status != "open":
+		stripeError(w, http.StatusBadRequest, "Only Checkout Sessions with a status of open can be expired; this one is "+s.Status)
+	default:
+		s.Status = "expired"
+		writeJSON(w, f.sessionJSON(s))
+	}
+}
+
+// SessionStatus returns checkout session id's status: open, complete or
+// expired.
+func (f *Fake) SessionStatus(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sessions[id].Status
+}
+
+// listSubscriptions lists the subscriptions of the query's customer, if
+// given; as Stripe does, canceled ones only for status=all or canceled.
+func (f *Fake) listSubscriptions(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := r.URL.Query()
+	status := q.Get("status")
+	data := []any{}
+	for _, sub := range sorted(f.subscriptions) {
+		if matches(q, "customer", sub.Customer) && (status == "all" || status == sub.Status || status == "" && sub.Status != "canceled") {
+			data = append(data, subscriptionJSON(sub))
+		}
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/subscriptions"})
 }
 
 func subscriptionJSON(sub *subscription) map[string]any {
@@ -217,18 +286,42 @@ func (f *Fake) listEndpoints(w http.ResponseWriter, _ *http.Request) {
 }
 
 // retrieve answers a GET of the object of objects named by the path's ID,
-// as render shows it, or Stripe's 404.
+// as render shows it when the read begins, or Stripe's 404. A read held
+// back (HoldRead) is answered once it is released.
 func retrieve[T any](f *Fake, objects map[string]T, what string, render func(T) map[string]any) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
 		f.mu.Lock()
-		defer f.mu.Unlock()
-		o, ok := objects[r.PathValue("id")]
+		o, ok := objects[id]
+		var answer map[string]any
+		if ok {
+			answer = render(o)
+		}
+		h := f.holds[id]
+		delete(f.holds, id)
+		f.mu.Unlock()
+		if h != nil {
+			close(h.started)
+			<-h.release
+		}
 		if !ok {
 			stripeError(w, http.StatusNotFound, "No such "+what)
 			return
 		}
-		writeJSON(w, render(o))
+		writeJSON(w, answer)
 	}
+}
+
+// HoldRead makes the next read of object id (a subscription, a session, a
+// charge) as slow as Stripe can be: the read takes the object's state
+// when it begins, closes started, and answers only once release is
+// called, so that what changes meanwhile is not in its answer.
+func (f *Fake) HoldRead(id string) (started <-chan struct{}, release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := &hold{started: make(chan struct{}), release: make(chan struct{})}
+	f.holds[id] = h
+	return h.started, sync.OnceFunc(func() { close(h.release) })
 }
 
 func nullable(id string) any {
