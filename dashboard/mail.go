@@ -11,10 +11,12 @@ type Mail struct {
 }
 
 // Mailer sends mail; dashboard/smtpmail sends it through an SMTP server.
-// Send returns an error wrapping upscale.ErrUnavailable when the server
-// cannot take the message for now (unreachable, or a temporary 4xx
-// answer), which a later try may cure, and another error when it refused
-// the message for good.
+// Send returns nil once the server has taken the message, even if the
+// connection fails after; an error wrapping upscale.ErrUnavailable when
+// the server did not take it but a later try may (unreachable, the
+// connection reset or silent part way through, a temporary 4xx answer);
+// and another error only when the server refused the message for good
+// (a 5xx answer), which an Outbox does not try again.
 type Mailer interface {
 	Send(ctx context.Context, m Mail) error
 }

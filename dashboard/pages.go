@@ -355,7 +355,7 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !allowed {
-		d.cfg.Logger.Warn("dashboard: too many sign-in attempts", "remote", r.RemoteAddr)
+		d.cfg.Logger.Warn("dashboard: too many sign-in attempts", "client", d.cfg.SignIn.opts.ClientAddress(r))
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
 		page := d.signInFrame(r)
 		page.TooMany = true
@@ -364,7 +364,7 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 	}
 	account, ok, err := d.cfg.SignIn.useLink(w, r, r.PostFormValue("token"))
 	if errors.Is(err, errOpensFull) {
-		d.cfg.Logger.Warn("dashboard: an account not opened: the day's cap is reached", "remote", r.RemoteAddr)
+		d.cfg.Logger.Warn("dashboard: an account not opened: the day's cap is reached", "client", d.cfg.SignIn.opts.ClientAddress(r))
 		now := d.cfg.Now().UTC()
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC).Sub(now).Seconds()))))
 		page := d.signInFrame(r)
@@ -377,7 +377,7 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		d.cfg.Logger.Info("dashboard: a sign-in link that does not work", "remote", r.RemoteAddr)
+		d.cfg.Logger.Info("dashboard: a sign-in link that does not work", "client", d.cfg.SignIn.opts.ClientAddress(r))
 		page := d.signInFrame(r)
 		page.Broken = true
 		d.render(w, r, http.StatusUnauthorized, "signin", page)
@@ -408,7 +408,7 @@ func (d *Dashboard) emailLink(w http.ResponseWriter, r *http.Request) {
 	}
 	page.Address = email
 	if !allowed {
-		d.cfg.Logger.Warn("dashboard: too many sign-in links asked for", "remote", r.RemoteAddr)
+		d.cfg.Logger.Warn("dashboard: too many sign-in links asked for", "client", d.cfg.SignIn.opts.ClientAddress(r))
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retryAfter.Seconds()))))
 		page.TooManyLinks = true
 		d.render(w, r, http.StatusTooManyRequests, "signin", page)
@@ -417,7 +417,7 @@ func (d *Dashboard) emailLink(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), mailLinkTimeout)
 		defer cancel()
-		if err := d.cfg.SignIn.mailLink(ctx, email, page.Ref); err != nil {
+		if err := d.cfg.SignIn.mailLink(ctx, d.cfg.Logger, email, page.Ref); err != nil {
 			d.cfg.Logger.Error("dashboard: mail a sign-in link", "err", err)
 		}
 	}()

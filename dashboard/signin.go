@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,9 +48,11 @@ type SignInOptions struct {
 	// once, and one more every 12 seconds (MemoryRateLimiter: one
 	// process).
 	Attempts upscale.RateLimiter
-	// ClientAddress names the client of a request, for Attempts. Nil
-	// means the host of its RemoteAddr; behind a proxy, give the address
-	// the proxy saw, or every client shares the proxy's allowance.
+	// ClientAddress names the client of a request, for every allowance
+	// kept per client (Attempts, EmailOptions.Limit) and in the log. Nil
+	// means the address of its peer; behind a reverse proxy, give
+	// ProxiedClientAddress of the proxy's addresses, or every client
+	// shares the proxy's allowance.
 	ClientAddress func(r *http.Request) string
 	// Email, when set, lets people ask for a sign-in link by email, and
 	// open an account themselves.
@@ -81,11 +82,28 @@ type EmailOptions struct {
 	// would open one answers 429 until the next day. Concurrent openings
 	// may pass it by a few. Zero means no cap.
 	OpensPerDay int
-	// Limit limits the links asked for, per email address and per client
-	// address, keyed by the digests of "mail-to " and the email address
-	// and of "mail-from " and the client's. Nil means 5 an hour each,
-	// one more every 12 minutes (MemoryRateLimiter: one process).
+	// Limit limits the links asked for, per mailbox and per client
+	// address, keyed by the digests of "mail-to " and the mailbox and of
+	// "mail-from " and the client's. A mailbox is the address without
+	// the +tag of its local part, and at gmail.com and googlemail.com
+	// (one mailbox) without its dots too, which reach the same person;
+	// the account and the mail keep the address as written. Nil means 5
+	// an hour each, one more every 12 minutes (MemoryRateLimiter: one
+	// process).
 	Limit upscale.RateLimiter
+	// MailsPerHour caps the links mailed for the whole server, whoever
+	// asks and for whatever address, so that many clients together
+	// cannot have it mail without end: MailsPerHour at once, refilled
+	// evenly over an hour (so at most twice it in any hour). Past it, the
+	// page answers as it does for a link on its way, nothing is mailed,
+	// SignIn.MailStats counts it, and the first in each hour is logged.
+	// Zero means 1000. Set MailsPerHour or Budget, not both.
+	MailsPerHour int
+	// Budget keeps the cap, under the digest of "mail-budget", at its
+	// own rate, in place of MailsPerHour: replicas that must share one
+	// cap give one RateLimiter on their shared store. Nil means
+	// MailsPerHour in a MemoryRateLimiter: each process its own.
+	Budget upscale.RateLimiter
 	// Product names the service in the mail. Empty means "upscale".
 	Product string
 }
@@ -138,6 +156,7 @@ type SignIn struct {
 	opts   SignInOptions
 	path   string // the cookie's: BaseURL's path
 	secure bool
+	mails  mailCounts
 }
 
 // NewSignIn returns a SignIn for opts.
@@ -166,13 +185,7 @@ func NewSignIn(opts SignInOptions) (*SignIn, error) {
 		opts.Attempts = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1.0 / 12, Burst: 5, Now: opts.Now})
 	}
 	if opts.ClientAddress == nil {
-		opts.ClientAddress = func(r *http.Request) string {
-			host, _, err := net.SplitHostPort(r.RemoteAddr)
-			if err != nil {
-				return r.RemoteAddr
-			}
-			return host
-		}
+		opts.ClientAddress = ProxiedClientAddress(nil)
 	}
 	if e := opts.Email; e != nil {
 		if e.Directory == nil || e.Outbox == nil {
@@ -181,9 +194,16 @@ func NewSignIn(opts SignInOptions) (*SignIn, error) {
 		if e.SignUps && e.Plan.Name == "" {
 			return nil, errors.New("dashboard: SignInOptions.Email.SignUps needs the Plan accounts open on")
 		}
+		if e.MailsPerHour < 0 || (e.MailsPerHour != 0 && e.Budget != nil) {
+			return nil, errors.New("dashboard: SignInOptions.Email takes a positive MailsPerHour or a Budget, which keeps its own rate, not both")
+		}
 		email := *e
 		if email.Limit == nil {
 			email.Limit = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1.0 / (12 * 60), Burst: 5, Now: opts.Now})
+		}
+		if email.Budget == nil {
+			perHour := cmp.Or(email.MailsPerHour, 1000)
+			email.Budget = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: float64(perHour) / 3600, Burst: perHour, Now: opts.Now})
 		}
 		email.Product = cmp.Or(email.Product, "upscale")
 		opts.Email = &email

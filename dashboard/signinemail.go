@@ -6,20 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/upscalekit/upscale"
 )
 
 // askLink takes one link from the allowances of the request's client and
-// of the address email (EmailOptions.Limit), and says when to ask again if
-// either has none. The client's comes first, so that a client past its
-// own spends nothing of an address's: one client cannot lock an address
-// out by asking for it.
+// of the mailbox of the address email (EmailOptions.Limit), and says when
+// to ask again if either has none. The client's comes first, so that a
+// client past its own spends nothing of a mailbox's: one client cannot
+// lock an address out by asking for it.
 func (s *SignIn) askLink(r *http.Request, email string) (allowed bool, retryAfter time.Duration, err error) {
-	for _, key := range []string{"mail-from " + clientNetwork(s.opts.ClientAddress(r)), "mail-to " + email} {
+	for _, key := range []string{"mail-from " + clientNetwork(s.opts.ClientAddress(r)), "mail-to " + mailbox(email)} {
 		d, err := s.opts.Email.Limit.Allow(r.Context(), upscale.DigestKey(key))
 		if err != nil || !d.Allowed {
 			return false, d.RetryAfter, err
@@ -39,11 +42,67 @@ func clientNetwork(address string) string {
 	return prefix.String()
 }
 
-// mailLink posts to the address email the link it may have: one that
-// signs its account in, or, when SignUps allows, one that opens its
-// account, brought by the share code ref if not empty; nothing to an
-// address that may not sign in.
-func (s *SignIn) mailLink(ctx context.Context, email, ref string) error {
+// mailbox is the mailbox the address email (as Address returns it, in
+// lower case) reaches, which its allowance is kept for: the local part
+// without its +tag, and at Gmail, which ignores the dots and answers
+// at two names, without its dots, at gmail.com.
+func mailbox(email string) string {
+	local, domain, _ := strings.Cut(email, "@")
+	local, _, _ = strings.Cut(local, "+")
+	if domain == "gmail.com" || domain == "googlemail.com" {
+		local, domain = strings.ReplaceAll(local, ".", ""), "gmail.com"
+	}
+	return local + "@" + domain
+}
+
+// MailStats counts the sign-in links a SignIn was to mail since it was
+// made; each count only grows.
+type MailStats struct {
+	// Posted is the links given to the Outbox.
+	Posted uint64
+	// OverBudget is the links not mailed because the server's budget
+	// (EmailOptions.MailsPerHour) was spent.
+	OverBudget uint64
+}
+
+// mailCounts are MailStats's counts, and the hour the budget was last
+// logged as spent in.
+type mailCounts struct {
+	posted, overBudget atomic.Uint64
+	loggedHour         atomic.Int64 // hours since the Unix epoch
+}
+
+// MailStats returns the counts so far, each read atomically, for a
+// metrics registry's counters.
+func (s *SignIn) MailStats() MailStats {
+	return MailStats{Posted: s.mails.posted.Load(), OverBudget: s.mails.overBudget.Load()}
+}
+
+// spendMail takes one mail from the server's budget (EmailOptions.Budget),
+// and reports whether there was one; a mail past it is counted, and the
+// first of each hour logged to logger.
+func (s *SignIn) spendMail(ctx context.Context, logger *slog.Logger) (bool, error) {
+	d, err := s.opts.Email.Budget.Allow(ctx, upscale.DigestKey("mail-budget"))
+	if err != nil {
+		return false, fmt.Errorf("dashboard: the mail budget: %w", err)
+	}
+	if d.Allowed {
+		return true, nil
+	}
+	n := s.mails.overBudget.Add(1)
+	if hour := s.opts.Now().Unix() / 3600; s.mails.loggedHour.Swap(hour) != hour {
+		logger.Warn("dashboard: the sign-in mail budget is spent; links asked for are not mailed until it refills",
+			"over_budget_total", n, "retry_after", d.RetryAfter)
+	}
+	return false, nil
+}
+
+// mailLink posts to the address email the link it may have, while the
+// server's budget allows: one that signs its account in, or, when SignUps
+// allows, one that opens its account, brought by the share code ref if not
+// empty; nothing to an address that may not sign in, or past the budget,
+// which is no error.
+func (s *SignIn) mailLink(ctx context.Context, logger *slog.Logger, email, ref string) error {
 	e := s.opts.Email
 	var claims linkClaims
 	account, err := e.Directory.AccountOf(ctx, email)
@@ -57,6 +116,9 @@ func (s *SignIn) mailLink(ctx context.Context, email, ref string) error {
 	default:
 		claims.Email, claims.Ref = email, ref
 	}
+	if ok, err := s.spendMail(ctx, logger); !ok {
+		return err
+	}
 	link, err := s.newLink(claims)
 	if err != nil {
 		return err
@@ -67,7 +129,11 @@ func (s *SignIn) mailLink(ctx context.Context, email, ref string) error {
 	}
 	// Kept as long as the link works, by the wall clock the outbox and
 	// the mail server keep.
-	return e.Outbox.Post(ctx, m, time.Now().Add(s.opts.LinkTTL))
+	if err := e.Outbox.Post(ctx, m, time.Now().Add(s.opts.LinkTTL)); err != nil {
+		return err
+	}
+	s.mails.posted.Add(1)
+	return nil
 }
 
 // mailTemplate is the HTML of a link's mail; its text says the same.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,13 @@ func (m *mailbox) to(address string) []dashboard.Mail {
 	return out
 }
 
+// count returns how many mails were sent so far, to any address.
+func (m *mailbox) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sent)
+}
+
 // await waits up to 15 s for the nth mail to address, and returns it.
 func (m *mailbox) await(t *testing.T, address string, n int) dashboard.Mail {
 	t.Helper()
@@ -75,15 +83,18 @@ type emailSite struct {
 	mail      *mailbox
 	directory *dashboard.MemoryDirectory
 	ledger    *upscale.MemoryLedger
+	signIn    *dashboard.SignIn
 }
 
 var freePlan = upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}
 
-// siteOptions change what newEmailSite makes: its EmailOptions, and
-// whether it has a ShareBonus (PerSignup 5, MonthlyCap 10).
+// siteOptions change what newEmailSite makes: its EmailOptions, whether
+// it has a ShareBonus (PerSignup 5, MonthlyCap 10), and where the
+// dashboard logs (nowhere when nil).
 type siteOptions struct {
 	email      func(*dashboard.EmailOptions)
 	shareBonus bool
+	log        slog.Handler
 }
 
 // newEmailSite returns an emailSite that opens accounts when signUps; the
@@ -105,12 +116,16 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	t.Cleanup(server.Close)
 	email := &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan}
 	var bonus *dashboard.ShareBonus
+	log := slog.DiscardHandler
 	for _, o := range options {
 		if o.email != nil {
 			o.email(email)
 		}
 		if o.shareBonus {
 			bonus = &dashboard.ShareBonus{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10, Now: clock.Now}
+		}
+		if o.log != nil {
+			log = o.log
 		}
 	}
 	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{
@@ -121,14 +136,14 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, ShareBonus: bonus, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, ShareBonus: bonus, Now: clock.Now, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &emailSite{t: t, clock: clock, bonus: bonus, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, ledger: ledger}
+	return &emailSite{t: t, clock: clock, bonus: bonus, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, ledger: ledger, signIn: signIn}
 }
 
 // do sends a same-origin request from client, and returns the answer with
@@ -296,6 +311,114 @@ func TestEmailLinkLimits(t *testing.T) {
 	}
 }
 
+// TestEmailLinkLimitsPerMailbox: the address's allowance is its
+// mailbox's: +tags share it, and so do Gmail's dotted names at either of
+// its domains, while dots elsewhere make other mailboxes; each link goes
+// to the address as written.
+func TestEmailLinkLimitsPerMailbox(t *testing.T) {
+	s := newEmailSite(t, true)
+	var allowed, want []string
+	for i := range 100 {
+		address := fmt.Sprintf("victim+%d@example.com", i)
+		if i < 5 {
+			want = append(want, address)
+		}
+		switch resp, _ := s.ask(address, fmt.Sprintf("client-%d", i)); resp.StatusCode {
+		case http.StatusOK:
+			allowed = append(allowed, address)
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("link %d, for %s: %d", i+1, address, resp.StatusCode)
+		}
+	}
+	if !slices.Equal(allowed, want) {
+		t.Fatalf("links allowed for one mailbox's +tags: %v; want the first five", allowed)
+	}
+	for _, address := range allowed {
+		if m := s.mail.await(t, address, 1); m.To != address || m.Subject != "Open your upscale account" {
+			t.Errorf("the link for %s: to %s, %q; want the address's own opening", address, m.To, m.Subject)
+		}
+	}
+	for _, tc := range []struct {
+		name, first, then string
+		want              int
+	}{
+		{"GmailDots", "Bob.Smith@gmail.com", "bobsmith+x@googlemail.com", http.StatusTooManyRequests},
+		{"OtherDots", "a.b@example.com", "ab@example.com", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 5 {
+				s.ask(tc.first, fmt.Sprintf("%s-%d", tc.name, i))
+			}
+			if resp, _ := s.ask(tc.then, tc.name+"-then"); resp.StatusCode != tc.want {
+				t.Errorf("%s after five links for %s: %d, want %d", tc.then, tc.first, resp.StatusCode, tc.want)
+			}
+		})
+	}
+}
+
+// budgetLogs is a slog.Handler that counts the records saying the mail
+// budget is spent.
+type budgetLogs struct{ n atomic.Int32 }
+
+func (b *budgetLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (b *budgetLogs) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "mail budget is spent") {
+		b.n.Add(1)
+	}
+	return nil
+}
+func (b *budgetLogs) WithAttrs([]slog.Attr) slog.Handler { return b }
+func (b *budgetLogs) WithGroup(string) slog.Handler      { return b }
+
+// TestMailBudget: past MailsPerHour, links are asked for and answered
+// as ever, from every client and for every address, but not mailed; they
+// are counted, and logged once an hour; the budget refills over the hour.
+func TestMailBudget(t *testing.T) {
+	log := &budgetLogs{}
+	s := newEmailSite(t, true, siteOptions{email: func(e *dashboard.EmailOptions) { e.MailsPerHour = 3 }, log: log})
+	// ask asks for n links, each from a client of its own for an address
+	// of its own, all answered as a link on its way.
+	asked := 0
+	ask := func(n int) {
+		t.Helper()
+		for range n {
+			address := fmt.Sprintf("user%d@example.com", asked)
+			if resp, page := s.ask(address, fmt.Sprintf("client-%d", asked)); resp.StatusCode != http.StatusOK || !strings.Contains(page, "a link is on its way") {
+				t.Fatalf("link %d: %d, want 200 with a link on its way\n%s", asked+1, resp.StatusCode, page)
+			}
+			asked++
+		}
+	}
+	// await waits for the stats, and for the mails posted to arrive.
+	await := func(want dashboard.MailStats) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); s.signIn.MailStats() != want || s.mail.count() != int(want.Posted); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("MailStats %+v and %d mails after 15 s, want %+v", s.signIn.MailStats(), s.mail.count(), want)
+			}
+		}
+	}
+	ask(5)
+	await(dashboard.MailStats{Posted: 3, OverBudget: 2})
+	if n := log.n.Load(); n != 1 {
+		t.Errorf("the spent budget logged %d times in its hour, want once", n)
+	}
+	s.clock.Advance(time.Hour)
+	ask(4)
+	await(dashboard.MailStats{Posted: 6, OverBudget: 3})
+	if n := log.n.Load(); n != 2 {
+		t.Errorf("the spent budget logged %d times in two hours, want twice", n)
+	}
+	budget := upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1, Burst: 1})
+	for _, e := range []dashboard.EmailOptions{{MailsPerHour: -1}, {MailsPerHour: 3, Budget: budget}} {
+		e.Directory, e.Outbox = s.directory, dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: s.mail})
+		if _, err := dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: s.base, Email: &e}); err == nil {
+			t.Errorf("NewSignIn took MailsPerHour %d with Budget %v", e.MailsPerHour, e.Budget)
+		}
+	}
+}
+
 // TestMailServerDown: the page answers at once while the mail server is
 // down, and the link is sent once it is back.
 func TestMailServerDown(t *testing.T) {
@@ -347,6 +470,7 @@ func TestShareLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _ := s.directory.ShareCode(ctx, sharer)
+	s.clock.Advance(time.Second) // Opened lists by time: the sharer first
 	for i := range 3 {
 		invited := fmt.Sprintf("invited%d@example.com", i)
 		_, page := site.do(http.MethodGet, site.base+"signup?ref="+code, "browser", nil)

@@ -98,9 +98,10 @@ func (m *Mailer) tlsConfig() *tls.Config {
 	return config
 }
 
-// Send implements dashboard.Mailer: an error wrapping
-// upscale.ErrUnavailable when the server could not be reached, or
-// answered that the message may be tried again.
+// Send implements dashboard.Mailer: nil once the server has taken the
+// message; an error wrapping upscale.ErrUnavailable when the server could
+// not be reached, the connection failed or went silent before it took
+// the message, or it answered 4xx; another error when it answered 5xx.
 func (m *Mailer) Send(ctx context.Context, msg dashboard.Mail) error {
 	message := mail.NewMsg()
 	if err := message.From(m.opts.From); err != nil {
@@ -154,7 +155,9 @@ func (m *Mailer) Send(ctx context.Context, msg dashboard.Mail) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	if err := client.DialAndSendWithContext(ctx, message); err != nil {
+	// A failure once the server took the message (the RSET or QUIT that
+	// follows) is no failure of the sending: a retry would mail it twice.
+	if err := client.DialAndSendWithContext(ctx, message); err != nil && !message.IsDelivered() {
 		return failure(err)
 	}
 	return nil
@@ -162,15 +165,23 @@ func (m *Mailer) Send(ctx context.Context, msg dashboard.Mail) error {
 
 // failure is err as Send returns it, without the recipient's address,
 // which go-mail's errors and the server's replies carry, and which its
-// callers log: what failed and the SMTP codes. A temporary refusal, or
-// no answer at all, is ErrUnavailable.
+// callers log: what failed and the SMTP codes. Only a 5xx reply refuses
+// the message for good; anything else, a 4xx reply or none at all (the
+// connection reset, closed or silent part way through), is
+// ErrUnavailable, for the mail to be tried again.
 func failure(err error) error {
 	var refused *mail.SendError
 	if !errors.As(err, &refused) {
 		return fmt.Errorf("smtpmail: %w: %w", upscale.ErrUnavailable, err) // dialling, TLS, the login: no address in them
 	}
-	what := fmt.Sprintf("%s (SMTP %d %s)", refused.Reason, refused.ErrorCode(), refused.EnhancedStatusCode())
-	if refused.IsTemp() {
+	code := refused.ErrorCode()
+	what := fmt.Sprintf("%s (SMTP %d %s)", refused.Reason, code, refused.EnhancedStatusCode())
+	if code == 0 {
+		// The connection's own error is in go-mail's text only beside
+		// the recipient.
+		what = fmt.Sprintf("%s (no reply: the connection failed or timed out)", refused.Reason)
+	}
+	if code < 500 {
 		return fmt.Errorf("smtpmail: %w: %s", upscale.ErrUnavailable, what)
 	}
 	return fmt.Errorf("smtpmail: the server refused the message: %s", what)

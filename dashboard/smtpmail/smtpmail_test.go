@@ -10,8 +10,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,17 +140,8 @@ func TestImplicitTLS(t *testing.T) {
 // ErrUnavailable, and the error, which callers log, holds the SMTP codes
 // but not the address.
 func TestRefusalNamesNoAddress(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	heard := fakeSMTP(ln, true)
-	m, err := smtpmail.New(smtpmail.Options{URL: "smtp://" + ln.Addr().String(), From: "no-reply@upscale.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"})
+	m, ln, heard := fakeServer(t, refuseRcpt)
+	err := m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"})
 	if err == nil || errors.Is(err, upscale.ErrUnavailable) || strings.Contains(err.Error(), "ada@") || !strings.Contains(err.Error(), "550") {
 		t.Errorf("a recipient refused for good: %v; want a refusal with its code and without the address", err)
 	}
@@ -155,52 +149,199 @@ func TestRefusalNamesNoAddress(t *testing.T) {
 	<-heard
 }
 
-// fakeSMTP answers one SMTP client on ln, offering AUTH but never
-// STARTTLS, refusing every recipient for good when refuse, and sends on
-// the channel what it was told once the client leaves (or after 10 s).
-func fakeSMTP(ln net.Listener, refuse ...bool) <-chan string {
+// TestInterruptedIsUnavailable: a connection reset or silent part way
+// through the exchange, or a temporary refusal, is ErrUnavailable, and the
+// next try delivers; a reset once the server has taken the message is no
+// failure, so that the mail is not sent twice.
+func TestInterruptedIsUnavailable(t *testing.T) {
+	msg := dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}
+	for _, tc := range []struct {
+		name  string
+		fault fault
+	}{{"ResetAtRcpt", resetAtRcpt}, {"ResetInData", resetInData}, {"StallAtMail", stallAtMail}, {"DeferRcpt", deferRcpt}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _, heard := fakeServer(t, tc.fault, noFault)
+			if err := m.Send(context.Background(), msg); !errors.Is(err, upscale.ErrUnavailable) || strings.Contains(err.Error(), "ada@") {
+				t.Errorf("the first Send: %v; want ErrUnavailable, without the address", err)
+			}
+			if err := m.Send(context.Background(), msg); err != nil {
+				t.Errorf("the next Send, to the server behaving: %v", err)
+			}
+			<-heard
+		})
+	}
+	t.Run("ResetAfterData", func(t *testing.T) {
+		m, _, heard := fakeServer(t, resetAfterData)
+		if err := m.Send(context.Background(), msg); err != nil {
+			t.Errorf("Send, the message taken before the reset: %v; want it sent", err)
+		}
+		<-heard
+	})
+}
+
+// TestOutboxTriesAgainUnlessRefused: through a MemoryOutbox, a mail whose
+// connection was reset is sent on the next attempt; one whose recipient
+// was refused for good (550) is not tried again.
+func TestOutboxTriesAgainUnlessRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		fault       fault
+		wantMessage string // the outbox's log of the mail's outcome
+		wantMails   int    // MAIL commands the server was told
+	}{
+		{"ResetAtRcpt", resetAtRcpt, "dashboard: mail sent", 2},
+		{"Refused", refuseRcpt, "dashboard: mail refused; not sent", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ln, heard := fakeServer(t, tc.fault, noFault)
+			log := make(records, 16)
+			outbox := dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: m, Logger: slog.New(log)})
+			if err := outbox.Post(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}, time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			outcome := log.await(t, slog.LevelInfo, slog.LevelError)
+			outbox.Close(context.Background()) // the mail's sending is over
+			ln.Close()
+			if said := <-heard; outcome.Message != tc.wantMessage || strings.Count(said, "MAIL FROM") != tc.wantMails {
+				t.Errorf("the outbox's outcome %q after %d MAIL commands; want %q after %d", outcome.Message, strings.Count(said, "MAIL FROM"), tc.wantMessage, tc.wantMails)
+			}
+		})
+	}
+}
+
+// records is a slog.Handler that sends each record on the channel.
+type records chan slog.Record
+
+func (r records) Enabled(context.Context, slog.Level) bool        { return true }
+func (r records) Handle(_ context.Context, rec slog.Record) error { r <- rec; return nil }
+func (r records) WithAttrs([]slog.Attr) slog.Handler              { return r }
+func (r records) WithGroup(string) slog.Handler                   { return r }
+
+// await returns the first record at one of levels, within 15 s.
+func (r records) await(t *testing.T, levels ...slog.Level) slog.Record {
+	t.Helper()
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case rec := <-r:
+			if slices.Contains(levels, rec.Level) {
+				return rec
+			}
+		case <-timeout:
+			t.Fatalf("no record at %v logged within 15 s", levels)
+		}
+	}
+}
+
+// fault is what a fake SMTP server does wrong on one connection.
+type fault int
+
+const (
+	noFault        fault = iota
+	refuseRcpt           // 550 to every recipient: refused for good
+	deferRcpt            // 451 to every recipient: refused for now
+	resetAtRcpt          // the connection reset when told RCPT
+	resetInData          // the connection reset part way into the message
+	stallAtMail          // no answer to MAIL, until the client leaves
+	resetAfterData       // the message taken, then the connection reset
+)
+
+// fakeServer is a Mailer (with a 2 s Timeout) to a fakeSMTP with faults on
+// loopback, the server's listener, and what the server hears.
+func fakeServer(t *testing.T, faults ...fault) (*smtpmail.Mailer, net.Listener, <-chan string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	heard := fakeSMTP(ln, faults...)
+	m, err := smtpmail.New(smtpmail.Options{URL: "smtp://" + ln.Addr().String(), From: "no-reply@upscale.example", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, ln, heard
+}
+
+// fakeSMTP answers SMTP clients on ln one after another, one for each of
+// faults (one without a fault when none), offering AUTH but never
+// STARTTLS, and sends on the channel what it was told once the last
+// client leaves (or after 10 s each).
+func fakeSMTP(ln net.Listener, faults ...fault) <-chan string {
 	heard := make(chan string, 1)
+	if len(faults) == 0 {
+		faults = []fault{noFault}
+	}
 	go func() {
 		var said strings.Builder
 		defer func() { heard <- said.String() }()
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a client that would leave it open
-		conn.Write([]byte("220 fake.example ESMTP\r\n"))
-		lines := bufio.NewReader(conn)
-		inData := false
-		for {
-			line, err := lines.ReadString('\n')
+		for _, f := range faults {
+			conn, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			said.WriteString(line)
-			switch upper := strings.ToUpper(line); {
-			case inData && line == ".\r\n":
-				inData = false
-				conn.Write([]byte("250 queued\r\n"))
-			case inData:
-			case strings.HasPrefix(upper, "EHLO"):
-				conn.Write([]byte("250-fake.example\r\n250 AUTH PLAIN LOGIN\r\n"))
-			case strings.HasPrefix(upper, "AUTH"):
-				conn.Write([]byte("235 ok\r\n"))
-			case strings.HasPrefix(upper, "RCPT") && len(refuse) > 0 && refuse[0]:
-				conn.Write([]byte("550 5.1.1 <" + strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(line), "RCPT TO:<"), ">") + ">: no such user\r\n"))
-			case strings.HasPrefix(upper, "DATA"):
-				inData = true
-				conn.Write([]byte("354 go on\r\n"))
-			case strings.HasPrefix(upper, "QUIT"):
-				conn.Write([]byte("221 bye\r\n"))
-				return
-			default:
-				conn.Write([]byte("250 ok\r\n"))
-			}
+			answer(conn, f, &said)
 		}
 	}()
 	return heard
+}
+
+// answer answers one SMTP client on conn with fault f, writing what it
+// was told to said.
+func answer(conn net.Conn, f fault, said *strings.Builder) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) // bounds a client that would leave it open
+	// reset closes the connection with a TCP reset, as a server that
+	// fails mid-exchange does.
+	reset := func() {
+		if tcp, ok := conn.(*net.TCPConn); ok {
+			tcp.SetLinger(0)
+		}
+	}
+	conn.Write([]byte("220 fake.example ESMTP\r\n"))
+	lines := bufio.NewReader(conn)
+	inData, taken := false, false
+	for {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			return
+		}
+		said.WriteString(line)
+		switch upper := strings.ToUpper(line); {
+		case inData && f == resetInData:
+			reset()
+			return
+		case inData && line == ".\r\n":
+			inData, taken = false, true
+			conn.Write([]byte("250 queued\r\n"))
+		case inData:
+		case taken && f == resetAfterData:
+			reset()
+			return
+		case strings.HasPrefix(upper, "EHLO"):
+			conn.Write([]byte("250-fake.example\r\n250 AUTH PLAIN LOGIN\r\n"))
+		case strings.HasPrefix(upper, "AUTH"):
+			conn.Write([]byte("235 ok\r\n"))
+		case strings.HasPrefix(upper, "MAIL") && f == stallAtMail:
+			io.Copy(io.Discard, lines) // silent until the client gives up
+			return
+		case strings.HasPrefix(upper, "RCPT") && f == resetAtRcpt:
+			reset()
+			return
+		case strings.HasPrefix(upper, "RCPT") && f == refuseRcpt:
+			conn.Write([]byte("550 5.1.1 <" + strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(line), "RCPT TO:<"), ">") + ">: no such user\r\n"))
+		case strings.HasPrefix(upper, "RCPT") && f == deferRcpt:
+			conn.Write([]byte("451 4.3.0 try again later\r\n"))
+		case strings.HasPrefix(upper, "DATA"):
+			inData = true
+			conn.Write([]byte("354 go on\r\n"))
+		case strings.HasPrefix(upper, "QUIT"):
+			conn.Write([]byte("221 bye\r\n"))
+			return
+		default:
+			conn.Write([]byte("250 ok\r\n"))
+		}
+	}
 }
 
 // selfSigned is a certificate for ip, and a pool that trusts it.

@@ -70,7 +70,7 @@ var adminCommands = []adminCommand{
 			if _, err := s.Balance(ctx, a.account); err != nil {
 				return err
 			}
-			signIn, err := newSignIn(ctx, s, strings.TrimSuffix(a.publicURL, "/"), nil)
+			signIn, err := newSignIn(ctx, s, strings.TrimSuffix(a.publicURL, "/"), nil, nil)
 			if err != nil {
 				return err
 			}

@@ -6,7 +6,10 @@ import (
 	_ "embed"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/dashboard/smtpmail"
@@ -16,13 +19,17 @@ import (
 // newSignIn returns the dashboard's sign-in for a server at publicURL:
 // links and sessions signed with the database's secret, so that every
 // replica accepts them, links spent once and sign-outs kept across
-// replicas (and restarts); with email, links asked for by email too.
-func newSignIn(ctx context.Context, store *sqlstore.Store, publicURL string, email *dashboard.EmailOptions) (*dashboard.SignIn, error) {
+// replicas (and restarts); with email, links asked for by email too;
+// clients named by what the proxies in trustedProxies forwarded.
+func newSignIn(ctx context.Context, store *sqlstore.Store, publicURL string, email *dashboard.EmailOptions, trustedProxies []netip.Prefix) (*dashboard.SignIn, error) {
 	secret, err := store.Secret(ctx, "dashboard")
 	if err != nil {
 		return nil, err
 	}
-	return dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: publicURL + "/dashboard/", Links: store, Sessions: store, Email: email})
+	return dashboard.NewSignIn(dashboard.SignInOptions{
+		Secret: secret, BaseURL: publicURL + "/dashboard/", Links: store, Sessions: store, Email: email,
+		ClientAddress: dashboard.ProxiedClientAddress(trustedProxies),
+	})
 }
 
 // shareBonusInterval is how often the standalone pays what share links
@@ -34,9 +41,9 @@ const smtpURLEnv = "UPSCALE_SMTP_URL"
 
 // mailOptions are the sign-in's by email when -smtp-url is given: mail
 // kept in the job queue's database and sent through that server from
-// -mail-from by this process (and any other that sends mail), accounts
-// opened on the config's sign-up plan unless -signups closed; nil
-// without -smtp-url. stop stops sending, giving the mail under way a
+// -mail-from by this process (and any other that sends mail), at most
+// -mails-per-hour links an hour from this process, accounts opened on the
+// config's sign-up plan unless -signups closed; nil without -smtp-url. stop stops sending, giving the mail under way a
 // moment.
 func (o options) mailOptions(ctx context.Context, cfg fileConfig, store *sqlstore.Store, jobs queues) (email *dashboard.EmailOptions, stop func(), err error) {
 	if o.smtpURL == "" {
@@ -46,7 +53,7 @@ func (o options) mailOptions(ctx context.Context, cfg fileConfig, store *sqlstor
 	if err != nil {
 		return nil, nil, fmt.Errorf("-smtp-url, -mail-from: %w", err)
 	}
-	email = &dashboard.EmailOptions{Directory: store, SignUps: o.signUps == "open", OpensPerDay: o.signUpsPerDay}
+	email = &dashboard.EmailOptions{Directory: store, SignUps: o.signUps == "open", OpensPerDay: o.signUpsPerDay, MailsPerHour: o.mailsPerHour}
 	if email.SignUps {
 		name := cmp.Or(cfg.SignUpPlan, "free")
 		p, ok := cfg.Plans[name]
@@ -65,6 +72,17 @@ func (o options) mailOptions(ctx context.Context, cfg fileConfig, store *sqlstor
 		defer cancel()
 		stopSending(ctx)
 	}, nil
+}
+
+// mailCounters are signIn's counts of the links it mailed and of those
+// past -mails-per-hour, as Prometheus counters.
+func mailCounters(signIn *dashboard.SignIn) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "upscale_dashboard_mails_posted_total", Help: "Sign-in links posted to be mailed."},
+			func() float64 { return float64(signIn.MailStats().Posted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "upscale_dashboard_mails_over_budget_total", Help: "Sign-in links not mailed: -mails-per-hour was spent."},
+			func() float64 { return float64(signIn.MailStats().OverBudget) }),
+	}
 }
 
 // mailSenders is how many mails a process sends at once.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +138,44 @@ func TestSignUpByEmail(t *testing.T) {
 	time.Sleep(time.Second)
 	if got := mail.Messages(t, stranger); len(got) != 0 {
 		t.Errorf("sign-ups closed: %d mails to an address without an account", len(got))
+	}
+}
+
+// TestMailsPerHourFlag: past -mails-per-hour, a link asked for is answered
+// as a link on its way but not posted, and /metrics counts it.
+func TestMailsPerHourFlag(t *testing.T) {
+	bin := buildStandalone(t)
+	mail := testservers.Mailpit(t)
+	srv := startStandalone(t, bin, "-data", t.TempDir(), "-metrics-addr", "127.0.0.1:0",
+		"-smtp-url", "smtp://"+mail.SMTP, "-mail-from", "Upscale <no-reply@upscale.test>", "-mails-per-hour", "1")
+	defer srv.stop(t)
+	b := newBrowser(t, srv.base)
+	for i := range 2 {
+		address := "budget" + strconv.Itoa(i) + "-" + strings.ToLower(upscale.NewKey(""))[:8] + "@example.com"
+		if status, page := b.send("POST", srv.base+"/dashboard/signin/email", url.Values{"email": {address}}); status != http.StatusOK || !strings.Contains(page, "a link is on its way") {
+			t.Fatalf("ask for link %d: %d\n%s", i+1, status, page)
+		}
+	}
+	want := []string{"upscale_dashboard_mails_posted_total 1\n", "upscale_dashboard_mails_over_budget_total 1\n"}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(srv.metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exposition, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got []string
+		for line := range strings.Lines(string(exposition)) {
+			if strings.HasPrefix(line, "upscale_dashboard_mails_") {
+				got = append(got, line)
+			}
+		}
+		if !slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(got, w) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics after 30 s: %q; want %q", got, want)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,8 @@ type options struct {
 	jobWorkers                                int
 	processID, stripeAPIBase                  string
 	smtpURL, mailFrom, signUps                string
-	signUpsPerDay                             int
+	signUpsPerDay, mailsPerHour               int
+	trustedProxies                            []netip.Prefix
 }
 
 // processName is -process-id, by default the host name and the absolute
@@ -87,6 +89,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.mailFrom, "mail-from", "", "the sender of the sign-in mail, such as 'Upscale <no-reply@example.com>'; required with -smtp-url")
 	fs.StringVar(&o.signUps, "signups", "open", "with -smtp-url: open (an address without an account opens one, on the config's signUpPlan) or closed (only addresses that have accounts get sign-in links)")
 	fs.IntVar(&o.signUpsPerDay, "signups-per-day", 100, "with -signups open: the most accounts opened by email in a day (UTC); past it a link that would open one answers 429 until the next day (standalone accounts opened lists them); 0 means no cap")
+	fs.IntVar(&o.mailsPerHour, "mails-per-hour", 1000, "with -smtp-url: the most sign-in links this process mails in an hour, whoever asks and for whatever address (that many at once, refilled over the hour); past it the page answers as ever but nothing is mailed (metric upscale_dashboard_mails_over_budget_total, logged once an hour)")
+	fs.Func("trusted-proxies", "comma-separated addresses or CIDRs of the reverse proxies in front of this server, such as 10.0.0.0/8,192.0.2.7: only from those is X-Forwarded-For (or Forwarded) read, to name the client for the sign-in limits and the log (default none: every client is its connection's address)", func(v string) error {
+		prefixes, err := parsePrefixes(v)
+		o.trustedProxies = append(o.trustedProxies, prefixes...)
+		return err
+	})
 	fs.StringVar(&o.stripeAPIBase, "stripe-api-base", "", "for tests: an http URL on loopback where a Stripe test server (stripe-mock, a fake) answers instead of Stripe; selling needs "+stripeKeyEnv+" and "+stripeHookEnv+" in the environment and the config file's billing section")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -112,6 +120,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.signUpsPerDay < 0 {
 		return o, errors.New("-signups-per-day cannot be negative")
 	}
+	if o.mailsPerHour < 1 {
+		return o, errors.New("-mails-per-hour must be at least 1")
+	}
 	if o.smtpURL != "" && o.mailFrom == "" {
 		return o, errors.New("-smtp-url needs -mail-from, the sender of the sign-in mail")
 	}
@@ -133,4 +144,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	// openEngine refuses a precision no runtime offers, naming those they
 	// do.
 	return o, nil
+}
+
+// parsePrefixes reads comma-separated addresses (one host each) and
+// CIDRs.
+func parsePrefixes(list string) ([]netip.Prefix, error) {
+	var prefixes []netip.Prefix
+	for item := range strings.SplitSeq(list, ",") {
+		item = strings.TrimSpace(item)
+		if p, err := netip.ParsePrefix(item); err == nil {
+			prefixes = append(prefixes, p.Masked())
+		} else if a, err := netip.ParseAddr(item); err == nil {
+			prefixes = append(prefixes, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		} else {
+			return nil, fmt.Errorf("%q is neither an address nor a CIDR such as 10.0.0.0/8", item)
+		}
+	}
+	return prefixes, nil
 }

@@ -218,9 +218,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeMail()
-	signIn, err := newSignIn(ctx, store, publicURL, email)
+	signIn, err := newSignIn(ctx, store, publicURL, email, o.trustedProxies)
 	if err != nil {
 		return err
+	}
+	if email != nil {
+		registry.MustRegister(mailCounters(signIn)...)
 	}
 	dashboardCfg := dashboard.Config{
 		SignIn: signIn, Keys: keys, Ledger: store, WebhookSecrets: store, Logger: logger,
