@@ -1,6 +1,10 @@
 package riverqueue
 
-import "context"
+import (
+	"context"
+
+	"github.com/upscalekit/upscale/internal/periodic"
+)
 
 // Crash ends q's process as SIGKILL would, for the conformance suite: it
 // beats no more and its River clients take no more jobs, while its runs
@@ -17,5 +21,25 @@ func Crash[TTx any](q *Queue[TTx]) {
 	stop()
 	for client := range l.working {
 		client.Stop(stopped) // stops fetching; returns at once
+	}
+}
+
+// Pause stops q's beats and its watchdog, as SIGSTOP stops its process's
+// timers; its River clients fetch on, so a test pauses it with no job
+// queued. resume beats at once, as the beat due meanwhile does after
+// SIGCONT, and on.
+func Pause[TTx any](q *Queue[TTx]) (resume func()) {
+	l := q.live
+	l.turning.Lock()
+	defer l.turning.Unlock()
+	l.beating.Stop()
+	l.mu.Lock()
+	l.watchdog.Stop()
+	l.mu.Unlock()
+	return func() {
+		l.turning.Lock()
+		defer l.turning.Unlock()
+		l.beat()
+		l.beating = periodic.Start(l.interval(), l.beat)
 	}
 }

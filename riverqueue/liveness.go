@@ -40,7 +40,12 @@ import (
 // whatever its database does, stops its own job runs (they are handed
 // back as by a stop), so that by the time others may hand them over they
 // no longer run, nor write; one that finds its row gone does the same,
-// and takes its row again unless a live twin holds it.
+// and takes its row again unless a live twin holds it. One that finds a
+// live twin in its row (it was paused past the twin's start: SIGSTOP, a
+// frozen VM) is displaced for good: its River clients stop fetching at
+// once, and its host's stops return ErrProcessIDInUse, for the process to
+// exit; fetching on with its runs fenced would take each job only to
+// snooze it.
 
 // processTable is where the working processes beat. The times are Unix
 // milliseconds of the processes' own clocks, which must agree within a
@@ -54,9 +59,19 @@ const processTable = `CREATE TABLE IF NOT EXISTS upscale_queue_process (
 // errLapsed stops the runs of a process that may have been judged dead.
 var errLapsed = errors.New("riverqueue: this process's beat lapsed; its runs are handed back")
 
-// ErrProcessIDInUse is Work's and Deliver's error when another live
-// process beats under Options.ProcessID.
+// ErrProcessIDInUse is Work's, Deliver's and SendMail's error when
+// another live process beats under Options.ProcessID, and their stops'
+// once such a twin displaced this process (Queue.Displaced).
 var ErrProcessIDInUse = errors.New("riverqueue: the process ID is in use by a live process")
+
+// Displaced is closed once this process found a live twin in its row: a
+// process under the same Options.ProcessID that started while this one
+// was paused. Its River clients then fetch no more, its runs are stopped
+// and handed back, and the stops of Work, Deliver and SendMail return an
+// error wrapping ErrProcessIDInUse, as Work does after: the Queue works
+// no more, and its process should exit, to be started again under an ID
+// of its own.
+func (q *Queue[TTx]) Displaced() <-chan struct{} { return q.live.displaced.Done() }
 
 // liveness is a Queue's beat, while at least one of its River clients
 // works, and its hand-back of other processes' runs.
@@ -70,6 +85,12 @@ type liveness[TTx any] struct {
 	working map[*river.Client[TTx]]bool // the River clients working here
 	beating *periodic.Job
 
+	// displaced is done, its cause wrapping ErrProcessIDInUse, once a
+	// live twin holds the process ID: the River clients run under it, and
+	// stop with it, for good.
+	displaced context.Context
+	displace  context.CancelCauseFunc
+
 	mu sync.Mutex
 	// fence is the context of the runs starting now: done, with
 	// errLapsed, while this process may have been judged dead, until it
@@ -82,6 +103,7 @@ type liveness[TTx any] struct {
 func newLiveness[TTx any](q *Queue[TTx]) *liveness[TTx] {
 	l := &liveness[TTx]{q: q, id: processKey(q.opts.ProcessID), instance: strings.ToLower(rand.Text()), working: map[*river.Client[TTx]]bool{}}
 	l.fence, l.endFence = context.WithCancelCause(context.Background())
+	l.displaced, l.displace = context.WithCancelCause(context.Background())
 	l.watchdog = time.AfterFunc(time.Hour, func() { l.stopRuns("it has not beaten for half its lapse") })
 	l.watchdog.Stop()
 	return l
@@ -120,10 +142,13 @@ func processOf(clientID string) (string, bool) {
 
 // join counts client, about to work; the first claims the process ID,
 // hands back the runs a previous run of this process left, and starts
-// beating.
+// beating. A displaced process joins no more: ErrProcessIDInUse.
 func (l *liveness[TTx]) join(ctx context.Context, client *river.Client[TTx]) error {
 	l.turning.Lock()
 	defer l.turning.Unlock()
+	if err := context.Cause(l.displaced); err != nil {
+		return err
+	}
 	if len(l.working) > 0 {
 		l.working[client] = true
 		return nil
@@ -245,8 +270,12 @@ func (l *liveness[TTx]) release(ctx context.Context) {
 
 // beat renews the process's row, then hands back the runs of lapsed
 // processes. A process whose row is gone stops its runs and takes its row
-// again, unless a live twin holds it.
+// again, unless a live twin holds it: then it is displaced, and beats no
+// more.
 func (l *liveness[TTx]) beat() {
+	if l.displaced.Err() != nil {
+		return // its row is the twin's; its stops remove nothing
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.interval())
 	defer cancel()
 	now := time.Now()
@@ -256,7 +285,13 @@ func (l *liveness[TTx]) beat() {
 	switch {
 	case noRows(err):
 		l.stopRuns("its beat was gone: others judged it dead")
-		if err = l.retake(ctx); err != nil {
+		err = l.retake(ctx)
+		if errors.Is(err, ErrProcessIDInUse) {
+			l.q.opts.Logger.Error("riverqueue: a live twin holds this process's ID; this process takes no more jobs, and should exit", "process", l.id, "err", err)
+			l.displace(err)
+			return
+		}
+		if err != nil {
 			l.q.opts.Logger.Error("riverqueue: this process cannot beat; it runs no job until it can", "process", l.id, "err", err)
 			return
 		}

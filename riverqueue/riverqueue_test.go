@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,6 +145,107 @@ func TestProcessIDInUse(t *testing.T) {
 			stop(ctx)
 		}
 		t.Fatalf("a second process under the first's ID: Work = %v, want ErrProcessIDInUse", err)
+	}
+}
+
+// TestDisplacedProcessStops: a process paused while a twin took its
+// process ID finds the twin when it resumes, and stops for good: it takes
+// no job the twin's queue holds (it used to take each only to snooze it,
+// ten a second), and its stop reports ErrProcessIDInUse, for its host to
+// exit.
+func TestDisplacedProcessStops(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "jobs.db")
+		testDisplacedProcessStops(t, func(opts riverqueue.Options) *riverqueue.Queue[*sql.Tx] {
+			q, _ := sqliteFile(t, file, opts)
+			return q
+		})
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		database := testservers.PostgresDatabase(t)
+		testDisplacedProcessStops(t, func(opts riverqueue.Options) *riverqueue.Queue[pgx.Tx] {
+			q, _ := postgresOn(t, database, opts)
+			return q
+		})
+	})
+}
+
+// testDisplacedProcessStops runs TestDisplacedProcessStops on the
+// processes open opens on one database.
+func testDisplacedProcessStops[TTx any](t *testing.T, open func(riverqueue.Options) *riverqueue.Queue[TTx]) {
+	ctx := context.Background()
+	opts := riverqueue.Options{Logger: quiet, ProcessID: "twin", Lapse: 3 * time.Second, RunTimeout: time.Hour, PollInterval: 50 * time.Millisecond}
+	var firstRuns, twinRuns atomic.Int64
+	// worker counts every run it is given, stopped or not; a stopped one
+	// is queued again, as the handler's is.
+	worker := func(runs *atomic.Int64) upscale.JobWorker {
+		return upscaletest.Runner(func(ctx context.Context, j upscale.Job) upscale.JobOutcome {
+			runs.Add(1)
+			select {
+			case <-ctx.Done():
+				return upscale.JobOutcome{}
+			case <-time.After(50 * time.Millisecond): // the engine's work
+				return upscale.JobOutcome{Result: &upscale.Response{URL: "https://results.example/" + j.ID}}
+			}
+		})
+	}
+	submit := func(q upscale.JobQueue) string {
+		t.Helper()
+		now := time.Now()
+		job, err := q.Submit(ctx, upscale.Job{AccountID: "a", Source: "s", Reservation: "r", Created: now, Expires: now.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return job.ID
+	}
+
+	first := open(opts)
+	stopFirst, err := first.Work(ctx, 2, worker(&firstRuns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopFirst(ctx)
+	if j := waitEnded(t, first, submit(first)); j.Status != upscale.JobSucceeded {
+		t.Fatalf("the first process's job: %s, want succeeded", j.Status)
+	}
+	resume := riverqueue.Pause(first)
+	twin := open(opts)
+	// The paused process's beat stands still, so the twin takes its row.
+	stopTwin, err := twin.Work(ctx, 1, worker(&twinRuns))
+	if err != nil {
+		t.Fatalf("a twin of a paused process: Work = %v; want it to take the process ID", err)
+	}
+	defer stopTwin(ctx)
+	resume()
+	select {
+	case <-first.Displaced():
+	default:
+		t.Fatal("the resumed process beat, its ID held by a live twin, and is not displaced")
+	}
+
+	const jobs = 5
+	for range jobs {
+		if j := waitEnded(t, twin, submit(twin)); j.Status != upscale.JobSucceeded {
+			t.Fatalf("a job after the twin took over: %s, want succeeded", j.Status)
+		}
+	}
+	if runs := firstRuns.Load() - 1; runs != 0 {
+		t.Errorf("the displaced process was given %d runs after it resumed; want none", runs)
+	}
+	if runs := twinRuns.Load(); runs != jobs {
+		t.Errorf("the twin ran %d times for %d jobs; want each once, none snoozed", runs, jobs)
+	}
+	if err := stopFirst(ctx); !errors.Is(err, riverqueue.ErrProcessIDInUse) {
+		t.Errorf("the displaced process's stop: %v; want ErrProcessIDInUse", err)
+	}
+	if stop, err := first.Work(ctx, 1, worker(&firstRuns)); !errors.Is(err, riverqueue.ErrProcessIDInUse) {
+		if err == nil {
+			stop(ctx)
+		}
+		t.Errorf("Work again on the displaced process's Queue: %v; want ErrProcessIDInUse", err)
+	}
+	if err := stopTwin(ctx); err != nil {
+		t.Errorf("the twin's stop: %v", err)
 	}
 }
 

@@ -102,7 +102,10 @@ type handlers struct {
 
 // work starts a River client that works queue, at most concurrency jobs
 // at once, with h, and returns its stop: it waits for the runs until
-// drain is done, then cancels the rest, which River gives back.
+// drain is done, then cancels the rest, which River gives back. A live
+// twin's displacing the process stops the client at once, as
+// StopAndCancel would (its runs were stopped already); the stop then
+// returns an error wrapping ErrProcessIDInUse.
 //
 // The client knows every kind of job whichever queue it works: River
 // elects one client of all those on the database to rescue the jobs of
@@ -127,7 +130,11 @@ func (q *Queue[TTx]) work(ctx context.Context, h handlers, queue string, concurr
 	if err := q.live.join(ctx, client); err != nil {
 		return nil, err
 	}
-	if err := client.Start(ctx); err != nil {
+	running, cancel := context.WithCancelCause(ctx)
+	unhook := context.AfterFunc(q.live.displaced, func() { cancel(context.Cause(q.live.displaced)) })
+	if err := client.Start(running); err != nil {
+		unhook()
+		cancel(nil)
 		q.live.leave(ctx, client)
 		return nil, fmt.Errorf("riverqueue: start the workers: %w", err)
 	}
@@ -135,6 +142,8 @@ func (q *Queue[TTx]) work(ctx context.Context, h handlers, queue string, concurr
 	var stopErr error
 	return func(drain context.Context) error {
 		once.Do(func() {
+			defer cancel(nil)
+			defer unhook()
 			if err := client.Stop(drain); err != nil && drain.Err() == nil {
 				stopErr = err
 			} else if drain.Err() != nil {
@@ -144,6 +153,7 @@ func (q *Queue[TTx]) work(ctx context.Context, h handlers, queue string, concurr
 			}
 			if stopErr == nil {
 				q.live.leave(drain, client)
+				stopErr = context.Cause(q.live.displaced)
 			} // else runs may still be under way: the process beats on for them
 		})
 		return stopErr
@@ -174,8 +184,14 @@ var errExpired = errors.New("riverqueue: the job expired before it ran")
 // failed) leaves it cancelled and unsettled, with what it prepared, for
 // the sweep. A run that overran is an error: River runs the job again, as
 // it does one whose worker died, up to upscale.MaxJobAttempts times. A run
-// its worker's stop, or its process's lapse, cut short runs again at once.
+// its worker's stop, or its process's lapse, cut short runs again at once,
+// and so does a job taken while the process's runs are stopped (a fetch
+// under way as a twin displaced it): it is not run here.
 func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
+	fence := w.fence()
+	if fence.Err() != nil {
+		return river.JobSnooze(0)
+	}
 	job, err := w.job(rj.JobRow)
 	if err != nil {
 		return river.JobCancel(err)
@@ -204,7 +220,6 @@ func (w *worker) Work(ctx context.Context, rj *river.Job[jobArgs]) error {
 		cancel(cause)
 	})
 	defer stop()
-	fence := w.fence()
 	unfence := context.AfterFunc(fence, func() { cancel(context.Cause(fence)) })
 	defer unfence()
 	outcome := w.run(runCtx, job)

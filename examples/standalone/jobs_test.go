@@ -255,6 +255,38 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	}
 }
 
+// TestWorkerDisplacedByTwin pauses a worker (SIGSTOP), starts a twin
+// under its -process-id, which takes the ID over since the paused one's
+// beat stands still, and resumes the first (SIGCONT): it stops working
+// the queue at once and exits 1, saying why, for its supervisor to start
+// it again; the twin works on. It used to stay up, taking jobs only to
+// snooze them.
+func TestWorkerDisplacedByTwin(t *testing.T) {
+	bin := buildStandalone(t)
+	flags := []string{"-database-url", testservers.PostgresDatabase(t), "-public-url", "http://127.0.0.1:9", "-process-id", "w1"}
+	first := startWorker(t, bin, append(flags, "-data", t.TempDir())...)
+	if err := first.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Its banner comes once it holds the ID: two of the first's beats
+	// (10 s) after it found the first's row.
+	twin := startWorker(t, bin, append(flags, "-data", t.TempDir())...)
+	defer twin.stop(t)
+	if err := first.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-first.exited:
+		var exit *exec.ExitError
+		const want = `standalone: process ID "w1" is now held by another live process; exiting so that a supervisor restarts this one under its own ID`
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(first.stderr.String(), want) {
+			t.Errorf("the displaced worker's exit: %v; want status 1, saying\n%s\ngot:\n%s", err, want, first.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the displaced worker still runs 30 s after it resumed:\n%s", first.stderr.String())
+	}
+}
+
 // running polls c for the jobs ids until some run, for a minute at most,
 // and returns those, while the process that runs them has not exited.
 func running(t *testing.T, c *client.Client, ids []string, exited <-chan error, stderr *bytes.Buffer) []string {

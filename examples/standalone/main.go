@@ -200,7 +200,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			defer metricsServer.Close()
 		}
-		return work(ctx, handler, o, signals, logger)
+		return work(ctx, handler, o, signals, jobs.Displaced(), processID, logger)
 	}
 
 	// The middleware form: the API and the result links (when the
@@ -292,6 +292,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
+	case <-jobs.Displaced(): // stopJobs says why
 	case sig := <-signals:
 		if sig == syscall.SIGTERM && o.drainDelay > 0 {
 			logger.Info("draining: /readyz answers 503 while requests are still served", "for", o.drainDelay)
@@ -310,8 +311,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// The jobs under way get what is left of the same time; the rest go
 	// back to the queue.
-	if err := handler.StopJobs(shutdownCtx); err != nil {
-		return fmt.Errorf("stop the job workers: %w", err)
+	if err := stopJobs(shutdownCtx, handler, processID); err != nil {
+		return err
 	}
 	handler.CloseIdleConnections()
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
@@ -322,16 +323,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // work is the worker's life: its handler's workers run the queue's jobs
 // until a signal, then have the engine's time to finish theirs, after
-// which the rest go back to the queue.
-func work(ctx context.Context, handler *upscale.Handler, o options, signals <-chan os.Signal, logger *slog.Logger) error {
+// which the rest go back to the queue; or until a live twin displaced
+// the process, which stopped them.
+func work(ctx context.Context, handler *upscale.Handler, o options, signals <-chan os.Signal, displaced <-chan struct{}, processID string, logger *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 	case <-signals:
+	case <-displaced: // stopJobs says why
 	}
 	logger.Info("stopping: finishing the jobs under way")
 	drain, cancel := context.WithTimeout(context.Background(), o.engineTimeout+time.Minute)
 	defer cancel()
-	return handler.StopJobs(drain)
+	return stopJobs(drain, handler, processID)
+}
+
+// stopJobs stops the handler's job workers. Those of a process that a
+// live twin displaced (it was paused while the twin started under its
+// -process-id) stopped already: its error says so, for the process to
+// exit non-zero and its supervisor to start it again.
+func stopJobs(drain context.Context, handler *upscale.Handler, processID string) error {
+	err := handler.StopJobs(drain)
+	if errors.Is(err, riverqueue.ErrProcessIDInUse) {
+		return fmt.Errorf("process ID %q is now held by another live process; exiting so that a supervisor restarts this one under its own ID", processID)
+	}
+	if err != nil {
+		return fmt.Errorf("stop the job workers: %w", err)
+	}
+	return nil
 }
 
 // serveMetrics serves registry's metrics at /metrics on -metrics-addr, a

@@ -35,6 +35,9 @@ type queues interface {
 	upscale.WebhookQueue
 	dashboard.Outbox
 	SendMail(ctx context.Context, concurrency int, mailer dashboard.Mailer) (func(drain context.Context) error, error)
+	// Displaced is closed once a live twin took this process's
+	// -process-id: its workers stopped; it should exit.
+	Displaced() <-chan struct{}
 }
 
 // openJobs opens the job and webhook queue (River) in the store's
