@@ -3,8 +3,10 @@ package upscale_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -217,6 +219,30 @@ func docFenceMarker(line string) string {
 		}
 	}
 	return ""
+}
+
+// TestArchitectureHasEveryPackage: docs/architecture.md's table has a
+// row for every package outside internal/, so that a package added is
+// placed on the map.
+func TestArchitectureHasEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "list", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for path := range strings.Lines(strings.TrimSpace(string(out))) {
+		path = strings.TrimPrefix(strings.TrimSpace(path), "github.com/upscalekit/upscale")
+		path = cmp.Or(strings.TrimPrefix(path, "/"), "upscale")
+		if strings.HasPrefix(path, "internal/") || strings.Contains(path, "/internal/") {
+			continue
+		}
+		if !strings.Contains(string(doc), "\n| `"+path+"`") {
+			t.Errorf("docs/architecture.md's table has no row for %s", path)
+		}
+	}
 }
 
 // TestArchitectureMapsEveryFile: docs/architecture.md's "Where the code

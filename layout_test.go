@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/dirstore"
 )
 
@@ -41,6 +41,42 @@ func TestRootDependencies(t *testing.T) {
 		if cgoFiles != "0" {
 			t.Errorf("%s, which the root package imports, uses cgo", path)
 		}
+	}
+}
+
+// TestBackendsDoNotDependOnTheDashboard: the dashboard is a user
+// interface on top (templates, its API reference on kin-openapi); the
+// stores and queues a host plugs in, and everything else but the programs,
+// build without it. Types both need live in package accounts.
+func TestBackendsDoNotDependOnTheDashboard(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}:{{range .Deps}} {{.}}{{end}}", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const module = "github.com/upscalekit/upscale/"
+	above := func(path string) bool { // the dashboard itself, and the programs that mount it
+		for _, top := range []string{"dashboard", "examples", "cmd"} {
+			if strings.HasPrefix(path, module+top+"/") || path == module+top {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	for line := range strings.Lines(string(out)) {
+		path, deps, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if above(path) {
+			continue
+		}
+		checked++
+		for _, dep := range strings.Fields(deps) {
+			if dep == module+"dashboard" || strings.HasPrefix(dep, "github.com/getkin/kin-openapi") {
+				t.Errorf("%s depends on %s", path, dep)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d packages checked: go list printed\n%s", checked, out)
 	}
 }
 
@@ -83,8 +119,8 @@ func TestStoresHaveNoExportedFields(t *testing.T) {
 		reflect.TypeFor[upscale.MemoryIdempotencyStore](), reflect.TypeFor[upscale.MemoryRateLimiter](),
 		reflect.TypeFor[upscale.CachedKeyStore](), reflect.TypeFor[upscale.Handler](),
 		reflect.TypeFor[upscale.MemoryJobQueue](), reflect.TypeFor[upscale.MemoryWebhookQueue](), reflect.TypeFor[upscale.MemoryWebhookSecrets](),
-		reflect.TypeFor[dashboard.MemoryLinks](), reflect.TypeFor[dashboard.MemorySessions](), reflect.TypeFor[dashboard.MemoryDirectory](),
-		reflect.TypeFor[dashboard.MemoryOutbox](),
+		reflect.TypeFor[accounts.MemoryLinks](), reflect.TypeFor[accounts.MemorySessions](), reflect.TypeFor[accounts.MemoryDirectory](),
+		reflect.TypeFor[accounts.MemoryOutbox](), reflect.TypeFor[accounts.ShareBonus](),
 	} {
 		for f := range typ.Fields() {
 			if f.IsExported() {

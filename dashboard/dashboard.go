@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/api"
 )
 
@@ -58,7 +59,7 @@ type Config struct {
 	// ShareBonus, when set, shows each account its share link, which
 	// opens accounts by email (SignIn's EmailOptions with SignUps), and
 	// what it earned this month; the host runs its Pay.
-	ShareBonus *ShareBonus
+	ShareBonus *accounts.ShareBonus
 	// Seller, when set, gives the account a Billing page where it buys
 	// credit packs and plans and manages its subscription; Ledger must
 	// then be an upscale.BillingLedger, which the page reads the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/accounts"
 )
 
 var templateFuncs = template.FuncMap{
@@ -110,8 +111,8 @@ type overviewPage struct {
 // sharePanel is an account's share link, its terms, and what it earned
 // this month.
 type sharePanel struct {
-	Link                          string
-	PerSignup, MonthlyCap, Earned int64
+	Link string
+	accounts.Share
 }
 
 // The chart's geometry: one bar per day.
@@ -146,17 +147,12 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account str
 		page.Width = len(page.Bars)*(barWidth+barGap) + 24 // and room for the labels at both ends
 	}
 	if b := d.cfg.ShareBonus; b != nil {
-		code, err := b.Directory.ShareCode(ctx, account)
+		share, err := b.Share(ctx, account, now)
 		if err != nil {
-			d.fail(w, r, account, "make the share link", err)
+			d.fail(w, r, account, "read the share link", err)
 			return
 		}
-		earned, err := b.earned(ctx, account, now)
-		if err != nil {
-			d.fail(w, r, account, "read what the share link earned", err)
-			return
-		}
-		page.Share = &sharePanel{Link: d.cfg.SignIn.opts.BaseURL + "signup?ref=" + code, PerSignup: b.PerSignup, MonthlyCap: b.MonthlyCap, Earned: earned}
+		page.Share = &sharePanel{Link: d.cfg.SignIn.opts.BaseURL + "signup?ref=" + share.Code, Share: share}
 	}
 	d.render(w, r, http.StatusOK, "overview", page)
 }
@@ -395,7 +391,7 @@ func (d *Dashboard) signInWithLink(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) emailLink(w http.ResponseWriter, r *http.Request) {
 	page := d.signInFrame(r)
 	page.Ref = shareCode(r.PostFormValue("ref"))
-	email, err := Address(r.PostFormValue("email"))
+	email, err := accounts.Address(r.PostFormValue("email"))
 	if err != nil {
 		page.BadAddress, page.Address = true, r.PostFormValue("email")
 		d.render(w, r, http.StatusBadRequest, "signin", page)

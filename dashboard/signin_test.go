@@ -16,8 +16,9 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/accounts"
+	"github.com/upscalekit/upscale/accounts/accountstest"
 	"github.com/upscalekit/upscale/dashboard"
-	"github.com/upscalekit/upscale/dashboard/dashboardtest"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -35,7 +36,7 @@ type linkSite struct {
 
 // newLinkSite returns a linkSite on clock whose SignIn keeps sign-outs in
 // sessions (nil for its default).
-func newLinkSite(t *testing.T, clock *upscaletest.Clock, sessions dashboard.SessionStore) *linkSite {
+func newLinkSite(t *testing.T, clock *upscaletest.Clock, sessions accounts.SessionStore) *linkSite {
 	t.Helper()
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
 	if err := ledger.PutAccount(context.Background(), upscale.Account{ID: "acme", Plan: upscale.Plan{Name: "free", MonthlyImages: 10}}); err != nil {
@@ -252,12 +253,12 @@ func TestSecureCookieBehindHTTPS(t *testing.T) {
 }
 
 func TestMemorySessions(t *testing.T) {
-	dashboardtest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore { return dashboard.NewMemorySessions() })
+	accountstest.TestSessionStore(t, func(t *testing.T) accounts.SessionStore { return accounts.NewMemorySessions() })
 }
 
 func TestMemoryLinks(t *testing.T) {
-	dashboardtest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
-		return dashboard.NewMemoryLinks(dashboard.MemoryLinksOptions{Now: clock.Now})
+	accountstest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) accounts.LinkStore {
+		return accounts.NewMemoryLinks(accounts.MemoryLinksOptions{Now: clock.Now})
 	})
 }
 
@@ -352,7 +353,7 @@ func TestSignOutOfAnIdleSession(t *testing.T) {
 // sessionsSwitch is a SessionStore that counts what it is asked, and
 // that can be cut off.
 type sessionsSwitch struct {
-	dashboard.SessionStore
+	accounts.SessionStore
 	down  atomic.Bool
 	reads atomic.Int32
 }
@@ -377,7 +378,7 @@ func (s *sessionsSwitch) SignedOutAt(ctx context.Context, accountID string) (tim
 // cookie to try again, and the session works once the store is back.
 func TestSessionStoreAsked(t *testing.T) {
 	clock := upscaletest.NewClock(start)
-	sessions := &sessionsSwitch{SessionStore: dashboard.NewMemorySessions()}
+	sessions := &sessionsSwitch{SessionStore: accounts.NewMemorySessions()}
 	s := newLinkSite(t, clock, sessions)
 	link, _ := s.signIn.Link("acme")
 	s.signInWith(link)

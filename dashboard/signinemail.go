@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/accounts"
 )
 
 // askLink takes one link from the allowances of the request's client and
@@ -146,7 +147,7 @@ var mailTemplate = template.Must(template.New("mail").Parse(`<!doctype html>
 
 // linkMail is the mail that carries link to email: it opens an account, or
 // signs one in.
-func linkMail(product, email, link string, opens bool, ttl time.Duration) (Mail, error) {
+func linkMail(product, email, link string, opens bool, ttl time.Duration) (accounts.Mail, error) {
 	data := struct {
 		Product, Link string
 		Opens         bool
@@ -154,7 +155,7 @@ func linkMail(product, email, link string, opens bool, ttl time.Duration) (Mail,
 	}{product, link, opens, int(ttl.Minutes())}
 	var html bytes.Buffer
 	if err := mailTemplate.Execute(&html, data); err != nil {
-		return Mail{}, fmt.Errorf("dashboard: the link's mail: %w", err)
+		return accounts.Mail{}, fmt.Errorf("dashboard: the link's mail: %w", err)
 	}
 	subject, action := "Sign in to "+product, "Sign in to your "+product+" account"
 	if opens {
@@ -162,5 +163,5 @@ func linkMail(product, email, link string, opens bool, ttl time.Duration) (Mail,
 	}
 	text := fmt.Sprintf("%s with this link. It works once, for %d minutes.\n\n%s\n\nIf you did not ask for it, ignore this mail: nothing happens without the link.\n",
 		action, data.Minutes, link)
-	return Mail{To: email, Subject: subject, Text: text, HTML: html.String()}, nil
+	return accounts.Mail{To: email, Subject: subject, Text: text, HTML: html.String()}, nil
 }

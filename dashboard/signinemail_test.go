@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/upscaletest"
 )
@@ -26,11 +27,11 @@ import (
 // while down.
 type mailbox struct {
 	mu   sync.Mutex
-	sent []dashboard.Mail
+	sent []accounts.Mail
 	down atomic.Bool
 }
 
-func (m *mailbox) Send(_ context.Context, mail dashboard.Mail) error {
+func (m *mailbox) Send(_ context.Context, mail accounts.Mail) error {
 	if m.down.Load() {
 		return fmt.Errorf("%w: the mail server is down", upscale.ErrUnavailable)
 	}
@@ -41,10 +42,10 @@ func (m *mailbox) Send(_ context.Context, mail dashboard.Mail) error {
 }
 
 // to returns the mail sent to address so far.
-func (m *mailbox) to(address string) []dashboard.Mail {
+func (m *mailbox) to(address string) []accounts.Mail {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []dashboard.Mail
+	var out []accounts.Mail
 	for _, mail := range m.sent {
 		if mail.To == address {
 			out = append(out, mail)
@@ -61,7 +62,7 @@ func (m *mailbox) count() int {
 }
 
 // await waits up to 15 s for the nth mail to address, and returns it.
-func (m *mailbox) await(t *testing.T, address string, n int) dashboard.Mail {
+func (m *mailbox) await(t *testing.T, address string, n int) accounts.Mail {
 	t.Helper()
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if got := m.to(address); len(got) >= n {
@@ -77,11 +78,11 @@ func (m *mailbox) await(t *testing.T, address string, n int) dashboard.Mail {
 type emailSite struct {
 	t         *testing.T
 	clock     *upscaletest.Clock
-	bonus     *dashboard.ShareBonus
+	bonus     *accounts.ShareBonus
 	base      string
 	browser   *http.Client
 	mail      *mailbox
-	directory *dashboard.MemoryDirectory
+	directory *accounts.MemoryDirectory
 	ledger    *upscale.MemoryLedger
 	signIn    *dashboard.SignIn
 }
@@ -103,9 +104,9 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	t.Helper()
 	clock := upscaletest.NewClock(start)
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{Now: clock.Now})
-	directory := dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger, Now: clock.Now})
+	directory := accounts.NewMemoryDirectory(accounts.MemoryDirectoryOptions{Ledger: ledger, Now: clock.Now})
 	mail := &mailbox{}
-	outbox := dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: mail, Logger: slog.New(slog.DiscardHandler)})
+	outbox := accounts.NewMemoryOutbox(accounts.MemoryOutboxOptions{Mailer: mail, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -115,14 +116,14 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
 	email := &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan}
-	var bonus *dashboard.ShareBonus
+	var bonus *accounts.ShareBonus
 	log := slog.DiscardHandler
 	for _, o := range options {
 		if o.email != nil {
 			o.email(email)
 		}
 		if o.shareBonus {
-			bonus = &dashboard.ShareBonus{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10, Now: clock.Now}
+			bonus = newShareBonus(t, accounts.ShareBonusOptions{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10, Now: clock.Now})
 		}
 		if o.log != nil {
 			log = o.log
@@ -170,7 +171,7 @@ func (s *emailSite) ask(email, client string) (*http.Response, string) {
 
 // follow opens the link in m, presses its button, and returns the POST's
 // answer and the link's page.
-func (s *emailSite) follow(m dashboard.Mail) (*http.Response, string) {
+func (s *emailSite) follow(m accounts.Mail) (*http.Response, string) {
 	s.t.Helper()
 	link := regexp.MustCompile(`https?://\S+`).FindString(m.Text)
 	if link == "" || !strings.Contains(m.HTML, `href="`+strings.ReplaceAll(link, "&", "&amp;")+`"`) {
@@ -412,7 +413,7 @@ func TestMailBudget(t *testing.T) {
 	}
 	budget := upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1, Burst: 1})
 	for _, e := range []dashboard.EmailOptions{{MailsPerHour: -1}, {MailsPerHour: 3, Budget: budget}} {
-		e.Directory, e.Outbox = s.directory, dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: s.mail})
+		e.Directory, e.Outbox = s.directory, accounts.NewMemoryOutbox(accounts.MemoryOutboxOptions{Mailer: s.mail})
 		if _, err := dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: s.base, Email: &e}); err == nil {
 			t.Errorf("NewSignIn took MailsPerHour %d with Budget %v", e.MailsPerHour, e.Budget)
 		}
@@ -534,11 +535,11 @@ func TestShareLink(t *testing.T) {
 //	go test -run '^$' -bench EmailLinkAnswer -count 6 ./dashboard
 func BenchmarkEmailLinkAnswer(b *testing.B) {
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	directory := dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger})
+	directory := accounts.NewMemoryDirectory(accounts.MemoryDirectoryOptions{Ledger: ledger})
 	if _, _, err := directory.OpenAccount(context.Background(), "known@example.com", freePlan, ""); err != nil {
 		b.Fatal(err)
 	}
-	outbox := dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: &mailbox{}, Logger: slog.New(slog.DiscardHandler)})
+	outbox := accounts.NewMemoryOutbox(accounts.MemoryOutboxOptions{Mailer: &mailbox{}, Logger: slog.New(slog.DiscardHandler)})
 	defer outbox.Close(context.Background())
 	unlimited := upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: 1e9, Burst: 1 << 30})
 	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{Secret: secret, BaseURL: "https://upscale.example/dashboard/",
@@ -572,7 +573,7 @@ func BenchmarkEmailLinkAnswer(b *testing.B) {
 func TestShareBonusGoesOn(t *testing.T) {
 	ctx := context.Background()
 	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	directory := dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger})
+	directory := accounts.NewMemoryDirectory(accounts.MemoryDirectoryOptions{Ledger: ledger})
 	sharer, _, _ := directory.OpenAccount(ctx, "sharer@example.com", freePlan, "")
 	for _, tc := range []struct{ email, referrer string }{{"orphan@example.com", "acct_gone"}, {"invited@example.com", sharer}} {
 		id, _, err := directory.OpenAccount(ctx, tc.email, freePlan, tc.referrer)
@@ -587,7 +588,7 @@ func TestShareBonusGoesOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bonus := &dashboard.ShareBonus{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10}
+	bonus := newShareBonus(t, accounts.ShareBonusOptions{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10})
 	paid, err := bonus.Pay(ctx)
 	if paid != 1 || err == nil {
 		t.Errorf("Pay = %d, %v; want the invited account's sharer paid, and the orphan's error", paid, err)
@@ -598,4 +599,14 @@ func TestShareBonusGoesOn(t *testing.T) {
 	if b, _ := ledger.Balance(ctx, sharer); b.ShareBonus != 5 {
 		t.Errorf("the sharer's share bonus %d, want 5", b.ShareBonus)
 	}
+}
+
+// newShareBonus returns the ShareBonus of opts, which must be whole.
+func newShareBonus(t *testing.T, opts accounts.ShareBonusOptions) *accounts.ShareBonus {
+	t.Helper()
+	b, err := accounts.NewShareBonus(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

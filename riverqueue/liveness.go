@@ -19,7 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
@@ -422,7 +422,7 @@ func (q *Queue[TTx]) handBackRun(ctx context.Context, row *rivertype.JobRow) err
 	case row.Kind == (webhookArgs{}).Kind():
 		scheduled = now.Add(q.opts.WebhookBackoff(row.Attempt))
 	case row.Kind == (mailArgs{}).Kind():
-		scheduled = now.Add(dashboard.MailBackoff(row.Attempt))
+		scheduled = now.Add(accounts.MailBackoff(row.Attempt))
 	}
 	attemptErr, err := json.Marshal(rivertype.AttemptError{At: now, Attempt: max(row.Attempt, 0), Error: "its process stopped beating"})
 	if err != nil {

@@ -11,31 +11,31 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 )
 
 // The River queue of the dashboard's mail.
 const mailQueueName = "upscale_mail"
 
 var (
-	_ dashboard.Outbox = (*Queue[*sql.Tx])(nil)
-	_ dashboard.Outbox = (*Queue[pgx.Tx])(nil)
+	_ accounts.Outbox = (*Queue[*sql.Tx])(nil)
+	_ accounts.Outbox = (*Queue[pgx.Tx])(nil)
 )
 
 // mailArgs is a mail as River keeps it: a job of kind "upscale_mail" in
 // the queue "upscale_mail". It holds a sign-in link until River cleans it
 // away after Retention; the link stops working long before.
 type mailArgs struct {
-	Mail    dashboard.Mail `json:"mail"`
-	Expires time.Time      `json:"expires"`
+	Mail    accounts.Mail `json:"mail"`
+	Expires time.Time     `json:"expires"`
 }
 
 func (mailArgs) Kind() string { return "upscale_mail" }
 
-// Post implements dashboard.Outbox: the mail is a River job, sent by
+// Post implements accounts.Outbox: the mail is a River job, sent by
 // whichever process sends mail (SendMail) on the database, retried while
 // the mail server is unavailable, until expires.
-func (q *Queue[TTx]) Post(ctx context.Context, m dashboard.Mail, expires time.Time) error {
+func (q *Queue[TTx]) Post(ctx context.Context, m accounts.Mail, expires time.Time) error {
 	_, err := q.client.Insert(ctx, mailArgs{Mail: m, Expires: expires}, &river.InsertOpts{Queue: mailQueueName, MaxAttempts: maxDeliveries})
 	if err != nil {
 		return classify(ctx, fmt.Errorf("riverqueue: insert a mail: %w", err))
@@ -46,7 +46,7 @@ func (q *Queue[TTx]) Post(ctx context.Context, m dashboard.Mail, expires time.Ti
 // SendMail starts sending the mail posted on the database with mailer, at
 // most concurrency at once, and returns the function that stops it, as
 // Work's does.
-func (q *Queue[TTx]) SendMail(ctx context.Context, concurrency int, mailer dashboard.Mailer) (func(drain context.Context) error, error) {
+func (q *Queue[TTx]) SendMail(ctx context.Context, concurrency int, mailer accounts.Mailer) (func(drain context.Context) error, error) {
 	if mailer == nil {
 		return nil, errors.New("riverqueue: SendMail needs a Mailer")
 	}
@@ -54,11 +54,11 @@ func (q *Queue[TTx]) SendMail(ctx context.Context, concurrency int, mailer dashb
 }
 
 // mailWorker sends mail for River: a mail the server could not take for
-// now is an error, which River retries after dashboard.MailBackoff, until it
+// now is an error, which River retries after accounts.MailBackoff, until it
 // expires; one the server refused for good is cancelled.
 type mailWorker struct {
 	river.WorkerDefaults[mailArgs]
-	send dashboard.Mailer
+	send accounts.Mailer
 	now  func() time.Time // the queue's clock, which mail expires by
 }
 
@@ -79,5 +79,5 @@ func (w *mailWorker) Work(ctx context.Context, rj *river.Job[mailArgs]) error {
 }
 
 func (w *mailWorker) NextRetry(rj *river.Job[mailArgs]) time.Time {
-	return time.Now().Add(dashboard.MailBackoff(rj.Attempt))
+	return time.Now().Add(accounts.MailBackoff(rj.Attempt))
 }

@@ -20,7 +20,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/riverqueue"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -816,8 +816,8 @@ func TestCanceledWithAStoredResult(t *testing.T) {
 
 // mailQueue is a Queue as an outbox of the dashboard's mail.
 type mailQueue interface {
-	dashboard.Outbox
-	SendMail(ctx context.Context, concurrency int, mailer dashboard.Mailer) (func(context.Context) error, error)
+	accounts.Outbox
+	SendMail(ctx context.Context, concurrency int, mailer accounts.Mailer) (func(context.Context) error, error)
 }
 
 // flakyMailer fails each address's first attempt as unavailable, refuses
@@ -825,10 +825,10 @@ type mailQueue interface {
 type flakyMailer struct {
 	mu       sync.Mutex
 	attempts map[string]int
-	sent     map[string]dashboard.Mail
+	sent     map[string]accounts.Mail
 }
 
-func (m *flakyMailer) Send(_ context.Context, mail dashboard.Mail) error {
+func (m *flakyMailer) Send(_ context.Context, mail accounts.Mail) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.attempts[mail.To]++
@@ -860,14 +860,14 @@ func TestMailOutbox(t *testing.T) {
 			ahead := func() time.Time { return time.Now().Add(10 * time.Minute) }
 			q, _ := d.queue(t, riverqueue.Options{Logger: quiet, Now: ahead})
 			outbox := q.(mailQueue)
-			mailer := &flakyMailer{attempts: map[string]int{}, sent: map[string]dashboard.Mail{}}
+			mailer := &flakyMailer{attempts: map[string]int{}, sent: map[string]accounts.Mail{}}
 			for to, expires := range map[string]time.Time{
 				"retried@example.com":          time.Now().Add(time.Hour),
 				"refused@example.com":          time.Now().Add(time.Hour),
 				"expired@example.com":          time.Now().Add(-time.Second),
 				"expired-by-clock@example.com": time.Now().Add(5 * time.Minute),
 			} {
-				if err := outbox.Post(ctx, dashboard.Mail{To: to, Subject: "Sign in", Text: "link", HTML: "<p>link</p>"}, expires); err != nil {
+				if err := outbox.Post(ctx, accounts.Mail{To: to, Subject: "Sign in", Text: "link", HTML: "<p>link</p>"}, expires); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
@@ -97,7 +97,7 @@ func (q *Queue[TTx]) settleLeft(ctx context.Context, settle func(context.Context
 type handlers struct {
 	run     func(context.Context, upscale.Job) upscale.JobOutcome
 	deliver func(context.Context, upscale.Webhook) error
-	send    dashboard.Mailer
+	send    accounts.Mailer
 }
 
 // work starts a River client that works queue, at most concurrency jobs

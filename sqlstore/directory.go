@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 )
 
-// AccountOf implements dashboard.AccountDirectory.
+// AccountOf implements accounts.Directory.
 func (s *Store) AccountOf(ctx context.Context, email string) (string, error) {
 	var id string
 	err := s.db.QueryRowContext(ctx, `SELECT account_id FROM email_accounts WHERE email = $1`, email).Scan(&id)
@@ -22,7 +22,7 @@ func (s *Store) AccountOf(ctx context.Context, email string) (string, error) {
 	return id, classify(ctx, err)
 }
 
-// OpenAccount implements dashboard.AccountDirectory: the account and the
+// OpenAccount implements accounts.Directory: the account and the
 // address's row are made in one transaction, which a concurrent opening
 // of the same address rolls back (errAddressTaken) to return the winner's.
 func (s *Store) OpenAccount(ctx context.Context, email string, plan upscale.Plan, referrer string) (string, bool, error) {
@@ -54,17 +54,17 @@ func (s *Store) OpenAccount(ctx context.Context, email string, plan upscale.Plan
 	return id, true, nil
 }
 
-// Opened implements dashboard.AccountDirectory.
-func (s *Store) Opened(ctx context.Context, since time.Time) ([]dashboard.DirectoryEntry, error) {
+// Opened implements accounts.Directory.
+func (s *Store) Opened(ctx context.Context, since time.Time) ([]accounts.DirectoryEntry, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT email, account_id, referrer, opened_at FROM email_accounts
 		WHERE opened_at >= $1 ORDER BY opened_at, account_id`, since.UnixNano())
 	if err != nil {
 		return nil, classify(ctx, err)
 	}
 	defer rows.Close()
-	var out []dashboard.DirectoryEntry
+	var out []accounts.DirectoryEntry
 	for rows.Next() {
-		var e dashboard.DirectoryEntry
+		var e accounts.DirectoryEntry
 		var opened int64
 		if err := rows.Scan(&e.Email, &e.AccountID, &e.Referrer, &opened); err != nil {
 			return nil, err
@@ -75,7 +75,7 @@ func (s *Store) Opened(ctx context.Context, since time.Time) ([]dashboard.Direct
 	return out, classify(ctx, rows.Err())
 }
 
-// ShareCode implements dashboard.AccountDirectory: a read, as each
+// ShareCode implements accounts.Directory: a read, as each
 // overview asks; the first call writes the code, and concurrent first
 // calls make one, the first written.
 func (s *Store) ShareCode(ctx context.Context, accountID string) (string, error) {
@@ -86,14 +86,14 @@ func (s *Store) ShareCode(ctx context.Context, accountID string) (string, error)
 	err := read()
 	if errors.Is(err, sql.ErrNoRows) {
 		if _, err = s.db.ExecContext(ctx, `INSERT INTO share_codes (account_id, code) VALUES ($1, $2) ON CONFLICT (account_id) DO NOTHING`,
-			accountID, dashboard.NewShareCode()); err == nil {
+			accountID, accounts.NewShareCode()); err == nil {
 			err = read()
 		}
 	}
 	return code, classify(ctx, err)
 }
 
-// SharedBy implements dashboard.AccountDirectory.
+// SharedBy implements accounts.Directory.
 func (s *Store) SharedBy(ctx context.Context, code string) (string, error) {
 	var account string
 	err := s.db.QueryRowContext(ctx, `SELECT account_id FROM share_codes WHERE code = $1`, code).Scan(&account)

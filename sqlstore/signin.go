@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// UseLink implements dashboard.LinkStore: the first use of a sign-in link
+// UseLink implements accounts.LinkStore: the first use of a sign-in link
 // inserts it, and any later one finds it there. Links whose expiry has
 // passed are forgotten as it goes.
 func (s *Store) UseLink(ctx context.Context, id string, expires time.Time) (bool, error) {
@@ -23,7 +23,7 @@ func (s *Store) UseLink(ctx context.Context, id string, expires time.Time) (bool
 	return n == 1, classify(ctx, err)
 }
 
-// SignOut implements dashboard.SessionStore: an account's row is moved
+// SignOut implements accounts.SessionStore: an account's row is moved
 // only forward, in one statement, so that racing replicas keep the latest.
 func (s *Store) SignOut(ctx context.Context, accountID string, at time.Time) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO signouts (account_id, signed_out_at) VALUES ($1, $2)
@@ -32,7 +32,7 @@ func (s *Store) SignOut(ctx context.Context, accountID string, at time.Time) err
 	return classify(ctx, err)
 }
 
-// SignedOutAt implements dashboard.SessionStore, by the account's key.
+// SignedOutAt implements accounts.SessionStore, by the account's key.
 func (s *Store) SignedOutAt(ctx context.Context, accountID string) (time.Time, error) {
 	var at int64
 	err := s.db.QueryRowContext(ctx, `SELECT signed_out_at FROM signouts WHERE account_id = $1`, accountID).Scan(&at)

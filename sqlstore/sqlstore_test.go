@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
-	"github.com/upscalekit/upscale/dashboard/dashboardtest"
+	"github.com/upscalekit/upscale/accounts"
+	"github.com/upscalekit/upscale/accounts/accountstest"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/sqlstore"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -77,12 +77,12 @@ func TestConformance(t *testing.T) {
 				})
 			})
 			t.Run("LinkStore", func(t *testing.T) {
-				dashboardtest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore {
+				accountstest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) accounts.LinkStore {
 					return open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
 				})
 			})
-			t.Run("AccountDirectory", func(t *testing.T) {
-				dashboardtest.TestAccountDirectory(t, func(t *testing.T) (dashboard.AccountDirectory, func(string) (upscale.Balance, error)) {
+			t.Run("Directory", func(t *testing.T) {
+				accountstest.TestDirectory(t, func(t *testing.T) (accounts.Directory, func(string) (upscale.Balance, error)) {
 					s := open(t, newDB(t), upscale.LedgerOptions{})
 					if err := s.PutPlan(context.Background(), upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}); err != nil {
 						t.Fatal(err)
@@ -91,7 +91,7 @@ func TestConformance(t *testing.T) {
 				})
 			})
 			t.Run("SessionStore", func(t *testing.T) {
-				dashboardtest.TestSessionStore(t, func(t *testing.T) dashboard.SessionStore {
+				accountstest.TestSessionStore(t, func(t *testing.T) accounts.SessionStore {
 					return open(t, newDB(t), upscale.LedgerOptions{})
 				})
 			})

@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/upscalekit/upscale/accounts/smtpmail"
 	"github.com/upscalekit/upscale/dashboard"
-	"github.com/upscalekit/upscale/dashboard/smtpmail"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 

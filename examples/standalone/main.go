@@ -31,6 +31,7 @@ import (
 	"github.com/stripe/stripe-go/v84"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/api"
 	"github.com/upscalekit/upscale/billing/stripebilling"
 	"github.com/upscalekit/upscale/dashboard"
@@ -231,7 +232,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Samples: []dashboard.Sample{{Name: "A photo (256×256)", URL: sampleURL(publicURL, "photo.png")}, {Name: "Line art (250×361)", URL: sampleURL(publicURL, "lineart.png")}},
 	}
 	if cfg.ShareBonus != nil && email != nil && email.SignUps {
-		bonus := &dashboard.ShareBonus{Directory: store, Ledger: store, PerSignup: cfg.ShareBonus.PerSignup, MonthlyCap: cfg.ShareBonus.MonthlyCap}
+		bonus, err := accounts.NewShareBonus(accounts.ShareBonusOptions{Directory: store, Ledger: store, PerSignup: cfg.ShareBonus.PerSignup, MonthlyCap: cfg.ShareBonus.MonthlyCap})
+		if err != nil {
+			return fmt.Errorf("the config's shareBonus: %w", err)
+		}
 		dashboardCfg.ShareBonus = bonus
 		paying := periodic.Start(shareBonusInterval, func() {
 			ctx, cancel := context.WithTimeout(context.Background(), shareBonusInterval)

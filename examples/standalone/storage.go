@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/dirstore"
 	"github.com/upscalekit/upscale/riverqueue"
 	"github.com/upscalekit/upscale/s3store"
@@ -33,8 +33,8 @@ func (st *storage) addFlags(fs *flag.FlagSet) {
 type queues interface {
 	upscale.JobQueue
 	upscale.WebhookQueue
-	dashboard.Outbox
-	SendMail(ctx context.Context, concurrency int, mailer dashboard.Mailer) (func(drain context.Context) error, error)
+	accounts.Outbox
+	SendMail(ctx context.Context, concurrency int, mailer accounts.Mailer) (func(drain context.Context) error, error)
 	// Displaced is closed once a live twin took this process's
 	// -process-id: its workers stopped; it should exit.
 	Displaced() <-chan struct{}

@@ -1,4 +1,4 @@
-package dashboardtest
+package accountstest
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-// TestLinkStore checks that a dashboard.LinkStore reports exactly one
+// TestLinkStore checks that an accounts.LinkStore reports exactly one
 // first use of each link, also when uses race, as replicas' would.
 // newStore must return an empty store on clock.
-func TestLinkStore(t *testing.T, newStore func(t *testing.T, clock *upscaletest.Clock) dashboard.LinkStore) {
+func TestLinkStore(t *testing.T, newStore func(t *testing.T, clock *upscaletest.Clock) accounts.LinkStore) {
 	ctx := context.Background()
 	start := time.Date(2026, time.November, 20, 12, 0, 0, 0, time.UTC)
-	use := func(t *testing.T, s dashboard.LinkStore, id string, expires time.Time, want bool) {
+	use := func(t *testing.T, s accounts.LinkStore, id string, expires time.Time, want bool) {
 		t.Helper()
 		first, err := s.UseLink(ctx, id, expires)
 		if err != nil || first != want {

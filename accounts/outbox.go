@@ -1,4 +1,4 @@
-package dashboard
+package accounts
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func (o *MemoryOutbox) Post(_ context.Context, m Mail, expires time.Time) error 
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return errors.New("dashboard: the outbox is closed")
+		return errors.New("accounts: the outbox is closed")
 	}
 	o.sending.Go(func() { o.send(m, expires) })
 	return nil
@@ -77,17 +77,17 @@ func (o *MemoryOutbox) send(m Mail, expires time.Time) {
 		err := o.mailer.Send(ctx, m)
 		switch {
 		case err == nil:
-			o.logger.Info("dashboard: mail sent", "subject", m.Subject, "attempts", attempt)
+			o.logger.Info("accounts: mail sent", "subject", m.Subject, "attempts", attempt)
 			return
 		case !errors.Is(err, upscale.ErrUnavailable):
-			o.logger.Error("dashboard: mail refused; not sent", "subject", m.Subject, "err", err)
+			o.logger.Error("accounts: mail refused; not sent", "subject", m.Subject, "err", err)
 			return
 		}
-		o.logger.Warn("dashboard: mail server unavailable; trying again", "subject", m.Subject, "attempt", attempt, "err", err)
+		o.logger.Warn("accounts: mail server unavailable; trying again", "subject", m.Subject, "attempt", attempt, "err", err)
 		select {
 		case <-time.After(o.backoff(attempt)):
 		case <-ctx.Done():
-			o.logger.Error("dashboard: mail not sent before it expired", "subject", m.Subject, "attempts", attempt)
+			o.logger.Error("accounts: mail not sent before it expired", "subject", m.Subject, "attempts", attempt)
 			return
 		}
 	}

@@ -1,4 +1,4 @@
-package dashboard_test
+package accounts_test
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
-	"github.com/upscalekit/upscale/dashboard/dashboardtest"
+	"github.com/upscalekit/upscale/accounts"
+	"github.com/upscalekit/upscale/accounts/accountstest"
 )
 
 func TestMemoryDirectory(t *testing.T) {
-	dashboardtest.TestAccountDirectory(t, func(t *testing.T) (dashboard.AccountDirectory, func(string) (upscale.Balance, error)) {
+	accountstest.TestDirectory(t, func(t *testing.T) (accounts.Directory, func(string) (upscale.Balance, error)) {
 		ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-		return dashboard.NewMemoryDirectory(dashboard.MemoryDirectoryOptions{Ledger: ledger}), func(id string) (upscale.Balance, error) { return ledger.Balance(context.Background(), id) }
+		return accounts.NewMemoryDirectory(accounts.MemoryDirectoryOptions{Ledger: ledger}), func(id string) (upscale.Balance, error) { return ledger.Balance(context.Background(), id) }
 	})
 }
 
@@ -26,7 +26,7 @@ func TestAddress(t *testing.T) {
 		"  ada@example.com\n":      "ada@example.com",
 		"ada+upscale@example.com":  "ada+upscale@example.com",
 	} {
-		if got, err := dashboard.Address(in); err != nil || got != want {
+		if got, err := accounts.Address(in); err != nil || got != want {
 			t.Errorf("Address(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
@@ -35,7 +35,7 @@ func TestAddress(t *testing.T) {
 		`"ada lovelace"@example.com`, "ada@example.com, grace@example.com", strings.Repeat("a", 250) + "@example.com",
 		"ada@[127.0.0.1]", "ada@localhost", "ada@example.",
 	} {
-		if got, err := dashboard.Address(in); err == nil {
+		if got, err := accounts.Address(in); err == nil {
 			t.Errorf("Address(%q) = %q; want it refused", in, got)
 		}
 	}

@@ -1,4 +1,4 @@
-package dashboard
+package accounts
 
 import "context"
 
@@ -10,7 +10,7 @@ type Mail struct {
 	Text, HTML  string
 }
 
-// Mailer sends mail; dashboard/smtpmail sends it through an SMTP server.
+// Mailer sends mail; accounts/smtpmail sends it through an SMTP server.
 // Send returns nil once the server has taken the message, even if the
 // connection fails after; an error wrapping upscale.ErrUnavailable when
 // the server did not take it but a later try may (unreachable, the

@@ -1,4 +1,4 @@
-package dashboardtest
+package accountstest
 
 import (
 	"context"
@@ -6,25 +6,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 )
 
-// TestSessionStore checks that a dashboard.SessionStore keeps, per
+// TestSessionStore checks that an accounts.SessionStore keeps, per
 // account, the latest sign-out it was given, to the nanosecond, also when
 // sign-outs race, as replicas' would; and that an account that never
 // signed out reads as the zero Time. newStore must return an empty store.
-func TestSessionStore(t *testing.T, newStore func(t *testing.T) dashboard.SessionStore) {
+func TestSessionStore(t *testing.T, newStore func(t *testing.T) accounts.SessionStore) {
 	ctx := context.Background()
 	// A time with nanoseconds: a store that kept less would let a session
 	// begun just before a sign-out outlive it.
 	at := time.Date(2026, time.November, 20, 12, 0, 0, 123456789, time.UTC)
-	signOut := func(t *testing.T, s dashboard.SessionStore, account string, at time.Time) {
+	signOut := func(t *testing.T, s accounts.SessionStore, account string, at time.Time) {
 		t.Helper()
 		if err := s.SignOut(ctx, account, at); err != nil {
 			t.Fatalf("SignOut(%s, %v): %v", account, at, err)
 		}
 	}
-	signedOutAt := func(t *testing.T, s dashboard.SessionStore, account string, want time.Time) {
+	signedOutAt := func(t *testing.T, s accounts.SessionStore, account string, want time.Time) {
 		t.Helper()
 		got, err := s.SignedOutAt(ctx, account)
 		if err != nil || !got.Equal(want) {

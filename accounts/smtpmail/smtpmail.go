@@ -1,4 +1,4 @@
-// Package smtpmail is a dashboard.Mailer that sends through an SMTP
+// Package smtpmail is an accounts.Mailer that sends through an SMTP
 // server. It uses github.com/wneessen/go-mail, which writes the MIME
 // message (plain text with an HTML alternative, encoded headers, a
 // Message-ID and a Date) and holds the connection to a TLS policy: work
@@ -19,7 +19,7 @@ import (
 	"github.com/wneessen/go-mail"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 )
 
 // Options configures a Mailer. URL and From are required.
@@ -50,7 +50,7 @@ type Mailer struct {
 	user   *url.Userinfo
 }
 
-var _ dashboard.Mailer = (*Mailer)(nil)
+var _ accounts.Mailer = (*Mailer)(nil)
 
 // New returns a Mailer for opts, or an error naming what is wrong with
 // them.
@@ -98,11 +98,11 @@ func (m *Mailer) tlsConfig() *tls.Config {
 	return config
 }
 
-// Send implements dashboard.Mailer: nil once the server has taken the
+// Send implements accounts.Mailer: nil once the server has taken the
 // message; an error wrapping upscale.ErrUnavailable when the server could
 // not be reached, the connection failed or went silent before it took
 // the message, or it answered 4xx; another error when it answered 5xx.
-func (m *Mailer) Send(ctx context.Context, msg dashboard.Mail) error {
+func (m *Mailer) Send(ctx context.Context, msg accounts.Mail) error {
 	message := mail.NewMsg()
 	if err := message.From(m.opts.From); err != nil {
 		return fmt.Errorf("smtpmail: sender: %w", err)

@@ -1,4 +1,4 @@
-package dashboard
+package accounts
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-// AccountDirectory keeps the account of each email address that opened
+// Directory keeps the account of each email address that opened
 // one through the dashboard: sign-up and sign-in by email. sqlstore.Store
 // is one (for replicas), MemoryDirectory one for a single process, and
-// dashboardtest.TestAccountDirectory is the contract. Addresses are given
+// accountstest.TestDirectory is the contract. Addresses are given
 // as Address returns them; an address is stored, and never shown to
 // another account.
-type AccountDirectory interface {
+type Directory interface {
 	// AccountOf returns the account opened for the address email, and an
 	// error wrapping upscale.ErrNotFound when none was.
 	AccountOf(ctx context.Context, email string) (string, error)
@@ -70,14 +70,14 @@ func Address(email string) (string, error) {
 	if err != nil || parsed.Name != "" || parsed.Address != email || len(email) > longestAddress ||
 		strings.Count(email, "@") != 1 || strings.ContainsAny(email, " \t\r\n\"") ||
 		!strings.Contains(strings.Trim(domain, "."), ".") || strings.HasPrefix(domain, "[") {
-		return "", fmt.Errorf("dashboard: %q: %w", email, errBadAddress)
+		return "", fmt.Errorf("accounts: %q: %w", email, errBadAddress)
 	}
 	return strings.ToLower(email), nil
 }
 
-var _ AccountDirectory = (*MemoryDirectory)(nil)
+var _ Directory = (*MemoryDirectory)(nil)
 
-// MemoryDirectory is an AccountDirectory in process memory that opens
+// MemoryDirectory is a Directory in process memory that opens
 // accounts in a MemoryLedger, for one process and tests. It is safe for
 // concurrent use.
 type MemoryDirectory struct {
@@ -113,18 +113,18 @@ func NewMemoryDirectory(opts MemoryDirectoryOptions) *MemoryDirectory {
 	return &MemoryDirectory{ledger: opts.Ledger, now: opts.Now, accounts: map[string]DirectoryEntry{}, codes: map[string]string{}, sharers: map[string]string{}}
 }
 
-// AccountOf implements AccountDirectory.
+// AccountOf implements Directory.
 func (d *MemoryDirectory) AccountOf(_ context.Context, email string) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e, ok := d.accounts[email]
 	if !ok {
-		return "", fmt.Errorf("dashboard: no account for the address: %w", upscale.ErrNotFound)
+		return "", fmt.Errorf("accounts: no account for the address: %w", upscale.ErrNotFound)
 	}
 	return e.AccountID, nil
 }
 
-// OpenAccount implements AccountDirectory.
+// OpenAccount implements Directory.
 func (d *MemoryDirectory) OpenAccount(ctx context.Context, email string, plan upscale.Plan, referrer string) (string, bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -139,7 +139,7 @@ func (d *MemoryDirectory) OpenAccount(ctx context.Context, email string, plan up
 	return id, true, nil
 }
 
-// ShareCode implements AccountDirectory.
+// ShareCode implements Directory.
 func (d *MemoryDirectory) ShareCode(_ context.Context, accountID string) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -151,18 +151,18 @@ func (d *MemoryDirectory) ShareCode(_ context.Context, accountID string) (string
 	return code, nil
 }
 
-// SharedBy implements AccountDirectory.
+// SharedBy implements Directory.
 func (d *MemoryDirectory) SharedBy(_ context.Context, code string) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	account, ok := d.sharers[code]
 	if !ok {
-		return "", fmt.Errorf("dashboard: no account shares the code: %w", upscale.ErrNotFound)
+		return "", fmt.Errorf("accounts: no account shares the code: %w", upscale.ErrNotFound)
 	}
 	return account, nil
 }
 
-// Opened implements AccountDirectory.
+// Opened implements Directory.
 func (d *MemoryDirectory) Opened(_ context.Context, since time.Time) ([]DirectoryEntry, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

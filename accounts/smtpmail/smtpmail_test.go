@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
-	"github.com/upscalekit/upscale/dashboard/smtpmail"
+	"github.com/upscalekit/upscale/accounts"
+	"github.com/upscalekit/upscale/accounts/smtpmail"
 	"github.com/upscalekit/upscale/internal/testservers"
 )
 
@@ -40,7 +40,7 @@ func TestSendsThroughARealServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sent := dashboard.Mail{To: tc.to, Subject: "Your sign-in link — upscale", Text: "Sign in: https://upscale.example/dashboard/signin?token=abc", HTML: `<p><a href="https://upscale.example/dashboard/signin?token=abc">Sign in</a></p>`}
+			sent := accounts.Mail{To: tc.to, Subject: "Your sign-in link — upscale", Text: "Sign in: https://upscale.example/dashboard/signin?token=abc", HTML: `<p><a href="https://upscale.example/dashboard/signin?token=abc">Sign in</a></p>`}
 			if err := m.Send(context.Background(), sent); err != nil {
 				t.Fatalf("Send: %v", err)
 			}
@@ -70,7 +70,7 @@ func TestServerDownIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}); !errors.Is(err, upscale.ErrUnavailable) {
+	if err := m.Send(context.Background(), accounts.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}); !errors.Is(err, upscale.ErrUnavailable) {
 		t.Errorf("Send to a closed port: %v, want ErrUnavailable", err)
 	}
 }
@@ -103,7 +103,7 @@ func TestStartTLSRequired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}); err == nil {
+	if err := m.Send(context.Background(), accounts.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}); err == nil {
 		t.Fatal("Send to a server without STARTTLS succeeded")
 	}
 	ln.Close()
@@ -127,7 +127,7 @@ func TestImplicitTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "over TLS", HTML: "<p>t</p>"}); err != nil {
+	if err := m.Send(context.Background(), accounts.Mail{To: "ada@example.com", Subject: "s", Text: "over TLS", HTML: "<p>t</p>"}); err != nil {
 		t.Fatalf("Send over smtps: %v", err)
 	}
 	ln.Close()
@@ -141,7 +141,7 @@ func TestImplicitTLS(t *testing.T) {
 // but not the address.
 func TestRefusalNamesNoAddress(t *testing.T) {
 	m, ln, heard := fakeServer(t, refuseRcpt)
-	err := m.Send(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"})
+	err := m.Send(context.Background(), accounts.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"})
 	if err == nil || errors.Is(err, upscale.ErrUnavailable) || strings.Contains(err.Error(), "ada@") || !strings.Contains(err.Error(), "550") {
 		t.Errorf("a recipient refused for good: %v; want a refusal with its code and without the address", err)
 	}
@@ -154,7 +154,7 @@ func TestRefusalNamesNoAddress(t *testing.T) {
 // next try delivers; a reset once the server has taken the message is no
 // failure, so that the mail is not sent twice.
 func TestInterruptedIsUnavailable(t *testing.T) {
-	msg := dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}
+	msg := accounts.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}
 	for _, tc := range []struct {
 		name  string
 		fault fault
@@ -189,14 +189,14 @@ func TestOutboxTriesAgainUnlessRefused(t *testing.T) {
 		wantMessage string // the outbox's log of the mail's outcome
 		wantMails   int    // MAIL commands the server was told
 	}{
-		{"ResetAtRcpt", resetAtRcpt, "dashboard: mail sent", 2},
-		{"Refused", refuseRcpt, "dashboard: mail refused; not sent", 1},
+		{"ResetAtRcpt", resetAtRcpt, "accounts: mail sent", 2},
+		{"Refused", refuseRcpt, "accounts: mail refused; not sent", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, ln, heard := fakeServer(t, tc.fault, noFault)
 			log := make(records, 16)
-			outbox := dashboard.NewMemoryOutbox(dashboard.MemoryOutboxOptions{Mailer: m, Logger: slog.New(log)})
-			if err := outbox.Post(context.Background(), dashboard.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}, time.Now().Add(time.Minute)); err != nil {
+			outbox := accounts.NewMemoryOutbox(accounts.MemoryOutboxOptions{Mailer: m, Logger: slog.New(log)})
+			if err := outbox.Post(context.Background(), accounts.Mail{To: "ada@example.com", Subject: "s", Text: "t", HTML: "<p>t</p>"}, time.Now().Add(time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 			outcome := log.await(t, slog.LevelInfo, slog.LevelError)

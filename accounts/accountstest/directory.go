@@ -1,4 +1,4 @@
-package dashboardtest
+package accountstest
 
 import (
 	"context"
@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/accounts"
 )
 
-// TestAccountDirectory checks that an AccountDirectory opens one account
+// TestDirectory checks that a Directory opens one account
 // per address, on the plan given, and finds it again: a second opening,
 // or concurrent ones, open nothing more. newDirectory returns an empty
 // directory and the balance of an account it opened, as the ledger the
 // directory opens accounts in reads it.
-func TestAccountDirectory(t *testing.T, newDirectory func(t *testing.T) (dashboard.AccountDirectory, func(accountID string) (upscale.Balance, error))) {
+func TestDirectory(t *testing.T, newDirectory func(t *testing.T) (accounts.Directory, func(accountID string) (upscale.Balance, error))) {
 	ctx := context.Background()
 	plan := upscale.Plan{Name: "free", MonthlyImages: 10, MaxFileBytes: 10 << 20}
 
