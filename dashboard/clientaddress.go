@@ -24,6 +24,14 @@ import (
 //
 // With no trusted proxies every request is its peer's: the default.
 func ProxiedClientAddress(trusted []netip.Prefix) func(r *http.Request) string {
+	// Addresses are compared unmapped (parseNode): so are IPv4-mapped
+	// IPv6 prefixes, ::ffff:10.0.0.0/104 as 10.0.0.0/8.
+	trusted = slices.Clone(trusted)
+	for i, p := range trusted {
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			trusted[i] = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+	}
 	trusts := func(a netip.Addr) bool {
 		return slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a) })
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
-var proxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:aa::/48")}
+var proxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("::ffff:10.200.0.0/112"), netip.MustParsePrefix("2001:db8:aa::/48")}
 
 func TestProxiedClientAddress(t *testing.T) {
 	for _, c := range []struct {
@@ -24,7 +24,7 @@ func TestProxiedClientAddress(t *testing.T) {
 		want       string
 	}{
 		{"OK", "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.7"}}, "203.0.113.7"},
-		{"ProxyChain", "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.7, 10.1.1.1", "10.0.0.9"}}, "203.0.113.7"},
+		{"ProxyChain", "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.7, 10.0.1.1", "10.0.0.9"}}, "203.0.113.7"},
 		{"ForgedHopBeforeTheClient", "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"198.51.100.1, 203.0.113.7"}}, "203.0.113.7"},
 		{"UntrustedPeer", "192.0.2.1:5000", http.Header{"X-Forwarded-For": {"203.0.113.7"}}, "192.0.2.1"},
 		{"NoHeader", "10.0.0.2:5000", nil, "10.0.0.2"},
@@ -32,6 +32,7 @@ func TestProxiedClientAddress(t *testing.T) {
 		{"HopNotAnAddress", "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.7, garbage"}}, "10.0.0.2"},
 		{"HopWithPort", "10.0.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.7:4711"}}, "203.0.113.7"},
 		{"IPv4Mapped", "[::ffff:10.0.0.2]:5000", http.Header{"X-Forwarded-For": {"::ffff:203.0.113.7"}}, "203.0.113.7"},
+		{"IPv4MappedProxyPrefix", "10.200.0.2:5000", http.Header{"X-Forwarded-For": {"203.0.113.7"}}, "203.0.113.7"},
 		{"IPv6Proxy", "[2001:db8:aa::1]:5000", http.Header{"X-Forwarded-For": {"2001:db8:bb::7"}}, "2001:db8:bb::7"},
 		{"Forwarded", "10.0.0.2:5000", http.Header{"Forwarded": {`for=198.51.100.1, for="[2001:db8:cc::1]:4711";proto=https`, "For=10.0.0.4"}}, "2001:db8:cc::1"},
 		{"ForwardedUnknown", "10.0.0.2:5000", http.Header{"Forwarded": {"for=unknown"}}, "10.0.0.2"},

@@ -2,7 +2,6 @@ package stripebilling_test
 
 import (
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path"
@@ -14,33 +13,6 @@ import (
 	"github.com/upscalekit/upscale/billing/stripebilling/stripetest"
 )
 
-// newBilling is a Billing on a new fake Stripe, selling pack and
-// unlimited to accounts "a" and "b", with the options configure changes.
-func newBilling(t *testing.T, configure func(*stripebilling.Options)) (*stripebilling.Billing, *stripetest.Fake) {
-	t.Helper()
-	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	for _, id := range []string{"a", "b"} {
-		if err := ledger.PutAccount(t.Context(), upscale.Account{ID: id, Plan: noFree}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fake := stripetest.New(t, webhookSecret)
-	opts := stripebilling.Options{
-		SecretKey: "sk_test_0123456789", WebhookSecret: webhookSecret, APIBase: fake.URL,
-		Ledger: ledger, Checkouts: upscale.NewMemoryCheckoutStore(),
-		Offers: []upscale.Offer{pack, unlimited}, FreePlan: noFree,
-		SuccessURL: "https://app.test/dashboard/billing/done?session={CHECKOUT_SESSION_ID}",
-		CancelURL:  "https://app.test/dashboard/billing", ReturnURL: "https://app.test/dashboard/billing",
-		Logger: slog.New(slog.DiscardHandler),
-	}
-	configure(&opts)
-	b, err := stripebilling.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, fake
-}
-
 // TestPagesBounded: when Stripe does not answer, answers 5xx or cannot be
 // reached, Checkout, Portal and Fulfil return an error wrapping
 // upscale.ErrUnavailable within PageTimeout; a checkout tried again then
@@ -49,10 +21,11 @@ func TestPagesBounded(t *testing.T) {
 	const bound = time.Second // far below the 10 s default; a first call to Stripe takes a fair part of it under -race
 	var outage *stripetest.Outage
 	checkouts := upscale.NewMemoryCheckoutStore()
-	b, fake := newBilling(t, func(o *stripebilling.Options) {
+	s := newSeller(t, nil, func(o *stripebilling.Options) {
 		outage = stripetest.NewOutage(t, o.APIBase)
 		o.APIBase, o.PageTimeout, o.Checkouts = outage.URL, bound, checkouts
 	})
+	b, fake := s.Billing, s.fake
 	ctx := t.Context()
 	unavailable := func(what string, call func() error) {
 		t.Helper()
@@ -90,7 +63,7 @@ func TestPagesBounded(t *testing.T) {
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
 	for name, base := range map[string]string{"5xx": failing.URL, "unreachable": gone.URL} {
-		b, _ := newBilling(t, func(o *stripebilling.Options) { o.APIBase, o.PageTimeout = base, bound })
+		b := newSeller(t, nil, func(o *stripebilling.Options) { o.APIBase, o.PageTimeout = base, bound })
 		unavailable(name, func() error { _, err := b.Checkout(ctx, "a", pack.Price); return err })
 	}
 

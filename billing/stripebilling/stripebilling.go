@@ -173,11 +173,19 @@ func (b *Billing) offer(price string) (upscale.Offer, bool) {
 
 // Checkout makes a Checkout Session in which accountID buys price, a
 // pack's or a plan's, and returns its URL. The session is recorded with
-// what it offers before its URL is given out. A plan's expires the
-// account's open plan sessions first, so that of two plan checkouts only
-// the newer can be paid. It returns ErrSubscribed for a plan when the
-// account has a live subscription, and an error wrapping
-// upscale.ErrInvalidRequest for a price not on offer.
+// what it offers before its URL is given out. An account has one plan
+// session open at most, so that it cannot pay for two subscriptions: a
+// plan's expires the account's open plan sessions before it makes its
+// own, and, as another plan checkout of the account may have run at the
+// same moment, all but the newest of them after (onePlanCheckout). Of two
+// made at once for the same price, both callers get the one kept, unless
+// the later one expired the other's before making its own (as it does
+// one made in another tab); for different prices, the one whose session
+// was expired gets an error wrapping upscale.ErrUnavailable, and trying
+// again opens its own. It
+// returns ErrSubscribed for a plan when the account has a live
+// subscription, and an error wrapping upscale.ErrInvalidRequest for a
+// price not on offer.
 //
 // It does all this within PageTimeout, or returns an error wrapping
 // upscale.ErrUnavailable, as it does when Stripe answers 5xx or cannot be
@@ -201,6 +209,9 @@ func (b *Billing) Checkout(ctx context.Context, accountID, price string) (_ stri
 		SuccessURL:        stripe.String(b.opts.SuccessURL),
 		CancelURL:         stripe.String(b.opts.CancelURL),
 		ClientReferenceID: stripe.String(accountID),
+		// Which offer a session is for, for onePlanCheckout only: what a
+		// paid session grants is the record's.
+		Metadata: map[string]string{"price": price},
 	}
 	if offer.Subscription() {
 		terms, err := b.opts.Ledger.Terms(ctx, accountID)
@@ -218,7 +229,11 @@ func (b *Billing) Checkout(ctx context.Context, accountID, price string) (_ stri
 	}
 	params.Customer = stripe.String(customer)
 	if offer.Subscription() {
-		if err := b.expirePlanCheckouts(ctx, customer); err != nil {
+		open, err := b.openPlanCheckouts(ctx, customer)
+		if err == nil {
+			err = b.expireAllBut(ctx, open, "")
+		}
+		if err != nil {
 			return "", err
 		}
 	}
@@ -231,28 +246,69 @@ func (b *Billing) Checkout(ctx context.Context, accountID, price string) (_ stri
 	if err := b.opts.Checkouts.PutCheckout(ctx, record); err != nil {
 		return "", err
 	}
-	return session.URL, nil
+	if !offer.Subscription() {
+		return session.URL, nil
+	}
+	kept, err := b.onePlanCheckout(ctx, customer)
+	switch {
+	case err != nil:
+		return "", err
+	case kept == nil:
+		return session.URL, nil // a later checkout expired it, and has its buyer pay its own
+	case kept.Metadata["price"] == price:
+		return kept.URL, nil
+	}
+	return "", fmt.Errorf("stripebilling: %w: another plan checkout of account %s was opened at the same moment", upscale.ErrUnavailable, accountID)
 }
 
-// expirePlanCheckouts expires customer's open plan (subscription mode)
+// openPlanCheckouts returns customer's open plan (subscription mode)
 // Checkout Sessions: an account pays for one plan at a time, and a
 // second session paid would be a second subscription, billed beside the
-// first. One being paid as this runs cannot be expired, and fails the
-// checkout.
-func (b *Billing) expirePlanCheckouts(ctx context.Context, customer string) error {
+// first.
+func (b *Billing) openPlanCheckouts(ctx context.Context, customer string) ([]*stripe.CheckoutSession, error) {
 	params := &stripe.CheckoutSessionListParams{Customer: stripe.String(customer), Status: stripe.String(string(stripe.CheckoutSessionStatusOpen))}
+	var open []*stripe.CheckoutSession
 	for s, err := range b.client.V1CheckoutSessions.List(ctx, params) {
 		if err != nil {
-			return fmt.Errorf("stripebilling: list the account's open checkout sessions: %w", err)
+			return nil, fmt.Errorf("stripebilling: list the account's open checkout sessions: %w", err)
 		}
-		if s.Mode != stripe.CheckoutSessionModeSubscription {
+		if s.Mode == stripe.CheckoutSessionModeSubscription {
+			open = append(open, s)
+		}
+	}
+	return open, nil
+}
+
+// expireAllBut expires sessions but keep. One that closed meanwhile
+// (paid, or expired by a checkout at the same moment) cannot be expired,
+// and is left as it is.
+func (b *Billing) expireAllBut(ctx context.Context, sessions []*stripe.CheckoutSession, keep string) error {
+	for _, s := range sessions {
+		if s.ID == keep {
 			continue
 		}
-		if _, err := b.client.V1CheckoutSessions.Expire(ctx, url.PathEscape(s.ID), nil); err != nil {
+		var closed *stripe.Error
+		if _, err := b.client.V1CheckoutSessions.Expire(ctx, url.PathEscape(s.ID), nil); err != nil && !(errors.As(err, &closed) && closed.HTTPStatusCode == http.StatusBadRequest) {
 			return fmt.Errorf("stripebilling: expire the account's open plan checkout %s: %w", s.ID, err)
 		}
 	}
 	return nil
+}
+
+// onePlanCheckout leaves customer one open plan Checkout Session, the
+// newest (by creation, then ID, so that checkouts at the same moment all
+// keep the same one), expiring the others, and returns it. None is open
+// when a plan checkout that began later expired them all, the one just
+// made included, before making its own.
+func (b *Billing) onePlanCheckout(ctx context.Context, customer string) (*stripe.CheckoutSession, error) {
+	open, err := b.openPlanCheckouts(ctx, customer)
+	if err != nil || len(open) == 0 {
+		return nil, err
+	}
+	newest := slices.MaxFunc(open, func(x, y *stripe.CheckoutSession) int {
+		return cmp.Or(cmp.Compare(x.Created, y.Created), cmp.Compare(x.ID, y.ID))
+	})
+	return newest, b.expireAllBut(ctx, open, newest.ID)
 }
 
 // forPage bounds ctx by PageTimeout for what a page asks of Stripe, and

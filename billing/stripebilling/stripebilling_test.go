@@ -693,6 +693,31 @@ func TestOnePlanCheckoutOpen(t *testing.T) {
 	}
 }
 
+// TestPlanCheckoutsAtOnce: two plan checkouts of one account made at the
+// same moment (a double click, two tabs) leave one session open, which a
+// caller was sent to; the account cannot pay for two.
+func TestPlanCheckoutsAtOnce(t *testing.T) {
+	s := newSeller(t, nil)
+	for run := range 10 {
+		urls := make([]string, 2)
+		var wg sync.WaitGroup
+		for i := range urls {
+			wg.Go(func() {
+				url, err := s.Checkout(context.Background(), "a", unlimited.Price)
+				if err != nil {
+					t.Errorf("run %d, checkout %d: %v", run, i, err)
+				}
+				urls[i] = url
+			})
+		}
+		wg.Wait()
+		open := s.fake.OpenSessions()
+		if len(open) != 1 || !slices.ContainsFunc(urls, func(u string) bool { return path.Base(u) == open[0] }) {
+			t.Errorf("run %d: checkouts sent to %q, open sessions %v; want one open, where a checkout sent its buyer", run, urls, open)
+		}
+	}
+}
+
 // TestTwoSubscriptionsPaidAtOnce: two plan sessions paid in the same
 // moment (the second made once the first was paid, before its event
 // came) make two live subscriptions. Each event that finds both is

@@ -21,9 +21,10 @@ import (
 func TestRefusedEventsCounted(t *testing.T) {
 	var log bytes.Buffer // slog's handler writes one line at a time
 	clock := upscaletest.NewClock(time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC))
-	b, fake := newBilling(t, func(o *stripebilling.Options) {
+	s := newSeller(t, nil, func(o *stripebilling.Options) {
 		o.Logger, o.Now = slog.New(slog.NewTextHandler(&log, nil)), clock.Now
 	})
+	b, fake := s.Billing, s.fake
 	forged := fake.Event("checkout.session.completed", map[string]any{"id": "cs_forged", "object": "checkout.session", "payment_status": "paid"})
 	refuse := func(n int) {
 		t.Helper()

@@ -41,6 +41,21 @@ const (
 	stripeSecret = "whsec_standalone_test"
 )
 
+// writeBillingConfig writes billingConfig into dir, and returns its path
+// and the config it loads as.
+func writeBillingConfig(t *testing.T, dir string) (string, fileConfig) {
+	t.Helper()
+	file := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(file, []byte(billingConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file, c
+}
+
 // TestBillingInABrowser sells as a buyer meets it, in chromium, against
 // the fake Stripe (its Checkout and portal pages, its signed events sent
 // to the server's webhook): a scale-8 request is refused with where to
@@ -51,10 +66,7 @@ const (
 func TestBillingInABrowser(t *testing.T) {
 	bin := buildStandalone(t)
 	data := t.TempDir()
-	config := filepath.Join(data, "config.json")
-	if err := os.WriteFile(config, []byte(billingConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config, _ := writeBillingConfig(t, data)
 	fake := stripetest.New(t, stripeSecret)
 	t.Setenv(stripeKeyEnv, "sk_test_standalone")
 	t.Setenv(stripeHookEnv, stripeSecret)
@@ -129,14 +141,7 @@ func TestBillingInABrowser(t *testing.T) {
 // and "ok" once nothing does.
 func TestBillingSetUp(t *testing.T) {
 	dir := t.TempDir()
-	configFile := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(configFile, []byte(billingConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := loadConfig(configFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	configFile, c := writeBillingConfig(t, dir)
 	noOffers := c
 	noOffers.Billing = fileBilling{}
 	const key = "sk_test_0123456789"
@@ -208,14 +213,7 @@ func TestBillingSetUp(t *testing.T) {
 func TestBillingDoubles(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	configFile := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(configFile, []byte(billingConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := loadConfig(configFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	configFile, c := writeBillingConfig(t, dir)
 	fake := stripetest.New(t, stripeSecret)
 	t.Setenv(stripeKeyEnv, "sk_test_0123456789")
 	t.Setenv(stripeHookEnv, stripeSecret)

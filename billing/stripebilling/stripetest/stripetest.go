@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,6 +56,8 @@ type hold struct{ started, release chan struct{} }
 type session struct {
 	ID, Mode, Customer, Price, Status, PaymentStatus, PaymentIntent, Subscription string
 	SuccessURL                                                                    string
+	Created                                                                       int64 // Unix seconds
+	Metadata                                                                      map[string]string
 }
 
 type subscription struct {
@@ -152,7 +155,13 @@ func (f *Fake) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := &session{ID: f.id("cs_test"), Mode: r.Form.Get("mode"), Customer: r.Form.Get("customer"), Price: r.Form.Get("line_items[0][price]"),
-		Status: "open", PaymentStatus: "unpaid", SuccessURL: r.Form.Get("success_url")}
+		Status: "open", PaymentStatus: "unpaid", SuccessURL: r.Form.Get("success_url"), Created: time.Now().Unix(),
+		Metadata: map[string]string{}}
+	for key, values := range r.Form {
+		if name, ok := strings.CutPrefix(key, "metadata["); ok {
+			s.Metadata[strings.TrimSuffix(name, "]")] = values[0]
+		}
+	}
 	f.sessions[s.ID] = s
 	writeJSON(w, f.sessionJSON(s))
 }
@@ -160,7 +169,7 @@ func (f *Fake) createSession(w http.ResponseWriter, r *http.Request) {
 // sessionJSON is s as Stripe shows it; the caller holds f.mu.
 func (f *Fake) sessionJSON(s *session) map[string]any {
 	return map[string]any{
-		"id": s.ID, "object": "checkout.session", "mode": s.Mode, "customer": s.Customer, "status": s.Status,
+		"id": s.ID, "object": "checkout.session", "mode": s.Mode, "customer": s.Customer, "status": s.Status, "created": s.Created, "metadata": s.Metadata,
 		"payment_status": s.PaymentStatus, "payment_intent": nullable(s.PaymentIntent), "subscription": nullable(s.Subscription),
 		"url": f.URL + "/checkout/" + s.ID,
 	}
@@ -211,6 +220,20 @@ func (f *Fake) expireSession(w http.ResponseWriter, r *http.Request) {
 		s.Status = "expired"
 		writeJSON(w, f.sessionJSON(s))
 	}
+}
+
+// OpenSessions returns the IDs of the open checkout sessions, in the
+// order they were made.
+func (f *Fake) OpenSessions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var open []string
+	for _, s := range sorted(f.sessions) {
+		if s.Status == "open" {
+			open = append(open, s.ID)
+		}
+	}
+	return open
 }
 
 // SessionStatus returns checkout session id's status: open, complete or
