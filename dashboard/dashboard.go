@@ -20,6 +20,7 @@ package dashboard
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"errors"
 	"fmt"
@@ -28,6 +29,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/upscalekit/upscale"
@@ -100,6 +103,37 @@ var staticFiles embed.FS
 // only, and no framing.
 const contentSecurityPolicy = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; " +
 	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+var templateFuncs = template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.UTC().Format("2 Jan 2006, 15:04 UTC")
+	},
+	"day":   func(t time.Time) string { return t.UTC().Format("2 January 2006") },
+	"mod":   func(a, b int) int { return a % b },
+	"add":   func(a, b int64) int64 { return a + b },
+	"count": count,
+}
+
+// count writes n with its thousands grouped, as a buyer reads an amount:
+// "1,000".
+func count(n int64) string {
+	digits := strconv.FormatInt(n, 10)
+	sign := ""
+	if n < 0 {
+		sign, digits = "-", digits[1:]
+	}
+	var b strings.Builder
+	for i, d := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return sign + b.String()
+}
 
 // New returns a Dashboard for cfg.
 func New(cfg Config) (*Dashboard, error) {
@@ -239,6 +273,24 @@ func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, a
 		}
 		d.render(w, r, http.StatusUnauthorized, "signin", page)
 	}
+}
+
+// frame is what every page's layout shows: the account, the page's place
+// in the navigation, and the path back to the dashboard's root, which
+// the links start with so that the dashboard works under any prefix.
+type frame struct {
+	Nav, Account, Root string
+	// SignOut is whether the layout offers to sign out: the dashboard
+	// signs in itself (Config.SignIn).
+	SignOut bool
+	// Webhooks, Try and Billing are whether the dashboard has those
+	// pages.
+	Webhooks, Try, Billing bool
+}
+
+func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
+	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
+	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./"), SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil}
 }
 
 // render writes page with data, under status; a page that cannot be

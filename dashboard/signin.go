@@ -61,53 +61,6 @@ type SignInOptions struct {
 	Now func() time.Time
 }
 
-// EmailOptions lets people ask the sign-in page for a link by email
-// (SignInOptions.Email): an address that has an account gets a link that
-// signs it in; one that has none, a link that opens its account, on
-// Plan, when SignUps allows. Every address gets the same answer, so the
-// form tells nobody which addresses have accounts. Directory and Outbox
-// are required.
-type EmailOptions struct {
-	// Directory finds and opens the accounts of addresses.
-	Directory accounts.Directory
-	// Outbox sends the links, without holding up the page.
-	Outbox accounts.Outbox
-	// SignUps opens an account for an address that has none; false sends
-	// links to the addresses that have accounts only.
-	SignUps bool
-	// Plan is the plan an account opens on.
-	Plan upscale.Plan
-	// OpensPerDay caps the accounts opened in a day (UTC), so that nobody
-	// can open free accounts by the thousand unseen: past it, a link that
-	// would open one answers 429 until the next day. Concurrent openings
-	// may pass it by a few. Zero means no cap.
-	OpensPerDay int
-	// Limit limits the links asked for, per mailbox and per client
-	// address, keyed by the digests of "mail-to " and the mailbox and of
-	// "mail-from " and the client's. A mailbox is the address without
-	// the +tag of its local part, and at gmail.com and googlemail.com
-	// (one mailbox) without its dots too, which reach the same person;
-	// the account and the mail keep the address as written. Nil means 5
-	// an hour each, one more every 12 minutes (MemoryRateLimiter: one
-	// process).
-	Limit upscale.RateLimiter
-	// MailsPerHour caps the links mailed for the whole server, whoever
-	// asks and for whatever address, so that many clients together
-	// cannot have it mail without end: MailsPerHour at once, refilled
-	// evenly over an hour (so at most twice it in any hour). Past it, the
-	// page answers as it does for a link on its way, nothing is mailed,
-	// SignIn.MailStats counts it, and the first in each hour is logged.
-	// Zero means 1000. Set MailsPerHour or Budget, not both.
-	MailsPerHour int
-	// Budget keeps the cap, under the digest of "mail-budget", at its
-	// own rate, in place of MailsPerHour: replicas that must share one
-	// cap give one RateLimiter on their shared store. Nil means
-	// MailsPerHour in a MemoryRateLimiter: each process its own.
-	Budget upscale.RateLimiter
-	// Product names the service in the mail. Empty means "upscale".
-	Product string
-}
-
 // SignIn signs an account's holder in to the dashboard with one-time
 // links, made by the host (the standalone's "dashboard link" command),
 // and keeps them signed in with a session cookie: signed, HttpOnly,
@@ -288,48 +241,6 @@ func (s *SignIn) useLink(w http.ResponseWriter, r *http.Request, token string) (
 	}, Began: now.UnixNano()}
 	return claims.Subject, true, s.setSession(w, session, now)
 }
-
-// accountFor returns the account of the address email: found, or opened
-// now when SignUps allows, brought by the account whose share code is
-// ref, if any; false when there is none to sign in.
-func (s *SignIn) accountFor(ctx context.Context, email, ref string) (string, bool, error) {
-	e := s.opts.Email
-	account, err := e.Directory.AccountOf(ctx, email)
-	switch {
-	case err == nil:
-		return account, true, nil
-	case !errors.Is(err, upscale.ErrNotFound):
-		return "", false, fmt.Errorf("dashboard: find the address's account: %w", err)
-	case !e.SignUps:
-		return "", false, nil
-	}
-	if e.OpensPerDay > 0 {
-		now := s.opts.Now().UTC()
-		opened, err := e.Directory.Opened(ctx, time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC))
-		if err != nil {
-			return "", false, fmt.Errorf("dashboard: count the accounts opened today: %w", err)
-		}
-		if len(opened) >= e.OpensPerDay {
-			return "", false, errOpensFull
-		}
-	}
-	referrer := ""
-	if ref != "" {
-		if referrer, err = e.Directory.SharedBy(ctx, ref); errors.Is(err, upscale.ErrNotFound) {
-			referrer = "" // a share link whose account is gone opens the account anyway
-		} else if err != nil {
-			return "", false, fmt.Errorf("dashboard: find the share link's account: %w", err)
-		}
-	}
-	account, _, err = e.Directory.OpenAccount(ctx, email, e.Plan, referrer)
-	if err != nil {
-		return "", false, fmt.Errorf("dashboard: open the address's account: %w", err)
-	}
-	return account, true, nil
-}
-
-// errOpensFull refuses to open an account past EmailOptions.OpensPerDay.
-var errOpensFull = errors.New("dashboard: no more accounts open today")
 
 // setSession writes the session's cookie, seen at now.
 func (s *SignIn) setSession(w http.ResponseWriter, session sessionClaims, now time.Time) error {
