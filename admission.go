@@ -1,7 +1,9 @@
 package upscale
 
 import (
+	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,7 +39,7 @@ type admission struct {
 	mu          sync.Mutex
 	running     map[*slot]struct{} // the images in the Upscaler, requests' and job runs'
 	submissions int                // places held by jobs' submissions, which want no slot
-	waiting     []*engineWaiter    // for a slot: requests, then job runs (scheduler.go)
+	waiting     []*engineWaiter    // for a slot: requests, then job runs (engineSlot)
 	held        map[sharer]int     // places held per API key and per account
 	perUnit     float64            // moving mean of the engine's seconds per unit of work; 0 until timed
 	units       float64            // moving mean of the units of work per image
@@ -235,4 +237,198 @@ func (a *admission) busy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.overloadedAfter(a.expectedStartLocked(a.requestsAheadLocked(len(a.admitted)-1), time.Now()))
+}
+
+// The engine's slots have one owner, the admission, and two lanes:
+//
+//   - A request takes any free slot, ahead of every job run waiting, and is
+//     admitted only when it is expected to get one in time: the job runs in
+//     the engine count in that expectation (expectedStart), so a request
+//     behind them is refused at once with 503 overloaded, before it
+//     reserves a unit or fetches its source, rather than waiting out its
+//     deadline for a 504.
+//   - A job run waits its turn without holding requests: it takes a slot
+//     only while fewer than jobSlots job runs are in the engine (by
+//     default every slot but one, when there is more than one), and its
+//     memory only when no request waits for memory (grant.growBehind).
+
+// lane is who an engine slot is for.
+type lane int
+
+const (
+	requestLane lane = iota
+	jobLane
+)
+
+// engineWaiter is an image waiting for a slot.
+type engineWaiter struct {
+	lane  lane
+	slot  *slot
+	ready chan struct{} // closed once slot is given
+}
+
+// engineSlot waits, no longer than ctx allows, for one of the engine's
+// slots, for an image of the given units of work in lane; a job run's
+// until is the end of its run, which the expectations of requests count
+// on while the engine has not been timed. The Upscaler's goroutine calls
+// the slot's done when the Upscaler returns, which may be after the
+// request has given up on it, so that a stuck engine keeps its slot.
+func (a *admission) engineSlot(ctx context.Context, units float64, l lane, until time.Time) (*slot, error) {
+	s := &slot{a: a, units: max(units, 1), lane: l, until: until}
+	a.mu.Lock()
+	if a.startable(l) && (l == requestLane || !slices.ContainsFunc(a.waiting, func(w *engineWaiter) bool { return w.lane == jobLane })) {
+		a.startLocked(s, time.Now())
+		a.mu.Unlock()
+		return s, nil
+	}
+	w := &engineWaiter{lane: l, slot: s, ready: make(chan struct{})}
+	at := len(a.waiting)
+	if l == requestLane { // after the requests waiting, before the job runs
+		at = slices.IndexFunc(a.waiting, func(w *engineWaiter) bool { return w.lane == jobLane })
+		if at < 0 {
+			at = len(a.waiting)
+		}
+	}
+	a.waiting = slices.Insert(a.waiting, at, w)
+	a.mu.Unlock()
+	select {
+	case <-w.ready:
+		return s, nil
+	case <-ctx.Done():
+	}
+	a.mu.Lock()
+	if i := slices.Index(a.waiting, w); i >= 0 {
+		a.waiting = slices.Delete(a.waiting, i, i+1)
+		a.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	a.mu.Unlock()
+	s.finish(false) // given the slot as ctx ended: it goes to the next
+	return nil, ctx.Err()
+}
+
+// startable reports whether an image of lane l may take a slot now. The
+// caller holds a.mu.
+func (a *admission) startable(l lane) bool {
+	return len(a.running) < a.concurrency && (l == requestLane || a.jobsRunning() < a.jobSlots)
+}
+
+// jobsRunning counts the job runs in the engine. The caller holds a.mu.
+func (a *admission) jobsRunning() int {
+	n := 0
+	for s := range a.running {
+		if s.lane == jobLane {
+			n++
+		}
+	}
+	return n
+}
+
+// startLocked gives s a slot at now. The caller holds a.mu.
+func (a *admission) startLocked(s *slot, now time.Time) {
+	s.start = now
+	a.running[s] = struct{}{}
+	a.perUnit, a.idleSince = a.perUnitLocked(now), time.Time{}
+}
+
+// dispatchLocked gives free slots to the images waiting, requests first,
+// each lane in arrival order. The caller holds a.mu.
+func (a *admission) dispatchLocked(now time.Time) {
+	for i := 0; i < len(a.waiting); {
+		w := a.waiting[i]
+		if !a.startable(w.lane) {
+			i++
+			continue
+		}
+		a.waiting = slices.Delete(a.waiting, i, i+1)
+		a.startLocked(w.slot, now)
+		close(w.ready)
+	}
+}
+
+// expectedStartLocked is how long a request would wait for a slot with
+// ahead admitted requests before it: a slot a job run holds frees when
+// the run is expected to end (its units at the time per unit; while the
+// engine has not been timed, or once the run has taken longer than its
+// work should, at the end of its run), every other slot is
+// the requests', and each request ahead takes the first slot to free for
+// an image's mean time. So a request with fewer requests ahead than the
+// slots jobs leave waits for nothing, whatever the engine did before. The
+// caller holds a.mu.
+func (a *admission) expectedStartLocked(ahead int, now time.Time) time.Duration {
+	perUnit, image := a.perUnitLocked(now), a.imageTimeLocked(now)
+	frees := make([]time.Duration, a.concurrency)
+	i := 0
+	for s := range a.running {
+		if s.lane != jobLane {
+			continue
+		}
+		end := s.start.Add(time.Duration(perUnit * s.units * float64(time.Second)))
+		if !end.After(now) { // untimed, or running past what its work should take: it holds its slot still
+			end = now.Add(image)
+			if s.until.After(now) {
+				end = s.until
+			}
+		}
+		frees[i] = end.Sub(now)
+		i++
+	}
+	for range ahead {
+		first := slices.Index(frees, slices.Min(frees))
+		frees[first] += image
+	}
+	return slices.Min(frees)
+}
+
+// A slot is one image's turn in the engine.
+type slot struct {
+	a     *admission
+	start time.Time
+	units float64
+	lane  lane
+	until time.Time // a job run's end
+
+	returned, abandoned bool // guarded by a.mu
+}
+
+// abandon notes that the request gave up on the Upscaler before it
+// returned: it overruns until done.
+func (s *slot) abandon() {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	if !s.returned {
+		s.abandoned = true
+		s.a.overrunning++
+	}
+}
+
+// done gives the slot back and times the image, for at most the engine's
+// deadline.
+func (s *slot) done() { s.finish(true) }
+
+// finish gives the slot back to the next image waiting, timing the image
+// when it ran.
+func (s *slot) finish(ran bool) {
+	a := s.a
+	now := time.Now()
+	took := min(now.Sub(s.start), a.timeout).Seconds()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.running, s)
+	s.returned = true
+	if s.abandoned {
+		a.overrunning--
+	}
+	if len(a.running) == 0 {
+		a.idleSince = now
+	}
+	defer a.dispatchLocked(now)
+	switch {
+	case !ran:
+	case a.perUnit == 0:
+		a.perUnit, a.units = took/s.units, s.units
+	default:
+		a.perUnit += meanWeight * (took/s.units - a.perUnit)
+		a.units += meanWeight * (s.units - a.units)
+	}
 }

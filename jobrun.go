@@ -101,11 +101,6 @@ func (h *Handler) warnIfUnstarted() {
 	}
 }
 
-// errEngineBusy is why a job's run gave up waiting for the engine: the
-// rest of its deadline would not have covered the enlargement. The job
-// runs again later; it is not failed.
-var errEngineBusy = errors.New("the engine stayed busy until the run's deadline")
-
 // runJob is the handler's JobWorker.Run: the request's engine, store and
 // charge steps, on the source kept at submission, then the job's end
 // (endJob). A run its worker's stop cuts short leaves the unit held and
