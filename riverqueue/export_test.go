@@ -3,6 +3,8 @@ package riverqueue
 import (
 	"context"
 
+	"github.com/riverqueue/river/rivertype"
+
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
@@ -42,4 +44,23 @@ func Pause[TTx any](q *Queue[TTx]) (resume func()) {
 		l.beat()
 		l.beating = periodic.Start(l.interval(), l.beat)
 	}
+}
+
+// Working is the Stopped channels of the River clients q works with
+// (Work, Deliver, SendMail), those whose stops have not yet returned:
+// each is closed once its client fetches and runs no more.
+func Working[TTx any](q *Queue[TTx]) []<-chan struct{} {
+	l := q.live
+	l.turning.Lock()
+	defer l.turning.Unlock()
+	var stopped []<-chan struct{}
+	for client := range l.working {
+		stopped = append(stopped, client.Stopped())
+	}
+	return stopped
+}
+
+// JobRow is River's row of the job riverID, as q's database holds it.
+func JobRow[TTx any](ctx context.Context, q *Queue[TTx], riverID int64) (*rivertype.JobRow, error) {
+	return q.client.JobGet(ctx, riverID)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"maps"
@@ -275,15 +276,45 @@ func TestWorkerDisplacedByTwin(t *testing.T) {
 	if err := first.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	awaitDisplacedExit(t, "w1", first.exited, &first.stderr)
+}
+
+// TestServerDisplacedByTwin: as TestWorkerDisplacedByTwin, a server that
+// runs no job workers (-job-workers -1, an API replica beside worker
+// processes) but sends mail (-smtp-url), whose mail sender alone holds
+// its -process-id. It used to exit 0, saying nothing, which a supervisor
+// that restarts on failure leaves down.
+func TestServerDisplacedByTwin(t *testing.T) {
+	bin := buildStandalone(t)
+	mail := testservers.Mailpit(t)
+	flags := []string{"-database-url", testservers.PostgresDatabase(t), "-job-workers", "-1", "-process-id", "s1",
+		"-smtp-url", "smtp://" + mail.SMTP, "-mail-from", "Upscale <no-reply@upscale.test>"}
+	first := startStandalone(t, bin, append(flags, "-data", t.TempDir())...)
+	if err := first.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Its banner comes once its mail sender holds the ID, 10 s on.
+	twin := startStandalone(t, bin, append(flags, "-data", t.TempDir())...)
+	defer twin.stop(t)
+	if err := first.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	awaitDisplacedExit(t, "s1", first.exited, &first.stderr)
+}
+
+// awaitDisplacedExit waits for the process a twin displaced under
+// processID to exit, and checks that it exits 1 saying why.
+func awaitDisplacedExit(t *testing.T, processID string, exited <-chan error, stderr *bytes.Buffer) {
+	t.Helper()
 	select {
-	case err := <-first.exited:
+	case err := <-exited:
 		var exit *exec.ExitError
-		const want = `standalone: process ID "w1" is now held by another live process; exiting so that a supervisor restarts this one under its own ID`
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(first.stderr.String(), want) {
-			t.Errorf("the displaced worker's exit: %v; want status 1, saying\n%s\ngot:\n%s", err, want, first.stderr.String())
+		want := fmt.Sprintf("standalone: process ID %q is now held by another live process; exiting so that a supervisor restarts this one under its own ID", processID)
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("the displaced process's exit: %v; want status 1, saying\n%s\ngot:\n%s", err, want, stderr.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the displaced worker still runs 30 s after it resumed:\n%s", first.stderr.String())
+		t.Fatalf("the displaced process still runs 30 s after it resumed:\n%s", stderr.String())
 	}
 }
 

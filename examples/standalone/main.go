@@ -315,7 +315,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// The jobs under way get what is left of the same time; the rest go
 	// back to the queue.
-	if err := stopJobs(shutdownCtx, handler, processID); err != nil {
+	if err := stopJobs(shutdownCtx, handler, jobs.Displaced(), processID); err != nil {
 		return err
 	}
 	handler.CloseIdleConnections()
@@ -338,17 +338,21 @@ func work(ctx context.Context, handler *upscale.Handler, o options, signals <-ch
 	logger.Info("stopping: finishing the jobs under way")
 	drain, cancel := context.WithTimeout(context.Background(), o.engineTimeout+time.Minute)
 	defer cancel()
-	return stopJobs(drain, handler, processID)
+	return stopJobs(drain, handler, displaced, processID)
 }
 
 // stopJobs stops the handler's job workers. Those of a process that a
 // live twin displaced (it was paused while the twin started under its
 // -process-id) stopped already: its error says so, for the process to
-// exit non-zero and its supervisor to start it again.
-func stopJobs(drain context.Context, handler *upscale.Handler, processID string) error {
+// exit non-zero and its supervisor to start it again. It asks displaced,
+// not the stop's error: a server with no job workers holds the ID by its
+// mail sender alone, and its handler's stop has nothing to report.
+func stopJobs(drain context.Context, handler *upscale.Handler, displaced <-chan struct{}, processID string) error {
 	err := handler.StopJobs(drain)
-	if errors.Is(err, riverqueue.ErrProcessIDInUse) {
+	select {
+	case <-displaced:
 		return fmt.Errorf("process ID %q is now held by another live process; exiting so that a supervisor restarts this one under its own ID", processID)
+	default:
 	}
 	if err != nil {
 		return fmt.Errorf("stop the job workers: %w", err)
