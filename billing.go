@@ -60,12 +60,13 @@ type Reversed struct {
 // SubscriptionStatus is a subscription's state at its provider.
 type SubscriptionStatus string
 
-// The states a subscription's plan is kept in (Active, PastDue: a renewal
-// payment failed and is being retried) or left in (the others), and the
-// ones it never leaves (Canceled, IncompleteExpired: its first payment
-// never came).
+// The states a subscription's plan is kept in (Active, Trialing, PastDue:
+// a renewal payment failed and is being retried) or left in (the others),
+// and the ones it never leaves (Canceled, IncompleteExpired: its first
+// payment never came).
 const (
 	SubscriptionActive            SubscriptionStatus = "active"
+	SubscriptionTrialing          SubscriptionStatus = "trialing"
 	SubscriptionPastDue           SubscriptionStatus = "past_due"
 	SubscriptionCanceled          SubscriptionStatus = "canceled"
 	SubscriptionUnpaid            SubscriptionStatus = "unpaid"
@@ -75,7 +76,7 @@ const (
 // Live reports whether a subscription in status s keeps its plan: while
 // it is paid or on trial, and while a failed renewal is being retried.
 func (s SubscriptionStatus) Live() bool {
-	return s == SubscriptionActive || s == SubscriptionPastDue || s == "trialing"
+	return s == SubscriptionActive || s == SubscriptionTrialing || s == SubscriptionPastDue
 }
 
 // Ended reports whether a subscription in status s is over for good: a

@@ -115,8 +115,8 @@ type Config struct {
 // Capacity bounds the work a Handler takes on at once (docs/operating.md,
 // "Overload" and "Memory").
 type Capacity struct {
-	// EngineConcurrency is how many requests the handler lets the Upscaler
-	// work on at once. Zero means the Upscaler's own Concurrency when it is
+	// EngineConcurrency is how many images (requests and job runs) the
+	// handler lets the Upscaler work on at once. Zero means the Upscaler's own Concurrency when it is
 	// a ConcurrentUpscaler, else the number of CPUs.
 	EngineConcurrency int
 	// QueueLength is how many more requests may be admitted beyond those in
@@ -140,9 +140,11 @@ type Capacity struct {
 	// behind a job run then see it in their expected wait, and are
 	// refused at once with 503 overloaded when it is too long).
 	JobSlots int
-	// MemoryBudget bounds the memory requests hold at once: source bytes
-	// while downloading and held, and the engine's working memory as its
-	// MemoryEstimator reads it from the source's header. A request waits
+	// MemoryBudget bounds the memory images (requests and job runs) hold
+	// at once: source bytes while downloading and held, and the engine's
+	// working memory as its MemoryEstimator reads it from the source's
+	// header (a job run takes its share only when no request waits). A
+	// request waits
 	// for its share within its deadlines (Fetch.Timeout for the download,
 	// EngineTimeout for the engine) or is refused with 503 overloaded; one
 	// that needs more than the whole budget is image_too_large. Zero means

@@ -159,11 +159,23 @@ func (d *Dashboard) portal(w http.ResponseWriter, r *http.Request, account strin
 	http.Redirect(w, r, url, http.StatusSeeOther)
 }
 
+// CheckoutDoneURL is where a Seller's checkout sends the buyer back, on
+// the dashboard at base (its URL, ending in "/"): the billing/done page,
+// with the checkout's session ID in its query, which the provider writes
+// for sessionPlaceholder (Stripe's "{CHECKOUT_SESSION_ID}").
+func CheckoutDoneURL(base, sessionPlaceholder string) string {
+	return base + "billing/done?" + doneSession + "=" + sessionPlaceholder
+}
+
+// doneSession is the query parameter of billing/done that carries the
+// checkout's session ID.
+const doneSession = "session"
+
 // done is where the provider's checkout returns the buyer: the checkout
 // is applied now, as its webhook would, so that the page shows the
 // credits even when it comes first.
 func (d *Dashboard) done(w http.ResponseWriter, r *http.Request, account string) {
-	checkout, paid, err := d.cfg.Seller.Fulfil(r.Context(), account, r.URL.Query().Get("session"))
+	checkout, paid, err := d.cfg.Seller.Fulfil(r.Context(), account, r.URL.Query().Get(doneSession))
 	if errors.Is(err, upscale.ErrNotFound) {
 		d.notFound(w, r, account, "billing", "This account made no such checkout; its receipt, if any, is on the Billing page.", "Billing")
 		return

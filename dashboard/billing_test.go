@@ -18,6 +18,9 @@ import (
 
 const webhookSecret = "whsec_dashboard_test"
 
+// stripebilling sells for the dashboard.
+var _ dashboard.Seller = (*stripebilling.Billing)(nil)
+
 // sellingSite is a site whose Billing page sells a pack and a plan
 // through the Stripe API at apiBase, with the options configure changes.
 func sellingSite(t *testing.T, apiBase string, configure func(*stripebilling.Options)) (*site, *stripebilling.Billing) {
@@ -32,7 +35,7 @@ func sellingSite(t *testing.T, apiBase string, configure func(*stripebilling.Opt
 				{Price: "price_unlimited", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true}, Label: "Unlimited, 29 € a month"},
 			},
 			FreePlan:   upscale.Plan{Name: "free", MonthlyImages: 10},
-			SuccessURL: "https://app.test/dashboard/billing/done?session={CHECKOUT_SESSION_ID}",
+			SuccessURL: dashboard.CheckoutDoneURL("https://app.test/dashboard/", "{CHECKOUT_SESSION_ID}"),
 			CancelURL:  "https://app.test/dashboard/billing", ReturnURL: "https://app.test/dashboard/billing",
 			Logger: c.Logger,
 		}

@@ -89,9 +89,12 @@ type Store struct {
 	cleaning sync.WaitGroup
 }
 
+// Every interface a Store implements.
 var (
+	_ upscale.BlobStore     = (*Store)(nil)
 	_ upscale.BlobReader    = (*Store)(nil)
 	_ upscale.ExpiryLimiter = (*Store)(nil)
+	_ upscale.Pinger        = (*Store)(nil)
 )
 
 // MaxLinkTTL implements upscale.ExpiryLimiter: a presigned link lasts at

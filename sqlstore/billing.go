@@ -10,8 +10,6 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-var _ upscale.BillingLedger = (*Store)(nil)
-
 // Grant implements upscale.BillingLedger: the grant's row, keyed by its
 // ID, the balance and the journal change in one transaction, so a repeat
 // inserts nothing and changes nothing.
@@ -225,8 +223,6 @@ func (s *Store) Purchases(ctx context.Context, accountID string) ([]upscale.Purc
 	})
 	return out, err
 }
-
-var _ upscale.CheckoutStore = (*Store)(nil)
 
 // PutCheckout implements upscale.CheckoutStore. A subscription's plan is
 // saved as PutPlan saves it, and named in the record.

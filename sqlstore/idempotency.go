@@ -11,8 +11,6 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-var _ upscale.IdempotencyStore = (*Store)(nil)
-
 // Claim implements upscale.IdempotencyStore. The claim is one conditional
 // INSERT, so of concurrent claims across replicas exactly one wins; a
 // key whose answer or lease has run out is taken over by a conditional

@@ -128,8 +128,6 @@ func (s *Store) endReservation(ctx context.Context, tx *sql.Tx, accountID, reser
 	return journal(ctx, tx, accountID, pool, delta, reason, reservationID, month, now)
 }
 
-var _ upscale.ReservationHolder = (*Store)(nil)
-
 // Reserve implements upscale.QuotaLedger.
 func (s *Store) Reserve(ctx context.Context, accountID string, needsPaid bool) (upscale.Reservation, error) {
 	now := s.opts.Now()

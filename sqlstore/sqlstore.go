@@ -38,6 +38,7 @@ import (
 	"modernc.org/sqlite"               // registers "sqlite"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/accounts"
 )
 
 //go:embed migrations/*.sql
@@ -65,10 +66,23 @@ type Store struct {
 	idempotencySwept atomic.Int64 // Unix nanoseconds of the last sweep of expired Idempotency-Keys
 }
 
+// Every interface a Store implements.
 var (
-	_ upscale.KeyLister     = (*Store)(nil)
-	_ upscale.QuotaLedger   = (*Store)(nil)
-	_ upscale.UsageReporter = (*Store)(nil)
+	_ upscale.KeyAdmin           = (*Store)(nil)
+	_ upscale.KeyLister          = (*Store)(nil)
+	_ upscale.QuotaLedger        = (*Store)(nil)
+	_ upscale.ReservationHolder  = (*Store)(nil)
+	_ upscale.ReservationExpirer = (*Store)(nil)
+	_ upscale.UsageReporter      = (*Store)(nil)
+	_ upscale.BillingLedger      = (*Store)(nil)
+	_ upscale.CheckoutStore      = (*Store)(nil)
+	_ upscale.IdempotencyStore   = (*Store)(nil)
+	_ upscale.WebhookSecrets     = (*Store)(nil)
+	_ upscale.Pinger             = (*Store)(nil)
+	_ accounts.Directory         = (*Store)(nil)
+	_ accounts.ShareLedger       = (*Store)(nil)
+	_ accounts.LinkStore         = (*Store)(nil)
+	_ accounts.SessionStore      = (*Store)(nil)
 )
 
 // Open connects to the database named by dsn and brings its schema up to

@@ -9,8 +9,6 @@ import (
 	"github.com/upscalekit/upscale"
 )
 
-var _ upscale.WebhookSecrets = (*Store)(nil)
-
 // WebhookSecrets implements upscale.WebhookSecrets.
 func (s *Store) WebhookSecrets(ctx context.Context, accountID string) ([]string, error) {
 	var current, previous string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/billing/stripebilling"
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
@@ -106,7 +107,7 @@ func newBilling(c fileConfig, store *sqlstore.Store, publicURL, apiBase string, 
 	return stripebilling.New(stripebilling.Options{
 		SecretKey: key, WebhookSecret: hook, APIBase: apiBase,
 		Ledger: store, Checkouts: store, Offers: c.offers(), FreePlan: c.Plans[c.Billing.freePlan()].plan(c.Billing.freePlan()),
-		SuccessURL: publicURL + billingPath + "/done?session={CHECKOUT_SESSION_ID}",
+		SuccessURL: dashboard.CheckoutDoneURL(publicURL+"/dashboard/", "{CHECKOUT_SESSION_ID}"),
 		CancelURL:  publicURL + billingPath, ReturnURL: publicURL + billingPath,
 		Logger: logger,
 	})
