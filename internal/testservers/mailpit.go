@@ -6,15 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"sync"
 	"testing"
 )
 
-var mailpit struct {
-	once   sync.Once
-	server MailpitServer
-	err    error
-}
+var mailpit lazy[MailpitServer]
 
 // MailpitServer is a running Mailpit: an SMTP server that keeps what it is
 // sent, and the HTTP API that reads it back.
@@ -29,35 +24,29 @@ type MailpitServer struct {
 // mailpit on PATH; make test-deps builds it.
 func Mailpit(t testing.TB) MailpitServer {
 	t.Helper()
-	mailpit.once.Do(startMailpit)
-	if mailpit.err != nil {
-		Unavailable(t, "Mailpit: "+mailpit.err.Error())
+	server, err := mailpit.get(startMailpit)
+	if err != nil {
+		Unavailable(t, "Mailpit: "+err.Error())
 	}
-	return mailpit.server
+	return server
 }
 
-func startMailpit() {
+func startMailpit() (MailpitServer, error) {
 	bin, dir, err := tool("UPSCALE_MAILPIT", "mailpit", "github.com/axllent/mailpit@v1.33.1")
 	if err != nil {
-		mailpit.err = err
-		return
+		return MailpitServer{}, err
 	}
-	ports := [2]int{}
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			mailpit.err = err
-			return
-		}
+	ports, err := freePorts(2)
+	if err != nil {
+		return MailpitServer{}, err
 	}
 	smtp, api := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	// Its database lives in dir, removed when the tests end: by default
 	// Mailpit makes one in the system's temporary folder and removes it
 	// only on a clean exit, which a killed server never makes.
-	mailpit.err = serve(dir, api, bin, "--smtp", smtp, "--listen", api, "--smtp-auth-accept-any", "--smtp-auth-allow-insecure",
+	err = serve(dir, api, bin, "--smtp", smtp, "--listen", api, "--smtp-auth-accept-any", "--smtp-auth-allow-insecure",
 		"--database", filepath.Join(dir, "mailpit.db"), "--disable-version-check", "--quiet")
-	if mailpit.err == nil {
-		mailpit.server = MailpitServer{SMTP: smtp, API: "http://" + api}
-	}
+	return MailpitServer{SMTP: smtp, API: "http://" + api}, err
 }
 
 // MailpitMessage is a message Mailpit received, as its API reads it.

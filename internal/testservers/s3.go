@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,11 +20,7 @@ type S3Server struct {
 	SecretKey string
 }
 
-var s3 struct {
-	once   sync.Once
-	server S3Server
-	err    error
-}
+var s3 lazy[S3Server]
 
 // S3 returns a versitygw server with a POSIX back end in a temporary
 // directory, started once per test process and stopped by Stop. The binary
@@ -42,34 +37,29 @@ func S3(t testing.TB) S3Server {
 
 // StartS3 is S3 for a program.
 func StartS3() (S3Server, error) {
-	s3.once.Do(startS3)
-	if s3.err != nil {
-		return S3Server{}, fmt.Errorf("S3: %w", s3.err)
+	server, err := s3.get(startS3)
+	if err != nil {
+		return S3Server{}, fmt.Errorf("S3: %w", err)
 	}
-	return s3.server, nil
+	return server, nil
 }
 
-func startS3() {
+func startS3() (S3Server, error) {
 	bin, dir, err := tool("UPSCALE_VERSITYGW", "versitygw", "github.com/versity/versitygw/cmd/versitygw@v1.8.0")
 	if err != nil {
-		s3.err = err
-		return
+		return S3Server{}, err
 	}
-	port, err := freePort()
+	ports, err := freePorts(1)
 	if err != nil {
-		s3.err = err
-		return
+		return S3Server{}, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	server := S3Server{Endpoint: "http://" + addr, AccessKey: "test" + upscale.NewKey("")[:8], SecretKey: upscale.NewKey("")}
 	root := filepath.Join(dir, "root")
 	if err := os.Mkdir(root, 0o700); err != nil {
-		s3.err = err
-		return
+		return S3Server{}, err
 	}
-	if s3.err = serve(dir, addr, bin, "--access", server.AccessKey, "--secret", server.SecretKey, "--port", addr, "posix", root); s3.err == nil {
-		s3.server = server
-	}
+	return server, serve(dir, addr, bin, "--access", server.AccessKey, "--secret", server.SecretKey, "--port", addr, "posix", root)
 }
 
 // serve runs bin with args, logging to dir/log, until Stop, which then

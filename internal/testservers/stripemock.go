@@ -2,15 +2,10 @@ package testservers
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 )
 
-var stripeMock struct {
-	once sync.Once
-	url  string
-	err  error
-}
+var stripeMock lazy[string]
 
 // StripeMock returns the API base (http://127.0.0.1:PORT) of a stripe-mock
 // server, Stripe's own description of its API served on loopback: it
@@ -21,28 +16,22 @@ var stripeMock struct {
 // UPSCALE_STRIPE_MOCK, else stripe-mock on PATH; make test-deps builds it.
 func StripeMock(t testing.TB) string {
 	t.Helper()
-	stripeMock.once.Do(startStripeMock)
-	if stripeMock.err != nil {
-		Unavailable(t, "stripe-mock: "+stripeMock.err.Error())
+	url, err := stripeMock.get(startStripeMock)
+	if err != nil {
+		Unavailable(t, "stripe-mock: "+err.Error())
 	}
-	return stripeMock.url
+	return url
 }
 
-func startStripeMock() {
+func startStripeMock() (string, error) {
 	bin, dir, err := tool("UPSCALE_STRIPE_MOCK", "stripe-mock", "github.com/stripe/stripe-mock@v0.203.0")
 	if err != nil {
-		stripeMock.err = err
-		return
+		return "", err
 	}
-	ports := [2]int{}
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			stripeMock.err = err
-			return
-		}
+	ports, err := freePorts(2)
+	if err != nil {
+		return "", err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	if stripeMock.err = serve(dir, addr, bin, "-http-addr", addr, "-https-addr", fmt.Sprintf("127.0.0.1:%d", ports[1])); stripeMock.err == nil {
-		stripeMock.url = "http://" + addr
-	}
+	return "http://" + addr, serve(dir, addr, bin, "-http-addr", addr, "-https-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
 }

@@ -1,6 +1,7 @@
 // Package testservers starts the real servers that integration tests run
-// against (PostgreSQL, an S3-compatible store), as throwaway instances on
-// free loopback ports.
+// against (PostgreSQL, versitygw for S3, stripe-mock, Mailpit), as
+// throwaway instances on free loopback ports, each once per test process
+// (lazy) and stopped by Stop.
 //
 // A missing server skips the test with a message saying what to install,
 // except when the environment variable UPSCALE_REQUIRE_SERVERS is set (CI
@@ -39,12 +40,23 @@ func Unavailable(t testing.TB, why string) {
 	t.Skip(why)
 }
 
-var postgres struct {
-	once sync.Once
-	url  string // of the maintenance database "postgres"
-	dir  string
-	err  error
+// lazy is a server started once per test process, on first use, and
+// what came of its start: each server's start function returns what its
+// tests need to reach it, and an error saying why it could not start.
+type lazy[T any] struct {
+	once   sync.Once
+	server T
+	err    error
 }
+
+// get starts the server with start on its first call, and returns it.
+func (l *lazy[T]) get(start func() (T, error)) (T, error) {
+	l.once.Do(func() { l.server, l.err = start() })
+	return l.server, l.err
+}
+
+// postgres is the URL of the cluster's maintenance database, "postgres".
+var postgres lazy[string]
 
 // PostgresDatabase returns the URL of a new, empty PostgreSQL database,
 // dropped when t ends. It uses UPSCALE_TEST_POSTGRES_URL when set (a
@@ -69,11 +81,11 @@ var errNoPostgres = errors.New("PostgreSQL")
 // NewPostgresDatabase is PostgresDatabase for a program: it returns the
 // URL of a new, empty database and a function that drops it.
 func NewPostgresDatabase() (dsn string, drop func(), err error) {
-	postgres.once.Do(startPostgres)
-	if postgres.err != nil {
-		return "", nil, fmt.Errorf("%w: %w", errNoPostgres, postgres.err)
+	cluster, err := postgres.get(startPostgres)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", errNoPostgres, err)
 	}
-	db, err := sql.Open("pgx", postgres.url)
+	db, err := sql.Open("pgx", cluster)
 	if err != nil {
 		return "", nil, err
 	}
@@ -83,13 +95,13 @@ func NewPostgresDatabase() (dsn string, drop func(), err error) {
 		return "", nil, fmt.Errorf("create database: %w", err)
 	}
 	drop = func() {
-		db, err := sql.Open("pgx", postgres.url)
+		db, err := sql.Open("pgx", cluster)
 		if err == nil {
 			db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
 			db.Close()
 		}
 	}
-	u, err := url.Parse(postgres.url)
+	u, err := url.Parse(cluster)
 	if err != nil {
 		return "", nil, err
 	}
@@ -97,40 +109,34 @@ func NewPostgresDatabase() (dsn string, drop func(), err error) {
 	return u.String(), drop, nil
 }
 
-func startPostgres() {
+func startPostgres() (string, error) {
 	if u := os.Getenv("UPSCALE_TEST_POSTGRES_URL"); u != "" {
-		postgres.url = u
-		return
+		return u, nil
 	}
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
-		postgres.err = fmt.Errorf("no initdb under /usr/lib/postgresql; install Debian's postgresql package or set UPSCALE_TEST_POSTGRES_URL")
-		return
+		return "", fmt.Errorf("no initdb under /usr/lib/postgresql; install Debian's postgresql package or set UPSCALE_TEST_POSTGRES_URL")
 	}
 	bin := filepath.Dir(bins[len(bins)-1])
 	dir, err := os.MkdirTemp("", "upscale-pg-")
 	if err != nil {
-		postgres.err = err
-		return
+		return "", err
 	}
-	postgres.dir = dir
-	port, err := freePort()
+	ports, err := freePorts(1)
 	if err != nil {
-		postgres.err = err
-		return
+		return "", err
 	}
+	port := ports[0]
 	// initdb refuses to run as root, so a root test process runs the server
 	// as the postgres user, which must own the directory.
 	asUser := func(name string, args ...string) *exec.Cmd { return exec.Command(name, args...) }
 	if os.Geteuid() == 0 {
 		pg, err := user.Lookup("postgres")
 		if err != nil {
-			postgres.err = fmt.Errorf("running as root and there is no postgres user to run the server as")
-			return
+			return "", fmt.Errorf("running as root and there is no postgres user to run the server as")
 		}
 		if out, err := exec.Command("chown", pg.Username, dir).CombinedOutput(); err != nil {
-			postgres.err = fmt.Errorf("chown: %v: %s", err, out)
-			return
+			return "", fmt.Errorf("chown: %v: %s", err, out)
 		}
 		asUser = func(name string, args ...string) *exec.Cmd {
 			return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
@@ -138,24 +144,22 @@ func startPostgres() {
 	}
 	data := filepath.Join(dir, "data")
 	if out, err := asUser(filepath.Join(bin, "initdb"), "-D", data, "-U", "test", "--auth=trust", "--no-sync").CombinedOutput(); err != nil {
-		postgres.err = fmt.Errorf("initdb: %v: %s", err, out)
-		return
+		return "", fmt.Errorf("initdb: %v: %s", err, out)
 	}
 	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -k %s -c fsync=off -c max_connections=300", port, dir)
 	if out, err := asUser(filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
-		postgres.err = fmt.Errorf("pg_ctl start: %v: %s", err, out)
-		return
+		return "", fmt.Errorf("pg_ctl start: %v: %s", err, out)
 	}
-	postgres.url = fmt.Sprintf("postgres://test@127.0.0.1:%d/postgres?sslmode=disable", port)
+	cluster := fmt.Sprintf("postgres://test@127.0.0.1:%d/postgres?sslmode=disable", port)
 	onStop(func() {
 		asUser(filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop").Run()
 		os.RemoveAll(dir)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	db, _ := sql.Open("pgx", postgres.url)
+	db, _ := sql.Open("pgx", cluster)
 	defer db.Close()
-	postgres.err = db.PingContext(ctx)
+	return cluster, db.PingContext(ctx)
 }
 
 var stoppers struct {
@@ -202,11 +206,16 @@ func tool(env, name, module string) (bin, dir string, err error) {
 	return bin, dir, err
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n ports free on loopback now, each another.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close() // held until all are chosen, so that none is chosen twice
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
