@@ -137,8 +137,8 @@ func TestTwoReplicas(t *testing.T) {
 }
 
 // TestKilledReplicaLosesNoUnit: a process that reserved a unit is killed
-// with SIGKILL before settling it; once the reservation TTL has passed, the
-// unit is back, and the journal says it expired.
+// with SIGKILL before it commits or releases it; once the reservation TTL
+// has passed, the unit is back, and the journal says it expired.
 func TestKilledReplicaLosesNoUnit(t *testing.T) {
 	if dsn := os.Getenv("UPSCALE_RESERVE_AND_HANG"); dsn != "" {
 		reserveAndHang(dsn)
