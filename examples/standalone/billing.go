@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/billing/stripebilling"
 	"github.com/upscalekit/upscale/dashboard"
@@ -196,4 +198,24 @@ func billingDoubles(ctx context.Context, store *sqlstore.Store, a adminArgs, std
 	}
 	_, err = fmt.Fprintf(stdout, "accounts with more than one live subscription: %d\n", len(doubles))
 	return err
+}
+
+// sell makes the Stripe seller when STRIPE_SECRET_KEY is set (newBilling)
+// and counts in /metrics what its operator must look into. Its wording
+// is the handler's: when something is sold, a caller out of quota is sent
+// to the Billing page.
+func (p *process) sell() (upscale.Wording, error) {
+	seller, err := newBilling(p.cfg, p.store, p.publicURL, p.o.stripeAPIBase, p.logger)
+	if err != nil || seller == nil {
+		return upscale.Wording{}, err
+	}
+	p.seller = seller
+	p.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "upscale_billing_double_subscriptions_total",
+		Help: "Times a subscription's state was applied while its account had another live subscription at Stripe, each billed: cancel and refund all but one (standalone billing doubles).",
+	}, func() float64 { return float64(seller.Stats().DoubleSubscriptions) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "upscale_billing_refused_events_total",
+		Help: "Stripe webhook events refused because their signature does not verify: forged, replayed, or signed with another webhook secret.",
+	}, func() float64 { return float64(seller.Stats().RefusedEvents) }))
+	return upscale.Wording{BuyURL: p.publicURL + billingPath}, nil
 }

@@ -11,8 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/accounts/smtpmail"
 	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/internal/periodic"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
@@ -72,6 +74,53 @@ func (o options) mailOptions(ctx context.Context, cfg fileConfig, store *sqlstor
 		defer cancel()
 		stopSending(ctx)
 	}, nil
+}
+
+// buildDashboard builds the dashboard on the stores and the API's
+// handler: sign-in by link, by email too with -smtp-url (and with it, on
+// open sign-ups and the config's shareBonus, the share bonus, paid every
+// shareBonusInterval), and the Billing page when the server sells.
+func (p *process) buildDashboard(ctx context.Context) (http.Handler, error) {
+	email, closeMail, err := p.o.mailOptions(ctx, p.cfg, p.store, p.jobs)
+	if err != nil {
+		return nil, err
+	}
+	p.email = email
+	p.onClose(closeMail)
+	if p.signIn, err = newSignIn(ctx, p.store, p.publicURL, email, p.o.trustedProxies); err != nil {
+		return nil, err
+	}
+	if email != nil {
+		p.registry.MustRegister(mailCounters(p.signIn)...)
+	}
+	dashboardCfg := dashboard.Config{
+		SignIn: p.signIn, Keys: p.keys, Ledger: p.store, WebhookSecrets: p.store, Logger: p.logger,
+		API: p.handler, APIURL: p.publicURL + "/api/v1/upscale",
+		Samples: []dashboard.Sample{{Name: "A photo (256×256)", URL: sampleURL(p.publicURL, "photo.png")}, {Name: "Line art (250×361)", URL: sampleURL(p.publicURL, "lineart.png")}},
+	}
+	if p.cfg.ShareBonus != nil && email != nil && email.SignUps {
+		bonus, err := accounts.NewShareBonus(accounts.ShareBonusOptions{Directory: p.store, Ledger: p.store, PerSignup: p.cfg.ShareBonus.PerSignup, MonthlyCap: p.cfg.ShareBonus.MonthlyCap})
+		if err != nil {
+			return nil, fmt.Errorf("the config's shareBonus: %w", err)
+		}
+		dashboardCfg.ShareBonus = bonus
+		paying := periodic.Start(shareBonusInterval, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), shareBonusInterval)
+			defer cancel()
+			if _, err := bonus.Pay(ctx); err != nil {
+				p.logger.Warn("standalone: pay the share bonus; tried again in a minute", "err", err)
+			}
+		})
+		p.onClose(paying.Stop)
+	}
+	if p.seller != nil { // not a nil *Billing in the interface
+		dashboardCfg.Seller = p.seller
+	}
+	dash, err := dashboard.New(dashboardCfg)
+	if err != nil {
+		return nil, err
+	}
+	return dash, nil
 }
 
 // mailCounters are signIn's counts of the links it mailed and of those

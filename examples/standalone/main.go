@@ -20,7 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -31,13 +31,11 @@ import (
 	"github.com/stripe/stripe-go/v84"
 
 	"github.com/upscalekit/upscale"
-	"github.com/upscalekit/upscale/accounts"
 	"github.com/upscalekit/upscale/api"
 	"github.com/upscalekit/upscale/billing/stripebilling"
 	"github.com/upscalekit/upscale/dashboard"
-	"github.com/upscalekit/upscale/internal/periodic"
 	"github.com/upscalekit/upscale/prommetrics"
-	"github.com/upscalekit/upscale/riverqueue"
+	"github.com/upscalekit/upscale/sqlstore"
 )
 
 func main() {
@@ -76,282 +74,270 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
 
-	store, err := o.storage.open(ctx)
+	p := &process{o: o, worker: worker, logger: logger}
+	defer p.close()
+	if err := p.openStores(ctx); err != nil {
+		return err
+	}
+	if err := p.buildHandler(ctx); err != nil {
+		return err
+	}
+	if worker {
+		return p.work(ctx, signals, stdout)
+	}
+	dash, err := p.buildDashboard(ctx)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	cfg := fileConfig{}
-	demoKey := ""
-	switch {
-	case worker: // the API processes seed the accounts
-	case o.configFile != "":
-		if cfg, err = loadConfig(o.configFile); err != nil {
-			return err
-		}
-	default:
-		if demoKey, err = loadOrCreateDemoKey(filepath.Join(o.dataDir, "demo-key")); err != nil {
-			return err
-		}
-		cfg = demoConfig(demoKey)
-	}
-	if err := cfg.seed(ctx, store); err != nil {
-		return err
-	}
-	processID, err := o.processName()
-	if err != nil {
-		return err
-	}
-	jobs, closeJobs, err := o.storage.openJobs(ctx, store, riverqueue.Options{Logger: logger, RunTimeout: o.jobRunTimeout, ProcessID: processID})
-	if err != nil {
-		return err
-	}
-	defer closeJobs()
+	return p.serve(ctx, dash, signals, stdout)
+}
 
-	var ln net.Listener
-	if !worker {
-		tcpListener, err := net.Listen("tcp", o.addr)
-		if err != nil {
-			return err
-		}
-		ln = newLimitListener(tcpListener, o.maxConnections)
-		defer ln.Close()
+// process is a server or a worker as run's steps put it together: each
+// step sets its fields for the steps after it.
+type process struct {
+	o      options
+	worker bool // "standalone worker": no listener, seller or dashboard
+	logger *slog.Logger
+	// closers close what the steps opened; close calls them.
+	closers []func()
+
+	// Set by openStores.
+	store     *sqlstore.Store
+	cfg       fileConfig // seeded into store
+	demoKey   string     // the demo account's key, without -config
+	processID string
+	jobs      queues
+	ln        net.Listener // nil for a worker
+	publicURL string
+	blobs     resultStore
+
+	// Set by buildHandler.
+	registry *prometheus.Registry
+	seller   *stripebilling.Billing // nil when nothing is sold
+	keys     upscale.KeyLister
+	handler  *upscale.Handler
+
+	// Set by buildDashboard.
+	email  *dashboard.EmailOptions // nil without -smtp-url
+	signIn *dashboard.SignIn
+}
+
+// onClose has close call f: what a step opens stays open for the
+// process's life, and is closed on the way out whichever step fails.
+func (p *process) onClose(f func()) { p.closers = append(p.closers, f) }
+
+// close closes what the steps opened, the last first, as defers would.
+func (p *process) close() {
+	for _, f := range slices.Backward(p.closers) {
+		f()
 	}
-	publicURL := strings.TrimSuffix(o.publicURL, "/")
-	if publicURL == "" && ln != nil { // a worker has -public-url or -s3-bucket
-		publicURL = "http://" + ln.Addr().String()
-	}
-	blobs, err := o.openResults(ctx, publicURL)
+}
+
+// buildHandler builds the API's handler on the stores, with the engine
+// -engine names and the registry /metrics serves, for a server with the
+// built-in samples and the seller's wording too, and starts its job
+// workers.
+func (p *process) buildHandler(ctx context.Context) error {
+	engine, chosen, err := p.o.openEngine(ctx, p.logger)
 	if err != nil {
 		return err
 	}
-	defer blobs.Close()
-	engine, chosen, err := o.openEngine(ctx, logger)
-	if err != nil {
-		return err
-	}
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), chosen.info())
-	metrics, err := prommetrics.New(registry)
+	p.registry = prometheus.NewRegistry()
+	p.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), chosen.info())
+	metrics, err := prommetrics.New(p.registry)
 	if err != nil {
 		return err
 	}
 	var builtin map[string][]byte
-	if !worker { // a worker fetches no source: its jobs' are in the BlobStore
-		if builtin, err = builtinSamples(publicURL); err != nil {
+	var wording upscale.Wording
+	// A worker fetches no source (its jobs' are in the BlobStore), and
+	// the API processes sell.
+	if !p.worker {
+		if builtin, err = builtinSamples(p.publicURL); err != nil {
+			return err
+		}
+		if wording, err = p.sell(); err != nil {
 			return err
 		}
 	}
-	var seller *stripebilling.Billing
-	wording := upscale.Wording{}
-	if !worker { // the API processes sell
-		if seller, err = newBilling(cfg, store, publicURL, o.stripeAPIBase, logger); err != nil {
-			return err
-		}
-		if seller != nil {
-			wording.BuyURL = publicURL + billingPath
-			registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "upscale_billing_double_subscriptions_total",
-				Help: "Times a subscription's state was applied while its account had another live subscription at Stripe, each billed: cancel and refund all but one (standalone billing doubles).",
-			}, func() float64 { return float64(seller.Stats().DoubleSubscriptions) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "upscale_billing_refused_events_total",
-				Help: "Stripe webhook events refused because their signature does not verify: forged, replayed, or signed with another webhook secret.",
-			}, func() float64 { return float64(seller.Stats().RefusedEvents) }))
-		}
+	p.keys = p.store
+	if p.o.keyCacheTTL > 0 {
+		cached := upscale.NewCachedKeyStore(p.store, upscale.CachedKeyStoreOptions{TTL: p.o.keyCacheTTL})
+		p.onClose(func() { cached.Close() })
+		p.keys = cached
 	}
-	var keys upscale.KeyLister = store
-	if o.keyCacheTTL > 0 {
-		cached := upscale.NewCachedKeyStore(store, upscale.CachedKeyStoreOptions{TTL: o.keyCacheTTL})
-		defer cached.Close()
-		keys = cached
-	}
-	handler, err := upscale.New(upscale.Config{
-		Keys:                 keys,
-		Ledger:               store,
-		Idempotency:          store,
+	p.handler, err = upscale.New(upscale.Config{
+		Keys:                 p.keys,
+		Ledger:               p.store,
+		Idempotency:          p.store,
 		Upscaler:             engine,
-		Blobs:                blobs,
-		Jobs:                 jobs,
-		JobWorkers:           o.jobWorkers,
-		Webhooks:             jobs,
-		WebhookSecrets:       store,
-		LinkTTL:              o.linkTTL,
-		EngineTimeout:        o.engineTimeout,
+		Blobs:                p.blobs,
+		Jobs:                 p.jobs,
+		JobWorkers:           p.o.jobWorkers,
+		Webhooks:             p.jobs,
+		WebhookSecrets:       p.store,
+		LinkTTL:              p.o.linkTTL,
+		EngineTimeout:        p.o.engineTimeout,
 		ChargeTimeout:        chargeTimeout,
-		FreeTierMaxFileBytes: cfg.FreeTierMaxFileBytes,
-		Capacity:             upscale.Capacity{QueueLength: o.queueLength, AccountShare: o.accountShare, MemoryBudget: o.memoryBudget},
-		Fetch:                upscale.FetchPolicy{BuiltinSources: builtin, AllowPrivateNetworks: o.allowPrivateSources},
+		FreeTierMaxFileBytes: p.cfg.FreeTierMaxFileBytes,
+		Capacity:             upscale.Capacity{QueueLength: p.o.queueLength, AccountShare: p.o.accountShare, MemoryBudget: p.o.memoryBudget},
+		Fetch:                upscale.FetchPolicy{BuiltinSources: builtin, AllowPrivateNetworks: p.o.allowPrivateSources},
 		Wording:              wording,
 		Metrics:              metrics,
-		Logger:               logger,
+		Logger:               p.logger,
 	})
 	if err != nil {
 		return err
 	}
-	if err := handler.StartJobs(ctx); err != nil {
+	return p.handler.StartJobs(ctx)
+}
+
+// work is the worker's life: it says so and serves /metrics, then its
+// handler's workers run the queue's jobs until a signal, then have the
+// engine's time to finish theirs, after which the rest go back to the
+// queue; or until a live twin displaced the process, which stopped them.
+func (p *process) work(ctx context.Context, signals <-chan os.Signal, stdout io.Writer) error {
+	fmt.Fprintf(stdout, "upscale standalone worker: jobs from the queue in the database (engine %s)\n", p.o.engine)
+	if err := p.serveMetrics(stdout); err != nil {
 		return err
 	}
-
-	if worker {
-		fmt.Fprintf(stdout, "upscale standalone worker: jobs from the queue in the database (engine %s)\n", o.engine)
-		if o.metricsAddr != "" {
-			metricsServer, err := serveMetrics(o, registry, stdout, logger)
-			if err != nil {
-				return err
-			}
-			defer metricsServer.Close()
-		}
-		return work(ctx, handler, o, signals, jobs.Displaced(), processID, logger)
+	select {
+	case <-ctx.Done():
+	case <-signals:
+	case <-p.jobs.Displaced(): // stopJobs says why
 	}
+	p.logger.Info("stopping: finishing the jobs under way")
+	drain, cancel := context.WithTimeout(context.Background(), p.o.engineTimeout+time.Minute)
+	defer cancel()
+	return p.stopJobs(drain)
+}
 
+// serve says where the server is (and with the demo, how to try it) and
+// serves the API and dash on the listener until it fails, ctx is done, a
+// live twin displaces the process or a signal comes; after a SIGTERM,
+// /readyz fails for -drain-delay (or until a second signal) first. Then
+// it shuts down.
+func (p *process) serve(ctx context.Context, dash http.Handler, signals <-chan os.Signal, stdout io.Writer) error {
 	// The middleware form: the API and the result links (when the
 	// directory store serves them) in front of the server's own routes.
-	mux := http.NewServeMux()
-	mux.Handle("GET /livez", handler.LiveHandler())
-	mux.Handle("GET /readyz", handler.ReadyHandler())
-	mux.Handle("GET /samples/", sampleHandler())
-	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/yaml")
-		w.Write(api.OpenAPI)
-	})
-	email, closeMail, err := o.mailOptions(ctx, cfg, store, jobs)
-	if err != nil {
+	srv := newServer(p.handler.Middleware(p.routes(dash)), p.o.engineTimeout, p.logger)
+	p.printBanner(stdout)
+	if err := p.serveMetrics(stdout); err != nil {
 		return err
 	}
-	defer closeMail()
-	signIn, err := newSignIn(ctx, store, publicURL, email, o.trustedProxies)
-	if err != nil {
+	if err := p.printDemo(stdout); err != nil {
 		return err
-	}
-	if email != nil {
-		registry.MustRegister(mailCounters(signIn)...)
-	}
-	dashboardCfg := dashboard.Config{
-		SignIn: signIn, Keys: keys, Ledger: store, WebhookSecrets: store, Logger: logger,
-		API: handler, APIURL: publicURL + "/api/v1/upscale",
-		Samples: []dashboard.Sample{{Name: "A photo (256×256)", URL: sampleURL(publicURL, "photo.png")}, {Name: "Line art (250×361)", URL: sampleURL(publicURL, "lineart.png")}},
-	}
-	if cfg.ShareBonus != nil && email != nil && email.SignUps {
-		bonus, err := accounts.NewShareBonus(accounts.ShareBonusOptions{Directory: store, Ledger: store, PerSignup: cfg.ShareBonus.PerSignup, MonthlyCap: cfg.ShareBonus.MonthlyCap})
-		if err != nil {
-			return fmt.Errorf("the config's shareBonus: %w", err)
-		}
-		dashboardCfg.ShareBonus = bonus
-		paying := periodic.Start(shareBonusInterval, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), shareBonusInterval)
-			defer cancel()
-			if _, err := bonus.Pay(ctx); err != nil {
-				logger.Warn("standalone: pay the share bonus; tried again in a minute", "err", err)
-			}
-		})
-		defer paying.Stop()
-	}
-	if seller != nil {
-		dashboardCfg.Seller = seller
-		mux.Handle("POST "+webhookPath, seller.Webhook())
-	}
-	dash, err := dashboard.New(dashboardCfg)
-	if err != nil {
-		return err
-	}
-	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", dash))
-	mux.Handle("GET /{$}", landingHandler())
-	srv := newServer(handler.Middleware(mux), o.engineTimeout, logger)
-
-	if seller != nil {
-		fmt.Fprintf(stdout, "selling through Stripe: register the webhook endpoint %s%s (API version %s) for: %s\n",
-			publicURL, webhookPath, stripe.APIVersion, strings.Join(stripebilling.Events, ", "))
-	}
-	if email != nil {
-		fmt.Fprintf(stdout, "sign-in by email at %s/dashboard/signin: sign-ups %s", publicURL, o.signUps)
-		if email.SignUps {
-			fmt.Fprintf(stdout, " (accounts open on the plan %q)", email.Plan.Name)
-		}
-		fmt.Fprintln(stdout)
-	}
-	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", publicURL, o.engine)
-	if o.metricsAddr != "" {
-		metricsServer, err := serveMetrics(o, registry, stdout, logger)
-		if err != nil {
-			return err
-		}
-		defer metricsServer.Close()
-	}
-	if demoKey != "" {
-		fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", cfg.Plans["free"].MonthlyImages)
-		fmt.Fprintf(stdout, "API key: %s\n", demoKey)
-		link, err := signIn.Link("demo")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "dashboard (this link signs in once, within 15 minutes; standalone dashboard link makes more): %s\n", link)
-		fmt.Fprintf(stdout, "try (the sample is served by this server, so no internet access is needed):\n  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"imageUrl\": \"%s\", \"scale\": 2}'\n",
-			publicURL, demoKey, sampleURL(publicURL, "photo.png"))
-		fmt.Fprintf(stdout, "or line art: {\"imageUrl\": \"%s\", \"scale\": 4, \"imageType\": \"anime\"}\n", sampleURL(publicURL, "lineart.png"))
 	}
 
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(p.ln) }()
 	select {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
-	case <-jobs.Displaced(): // stopJobs says why
+	case <-p.jobs.Displaced(): // stopJobs says why
 	case sig := <-signals:
-		if sig == syscall.SIGTERM && o.drainDelay > 0 {
-			logger.Info("draining: /readyz answers 503 while requests are still served", "for", o.drainDelay)
-			handler.Drain()
+		if sig == syscall.SIGTERM && p.o.drainDelay > 0 {
+			p.logger.Info("draining: /readyz answers 503 while requests are still served", "for", p.o.drainDelay)
+			p.handler.Drain()
 			select {
-			case <-time.After(o.drainDelay):
+			case <-time.After(p.o.drainDelay):
 			case <-signals: // a second signal: stop now
 			}
 		}
 	}
-	logger.Info("shutting down: finishing requests in flight")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), srv.WriteTimeout)
+	return p.shutdown(srv, served)
+}
+
+// shutdown stops srv, whose Serve reports to served: the requests in
+// flight finish, then the jobs under way, within the server's write
+// timeout.
+func (p *process) shutdown(srv *http.Server, served <-chan error) error {
+	p.logger.Info("shutting down: finishing requests in flight")
+	ctx, cancel := context.WithTimeout(context.Background(), srv.WriteTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := srv.Shutdown(ctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	// The jobs under way get what is left of the same time; the rest go
 	// back to the queue.
-	if err := stopJobs(shutdownCtx, handler, jobs.Displaced(), processID); err != nil {
+	if err := p.stopJobs(ctx); err != nil {
 		return err
 	}
-	handler.CloseIdleConnections()
+	p.handler.CloseIdleConnections()
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
-// work is the worker's life: its handler's workers run the queue's jobs
-// until a signal, then have the engine's time to finish theirs, after
-// which the rest go back to the queue; or until a live twin displaced
-// the process, which stopped them.
-func work(ctx context.Context, handler *upscale.Handler, o options, signals <-chan os.Signal, displaced <-chan struct{}, processID string, logger *slog.Logger) error {
-	select {
-	case <-ctx.Done():
-	case <-signals:
-	case <-displaced: // stopJobs says why
+// routes are the server's own routes: the probes, the samples, the API's
+// description, the seller's webhook, the dashboard dash and the landing
+// page.
+func (p *process) routes(dash http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /livez", p.handler.LiveHandler())
+	mux.Handle("GET /readyz", p.handler.ReadyHandler())
+	mux.Handle("GET /samples/", sampleHandler())
+	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(api.OpenAPI)
+	})
+	if p.seller != nil {
+		mux.Handle("POST "+webhookPath, p.seller.Webhook())
 	}
-	logger.Info("stopping: finishing the jobs under way")
-	drain, cancel := context.WithTimeout(context.Background(), o.engineTimeout+time.Minute)
-	defer cancel()
-	return stopJobs(drain, handler, displaced, processID)
+	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", dash))
+	mux.Handle("GET /{$}", landingHandler())
+	return mux
+}
+
+// printBanner says what the server sells, how people sign in and where
+// it listens.
+func (p *process) printBanner(stdout io.Writer) {
+	if p.seller != nil {
+		fmt.Fprintf(stdout, "selling through Stripe: register the webhook endpoint %s%s (API version %s) for: %s\n",
+			p.publicURL, webhookPath, stripe.APIVersion, strings.Join(stripebilling.Events, ", "))
+	}
+	if p.email != nil {
+		fmt.Fprintf(stdout, "sign-in by email at %s/dashboard/signin: sign-ups %s", p.publicURL, p.o.signUps)
+		if p.email.SignUps {
+			fmt.Fprintf(stdout, " (accounts open on the plan %q)", p.email.Plan.Name)
+		}
+		fmt.Fprintln(stdout)
+	}
+	fmt.Fprintf(stdout, "upscale standalone listening on %s (engine %s)\n", p.publicURL, p.o.engine)
+}
+
+// printDemo, without -config, prints the demo account's key, a link
+// that signs in to its dashboard and how to try the API.
+func (p *process) printDemo(stdout io.Writer) error {
+	if p.demoKey == "" {
+		return nil
+	}
+	fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", p.cfg.Plans["free"].MonthlyImages)
+	fmt.Fprintf(stdout, "API key: %s\n", p.demoKey)
+	link, err := p.signIn.Link("demo")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "dashboard (this link signs in once, within 15 minutes; standalone dashboard link makes more): %s\n", link)
+	fmt.Fprintf(stdout, "try (the sample is served by this server, so no internet access is needed):\n  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"imageUrl\": \"%s\", \"scale\": 2}'\n",
+		p.publicURL, p.demoKey, sampleURL(p.publicURL, "photo.png"))
+	fmt.Fprintf(stdout, "or line art: {\"imageUrl\": \"%s\", \"scale\": 4, \"imageType\": \"anime\"}\n", sampleURL(p.publicURL, "lineart.png"))
+	return nil
 }
 
 // stopJobs stops the handler's job workers. Those of a process that a
 // live twin displaced (it was paused while the twin started under its
 // -process-id) stopped already: its error says so, for the process to
-// exit non-zero and its supervisor to start it again. It asks displaced,
+// exit non-zero and its supervisor to start it again. It asks Displaced,
 // not the stop's error: a server with no job workers holds the ID by its
 // mail sender alone, and its handler's stop has nothing to report.
-func stopJobs(drain context.Context, handler *upscale.Handler, displaced <-chan struct{}, processID string) error {
-	err := handler.StopJobs(drain)
+func (p *process) stopJobs(drain context.Context) error {
+	err := p.handler.StopJobs(drain)
 	select {
-	case <-displaced:
-		return fmt.Errorf("process ID %q is now held by another live process; exiting so that a supervisor restarts this one under its own ID", processID)
+	case <-p.jobs.Displaced():
+		return fmt.Errorf("process ID %q is now held by another live process; exiting so that a supervisor restarts this one under its own ID", p.processID)
 	default:
 	}
 	if err != nil {
@@ -360,19 +346,24 @@ func stopJobs(drain context.Context, handler *upscale.Handler, displaced <-chan 
 	return nil
 }
 
-// serveMetrics serves registry's metrics at /metrics on -metrics-addr, a
-// listener of its own so that they need not be public, and says where.
-func serveMetrics(o options, registry *prometheus.Registry, stdout io.Writer, logger *slog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", o.metricsAddr)
+// serveMetrics, with -metrics-addr, serves the registry's metrics at
+// /metrics there, a listener of its own so that they need not be public,
+// and says where.
+func (p *process) serveMetrics(stdout io.Writer) error {
+	if p.o.metricsAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.o.metricsAddr)
 	if err != nil {
-		return nil, fmt.Errorf("-metrics-addr: %w", err)
+		return fmt.Errorf("-metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}))
-	srv := newServer(mux, o.engineTimeout, logger)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(p.logger.Handler(), slog.LevelWarn)}))
+	srv := newServer(mux, p.o.engineTimeout, p.logger)
 	go srv.Serve(ln)
+	p.onClose(func() { srv.Close() })
 	fmt.Fprintf(stdout, "metrics at http://%s/metrics\n", ln.Addr())
-	return srv, nil
+	return nil
 }
 
 // newServer wraps handler in a server whose every timeout is set, so that

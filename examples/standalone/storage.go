@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -99,4 +101,62 @@ func (o options) openResults(ctx context.Context, publicURL string) (resultStore
 		return nil, err
 	}
 	return s3store.New(ctx, s3store.Options{Client: client, Bucket: o.s3Bucket})
+}
+
+// openStores opens what the process keeps its state in: the key and
+// quota store, seeded with the config file's plans, accounts and keys (or
+// the demo's), the queue in its database, and the results. A server
+// listens before the results are opened, as the directory store's links
+// name its address.
+func (p *process) openStores(ctx context.Context) error {
+	store, err := p.o.storage.open(ctx)
+	if err != nil {
+		return err
+	}
+	p.store = store
+	p.onClose(func() { store.Close() })
+	switch {
+	case p.worker: // the API processes seed the accounts
+	case p.o.configFile != "":
+		if p.cfg, err = loadConfig(p.o.configFile); err != nil {
+			return err
+		}
+	default:
+		if p.demoKey, err = loadOrCreateDemoKey(filepath.Join(p.o.dataDir, "demo-key")); err != nil {
+			return err
+		}
+		p.cfg = demoConfig(p.demoKey)
+	}
+	if err := p.cfg.seed(ctx, store); err != nil {
+		return err
+	}
+	if p.processID, err = p.o.processName(); err != nil {
+		return err
+	}
+	jobs, closeJobs, err := p.o.storage.openJobs(ctx, store, riverqueue.Options{Logger: p.logger, RunTimeout: p.o.jobRunTimeout, ProcessID: p.processID})
+	if err != nil {
+		return err
+	}
+	p.jobs = jobs
+	p.onClose(closeJobs)
+	if !p.worker {
+		tcpListener, err := net.Listen("tcp", p.o.addr)
+		if err != nil {
+			return err
+		}
+		ln := newLimitListener(tcpListener, p.o.maxConnections)
+		p.ln = ln
+		p.onClose(func() { ln.Close() })
+	}
+	p.publicURL = strings.TrimSuffix(p.o.publicURL, "/")
+	if p.publicURL == "" && p.ln != nil { // a worker has -public-url or -s3-bucket
+		p.publicURL = "http://" + p.ln.Addr().String()
+	}
+	blobs, err := p.o.openResults(ctx, p.publicURL)
+	if err != nil {
+		return err
+	}
+	p.blobs = blobs
+	p.onClose(func() { blobs.Close() })
+	return nil
 }
