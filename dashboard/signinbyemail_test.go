@@ -24,15 +24,17 @@ import (
 )
 
 // mailbox is a Mailer that keeps what it is sent, and is unavailable
-// while down.
+// while down, counting the tries it refused so.
 type mailbox struct {
-	mu   sync.Mutex
-	sent []accounts.Mail
-	down atomic.Bool
+	mu      sync.Mutex
+	sent    []accounts.Mail
+	down    atomic.Bool
+	refused atomic.Int64
 }
 
 func (m *mailbox) Send(_ context.Context, mail accounts.Mail) error {
 	if m.down.Load() {
+		m.refused.Add(1)
 		return fmt.Errorf("%w: the mail server is down", upscale.ErrUnavailable)
 	}
 	m.mu.Lock()
@@ -74,6 +76,40 @@ func (m *mailbox) await(t *testing.T, address string, n int) accounts.Mail {
 	}
 }
 
+// answering is a Directory that counts the addresses it answered AccountOf
+// for: once it has answered for an address, the link asked for it is
+// posted or, for an address without an account while sign-ups are
+// closed, never will be.
+type answering struct {
+	*accounts.MemoryDirectory
+	mu       sync.Mutex
+	answered map[string]int
+}
+
+func (d *answering) AccountOf(ctx context.Context, email string) (string, error) {
+	id, err := d.MemoryDirectory.AccountOf(ctx, email)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.answered[email]++
+	return id, err
+}
+
+// await waits up to 15 s for an answer for email.
+func (d *answering) await(t *testing.T, email string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d.mu.Lock()
+		n := d.answered[email]
+		d.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no look-up of %s after 15 s", email)
+		}
+	}
+}
+
 // emailSite is a dashboard whose sign-in page mails links, and a browser.
 type emailSite struct {
 	t         *testing.T
@@ -83,6 +119,7 @@ type emailSite struct {
 	browser   *http.Client
 	mail      *mailbox
 	directory *accounts.MemoryDirectory
+	looked    *answering // directory, as the sign-in page asks it
 	ledger    *upscale.MemoryLedger
 	signIn    *dashboard.SignIn
 }
@@ -115,7 +152,8 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	mux := http.NewServeMux()
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
-	email := &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan}
+	looked := &answering{MemoryDirectory: directory, answered: map[string]int{}}
+	email := &dashboard.EmailOptions{Directory: looked, Outbox: outbox, SignUps: signUps, Plan: freePlan}
 	var bonus *accounts.ShareBonus
 	log := slog.DiscardHandler
 	for _, o := range options {
@@ -144,7 +182,7 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &emailSite{t: t, clock: clock, bonus: bonus, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, ledger: ledger, signIn: signIn}
+	return &emailSite{t: t, clock: clock, bonus: bonus, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, looked: looked, ledger: ledger, signIn: signIn}
 }
 
 // do sends a same-origin request from client, and returns the answer with
@@ -258,7 +296,7 @@ func TestEmailAnswersAlike(t *testing.T) {
 			}
 			s.mail.await(t, "known@example.com", 1)
 			if !signUps {
-				time.Sleep(200 * time.Millisecond) // what would have been sent has been
+				s.looked.await(t, "other@example.com") // no mail follows the answer now
 				if n := len(s.mail.to("other@example.com")); n != 0 {
 					t.Errorf("with sign-ups closed, %d mails to an address without an account", n)
 				}
@@ -428,7 +466,11 @@ func TestMailServerDown(t *testing.T) {
 	if resp, _ := s.ask("ada@example.com", "a"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("asking with the server down: %d", resp.StatusCode)
 	}
-	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(15 * time.Second); s.mail.refused.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no try to send while the server was down, after 15 s")
+		}
+	}
 	s.mail.down.Store(false)
 	if m := s.mail.await(t, "ada@example.com", 1); m.Subject != "Open your upscale account" {
 		t.Errorf("sent once the server was back: %+v", m)
