@@ -84,6 +84,7 @@ func TestDashboard(t *testing.T) {
 // it, paid by the free pool; asked again, the link signs the same account
 // in. With -signups closed, an unknown address opens nothing.
 func TestSignUpByEmail(t *testing.T) {
+	t.Parallel() // waits on mail
 	bin := buildStandalone(t)
 	mail := testservers.Mailpit(t)
 	origin := newButterflyOrigin(t)
@@ -144,6 +145,7 @@ func TestSignUpByEmail(t *testing.T) {
 // TestMailsPerHourFlag: past -mails-per-hour, a link asked for is answered
 // as a link on its way but not posted, and /metrics counts it.
 func TestMailsPerHourFlag(t *testing.T) {
+	t.Parallel() // waits on mail
 	bin := buildStandalone(t)
 	mail := testservers.Mailpit(t)
 	srv := startStandalone(t, bin, "-data", t.TempDir(), "-metrics-addr", "127.0.0.1:0",

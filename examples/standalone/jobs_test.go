@@ -12,10 +12,12 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,15 +41,23 @@ type sharedStores struct {
 	bucketURL, bucket string
 }
 
+// s3Credentials sets the S3 server's credentials in this process's
+// environment, once: the server is the same for every test of the
+// process, so its tests may run in parallel, which t.Setenv forbids.
+var s3Credentials sync.Once
+
 func newSharedStores(t *testing.T) sharedStores {
 	t.Helper()
 	ctx := context.Background()
 	database := testservers.PostgresDatabase(t)
 	server := testservers.S3(t)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv("AWS_ACCESS_KEY_ID", server.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", server.SecretKey)
+	s3Credentials.Do(func() {
+		none := filepath.Join(scratch, "none") // no AWS config files
+		os.Setenv("AWS_CONFIG_FILE", none)
+		os.Setenv("AWS_SHARED_CREDENTIALS_FILE", none)
+		os.Setenv("AWS_ACCESS_KEY_ID", server.AccessKey)
+		os.Setenv("AWS_SECRET_ACCESS_KEY", server.SecretKey)
+	})
 	s3Client, err := s3store.NewClient(ctx, server.Endpoint, "")
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +202,7 @@ func (h *hookReceiver) awaitSucceeded(t *testing.T, ids []string) {
 // death, charged once, its webhook sent, with nothing left in the bucket
 // but the results.
 func TestWorkerKilledMidJob(t *testing.T) {
+	t.Parallel() // waits 30 s for the killed worker's beat to lapse
 	bin := buildStandalone(t)
 	stores := newSharedStores(t)
 	origin := newButterflyOrigin(t)
@@ -263,6 +274,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 // it again; the twin works on. It used to stay up, taking jobs only to
 // snooze them.
 func TestWorkerDisplacedByTwin(t *testing.T) {
+	t.Parallel() // waits on the paused worker's beats
 	bin := buildStandalone(t)
 	flags := []string{"-database-url", testservers.PostgresDatabase(t), "-public-url", "http://127.0.0.1:9", "-process-id", "w1"}
 	first := startWorker(t, bin, append(flags, "-data", t.TempDir())...)
@@ -285,6 +297,7 @@ func TestWorkerDisplacedByTwin(t *testing.T) {
 // its -process-id. It used to exit 0, saying nothing, which a supervisor
 // that restarts on failure leaves down.
 func TestServerDisplacedByTwin(t *testing.T) {
+	t.Parallel() // waits on the paused server's beats
 	bin := buildStandalone(t)
 	mail := testservers.Mailpit(t)
 	flags := []string{"-database-url", testservers.PostgresDatabase(t), "-job-workers", "-1", "-process-id", "s1",

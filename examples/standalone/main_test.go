@@ -152,16 +152,38 @@ func checkStatus(t *testing.T, url string, want int) {
 	}
 }
 
+// scratch is a directory for the whole test process (TestMain makes and
+// removes it): the binary buildStandalone builds, and what else every
+// test shares.
+var scratch string
+
+// standaloneBinary is the binary buildStandalone builds, once per test
+// process: every test runs the same code, and linking it took seconds per
+// test.
+var standaloneBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildStandalone returns the path of the package's binary, built on
+// its first call; a test must not change the file.
 func buildStandalone(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "standalone")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	b := &standaloneBinary
+	b.once.Do(func() {
+		b.path = filepath.Join(scratch, "standalone")
+		if out, err := exec.Command("go", "build", "-o", b.path, ".").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return bin
+	return b.path
 }
 
 // standalone is a running server process.
@@ -379,10 +401,15 @@ func TestServerTimeouts(t *testing.T) {
 	})
 }
 
+// keyCacheTTL is TestRestartKeepsState's -key-cache-ttl, shorter than the
+// default so that the test waits less for a revocation to take.
+const keyCacheTTL = time.Second
+
 // TestRestartKeepsState runs the server on a -data directory, changes its
 // state from the admin subcommands while it serves, restarts it, and finds
 // keys, balances and unexpired links as they were.
 func TestRestartKeepsState(t *testing.T) {
+	t.Parallel() // waits for the key cache to expire
 	bin := buildStandalone(t)
 	data := t.TempDir()
 	origin := newButterflyOrigin(t)
@@ -401,7 +428,7 @@ func TestRestartKeepsState(t *testing.T) {
 	newKey := strings.TrimSpace(admin("keys", "create", "-account", "demo", "-name", "billing script"))
 	first.stop(t)
 
-	second := startStandalone(t, bin, "-data", data)
+	second := startStandalone(t, bin, "-data", data, "-key-cache-ttl", keyCacheTTL.String())
 	if second.key != first.key {
 		t.Errorf("demo key changed across the restart: %q, then %q", first.key, second.key)
 	}
@@ -432,8 +459,8 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 	// Revoked by another process, by the ID keys list shows, the key stops
 	// working once the server's cached answer expires: within
-	// -key-cache-ttl (5 s). The body lacks an imageUrl, so a key still
-	// cached gets 400 and nothing is charged.
+	// -key-cache-ttl (keyCacheTTL here, 5 s by default). The body lacks an
+	// imageUrl, so a key still cached gets 400 and nothing is charged.
 	admin("keys", "revoke", "-account", "demo", "-id", upscale.KeyID(newKey))
 	revoked := time.Now()
 	for {
@@ -447,7 +474,7 @@ func TestRestartKeepsState(t *testing.T) {
 		if resp.StatusCode == http.StatusUnauthorized {
 			break
 		}
-		if time.Since(revoked) > 5*time.Second+10*time.Second {
+		if time.Since(revoked) > keyCacheTTL+10*time.Second {
 			t.Fatalf("revoked key still gets %s %v after the revocation", resp.Status, time.Since(revoked))
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -498,7 +525,19 @@ func TestSeedIsIdempotent(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) { testservers.Main(m) }
+// TestMain runs the tests in a scratch directory of their own, then stops
+// the servers they started and removes it.
+func TestMain(m *testing.M) {
+	var err error
+	if scratch, err = os.MkdirTemp("", "upscale-standalone-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	testservers.Stop()
+	os.RemoveAll(scratch)
+	os.Exit(code)
+}
 
 // TestTwoReplicas runs two standalone processes on one PostgreSQL database
 // and one S3 bucket, as a host with a load balancer would, and sends 200

@@ -135,6 +135,14 @@ func apply(op Op, ins []*Blob) (*Blob, error) {
 
 // convolve is ncnn's Convolution: zero padding on every side, then each
 // output pixel is the kernel's dot product with the window at its stride.
+//
+// convolve and deconvolve are not built with the race detector's checks
+// (go:norace): they only read x and op and write out, which the caller
+// made, on one goroutine, and the checks made the tests that compare a
+// runtime with this interpreter (engine/onnx/onnxtest) ten times slower
+// under -race. The arithmetic is the same.
+//
+//go:norace
 func convolve(op *Conv, x, out *Blob) {
 	k, s, pad := op.Kernel, op.Stride, op.Pad
 	outH, outW := out.H, out.W
@@ -170,7 +178,9 @@ func convolve(op *Conv, x, out *Blob) {
 
 // deconvolve is ncnn's Deconvolution: every input pixel adds its value
 // times the kernel into the output at its stride, and Pad rows and
-// columns are then cut from each side.
+// columns are then cut from each side. Not race-checked (see convolve).
+//
+//go:norace
 func deconvolve(op *Conv, x, out *Blob) {
 	k, s := op.Kernel, op.Stride
 	fullH, fullW := (x.H-1)*s+k, (x.W-1)*s+k
