@@ -16,9 +16,10 @@ type LinkStore interface {
 }
 
 // SessionStore remembers when each account last signed out of the
-// dashboard: SignIn refuses every session of the account that began at or
-// before then, so that signing out ends a copy of the cookie too, on every
-// replica. SignIn asks it once per request that carries a session.
+// dashboard: dashboard.SignIn refuses every session of the account that
+// began at or before then, so that signing out ends a copy of the cookie
+// too, on every replica. It asks the store once per request that carries
+// a session.
 // sqlstore.Store is one (for replicas); accountstest.TestSessionStore is
 // the contract.
 //
