@@ -130,7 +130,8 @@ func TestBillingInABrowser(t *testing.T) {
 	if forged.StatusCode != http.StatusBadRequest {
 		t.Errorf("an event without a signature: %d, want 400", forged.StatusCode)
 	}
-	checkMetrics(t, srv.metrics, "upscale_billing_refused_events_total 1\n")
+	// One subscription, paid once: nothing doubled.
+	checkMetrics(t, srv.metrics, "upscale_billing_refused_events_total 1\n", "upscale_billing_double_subscriptions_total 0\n")
 }
 
 // TestBillingSetUp: without STRIPE_SECRET_KEY nothing is sold and nothing
