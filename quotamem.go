@@ -23,6 +23,7 @@ type MemoryLedger struct {
 	holds     map[string]memoryHold
 	committed map[string]time.Time // reservation ID → when it was committed
 	charged   map[chargeDay]int64  // charges per account, day and pool, for UsageByDay
+	first     map[string]time.Time // each account's first charge, for FirstCharges
 	billing   memoryBilling
 	swept     sweepGate
 }
@@ -61,6 +62,7 @@ func NewMemoryLedger(opts LedgerOptions) *MemoryLedger {
 		holds:     make(map[string]memoryHold),
 		committed: make(map[string]time.Time),
 		charged:   make(map[chargeDay]int64),
+		first:     make(map[string]time.Time),
 		billing:   memoryBilling{grants: map[string]*Purchase{}, reversals: map[string]Reversed{}, terms: map[string]PlanTerms{}},
 	}
 }
@@ -151,6 +153,9 @@ func (l *MemoryLedger) endReservation(id string, h memoryHold, giveBack bool, no
 	if !giveBack {
 		l.committed[id] = now
 		l.charged[chargeDay{h.accountID, dayNumber(now), h.pool}]++
+		if _, ok := l.first[h.accountID]; !ok {
+			l.first[h.accountID] = now
+		}
 		return
 	}
 	if acc, err := l.account(h.accountID, now); err == nil {
@@ -233,6 +238,19 @@ func (l *MemoryLedger) UsageByDay(_ context.Context, accountID string, from, to 
 		days = append(days, DayUsage{Day: time.Unix(day*86400, 0).UTC(), ByPool: byDay[day]})
 	}
 	return days, nil
+}
+
+// FirstCharges implements UsageReporter.
+func (l *MemoryLedger) FirstCharges(_ context.Context, since time.Time) (map[string]time.Time, error) {
+	l.lock()
+	defer l.mu.Unlock()
+	firsts := map[string]time.Time{}
+	for account, at := range l.first {
+		if !at.Before(since) {
+			firsts[account] = at
+		}
+	}
+	return firsts, nil
 }
 
 // ReservationTTL implements ReservationExpirer.

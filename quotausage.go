@@ -26,6 +26,13 @@ type UsageReporter interface {
 	// committed; a released or expired reservation is no charge. An
 	// unknown account has none: an empty list, not an error.
 	UsageByDay(ctx context.Context, accountID string, from, to time.Time) ([]DayUsage, error)
+	// FirstCharges returns the accounts whose first charge ever was
+	// committed at or after since, each with the time of that charge: a
+	// pass that asks from where its last one ended learns of each first
+	// charge once, without asking account by account
+	// (accounts.ShareBonus). An account charged before since is not in
+	// it, however often it was charged after.
+	FirstCharges(ctx context.Context, since time.Time) (map[string]time.Time, error)
 }
 
 // dayNumber is the number of t's day (UTC) since 1970-01-01.

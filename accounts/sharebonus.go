@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -13,30 +14,50 @@ import (
 )
 
 // ShareLedger is the ledger a ShareBonus reads and pays from: it grants
-// share bonus once per ID, and tells whether an account used images.
-// MemoryLedger and sqlstore.Store are both.
+// share bonus once per ID, and tells which accounts were first charged
+// since a time. MemoryLedger and sqlstore.Store are both.
 type ShareLedger interface {
 	upscale.BillingLedger
-	upscale.UsageReporter
+	FirstCharges(ctx context.Context, since time.Time) (map[string]time.Time, error)
 }
 
 // ShareBonus pays the accounts whose share links open new accounts:
 // PerSignup images of share bonus once a new account opened through an
 // account's link has used its first image, at most MonthlyCap a month
 // (UTC, the month of that first image). Pay makes one pass; the host
-// runs it every minute or so (the standalone does). Each payment is a
-// Grant whose ID, "share:" and the new account, pays it once however
-// often Pay runs, on however many replicas; replicas paying at once may
-// pass the cap by a payment each. A person who opens a second account of
-// their own through their own link is not told apart: the dashboard's
-// OpensPerDay and the operator's listing (standalone accounts opened) are
-// the check. It is safe for concurrent use.
+// runs it every minute or so (the standalone does). A pass reads only
+// what happened since the last one: the accounts opened and the first
+// charges (ShareLedger.FirstCharges), each from a little before the
+// last pass began, so that a row written late is still seen; it keeps
+// the referred accounts that have not yet used an image, and forgets
+// them after Window. The first pass after a start reads back to the
+// oldest of those, at most Window. Each payment is a Grant whose ID,
+// "share:" and the new account, pays it once however often Pay runs, on
+// however many replicas; replicas paying at once may pass the cap by a
+// payment each. A person who opens a second account of their own
+// through their own link is not told apart: the dashboard's OpensPerDay
+// and the operator's listing (standalone accounts opened) are the check.
+// It is safe for concurrent use; passes run one at a time.
 type ShareBonus struct {
 	opts ShareBonusOptions
 
-	mu   sync.Mutex
-	done map[string]time.Time // new accounts paid for, or whose month was full, by when they opened
+	mu      sync.Mutex
+	started bool
+	read    time.Time            // where the next pass reads from
+	waiting map[string]*referral // referred accounts not yet paid for, by ID
+	settled map[string]time.Time // accounts paid for, or whose month was full, by when they opened
 }
+
+// referral is a referred account a ShareBonus waits on.
+type referral struct {
+	DirectoryEntry
+	firstCharge time.Time // zero until it used an image
+}
+
+// lateWrites is how far before the last pass the next one reads, for a
+// row stamped before it was committed, or on a replica whose clock is
+// behind.
+const lateWrites = 10 * time.Minute
 
 // ShareBonusOptions configures a ShareBonus. Directory, Ledger,
 // PerSignup and MonthlyCap are required.
@@ -70,7 +91,7 @@ func NewShareBonus(opts ShareBonusOptions) (*ShareBonus, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &ShareBonus{opts: opts, done: map[string]time.Time{}}, nil
+	return &ShareBonus{opts: opts, waiting: map[string]*referral{}, settled: map[string]time.Time{}}, nil
 }
 
 // Share is what an account's share link is and earns.
@@ -104,24 +125,25 @@ const shareGrant = "share:"
 // pay (its sharer gone, the ledger out of reach) is tried at the next
 // pass and does not hold up the others: Pay returns their errors joined.
 func (b *ShareBonus) Pay(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	now := b.opts.Now()
-	since := now.Add(-b.opts.Window)
-	opened, err := b.opts.Directory.Opened(ctx, since)
-	if err != nil {
-		return 0, fmt.Errorf("accounts: list the accounts opened: %w", err)
+	if err := b.readSince(ctx, now); err != nil {
+		return 0, err
 	}
-	b.forgetBefore(since)
 	paid := 0
 	var errs []error
-	for _, e := range opened {
-		if e.Referrer == "" || b.isDone(e.AccountID) {
+	for id, r := range b.waiting {
+		if r.firstCharge.IsZero() {
 			continue
 		}
-		granted, err := b.pay(ctx, e, now)
+		granted, err := b.pay(ctx, r)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		delete(b.waiting, id)
+		b.settled[id] = r.Opened
 		if granted {
 			paid++
 		}
@@ -129,33 +151,68 @@ func (b *ShareBonus) Pay(ctx context.Context) (int, error) {
 	return paid, errors.Join(errs...)
 }
 
-// pay pays e's sharer if e has used its first image and the month of that
-// image has room, and reports whether it granted now.
-func (b *ShareBonus) pay(ctx context.Context, e DirectoryEntry, now time.Time) (bool, error) {
-	used, err := b.opts.Ledger.UsageByDay(ctx, e.AccountID, e.Opened, now)
+// readSince reads the accounts opened and first charged since the last
+// pass, and forgets those opened before Window. The caller holds b.mu.
+func (b *ShareBonus) readSince(ctx context.Context, now time.Time) error {
+	oldest := now.Add(-b.opts.Window)
+	if !b.started {
+		b.read = oldest
+	}
+	opened, err := b.opts.Directory.Opened(ctx, b.read)
 	if err != nil {
-		return false, fmt.Errorf("accounts: the usage of %s: %w", e.AccountID, err)
+		return fmt.Errorf("accounts: list the accounts opened: %w", err)
 	}
-	if len(used) == 0 {
-		return false, nil // no image yet
+	for _, e := range opened {
+		if _, settled := b.settled[e.AccountID]; e.Referrer != "" && !settled && b.waiting[e.AccountID] == nil {
+			b.waiting[e.AccountID] = &referral{DirectoryEntry: e}
+		}
 	}
-	first := used[0].Day
-	earned, err := b.earned(ctx, e.Referrer, first)
+	for id, r := range b.waiting {
+		if r.Opened.Before(oldest) {
+			delete(b.waiting, id)
+		}
+	}
+	maps.DeleteFunc(b.settled, func(_ string, opened time.Time) bool { return opened.Before(oldest) })
+	chargesFrom := b.read
+	if !b.started {
+		// Only the waiting accounts' charges matter, none before they opened.
+		chargesFrom = now
+		for _, r := range b.waiting {
+			if r.Opened.Before(chargesFrom) {
+				chargesFrom = r.Opened
+			}
+		}
+	}
+	firsts, err := b.opts.Ledger.FirstCharges(ctx, chargesFrom)
+	if err != nil {
+		return fmt.Errorf("accounts: list the first charges: %w", err)
+	}
+	for id, at := range firsts {
+		if r := b.waiting[id]; r != nil {
+			r.firstCharge = at
+		}
+	}
+	b.started, b.read = true, now.Add(-lateWrites)
+	return nil
+}
+
+// pay pays r's sharer if the month of r's first image has room, and
+// reports whether it granted now.
+func (b *ShareBonus) pay(ctx context.Context, r *referral) (bool, error) {
+	earned, err := b.earned(ctx, r.Referrer, r.firstCharge)
 	if err != nil {
 		return false, err
 	}
 	if earned+b.opts.PerSignup > b.opts.MonthlyCap {
-		b.markDone(e)
 		return false, nil
 	}
 	granted, err := b.opts.Ledger.Grant(ctx, upscale.Grant{
-		ID: shareGrant + e.AccountID, AccountID: e.Referrer, Pool: upscale.PoolShareBonus, Units: b.opts.PerSignup,
-		Label: "a new account opened with your share link", Event: "share-link", At: first,
+		ID: shareGrant + r.AccountID, AccountID: r.Referrer, Pool: upscale.PoolShareBonus, Units: b.opts.PerSignup,
+		Label: "a new account opened with your share link", Event: "share-link", At: r.firstCharge,
 	})
 	if err != nil {
-		return false, fmt.Errorf("accounts: pay %s for %s: %w", e.Referrer, e.AccountID, err)
+		return false, fmt.Errorf("accounts: pay %s for %s: %w", r.Referrer, r.AccountID, err)
 	}
-	b.markDone(e)
 	return granted, nil
 }
 
@@ -172,29 +229,4 @@ func (b *ShareBonus) earned(ctx context.Context, accountID string, at time.Time)
 		}
 	}
 	return units, nil
-}
-
-func (b *ShareBonus) isDone(account string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, done := b.done[account]
-	return done
-}
-
-func (b *ShareBonus) markDone(e DirectoryEntry) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.done[e.AccountID] = e.Opened
-}
-
-// forgetBefore forgets the accounts done that opened before since, which
-// no pass lists again.
-func (b *ShareBonus) forgetBefore(since time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for account, opened := range b.done {
-		if opened.Before(since) {
-			delete(b.done, account)
-		}
-	}
 }

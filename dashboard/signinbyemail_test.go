@@ -161,7 +161,10 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 			o.email(email)
 		}
 		if o.shareBonus {
-			bonus = newShareBonus(t, accounts.ShareBonusOptions{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10, Now: clock.Now})
+			var err error
+			if bonus, err = accounts.NewShareBonus(accounts.ShareBonusOptions{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10, Now: clock.Now}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if o.log != nil {
 			log = o.log
@@ -608,47 +611,4 @@ func BenchmarkEmailLinkAnswer(b *testing.B) {
 			}
 		})
 	}
-}
-
-// TestShareBonusGoesOn: a new account whose sharer cannot be paid (gone
-// from the ledger) does not hold up the others, and is tried again.
-func TestShareBonusGoesOn(t *testing.T) {
-	ctx := context.Background()
-	ledger := upscale.NewMemoryLedger(upscale.LedgerOptions{})
-	directory := accounts.NewMemoryDirectory(accounts.MemoryDirectoryOptions{Ledger: ledger})
-	sharer, _, _ := directory.OpenAccount(ctx, "sharer@example.com", freePlan, "")
-	for _, tc := range []struct{ email, referrer string }{{"orphan@example.com", "acct_gone"}, {"invited@example.com", sharer}} {
-		id, _, err := directory.OpenAccount(ctx, tc.email, freePlan, tc.referrer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := ledger.Reserve(ctx, id, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ledger.Commit(ctx, r.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bonus := newShareBonus(t, accounts.ShareBonusOptions{Directory: directory, Ledger: ledger, PerSignup: 5, MonthlyCap: 10})
-	paid, err := bonus.Pay(ctx)
-	if paid != 1 || err == nil {
-		t.Errorf("Pay = %d, %v; want the invited account's sharer paid, and the orphan's error", paid, err)
-	}
-	if _, err := bonus.Pay(ctx); err == nil {
-		t.Error("the orphan was not tried again")
-	}
-	if b, _ := ledger.Balance(ctx, sharer); b.ShareBonus != 5 {
-		t.Errorf("the sharer's share bonus %d, want 5", b.ShareBonus)
-	}
-}
-
-// newShareBonus returns the ShareBonus of opts, which must be whole.
-func newShareBonus(t *testing.T, opts accounts.ShareBonusOptions) *accounts.ShareBonus {
-	t.Helper()
-	b, err := accounts.NewShareBonus(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -285,3 +285,27 @@ func (s *Store) UsageByDay(ctx context.Context, accountID string, from, to time.
 	}
 	return days, classify(ctx, rows.Err())
 }
+
+// FirstCharges implements upscale.UsageReporter: the commits from since
+// on, less the accounts with one before it, read by the journal's index
+// of commits by time, so that a pass reads what happened since the last.
+func (s *Store) FirstCharges(ctx context.Context, since time.Time) (map[string]time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT j.account_id, MIN(j.created_at) FROM journal j
+		WHERE j.reason = 'commit' AND j.created_at >= $1 AND NOT EXISTS (
+			SELECT 1 FROM journal e WHERE e.account_id = j.account_id AND e.reason = 'commit' AND e.created_at < $1)
+		GROUP BY j.account_id`, since.UnixNano())
+	if err != nil {
+		return nil, classify(ctx, err)
+	}
+	defer rows.Close()
+	firsts := map[string]time.Time{}
+	for rows.Next() {
+		var account string
+		var at int64
+		if err := rows.Scan(&account, &at); err != nil {
+			return nil, classify(ctx, err)
+		}
+		firsts[account] = time.Unix(0, at)
+	}
+	return firsts, classify(ctx, rows.Err())
+}

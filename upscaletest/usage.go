@@ -2,6 +2,7 @@ package upscaletest
 
 import (
 	"context"
+	"maps"
 	"reflect"
 	"testing"
 	"time"
@@ -19,7 +20,8 @@ type UsageHarness interface {
 // TestUsageReporter checks that a UsageReporter counts each committed
 // reservation once, on the day (UTC) of its commit, by the pool that
 // paid; that released and expired reservations count nothing; and that it
-// keeps accounts and the asked range apart. newLedger must return an empty
+// keeps accounts and the asked range apart; and that FirstCharges lists
+// each account from its first charge on, never after. newLedger must return an empty
 // ledger that uses opts (its clock and reservation TTL).
 func TestUsageReporter(t *testing.T, newLedger func(t *testing.T, opts upscale.LedgerOptions) UsageHarness) {
 	ctx := context.Background()
@@ -83,4 +85,20 @@ func TestUsageReporter(t *testing.T, newLedger func(t *testing.T, opts upscale.L
 	usage(t, "b", day(1), day(32), []upscale.DayUsage{{Day: day(31), ByPool: map[upscale.Pool]int64{free: 1}}})
 	usage(t, "a", day(1), day(29), []upscale.DayUsage{})
 	usage(t, "nobody", day(1), day(32), []upscale.DayUsage{})
+
+	// a's first charge was at the start, b's (an expired reservation
+	// before it) 15 minutes later.
+	firsts := func(t *testing.T, since time.Time, want map[string]time.Time) {
+		t.Helper()
+		got, err := l.FirstCharges(ctx, since)
+		if err != nil {
+			t.Fatalf("FirstCharges(%v): %v", since, err)
+		}
+		if !maps.EqualFunc(got, want, time.Time.Equal) {
+			t.Errorf("FirstCharges(%v) = %v, want %v", since, got, want)
+		}
+	}
+	firsts(t, start, map[string]time.Time{"a": start, "b": start.Add(15 * time.Minute)})
+	firsts(t, start.Add(time.Nanosecond), map[string]time.Time{"b": start.Add(15 * time.Minute)})
+	firsts(t, start.Add(16*time.Minute), map[string]time.Time{})
 }
