@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/periodic"
 )
 
 // MemoryIdempotencyStore is an IdempotencyStore held in process memory:
@@ -17,7 +19,7 @@ type MemoryIdempotencyStore struct {
 
 	mu    sync.Mutex
 	keys  map[memoryIdempotencyKey]*memoryIdempotent
-	swept sweepGate
+	swept periodic.Gate
 }
 
 type memoryIdempotencyKey struct{ account, key string }
@@ -107,7 +109,7 @@ func (s *MemoryIdempotencyStore) Forget(_ context.Context, c IdempotencyClaim) e
 
 // sweep drops expired keys, at most once a minute.
 func (s *MemoryIdempotencyStore) sweep(now time.Time) {
-	if !s.swept.due(now) {
+	if !s.swept.Due(now) {
 		return
 	}
 	for id, k := range s.keys {

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/periodic"
+	"github.com/upscalekit/upscale/internal/workers"
 )
 
 // MemoryJobQueueOptions configures a MemoryJobQueue.
@@ -50,7 +53,7 @@ type MemoryJobQueue struct {
 	// first.
 	queued [JobPriorities][]string
 	wake   chan struct{} // has a value while a job may be waiting
-	swept  sweepGate
+	swept  periodic.Gate
 }
 
 // submission is a job's Job.Submission, with the account it is of.
@@ -85,7 +88,7 @@ func NewMemoryJobQueue(opts MemoryJobQueueOptions) *MemoryJobQueue {
 func (q *MemoryJobQueue) lock() time.Time {
 	now := q.now()
 	q.mu.Lock()
-	if q.swept.due(now) {
+	if q.swept.Due(now) {
 		for id, j := range q.jobs {
 			if j.stop == nil && !now.Before(j.Expires) {
 				delete(q.jobs, id)
@@ -292,7 +295,7 @@ func (q *MemoryJobQueue) Work(ctx context.Context, concurrency int, worker JobWo
 			}
 		}
 	}
-	return startWorkers(concurrency, q.take, work, cutShort), nil
+	return workers.Start(concurrency, q.take, work, cutShort), nil
 }
 
 // taken is a job a worker took, as it stood then, and why it is to be
@@ -307,7 +310,7 @@ type taken struct {
 // marks it running, with the context its run or settlement gets; false
 // once stopping is closed.
 func (q *MemoryJobQueue) take(stopping <-chan struct{}) (t taken, runCtx context.Context, ok bool) {
-	ok = waitToTake(stopping, q.wake, func() bool {
+	ok = workers.WaitToTake(stopping, q.wake, func() bool {
 		now := q.lock()
 		defer q.mu.Unlock()
 		for l := range q.queued {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/periodic"
 )
 
 // MemoryLedger is a QuotaLedger held in process memory, for one process and
@@ -25,7 +27,7 @@ type MemoryLedger struct {
 	charged   map[chargeDay]int64  // charges per account, day and pool, for UsageByDay
 	first     map[string]time.Time // each account's first charge, for FirstCharges
 	billing   memoryBilling
-	swept     sweepGate
+	swept     periodic.Gate
 }
 
 // chargeDay counts an account's charges of one pool on one day.
@@ -126,7 +128,7 @@ func (l *MemoryLedger) lock() time.Time {
 	now := l.opts.Now()
 	l.mu.Lock()
 	l.expireHolds(now)
-	if l.swept.due(now) {
+	if l.swept.Due(now) {
 		for id, at := range l.committed {
 			if now.Sub(at) > CommitMemory {
 				delete(l.committed, id)

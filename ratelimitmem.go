@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/upscalekit/upscale/internal/periodic"
 	"golang.org/x/time/rate"
 )
 
@@ -20,7 +21,7 @@ type MemoryRateLimiter struct {
 
 	mu      sync.Mutex
 	buckets map[KeyDigest]*rate.Limiter
-	swept   sweepGate
+	swept   periodic.Gate
 }
 
 var _ RateLimiter = (*MemoryRateLimiter)(nil)
@@ -74,7 +75,7 @@ func (l *MemoryRateLimiter) fillTime(tokens float64) time.Duration {
 
 // sweep drops the buckets that are full again, at most once a minute.
 func (l *MemoryRateLimiter) sweep(now time.Time) {
-	if !l.swept.due(now) {
+	if !l.swept.Due(now) {
 		return
 	}
 	for key, bucket := range l.buckets {

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/periodic"
+	"github.com/upscalekit/upscale/internal/workers"
 )
 
 // MemoryWebhookSecretsOptions configures a MemoryWebhookSecrets.
@@ -94,7 +97,7 @@ type MemoryWebhookQueue struct {
 	inFlight map[string]int            // attempts under way, by account
 	share    int                       // WebhookAccountShare of Deliver's concurrency
 	wake     chan struct{}             // has a value while one may be due
-	swept    sweepGate
+	swept    periodic.Gate
 }
 
 type memoryWebhook struct {
@@ -119,7 +122,7 @@ func NewMemoryWebhookQueue(opts MemoryWebhookQueueOptions) *MemoryWebhookQueue {
 func (q *MemoryWebhookQueue) lock() time.Time {
 	now := q.now()
 	q.mu.Lock()
-	if q.swept.due(now) {
+	if q.swept.Due(now) {
 		for id, w := range q.webhooks {
 			if w.stop == nil && !now.Before(w.Expires) {
 				delete(q.webhooks, id)
@@ -180,14 +183,14 @@ func (q *MemoryWebhookQueue) Deliver(ctx context.Context, concurrency int, deliv
 			}
 		}
 	}
-	return startWorkers(concurrency, q.take, work, cutShort), nil
+	return workers.Start(concurrency, q.take, work, cutShort), nil
 }
 
 // take waits for the oldest due webhook that has not expired, of an
 // account below its share of the deliverers, and marks it under way, with
 // the context its attempt gets; false once stopping is closed.
 func (q *MemoryWebhookQueue) take(stopping <-chan struct{}) (w *memoryWebhook, attemptCtx context.Context, ok bool) {
-	ok = waitToTake(stopping, q.wake, func() bool {
+	ok = workers.WaitToTake(stopping, q.wake, func() bool {
 		now := q.lock()
 		defer q.mu.Unlock()
 		q.due = slices.DeleteFunc(q.due, func(w *memoryWebhook) bool { return !now.Before(w.Expires) })

@@ -1,5 +1,6 @@
 // Package periodic runs a background job at a fixed interval until it is
-// stopped, for the stores' sweepers.
+// stopped, for the stores' sweepers, and gates the sweeps of the stores
+// that sweep as they are used.
 package periodic
 
 import (
@@ -44,4 +45,19 @@ func (j *Job) Stop() {
 		close(j.stop)
 		<-j.done
 	})
+}
+
+// Gate lets a store that sweeps as it is used, instead of on a
+// goroutine that would need stopping, sweep at most once a minute. Its
+// owner's lock guards it.
+type Gate struct{ last time.Time }
+
+// Due reports whether a minute has passed since the last sweep, and if so
+// counts this one.
+func (g *Gate) Due(now time.Time) bool {
+	if now.Sub(g.last) < time.Minute {
+		return false
+	}
+	g.last = now
+	return true
 }

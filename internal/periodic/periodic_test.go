@@ -26,3 +26,16 @@ func TestNonpositiveIntervalRunsNothing(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	j.Stop()
 }
+
+func TestGateOpensOnceAMinute(t *testing.T) {
+	var g Gate
+	start := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	for _, step := range []struct {
+		at   time.Duration
+		want bool
+	}{{0, true}, {30 * time.Second, false}, {time.Minute - time.Nanosecond, false}, {time.Minute, true}, {time.Minute + time.Second, false}, {3 * time.Minute, true}} {
+		if got := g.Due(start.Add(step.at)); got != step.want {
+			t.Errorf("Due at +%v = %v, want %v", step.at, got, step.want)
+		}
+	}
+}

@@ -1,18 +1,21 @@
-package upscale
+// Package workers runs the in-memory queues' workers: a fixed number of
+// goroutines that take items until stopped, and drain or cut short at
+// the stop.
+package workers
 
 import (
 	"context"
 	"sync"
 )
 
-// startWorkers runs the in-memory queues' workers (MemoryJobQueue's and
+// Start runs the in-memory queues' workers (MemoryJobQueue's and
 // MemoryWebhookQueue's): concurrency of them, each of which takes an item
 // with the context its work gets (take waits, and says false once stopping
 // is closed), works it, and takes the next, until the stop it returns is
 // called: stop closes stopping, lets the workers finish until drain is
 // done, then calls cutShort, which has their work's contexts done, and
 // returns once every worker has returned.
-func startWorkers[T any](concurrency int, take func(stopping <-chan struct{}) (T, context.Context, bool), work func(context.Context, T), cutShort func()) func(drain context.Context) error {
+func Start[T any](concurrency int, take func(stopping <-chan struct{}) (T, context.Context, bool), work func(context.Context, T), cutShort func()) func(drain context.Context) error {
 	stopping := make(chan struct{})
 	var workers sync.WaitGroup
 	for range concurrency {
@@ -45,9 +48,9 @@ func startWorkers[T any](concurrency int, take func(stopping <-chan struct{}) (T
 	}
 }
 
-// waitToTake calls take until it takes something, waiting for wake
+// WaitToTake calls take until it takes something, waiting for wake
 // between calls; false once stopping is closed.
-func waitToTake(stopping, wake <-chan struct{}, take func() bool) bool {
+func WaitToTake(stopping, wake <-chan struct{}, take func() bool) bool {
 	for {
 		select {
 		case <-stopping:
