@@ -250,7 +250,7 @@ func (a *admission) busy() error {
 //   - A job run waits its turn without holding requests: it takes a slot
 //     only while fewer than jobSlots job runs are in the engine (by
 //     default every slot but one, when there is more than one), and its
-//     memory only when no request waits for memory (grant.growBehind).
+//     memory only when no request waits for memory (membudget.Grant.GrowBehind).
 
 // lane is who an engine slot is for.
 type lane int

@@ -57,41 +57,6 @@ func TestEstimatorRule(t *testing.T) {
 	}
 }
 
-// TestJobMemoryBehindRequests: a job run takes memory only when no
-// request waits for it, so its wait never holds a request behind it in
-// the budget's queue: a request waiting for 50 of 100 bytes gets them
-// before a job run that asked for 30 after it, although 40 were free.
-func TestJobMemoryBehindRequests(t *testing.T) {
-	b := newBudget(100)
-	ctx := context.Background()
-	holder := b.newGrant()
-	if err := holder.grow(ctx, 60, nil); err != nil {
-		t.Fatal(err)
-	}
-	request, job := b.newGrant(), b.newGrant()
-	requestDone, jobDone := make(chan error, 1), make(chan error, 1)
-	go func() { requestDone <- request.grow(ctx, 50, nil) }()
-	for b.sem.TryAcquire(0) { // until the request waits in the queue
-		time.Sleep(time.Millisecond)
-	}
-	go func() { jobDone <- job.growBehind(ctx, 30, nil) }()
-	select {
-	case <-jobDone:
-		t.Fatal("the job run took memory ahead of the request waiting for it")
-	case <-time.After(100 * time.Millisecond):
-	}
-	holder.done()
-	if err := <-requestDone; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-jobDone; err != nil {
-		t.Fatal(err)
-	}
-	if got := b.inUse.Load(); got != 80 {
-		t.Errorf("%d bytes in use, want the request's 50 and the job's 30", got)
-	}
-}
-
 // TestExpectedStartCountsJobs: a request's expected wait counts the job
 // runs in the engine: while the engine is untimed, until the end of their
 // runs; once timed, by their work.

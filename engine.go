@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/membudget"
 )
 
 // errEngineBusy is why a job's run gave up waiting for the engine: the
@@ -17,7 +19,7 @@ var errEngineBusy = errors.New("the engine stayed busy until the run's deadline"
 // at the deadline even if the Upscaler does not, so a stuck engine cannot
 // hold the request; the slot and the memory stay taken until the
 // Upscaler returns.
-func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
+func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory *membudget.Grant) (Image, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, h.cfg.EngineTimeout, ErrUpstreamTimeout)
 	defer cancel()
 	report, err := inspectSource(h.cfg.Upscaler, src, params)
@@ -38,7 +40,7 @@ func (h *Handler) enlarge(ctx context.Context, src []byte, params Params, memory
 // own work is under EngineTimeout. A run whose turn does not come while
 // its deadline still covers the enlargement returns errEngineBusy, for
 // the job to run again later rather than fail.
-func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, memory *grant) (Image, error) {
+func (h *Handler) enlargeForJob(ctx context.Context, src []byte, params Params, memory *membudget.Grant) (Image, error) {
 	report, err := inspectSource(h.cfg.Upscaler, src, params)
 	if err != nil {
 		return Image{}, err
@@ -102,17 +104,17 @@ func engineTimeout(ctx context.Context, err error) error {
 }
 
 // runUpscaler runs the Upscaler in slot, until ctx ends.
-func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, params Params, memory *grant) (Image, error) {
+func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, params Params, memory *membudget.Grant) (Image, error) {
 	type result struct {
 		img Image
 		err error
 	}
 	done := make(chan result, 1) // buffered: a late Upscaler must not block forever
-	memory.share()
+	memory.Share()
 	go func() {
 		engineStart := time.Now()
 		defer func() { h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart)) }()
-		defer memory.done()
+		defer memory.Done()
 		defer slot.done()
 		defer func() {
 			if v := recover(); v != nil { // on this goroutine a panic would end the process
@@ -140,13 +142,13 @@ func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, param
 // is the end of its run. A request takes its memory first, and once
 // ctx's deadline passes while others hold it, is refused as overloaded.
 // A job run takes its slot first, then its memory (its source's too)
-// behind the requests (growBehind), so that a run waiting for a slot
+// behind the requests (GrowBehind), so that a run waiting for a slot
 // holds no memory; once ctx's deadline passes, it gives its turn up
 // (errEngineBusy). The work the slot is timed by is that memory: both
 // engines' memory, like their time, grows with the output's pixels and
 // the learned passes. An Upscaler that estimates nothing is timed by its
 // source's bytes.
-func (h *Handler) waitForEngine(ctx context.Context, src []byte, need int64, memory *grant, l lane, until time.Time) (*slot, error) {
+func (h *Handler) waitForEngine(ctx context.Context, src []byte, need int64, memory *membudget.Grant, l lane, until time.Time) (*slot, error) {
 	queueStart := time.Now()
 	defer func() { h.cfg.Metrics.StepDone(StepQueue, time.Since(queueStart)) }()
 	work := need
@@ -154,7 +156,7 @@ func (h *Handler) waitForEngine(ctx context.Context, src []byte, need int64, mem
 		work = int64(len(src))
 	}
 	if l == requestLane {
-		if err := memory.grow(ctx, need, h.admission.busy); err != nil {
+		if err := memory.Grow(ctx, need, h.admission.busy); err != nil {
 			return nil, err
 		}
 		return h.admission.engineSlot(ctx, float64(work), l, until)
@@ -163,7 +165,7 @@ func (h *Handler) waitForEngine(ctx context.Context, src []byte, need int64, mem
 	if err != nil {
 		return nil, err
 	}
-	if err := memory.growBehind(ctx, int64(cap(src))+need, errEngineBusyRefusal); err != nil {
+	if err := memory.GrowBehind(ctx, int64(cap(src))+need, errEngineBusyRefusal); err != nil {
 		slot.finish(false)
 		return nil, err
 	}

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/netguard"
 )
 
 // FetchPolicy is where and how a Handler downloads source images: every
@@ -79,8 +81,8 @@ type fetcher struct {
 	webhooks *http.Client // the same transport, following no redirect
 	ports    []uint16     // nil: any port
 	timeout  time.Duration
-	policy   *addressPolicy // nil: AllowPrivateNetworks
-	hosts    []string       // Config.Fetch.AllowedHosts, lower case without a trailing dot
+	policy   *netguard.Policy // nil: AllowPrivateNetworks
+	hosts    []string         // Config.Fetch.AllowedHosts, lower case without a trailing dot
 	resolver Resolver
 	dial     func(ctx context.Context, network, address string) (net.Conn, error)
 	builtin  map[string][]byte // Config.BuiltinSources, by parsed URL
@@ -113,7 +115,7 @@ func newFetcher(cfg FetchPolicy) (*fetcher, error) {
 	if cfg.AllowPrivateNetworks {
 		f.ports = nil
 	} else {
-		f.policy = &addressPolicy{allowed: cfg.AllowedNetworks}
+		f.policy = &netguard.Policy{Allowed: cfg.AllowedNetworks}
 	}
 	if f.dial == nil {
 		dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
@@ -172,7 +174,7 @@ func (f *fetcher) dialChecked(ctx context.Context, network, address string) (net
 		ctx = context.WithValue(ctx, hostAllowedKey{}, true)
 	default:
 		for _, a := range addrs {
-			if err := f.policy.check(a); err != nil {
+			if err := f.checkAddress(a); err != nil {
 				return nil, err
 			}
 		}
@@ -199,7 +201,17 @@ func (f *fetcher) checkSocket(ctx context.Context, _, address string, _ syscall.
 	if err != nil {
 		return Explain(ErrSourceForbidden, msgAddressUncheckable)
 	}
-	return f.policy.check(ap.Addr())
+	return f.checkAddress(ap.Addr())
+}
+
+// checkAddress returns nil when a may be dialled, and otherwise an error
+// wrapping ErrSourceForbidden that says what kind of address it is, never
+// the address itself.
+func (f *fetcher) checkAddress(a netip.Addr) error {
+	if what := f.policy.Refusal(a); what != "" {
+		return Explain(ErrSourceForbidden, msgAddressRefused, what)
+	}
+	return nil
 }
 
 func (f *fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -228,7 +240,7 @@ func canonicalHost(host string) string {
 // checkSourceURL holds a source URL, the request's imageUrl or a
 // redirect's target, to the rules that need no network: an absolute http
 // or https URL, no user name or password, and a host written the one way
-// every resolver reads alike (hostSyntaxProblem). A request's own URL that
+// every resolver reads alike (netguard.HostSyntaxProblem). A request's own URL that
 // breaks one is ErrInvalidImageURL; a redirect to one is
 // ErrSourceForbidden, since the caller's URL was fine.
 func checkSourceURL(u *url.URL, redirect bool) error {
@@ -251,7 +263,7 @@ func urlProblem(u *url.URL) string {
 	case u.User != nil:
 		return "contains a user name or password"
 	}
-	return hostSyntaxProblem(u.Hostname())
+	return netguard.HostSyntaxProblem(u.Hostname())
 }
 
 // checkWebhookURL holds a job's webhookUrl to the policy before the job is
@@ -275,7 +287,7 @@ func (f *fetcher) checkWebhookURL(ctx context.Context, u *url.URL) error {
 		return Explain(ErrInvalidWebhookURL, msgWebhookUnresolvable, host)
 	}
 	for _, a := range addrs {
-		if what := f.policy.refusal(a); what != "" {
+		if what := f.policy.Refusal(a); what != "" {
 			return Explain(ErrInvalidWebhookURL, msgWebhookAddress, what)
 		}
 	}

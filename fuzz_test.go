@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/upscalekit/upscale/internal/netguard"
 )
 
 var badRequestSentinels = []error{ErrInvalidRequest, ErrInvalidImageURL, ErrInvalidScale, ErrInvalidImageType, ErrInvalidDenoise}
@@ -63,7 +65,7 @@ func checkValidRequest(t *testing.T, req request) {
 		t.Fatalf("accepted options %+v", req.Params)
 	case u.Scheme != "http" && u.Scheme != "https", u.Hostname() == "", u.User != nil, u.Fragment != "":
 		t.Fatalf("accepted imageUrl %q", u)
-	case hostSyntaxProblem(u.Hostname()) != "":
+	case netguard.HostSyntaxProblem(u.Hostname()) != "":
 		t.Fatalf("accepted host %q", u.Hostname())
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/membudget"
 )
 
 // Handler serves the upscale API: POST Config.Path, the synchronous
@@ -33,7 +35,7 @@ type Handler struct {
 	fetcher   *fetcher
 	wording   *strings.Replacer // Config.Wording's, for problem details
 	admission *admission
-	budget    *budget
+	budget    *membudget.Budget
 	// One breaker per store role, even when one value plays two roles:
 	// its roles fail together anyway.
 	keys, ledger, blobs, idempotency *breaker
@@ -62,7 +64,7 @@ func New(cfg Config) (*Handler, error) {
 		fetcher:     fetcher,
 		wording:     cfg.Wording.replacer(),
 		admission:   newAdmission(cfg.Capacity, cfg.EngineTimeout),
-		budget:      newBudget(cfg.Capacity.MemoryBudget),
+		budget:      membudget.New(cfg.Capacity.MemoryBudget, needsMoreMemory),
 		keys:        &breaker{now: cfg.Now},
 		ledger:      &breaker{now: cfg.Now},
 		blobs:       &breaker{now: cfg.Now},
@@ -72,6 +74,12 @@ func New(cfg Config) (*Handler, error) {
 	h.routes = h.routeTable()
 	cfg.Metrics.Attach(h.Load)
 	return h, nil
+}
+
+// needsMoreMemory is the refusal of an image whose work could never fit in
+// the memory budget, whatever else ran.
+func needsMoreMemory(need, total int64) error {
+	return Explain(ErrImageTooLarge, msgNeedsMoreMemory, need>>20, total>>20)
 }
 
 // routeTable declares the API's resources, the one place that says which
@@ -179,7 +187,7 @@ func (h *Handler) Load() Load {
 	queued, inEngine := h.admission.load()
 	load := Load{
 		InFlight: int(h.inFlight.Load()), JobWaiters: int(h.jobWaiters.Load()), Queued: queued, InEngine: inEngine, QueueCapacity: h.admission.capacity(),
-		MemoryInUse: h.budget.inUse.Load(), MemoryBudget: h.budget.total,
+		MemoryInUse: h.budget.InUse(), MemoryBudget: h.budget.Total(),
 		JobsQueued: -1, JobsRunning: -1,
 	}
 	if h.jobs == nil { // no job form: no queue to count

@@ -244,8 +244,8 @@ func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
 	if err != nil {
 		return Response{}, fmt.Errorf("read the job's source: %w", err)
 	}
-	memory := h.budget.newGrant()
-	defer memory.done()
+	memory := h.budget.NewGrant()
+	defer memory.Done()
 	img, err := h.enlargeForJob(ctx, src, job.Params, memory)
 	if err != nil {
 		return Response{}, err

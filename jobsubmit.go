@@ -226,8 +226,8 @@ func (h *Handler) checkSource(src []byte, params Params) (pixels int64, err erro
 	if err != nil {
 		return 0, err
 	}
-	if need := report.Memory + int64(cap(src)); report.Memory > 0 && need > h.budget.total {
-		return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, need>>20, h.budget.total>>20)
+	if need := report.Memory + int64(cap(src)); report.Memory > 0 && need > h.budget.Total() {
+		return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, need>>20, h.budget.Total()>>20)
 	}
 	return report.Pixels, nil
 }

@@ -27,7 +27,10 @@ func TestRootDependencies(t *testing.T) {
 	allowed := []string{
 		"github.com/upscalekit/upscale",
 		"github.com/upscalekit/upscale/internal/link",
+		"github.com/upscalekit/upscale/internal/membudget",
+		"github.com/upscalekit/upscale/internal/netguard",
 		"github.com/upscalekit/upscale/internal/periodic",
+		"github.com/upscalekit/upscale/internal/workers",
 		"github.com/golang-jwt/jwt/v5",
 		"github.com/patrickmn/go-cache",
 		"golang.org/x/sync/semaphore",

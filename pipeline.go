@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/upscalekit/upscale/internal/membudget"
 )
 
 // run charges one unit for req: reserve, fetch, enlarge, store, commit.
@@ -111,22 +113,22 @@ func (h *Handler) fetchSource(ctx context.Context, accountID string, req request
 	if err != nil {
 		return nil, err
 	}
-	memory := h.budget.newGrant()
+	memory := h.budget.NewGrant()
 	fail := func(err error) (*fetched, error) {
-		memory.done()
+		memory.Done()
 		h.release(ctx, hold)
 		return nil, err
 	}
 	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
 	fetchStart := time.Now()
 	src, err := h.fetcher.fetch(ctx, req.source, maxBytes, func(ctx context.Context, n int64) error {
-		return memory.grow(ctx, n, h.admission.busy)
+		return memory.Grow(ctx, n, h.admission.busy)
 	})
 	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
 	if err != nil {
 		return fail(err)
 	}
-	memory.shrinkTo(int64(cap(src)))
+	memory.ShrinkTo(int64(cap(src)))
 	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
 		paid, err := h.reserve(ctx, accountID, true)
 		if err != nil {
@@ -143,7 +145,7 @@ func (h *Handler) fetchSource(ctx context.Context, accountID string, req request
 type fetched struct {
 	hold   Reservation
 	src    []byte
-	memory *grant
+	memory *membudget.Grant
 	// kept says the unit is not to be given back: charged, or left for
 	// whoever prepared the answer to finish.
 	kept bool
@@ -155,7 +157,7 @@ func (h *Handler) letGo(ctx context.Context, f *fetched) {
 	if !f.kept {
 		h.release(ctx, f.hold)
 	}
-	f.memory.done()
+	f.memory.Done()
 }
 
 func extension(contentType string) string {

@@ -1,4 +1,6 @@
-package upscale
+// Package membudget counts the memory requests hold at once, and makes
+// them wait, first come first served, for what others hold.
+package membudget
 
 import (
 	"context"
@@ -10,43 +12,54 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// budget is the memory the handler lets requests hold at once: source
+// Budget is the memory a Handler lets requests hold at once: source
 // bytes while downloading and held, and the engine's estimated working
 // memory. Grants are first come, first served (a large request is not
 // starved by small ones), and a request waits for its share only as long
 // as its deadline allows.
-type budget struct {
+type Budget struct {
 	total int64
 	sem   *semaphore.Weighted
 	inUse atomic.Int64
 
+	tooLarge func(need, total int64) error
+
 	mu       sync.Mutex
-	released chan struct{} // closed at the next give, for growBehind
+	released chan struct{} // closed at the next give, for GrowBehind
 }
 
-func newBudget(total int64) *budget {
-	return &budget{total: total, sem: semaphore.NewWeighted(total), released: make(chan struct{})}
+// New returns a Budget of total bytes. tooLarge makes the error for a
+// grant that could never fit, from the bytes it needs and total.
+func New(total int64, tooLarge func(need, total int64) error) *Budget {
+	return &Budget{total: total, tooLarge: tooLarge, sem: semaphore.NewWeighted(total), released: make(chan struct{})}
 }
 
-// A grant is the budget one request holds. The request and, while it
+// Total is the budget's size in bytes.
+func (b *Budget) Total() int64 { return b.total }
+
+// InUse is the bytes its grants hold now.
+func (b *Budget) InUse() int64 { return b.inUse.Load() }
+
+// A Grant is the budget one request holds. The request and, while it
 // runs, the Upscaler's goroutine each hold a reference; the bytes go back
 // when the last lets go, so an engine that outlives its request's deadline
 // keeps its memory counted.
-type grant struct {
-	b *budget
+type Grant struct {
+	b *Budget
 
 	mu    sync.Mutex
 	bytes int64
 	refs  int
 }
 
-func (b *budget) newGrant() *grant { return &grant{b: b, refs: 1} }
+// NewGrant returns an empty grant with one reference, the request's.
+func (b *Budget) NewGrant() *Grant { return &Grant{b: b, refs: 1} }
 
-// grow adds n bytes to the grant, waiting for them while ctx allows. A
-// request that could never fit gets ErrImageTooLarge; one whose deadline
-// passes while it waits for memory others hold gets an error wrapping
-// ErrOverloaded.
-func (g *grant) grow(ctx context.Context, n int64, retryAfter func() error) error {
+// Grow adds n bytes to the grant, waiting for them while ctx allows. A
+// request that could never fit gets the Budget's tooLarge error; one
+// whose deadline passes while it waits for memory others hold gets
+// retryAfter's, and one whose caller went away ctx's.
+func (g *Grant) Grow(ctx context.Context, n int64, retryAfter func() error) error {
 	if n <= 0 {
 		return nil
 	}
@@ -65,10 +78,10 @@ func (g *grant) grow(ctx context.Context, n int64, retryAfter func() error) erro
 	return nil
 }
 
-// growBehind is grow for a job run, which must not hold requests behind
+// GrowBehind is Grow for a job run, which must not hold requests behind
 // it: it takes memory only when it is free and no request waits for it,
 // and waits for memory given back otherwise, outside the budget's queue.
-func (g *grant) growBehind(ctx context.Context, n int64, retryAfter func() error) error {
+func (g *Grant) GrowBehind(ctx context.Context, n int64, retryAfter func() error) error {
 	if n <= 0 {
 		return nil
 	}
@@ -91,18 +104,18 @@ func (g *grant) growBehind(ctx context.Context, n int64, retryAfter func() error
 }
 
 // fits refuses n more bytes that the grant could never hold.
-func (g *grant) fits(n int64) error {
+func (g *Grant) fits(n int64) error {
 	g.mu.Lock()
 	held := g.bytes
 	g.mu.Unlock()
 	if held+n > g.b.total {
-		return Explain(ErrImageTooLarge, msgNeedsMoreMemory, (held+n)>>20, g.b.total>>20)
+		return g.b.tooLarge(held+n, g.b.total)
 	}
 	return nil
 }
 
 // add counts n bytes taken from the budget.
-func (g *grant) add(n int64) {
+func (g *Grant) add(n int64) {
 	g.b.inUse.Add(n)
 	g.mu.Lock()
 	g.bytes += n
@@ -119,14 +132,14 @@ func waitEnded(err error, retryAfter func() error) error {
 }
 
 // releases returns a channel closed when memory is next given back.
-func (b *budget) releases() <-chan struct{} {
+func (b *Budget) releases() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.released
 }
 
-// shrinkTo gives back what the grant holds beyond n bytes.
-func (g *grant) shrinkTo(n int64) {
+// ShrinkTo gives back what the grant holds beyond n bytes.
+func (g *Grant) ShrinkTo(n int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if extra := g.bytes - max(n, 0); extra > 0 {
@@ -135,15 +148,15 @@ func (g *grant) shrinkTo(n int64) {
 	}
 }
 
-// share adds a reference, for the Upscaler's goroutine.
-func (g *grant) share() {
+// Share adds a reference, for the Upscaler's goroutine.
+func (g *Grant) Share() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.refs++
 }
 
-// done drops a reference; the last one gives every byte back.
-func (g *grant) done() {
+// Done drops a reference; the last one gives every byte back.
+func (g *Grant) Done() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.refs--; g.refs == 0 && g.bytes > 0 {
@@ -152,7 +165,7 @@ func (g *grant) done() {
 	}
 }
 
-func (b *budget) give(n int64) {
+func (b *Budget) give(n int64) {
 	b.inUse.Add(-n)
 	b.sem.Release(n)
 	b.mu.Lock()

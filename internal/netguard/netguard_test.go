@@ -1,16 +1,13 @@
-package upscale
+package netguard
 
 import (
-	"context"
-	"errors"
 	"net/netip"
-	"net/url"
 	"strings"
 	"testing"
 )
 
 func TestAddressPolicy(t *testing.T) {
-	strict := addressPolicy{}
+	strict := Policy{}
 	for _, tc := range []struct {
 		addr string
 		want string // substring of the refusal; "" means allowed
@@ -83,7 +80,7 @@ func TestAddressPolicy(t *testing.T) {
 		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo address (2001::/32) carrying a documentation address (192.0.2.0/24)"},
 		{"2001:0:4136:e378:8000:63bf:f7f7:f7f7", "Teredo address (2001::/32)"}, // client 8.8.8.8
 	} {
-		got := strict.refusal(netip.MustParseAddr(tc.addr))
+		got := strict.Refusal(netip.MustParseAddr(tc.addr))
 		if tc.want == "" && got != "" {
 			t.Errorf("%s refused as %q, want allowed", tc.addr, got)
 		}
@@ -91,16 +88,13 @@ func TestAddressPolicy(t *testing.T) {
 			t.Errorf("%s: refusal %q, want it to mention %q", tc.addr, got, tc.want)
 		}
 	}
-	if err := strict.check(netip.MustParseAddr("10.1.2.3")); !errors.Is(err, ErrSourceForbidden) || strings.Contains(err.Error(), "10.1.2.3") {
-		t.Errorf("check(10.1.2.3) = %v; want ErrSourceForbidden without the address in the message", err)
-	}
-	if got := strict.refusal(netip.Addr{}); got == "" {
+	if got := strict.Refusal(netip.Addr{}); got == "" {
 		t.Error("the zero Addr is allowed")
 	}
 }
 
 func TestAddressPolicyAllowedNetworks(t *testing.T) {
-	p := addressPolicy{allowed: []netip.Prefix{
+	p := Policy{Allowed: []netip.Prefix{
 		netip.MustParsePrefix("10.20.0.0/16"),
 		netip.MustParsePrefix("64:ff9b::/96"),
 	}}
@@ -115,43 +109,8 @@ func TestAddressPolicyAllowedNetworks(t *testing.T) {
 		"64:ff9b:1::808:808":  false, // local-use NAT64 was not allowed
 		"2606:4700:4700::111": true,
 	} {
-		if got := p.refusal(netip.MustParseAddr(addr)) == ""; got != allowed {
-			t.Errorf("%s allowed = %v, want %v (%s)", addr, got, allowed, p.refusal(netip.MustParseAddr(addr)))
-		}
-	}
-}
-
-func TestCheckHostSyntax(t *testing.T) {
-	for host, ok := range map[string]bool{
-		"example.com":           true,
-		"xn--bcher-kva.example": true,
-		"8.8.8.8":               true,
-		"127.0.0.1.":            true, // a literal after all; the address policy refuses it
-		"1.2.3.4.example":       true, // last label is not numeric
-		"0x.example":            true,
-		"::1":                   true,
-		"127.1":                 false,
-		"2130706433":            false,
-		"0x7f000001":            false,
-		"017700000001":          false,
-		"0177.0.0.1":            false,
-		"0x7f.0x0.0x0.0x1":      false,
-		"0177.0x0.0x0.0x1":      false,
-		"0":                     false,
-		"example.0x":            false,
-		"1.2.3.4.5":             false,
-		"bücher.example":        false,
-		"①②⑦.⓪.⓪.①":             false,
-	} {
-		err := checkSourceURL(&url.URL{Scheme: "http", Host: host}, false)
-		if ok && err != nil {
-			t.Errorf("%q refused: %v", host, err)
-		}
-		if !ok && !errors.Is(err, ErrInvalidImageURL) {
-			t.Errorf("%q: err = %v, want ErrInvalidImageURL", host, err)
-		}
-		if err := checkSourceURL(&url.URL{Scheme: "http", Host: host}, true); !ok && !errors.Is(err, ErrSourceForbidden) {
-			t.Errorf("a redirect to %q: err = %v, want ErrSourceForbidden", host, err)
+		if got := p.Refusal(netip.MustParseAddr(addr)) == ""; got != allowed {
+			t.Errorf("%s allowed = %v, want %v (%s)", addr, got, allowed, p.Refusal(netip.MustParseAddr(addr)))
 		}
 	}
 }
@@ -165,14 +124,14 @@ func FuzzAddressPolicy(f *testing.F) {
 		b := netip.MustParseAddr(s).As16()
 		f.Add(b[:])
 	}
-	strict := addressPolicy{}
-	nat64 := addressPolicy{allowed: []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96")}}
+	strict := Policy{}
+	nat64 := Policy{Allowed: []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96")}}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) != 4 && len(raw) != 16 {
 			return
 		}
 		a, _ := netip.AddrFromSlice(raw)
-		refused := strict.refusal(a) != ""
+		refused := strict.Refusal(a) != ""
 		if !refused && (a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsUnspecified() || !a.IsGlobalUnicast() || a.Is4In6()) {
 			t.Fatalf("%v allowed although the standard library says it is not public", a)
 		}
@@ -181,34 +140,12 @@ func FuzzAddressPolicy(f *testing.F) {
 		}
 		b := a.As4()
 		mapped := netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff, 12: b[0], 13: b[1], 14: b[2], 15: b[3]})
-		if strict.refusal(mapped) == "" {
+		if strict.Refusal(mapped) == "" {
 			t.Fatalf("%v allowed", mapped)
 		}
 		translated := netip.AddrFrom16([16]byte{1: 0x64, 2: 0xff, 3: 0x9b, 12: b[0], 13: b[1], 14: b[2], 15: b[3]})
-		if got := nat64.refusal(translated) != ""; got != refused {
+		if got := nat64.Refusal(translated) != ""; got != refused {
 			t.Fatalf("with NAT64 allowed, %v refused = %v but %v refused = %v", translated, got, a, refused)
 		}
 	})
-}
-
-// TestCheckSocket: the default dialer's last-moment check refuses what the
-// policy refuses, and lets through a host the Config allowed by name.
-func TestCheckSocket(t *testing.T) {
-	f, err := newFetcher(FetchPolicy{AllowedPorts: []uint16{80, 443}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	if err := f.checkSocket(ctx, "tcp4", "8.8.8.8:443", nil); err != nil {
-		t.Errorf("public address refused: %v", err)
-	}
-	for _, addr := range []string{"127.0.0.1:80", "[::ffff:169.254.169.254]:80", "[fe80::1%eth0]:443", "garbage"} {
-		if err := f.checkSocket(ctx, "tcp", addr, nil); !errors.Is(err, ErrSourceForbidden) {
-			t.Errorf("checkSocket(%s) = %v, want ErrSourceForbidden", addr, err)
-		}
-	}
-	allowed := context.WithValue(ctx, hostAllowedKey{}, true)
-	if err := f.checkSocket(allowed, "tcp", "10.1.2.3:80", nil); err != nil {
-		t.Errorf("address of an allowed host refused: %v", err)
-	}
 }

@@ -1,4 +1,8 @@
-package upscale
+// Package netguard holds the rules for where the service may connect:
+// which addresses are public (a Policy, from the IANA special-purpose
+// registries) and which host names every resolver reads alike. The root
+// package turns their verdicts into the API's errors.
+package netguard
 
 import (
 	"fmt"
@@ -88,23 +92,18 @@ func teredoClientIPv4(a netip.Addr) netip.Addr {
 	return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
 }
 
-// addressPolicy decides which addresses sources may be fetched from: public
-// unicast only, unless the host widened it with allowed prefixes.
-type addressPolicy struct {
-	allowed []netip.Prefix // Config.Fetch.AllowedNetworks
+// Policy decides which addresses may be dialled: public unicast only,
+// unless the host widened it with allowed prefixes.
+type Policy struct {
+	// Allowed are the prefixes allowed although not public
+	// (upscale.FetchPolicy.AllowedNetworks).
+	Allowed []netip.Prefix
 }
 
-// check returns nil when a may be dialled, and otherwise an error wrapping
-// ErrSourceForbidden that says what kind of address it is. It never names
-// the address itself: a caller must not learn what internal names resolve to.
-func (p addressPolicy) check(a netip.Addr) error {
-	if what := p.refusal(a); what != "" {
-		return Explain(ErrSourceForbidden, msgAddressRefused, what)
-	}
-	return nil
-}
-
-// refusal describes why a is refused, or returns "" when it is allowed.
+// Refusal describes why a is refused, as a phrase a caller may be told
+// ("a loopback address (127.0.0.0/8)"), or returns "" when it is allowed.
+// It never names the address itself: a caller must not learn what
+// internal names resolve to.
 //
 // An address with IPv4 embedded in it (mapped, compatible, NAT64, 6to4,
 // Teredo) is refused when the embedded IPv4 address is, whatever the allowed
@@ -112,14 +111,14 @@ func (p addressPolicy) check(a netip.Addr) error {
 // outer one is still refused unless an allowed prefix holds it: a host on an
 // IPv6-only network allows 64:ff9b::/96 to reach IPv4 sites through its NAT64
 // gateway, and every IPv4 address behind it is judged as usual.
-func (p addressPolicy) refusal(a netip.Addr) string {
+func (p Policy) Refusal(a netip.Addr) string {
 	if !a.IsValid() {
 		return "an invalid address"
 	}
 	a = a.WithZone("") // a prefix never contains an address with a zone
 	row, isSpecial := lookupSpecial(a)
 	if isSpecial && row.embeds != nil {
-		if inner := p.refusal(row.embeds(a)); inner != "" {
+		if inner := p.Refusal(row.embeds(a)); inner != "" {
 			return row.what + " carrying " + inner
 		}
 	}
@@ -143,8 +142,8 @@ func lookupSpecial(a netip.Addr) (specialRange, bool) {
 	return specialRange{}, false
 }
 
-func (p addressPolicy) allows(a netip.Addr) bool {
-	for _, prefix := range p.allowed {
+func (p Policy) allows(a netip.Addr) bool {
+	for _, prefix := range p.Allowed {
 		if prefix.Contains(a) {
 			return true
 		}
@@ -152,7 +151,7 @@ func (p addressPolicy) allows(a netip.Addr) bool {
 	return false
 }
 
-// hostSyntaxProblem says what is wrong with a host name that different
+// HostSyntaxProblem says what is wrong with a host name that different
 // resolvers read differently, or "" when nothing is, before any resolver
 // sees it: the classic inet_aton forms of
 // IPv4 (127.1, 2130706433, 0x7f000001, 0177.0.0.1) that glibc's resolver
@@ -161,7 +160,7 @@ func (p addressPolicy) allows(a netip.Addr) bool {
 // normalised into a different host). The WHATWG URL rule decides what looks
 // numeric: a host whose last label is a number must be a dotted-quad IPv4
 // address.
-func hostSyntaxProblem(host string) string {
+func HostSyntaxProblem(host string) string {
 	for i := range len(host) {
 		if host[i] >= 0x80 {
 			return "has a host that is not ASCII; write international domain names in their xn-- (punycode) form"
