@@ -214,19 +214,23 @@ type MailStats struct {
 	// OverBudget is the links not mailed because the server's budget
 	// (EmailOptions.MailsPerHour) was spent.
 	OverBudget uint64
+	// NoAccount is the links asked for addresses that have no account
+	// while sign-ups are closed: none is mailed, and the page answers as
+	// for any address.
+	NoAccount uint64
 }
 
 // mailCounts are MailStats's counts, and the hour the budget was last
 // logged as spent in.
 type mailCounts struct {
-	posted, overBudget atomic.Uint64
-	loggedHour         atomic.Int64 // hours since the Unix epoch
+	posted, overBudget, noAccount atomic.Uint64
+	loggedHour                    atomic.Int64 // hours since the Unix epoch
 }
 
 // MailStats returns the counts so far, each read atomically, for a
 // metrics registry's counters.
 func (s *SignIn) MailStats() MailStats {
-	return MailStats{Posted: s.mails.posted.Load(), OverBudget: s.mails.overBudget.Load()}
+	return MailStats{Posted: s.mails.posted.Load(), OverBudget: s.mails.overBudget.Load(), NoAccount: s.mails.noAccount.Load()}
 }
 
 // spendMail takes one mail from the server's budget (EmailOptions.Budget),
@@ -263,6 +267,7 @@ func (s *SignIn) mailLink(ctx context.Context, logger *slog.Logger, email, ref s
 	case !errors.Is(err, upscale.ErrNotFound):
 		return fmt.Errorf("dashboard: find the address's account: %w", err)
 	case !e.SignUps:
+		s.mails.noAccount.Add(1)
 		return nil
 	default:
 		claims.Email, claims.Ref = email, ref

@@ -123,14 +123,16 @@ func (p *process) buildDashboard(ctx context.Context) (http.Handler, error) {
 	return dash, nil
 }
 
-// mailCounters are signIn's counts of the links it mailed and of those
-// past -mails-per-hour, as Prometheus counters.
+// mailCounters are signIn's counts of the links it mailed, of those past
+// -mails-per-hour and of those for no account, as Prometheus counters.
 func mailCounters(signIn *dashboard.SignIn) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "upscale_dashboard_mails_posted_total", Help: "Sign-in links posted to be mailed."},
 			func() float64 { return float64(signIn.MailStats().Posted) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "upscale_dashboard_mails_over_budget_total", Help: "Sign-in links not mailed: -mails-per-hour was spent."},
 			func() float64 { return float64(signIn.MailStats().OverBudget) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "upscale_dashboard_links_no_account_total", Help: "Sign-in links asked for addresses with no account while sign-ups are closed: none mailed."},
+			func() float64 { return float64(signIn.MailStats().NoAccount) }),
 	}
 }
 

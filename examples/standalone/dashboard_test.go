@@ -130,13 +130,13 @@ func TestSignUpByEmail(t *testing.T) {
 		t.Errorf("accounts opened: %v\n%s\nwant %s for %s, one today", err, out, account[1], address)
 	}
 
-	closed := startStandalone(t, bin, append(flags, "-data", t.TempDir(), "-signups", "closed")...)
+	closed := startStandalone(t, bin, append(flags, "-data", t.TempDir(), "-signups", "closed", "-metrics-addr", "127.0.0.1:0")...)
 	defer closed.stop(t)
 	stranger := "stranger-" + strings.ToLower(upscale.NewKey(""))[:8] + "@example.com"
 	if status, page := newBrowser(t, closed.base).send("POST", closed.base+"/dashboard/signin/email", url.Values{"email": {stranger}}); status != http.StatusOK || !strings.Contains(page, "a link is on its way") {
 		t.Fatalf("ask for a link, sign-ups closed: %d\n%s", status, page)
 	}
-	time.Sleep(time.Second)
+	awaitMetrics(t, closed.metrics, "upscale_dashboard_links_no_account_total 1") // decided: nothing will be mailed
 	if got := mail.Messages(t, stranger); len(got) != 0 {
 		t.Errorf("sign-ups closed: %d mails to an address without an account", len(got))
 	}
@@ -158,25 +158,23 @@ func TestMailsPerHourFlag(t *testing.T) {
 			t.Fatalf("ask for link %d: %d\n%s", i+1, status, page)
 		}
 	}
-	want := []string{"upscale_dashboard_mails_posted_total 1\n", "upscale_dashboard_mails_over_budget_total 1\n"}
+	awaitMetrics(t, srv.metrics, "upscale_dashboard_mails_posted_total 1", "upscale_dashboard_mails_over_budget_total 1")
+}
+
+// awaitMetrics waits up to 30 s for the exposition at metrics to have
+// each of the lines want.
+func awaitMetrics(t *testing.T, metrics string, want ...string) {
+	t.Helper()
+	for i := range want {
+		want[i] += "\n" // a whole line: "… 1" is not "… 10"
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(srv.metrics)
-		if err != nil {
-			t.Fatal(err)
-		}
-		exposition, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var got []string
-		for line := range strings.Lines(string(exposition)) {
-			if strings.HasPrefix(line, "upscale_dashboard_mails_") {
-				got = append(got, line)
-			}
-		}
-		if !slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(got, w) }) {
-			break
+		missing := missingMetrics(t, metrics, want)
+		if len(missing) == 0 {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/metrics after 30 s: %q; want %q", got, want)
+			t.Fatalf("/metrics after 30 s lacks %q", missing)
 		}
 	}
 }

@@ -805,15 +805,20 @@ func checkUsage(t *testing.T, bin string, storage []string, used, left int) {
 // checkMetrics checks that the metrics at url hold every one of want.
 func checkMetrics(t *testing.T, url string, want ...string) {
 	t.Helper()
+	for _, w := range missingMetrics(t, url, want) {
+		t.Errorf("metrics at %s lack %s", url, w)
+	}
+}
+
+// missingMetrics returns those of want that the exposition at url does
+// not contain.
+func missingMetrics(t *testing.T, url string, want []string) []string {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	exposition, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, w := range want {
-		if !strings.Contains(string(exposition), w) {
-			t.Errorf("metrics at %s lack %s", url, w)
-		}
-	}
+	return slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(string(exposition), w) })
 }
