@@ -181,10 +181,31 @@ type Offer struct {
 	Label string
 	Units int64
 	Plan  Plan
+	// Cost is what it costs, as the provider's price says: the zero Cost
+	// until the seller has read it, or when the price has no fixed
+	// amount.
+	Cost Cost
 }
 
 // Subscription reports whether o is a plan, sold as a subscription.
 func (o Offer) Subscription() bool { return o.Plan.Name != "" }
+
+// Cost is a price's amount, and a plan's billing period.
+type Cost struct {
+	// Amount is in the currency's smallest unit: cents of USD, yen.
+	Amount int64
+	// Currency is the ISO 4217 code, in lower case ("usd"); "" when the
+	// cost is unknown.
+	Currency string
+	// Interval is a plan's period, "day", "week", "month" or "year", and
+	// IntervalCount how many of them one payment pays for; "" and 0 for a
+	// pack.
+	Interval      string
+	IntervalCount int64
+}
+
+// Known reports whether c says what something costs.
+func (c Cost) Known() bool { return c.Currency != "" }
 
 // Checkout is what an account was offered at a payment provider's
 // checkout, recorded when the checkout is made: once paid, it grants

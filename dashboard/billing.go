@@ -113,7 +113,7 @@ func (d *Dashboard) renderBilling(w http.ResponseWriter, r *http.Request, accoun
 		}
 	}
 	// Its forms lead, by a 303, to the provider's pages.
-	w.Header().Set("Content-Security-Policy", strings.Replace(contentSecurityPolicy, "form-action 'self'", strings.Join(append([]string{"form-action 'self'"}, d.cfg.Seller.PageOrigins()...), " "), 1))
+	w.Header().Set("Content-Security-Policy", strings.Replace(d.policy, "form-action 'self'", strings.Join(append([]string{"form-action 'self'"}, d.cfg.Seller.PageOrigins()...), " "), 1))
 	d.render(w, r, http.StatusOK, "billing", page)
 }
 

@@ -32,7 +32,7 @@ func sellingSite(t *testing.T, apiBase string, configure func(*stripebilling.Opt
 			Ledger: c.Ledger.(upscale.BillingLedger), Checkouts: upscale.NewMemoryCheckoutStore(),
 			Offers: []upscale.Offer{
 				{Price: "price_1000", Units: 1000, Label: "1,000 images"},
-				{Price: "price_unlimited", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true}, Label: "Unlimited, 29 € a month"},
+				{Price: "price_unlimited", Plan: upscale.Plan{Name: "unlimited", Paid: true, Unlimited: true, MaxFileBytes: 50 << 20}, Label: "Unlimited"},
 			},
 			FreePlan:   upscale.Plan{Name: "free", MonthlyImages: 10},
 			SuccessURL: dashboard.CheckoutDoneURL("https://app.test/dashboard/", "{CHECKOUT_SESSION_ID}"),
@@ -63,7 +63,8 @@ func (s *site) buy(fakeURL, account, price string) string {
 }
 
 // TestBilling: the Billing page sells packs and the plan through Stripe's
-// pages (the fake's here): each button is a POST answered 303 to the
+// pages (the fake's here) at the prices read there, a pack's per image
+// and what the plan includes beside: each button is a POST answered 303 to the
 // checkout; coming back, the page shows the credits added before any
 // webhook; the plan shows when it renews, when it ends once cancelled,
 // and a banner while a renewal payment fails; purchases are listed with
@@ -71,12 +72,26 @@ func (s *site) buy(fakeURL, account, price string) string {
 func TestBilling(t *testing.T) {
 	fake := stripetest.New(t, webhookSecret)
 	s, seller := sellingSite(t, fake.URL, nil)
+	if _, body, _ := s.do("GET", "/billing", "acme", nil); !strings.Contains(body, "<button type=\"submit\">Buy 1,000 images</button>") {
+		t.Errorf("the Billing page before the prices were read offers no pack without its price:\n%s", body)
+	}
+	fake.SetPrice(stripetest.Price{ID: "price_1000", Active: true, Amount: 1000, Currency: "usd"})
+	fake.SetPrice(stripetest.Price{ID: "price_unlimited", Recurring: true, Active: true, Amount: 2900, Currency: "eur"})
+	if err := seller.ReadPrices(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	status, body, header := s.do("GET", "/billing", "acme", nil)
 	if csp := header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' "+fake.URL+";") {
 		t.Errorf("the Billing page's policy %q does not let its forms lead to the checkout", csp)
 	}
-	if status != http.StatusOK || !strings.Contains(body, "Buy 1,000 images") || !strings.Contains(body, "Subscribe: Unlimited, 29 € a month") || strings.Contains(body, "Purchases") {
-		t.Fatalf("the Billing page: %d\n%s", status, body)
+	for _, want := range []string{
+		"<strong>1,000 images</strong>: <span class=\"amount\">$10.00</span>", "$0.01 an image.", "Buy 1,000 images for $10.00</button>",
+		"<strong>Unlimited</strong>: <span class=\"amount\">€29.00 a month</span>", "Every image, no monthly count, scales ×2 to ×16, source files up to 50 MB.",
+		"Subscribe: Unlimited, €29.00 a month</button>",
+	} {
+		if status != http.StatusOK || !strings.Contains(body, want) || strings.Contains(body, "Purchases") {
+			t.Fatalf("the Billing page: %d, lacks %q\n%s", status, want, body)
+		}
 	}
 	buy := func(price string) string {
 		t.Helper()

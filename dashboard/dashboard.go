@@ -21,6 +21,7 @@ package dashboard
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,6 +79,8 @@ type Config struct {
 	APIURL string
 	// Samples are the images the Try it page offers, the first chosen.
 	Samples []Sample
+	// Brand names the operator's product on every page and in every mail.
+	Brand Brand
 	// KeyPrefix starts every key the dashboard makes. Empty means "upk_".
 	KeyPrefix string
 	// Logger receives every action, never a key. Nil means slog.Default().
@@ -88,6 +92,7 @@ type Config struct {
 // Dashboard serves the account pages.
 type Dashboard struct {
 	cfg       Config
+	policy    string // the pages' Content-Security-Policy
 	pages     map[string]*template.Template
 	reference reference
 	handler   http.Handler
@@ -115,6 +120,9 @@ var templateFuncs = template.FuncMap{
 	"mod":   func(a, b int) int { return a % b },
 	"add":   func(a, b int64) int64 { return a + b },
 	"count": count,
+	"price": Price,
+	"each":  priceEach,
+	"mb":    megabytes,
 }
 
 // count writes n with its thousands grouped, as a buyer reads an amount:
@@ -151,6 +159,11 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.ShareBonus != nil && (cfg.SignIn == nil || cfg.SignIn.opts.Email == nil || !cfg.SignIn.opts.Email.SignUps) {
 		return nil, errors.New("dashboard: Config.ShareBonus needs a SignIn whose EmailOptions open accounts (SignUps): a share link opens accounts")
 	}
+	brand, err := cfg.Brand.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Brand = brand
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = "upk_"
 	}
@@ -167,7 +180,7 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Now = time.Now
 	}
 	d := &Dashboard{cfg: cfg, pages: map[string]*template.Template{}}
-	var err error
+	d.policy = withImagesFrom(contentSecurityPolicy, brand.logoOrigin())
 	if d.reference, err = loadReference(); err != nil {
 		return nil, err
 	}
@@ -226,27 +239,28 @@ func New(cfg Config) (*Dashboard, error) {
 // ServeHTTP implements http.Handler.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("Content-Security-Policy", d.policy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	d.handler.ServeHTTP(w, r)
 }
 
-// account returns the account signed in for r, "" when none: the host's
+// account returns the account signed in for r, "" when none, and the
+// address it signed in with where the session knows it: the host's
 // (Config.Account), or else the SignIn's, whose session it renews. It
 // fails when the SignIn cannot tell whether the session was signed out
 // of.
-func (d *Dashboard) account(w http.ResponseWriter, r *http.Request) (string, error) {
+func (d *Dashboard) account(w http.ResponseWriter, r *http.Request) (account, email string, err error) {
 	if d.cfg.Account != nil {
-		return d.cfg.Account(r), nil
+		return d.cfg.Account(r), "", nil
 	}
 	session, ok, err := d.cfg.SignIn.session(r)
 	if !ok {
-		return "", err
+		return "", "", err
 	}
 	d.cfg.SignIn.touch(w, session)
-	return session.Subject, nil
+	return session.Subject, session.Email, nil
 }
 
 // signedIn runs page for the request's account, or sends the request to
@@ -254,13 +268,13 @@ func (d *Dashboard) account(w http.ResponseWriter, r *http.Request) (string, err
 // page, never the page.
 func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, account string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		account, err := d.account(w, r)
+		account, holder, err := d.account(w, r)
 		if err != nil {
 			d.fail(w, r, "", "check the session", err)
 			return
 		}
 		if account != "" {
-			page(w, r, account)
+			page(w, r.WithContext(context.WithValue(r.Context(), holderKey{}, holder)), account)
 			return
 		}
 		if d.cfg.SignInURL != "" {
@@ -280,6 +294,10 @@ func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, a
 // the links start with so that the dashboard works under any prefix.
 type frame struct {
 	Nav, Account, Root string
+	// Holder is who is signed in as the header names them: their email
+	// where the session knows it, else Account.
+	Holder string
+	Brand  Brand
 	// SignOut is whether the layout offers to sign out: the dashboard
 	// signs in itself (Config.SignIn).
 	SignOut bool
@@ -290,7 +308,25 @@ type frame struct {
 
 func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
-	return frame{Nav: nav, Account: account, Root: cmp.Or(root, "./"), SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil}
+	holder, _ := r.Context().Value(holderKey{}).(string)
+	return frame{Nav: nav, Account: account, Holder: cmp.Or(holder, account), Brand: d.cfg.Brand, Root: cmp.Or(root, "./"),
+		SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil}
+}
+
+// holderKey keeps, in a signed-in request's context, the address of who
+// signed in, "" when the session does not know it.
+type holderKey struct{}
+
+// withImagesFrom is policy with images allowed from origins too, those
+// not "".
+func withImagesFrom(policy string, origins ...string) string {
+	sources := []string{"img-src 'self' data:"}
+	for _, o := range origins {
+		if o != "" && !slices.Contains(sources, o) {
+			sources = append(sources, o)
+		}
+	}
+	return strings.Replace(policy, "img-src 'self' data:", strings.Join(sources, " "), 1)
 }
 
 // render writes page with data, under status; a page that cannot be

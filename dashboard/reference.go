@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"html/template"
 	"maps"
@@ -197,6 +198,7 @@ func prose(text string) []template.HTML {
 func (d *Dashboard) referencePage(w http.ResponseWriter, r *http.Request) {
 	// The page needs no sign-in: an account that cannot be told shows as
 	// none.
-	account, _ := d.account(w, r)
+	account, holder, _ := d.account(w, r)
+	r = r.WithContext(context.WithValue(r.Context(), holderKey{}, holder))
 	d.render(w, r, http.StatusOK, "reference", referencePage{frame: d.frame(r, account, "reference"), reference: d.reference})
 }

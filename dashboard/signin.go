@@ -124,7 +124,6 @@ func NewSignIn(opts SignInOptions) (*SignIn, error) {
 			perHour := cmp.Or(email.MailsPerHour, 1000)
 			email.Budget = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: float64(perHour) / 3600, Burst: perHour, Now: opts.Now})
 		}
-		email.Product = cmp.Or(email.Product, "upscale")
 		opts.Email = &email
 	}
 	opts.LinkTTL = cmp.Or(opts.LinkTTL, 15*time.Minute)
@@ -151,15 +150,20 @@ type sessionClaims struct {
 	// second after would look alike.
 	Began int64            `json:"began"`
 	Seen  *jwt.NumericDate `json:"seen"`
+	// Email is the address whose link began the session, for the
+	// header; "" for a link made for the account (Link).
+	Email string `json:"email,omitempty"`
 }
 
 // linkClaims are a link's: Subject is the account it signs in, or, for a
 // link that opens an account, Email is the address it opens it for, and
 // Ref the share code of the account whose share link brought it, if any.
+// To is the address a sign-in link was mailed to.
 type linkClaims struct {
 	jwt.RegisteredClaims
 	Email string `json:"email,omitempty"`
 	Ref   string `json:"ref,omitempty"`
+	To    string `json:"to,omitempty"`
 }
 
 // Link returns a link that signs accountID in once, within LinkTTL.
@@ -238,7 +242,7 @@ func (s *SignIn) useLink(w http.ResponseWriter, r *http.Request, token string) (
 	session := sessionClaims{RegisteredClaims: jwt.RegisteredClaims{
 		Subject: claims.Subject, Audience: jwt.ClaimStrings{sessionAudience},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(s.opts.SessionTTL)),
-	}, Began: now.UnixNano()}
+	}, Began: now.UnixNano(), Email: cmp.Or(claims.Email, claims.To)}
 	return claims.Subject, true, s.setSession(w, session, now)
 }
 

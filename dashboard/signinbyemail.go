@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	texttemplate "text/template"
 	"time"
 
 	"github.com/upscalekit/upscale"
@@ -62,8 +63,6 @@ type EmailOptions struct {
 	// cap give one RateLimiter on their shared store. Nil means
 	// MailsPerHour in a MemoryRateLimiter: each process its own.
 	Budget upscale.RateLimiter
-	// Product names the service in the mail. Empty means "upscale".
-	Product string
 }
 
 // emailLink asks for a sign-in link by email: refused at once for an
@@ -95,7 +94,7 @@ func (d *Dashboard) emailLink(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), mailLinkTimeout)
 		defer cancel()
-		if err := d.cfg.SignIn.mailLink(ctx, d.cfg.Logger, email, page.Ref); err != nil {
+		if err := d.cfg.SignIn.mailLink(ctx, d.cfg.Logger, d.cfg.Brand, email, page.Ref); err != nil {
 			d.cfg.Logger.Error("dashboard: mail a sign-in link", "err", err)
 		}
 	}()
@@ -257,13 +256,13 @@ func (s *SignIn) spendMail(ctx context.Context, logger *slog.Logger) (bool, erro
 // allows, one that opens its account, brought by the share code ref if not
 // empty; nothing to an address that may not sign in, or past the budget,
 // which is no error.
-func (s *SignIn) mailLink(ctx context.Context, logger *slog.Logger, email, ref string) error {
+func (s *SignIn) mailLink(ctx context.Context, logger *slog.Logger, brand Brand, email, ref string) error {
 	e := s.opts.Email
 	var claims linkClaims
 	account, err := e.Directory.AccountOf(ctx, email)
 	switch {
 	case err == nil:
-		claims.Subject = account
+		claims.Subject, claims.To = account, email
 	case !errors.Is(err, upscale.ErrNotFound):
 		return fmt.Errorf("dashboard: find the address's account: %w", err)
 	case !e.SignUps:
@@ -279,7 +278,7 @@ func (s *SignIn) mailLink(ctx context.Context, logger *slog.Logger, email, ref s
 	if err != nil {
 		return err
 	}
-	m, err := linkMail(e.Product, email, link, claims.Email != "", s.opts.LinkTTL)
+	m, err := linkMail(linkMailData{Brand: brand, Link: link, Opens: claims.Email != "", Minutes: int(s.opts.LinkTTL.Minutes()), FreeImages: e.Plan.MonthlyImages}, email)
 	if err != nil {
 		return err
 	}
@@ -292,31 +291,55 @@ func (s *SignIn) mailLink(ctx context.Context, logger *slog.Logger, email, ref s
 	return nil
 }
 
-// mailTemplate is the HTML of a link's mail; its text says the same.
-var mailTemplate = template.Must(template.New("mail").Parse(`<!doctype html>
+// mailTemplates are a link's mail, HTML and plain text, which say the
+// same.
+var mailTemplates = struct {
+	html *template.Template
+	text *texttemplate.Template
+}{
+	html: template.Must(template.New("mail").Parse(`<!doctype html>
 <html lang="en"><body>
-<p>{{if .Opens}}Open your {{.Product}} account{{else}}Sign in to your {{.Product}} account{{end}} with this link. It works once, for {{.Minutes}} minutes.</p>
+<p>{{if .Opens}}Open your {{.Brand.Name}} account{{else}}Sign in to your {{.Brand.Name}} account{{end}} with this link. It works once, for {{.Minutes}} minutes.</p>
 <p><a href="{{.Link}}">{{if .Opens}}Open my account{{else}}Sign in{{end}}</a></p>
-<p>If you did not ask for it, ignore this mail: nothing happens without the link.</p>
-</body></html>`))
+{{if and .Opens .FreeImages}}<p>Your account comes with {{.FreeImages}} free images every month, and an API key is one click away.</p>
+{{end}}<p>If you did not ask for it, ignore this mail: nothing happens without the link.</p>
+{{with .Brand.Support}}<p>Questions? Write to <a href="mailto:{{.}}">{{.}}</a>.</p>
+{{end}}</body></html>`)),
+	text: texttemplate.Must(texttemplate.New("mail").Parse(`{{if .Opens}}Open your {{.Brand.Name}} account{{else}}Sign in to your {{.Brand.Name}} account{{end}} with this link. It works once, for {{.Minutes}} minutes.
 
-// linkMail is the mail that carries link to email: it opens an account, or
-// signs one in.
-func linkMail(product, email, link string, opens bool, ttl time.Duration) (accounts.Mail, error) {
-	data := struct {
-		Product, Link string
-		Opens         bool
-		Minutes       int
-	}{product, link, opens, int(ttl.Minutes())}
-	var html bytes.Buffer
-	if err := mailTemplate.Execute(&html, data); err != nil {
+{{.Link}}
+{{if and .Opens .FreeImages}}
+Your account comes with {{.FreeImages}} free images every month, and an API key is one click away.
+{{end}}
+If you did not ask for it, ignore this mail: nothing happens without the link.
+{{with .Brand.Support}}
+Questions? Write to {{.}}.
+{{end}}`)),
+}
+
+// linkMailData is what a link's mail says.
+type linkMailData struct {
+	Brand Brand
+	Link  string
+	// Opens is whether the link opens an account, on a plan of FreeImages
+	// a month; else it signs one in.
+	Opens      bool
+	Minutes    int
+	FreeImages int64
+}
+
+// linkMail is the mail that carries data's link to email.
+func linkMail(data linkMailData, email string) (accounts.Mail, error) {
+	var html, text bytes.Buffer
+	if err := mailTemplates.html.Execute(&html, data); err != nil {
 		return accounts.Mail{}, fmt.Errorf("dashboard: the link's mail: %w", err)
 	}
-	subject, action := "Sign in to "+product, "Sign in to your "+product+" account"
-	if opens {
-		subject, action = "Open your "+product+" account", "Open your "+product+" account"
+	if err := mailTemplates.text.Execute(&text, data); err != nil {
+		return accounts.Mail{}, fmt.Errorf("dashboard: the link's mail: %w", err)
 	}
-	text := fmt.Sprintf("%s with this link. It works once, for %d minutes.\n\n%s\n\nIf you did not ask for it, ignore this mail: nothing happens without the link.\n",
-		action, data.Minutes, link)
-	return accounts.Mail{To: email, Subject: subject, Text: text, HTML: html.String()}, nil
+	subject := "Sign in to " + data.Brand.Name
+	if data.Opens {
+		subject = "Open your " + data.Brand.Name + " account"
+	}
+	return accounts.Mail{To: email, Subject: subject, Text: text.String(), HTML: html.String()}, nil
 }

@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -98,6 +99,7 @@ type siteOptions struct {
 	email      func(*dashboard.EmailOptions)
 	shareBonus bool
 	log        slog.Handler
+	brand      dashboard.Brand
 }
 
 // newEmailSite returns an emailSite that opens accounts when signUps; the
@@ -120,6 +122,7 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	email := &dashboard.EmailOptions{Directory: directory, Outbox: outbox, SignUps: signUps, Plan: freePlan}
 	var bonus *accounts.ShareBonus
 	log := slog.DiscardHandler
+	var brand dashboard.Brand
 	for _, o := range options {
 		if o.email != nil {
 			o.email(email)
@@ -133,6 +136,7 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 		if o.log != nil {
 			log = o.log
 		}
+		brand = cmp.Or(o.brand, brand)
 	}
 	signIn, err := dashboard.NewSignIn(dashboard.SignInOptions{
 		Secret: secret, BaseURL: server.URL + "/dashboard/", Now: clock.Now,
@@ -142,7 +146,7 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, ShareBonus: bonus, Now: clock.Now, Logger: slog.New(log)})
+	d, err := dashboard.New(dashboard.Config{SignIn: signIn, Keys: upscale.NewMemoryKeyStore(), Ledger: ledger, ShareBonus: bonus, Brand: brand, Now: clock.Now, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +227,7 @@ func TestSignUpByEmail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status, page := s.overview(); status != http.StatusOK || !strings.Contains(page, "<strong>"+account+"</strong>") || !strings.Contains(page, `<span class="left">10</span>`) ||
+	if status, page := s.overview(); status != http.StatusOK || !strings.Contains(page, `<code id="account-id">`+account+"</code>") || !strings.Contains(page, "Signed in as <strong>ada@example.com</strong>") || !strings.Contains(page, `<span class="left">10</span>`) ||
 		!strings.Contains(page, `id="first-key"`) {
 		t.Fatalf("the overview after the link: %d, want the new account %s with its 10 free images, and how to make a first key\n%s", status, account, page)
 	}
@@ -241,8 +245,8 @@ func TestSignUpByEmail(t *testing.T) {
 	if resp, _ := s.follow(signIn); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("signing in again: %d", resp.StatusCode)
 	}
-	if _, page := s.overview(); !strings.Contains(page, "<strong>"+account+"</strong>") {
-		t.Errorf("signed in again, but not to %s", account)
+	if _, page := s.overview(); !strings.Contains(page, `<code id="account-id">`+account+"</code>") || !strings.Contains(page, "Signed in as <strong>ada@example.com</strong>") {
+		t.Errorf("signed in again, but not to %s as ada@example.com", account)
 	}
 }
 

@@ -67,7 +67,7 @@ func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) 
 		page.Result = new(upscale.Response)
 		json.Unmarshal(answer.body.Bytes(), page.Result)
 		d.cfg.Logger.Info("dashboard: tried an image", "account", account, "via", page.Result.Via)
-		allowImages(w, form.ImageURL, page.Result.URL)
+		d.allowImages(w, form.ImageURL, page.Result.URL)
 	} else {
 		page.Problem = new(upscale.Problem)
 		json.Unmarshal(answer.body.Bytes(), page.Problem)
@@ -126,12 +126,12 @@ func shellWord(s string) string {
 // allowImages lets the page show images from the origins of urls, beside
 // its own: the source wherever it is, and the result wherever the
 // BlobStore's links point.
-func allowImages(w http.ResponseWriter, urls ...string) {
-	sources := []string{"'self'", "data:"}
+func (d *Dashboard) allowImages(w http.ResponseWriter, urls ...string) {
+	var origins []string
 	for _, raw := range urls {
 		if u, err := url.Parse(raw); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
-			sources = append(sources, u.Scheme+"://"+u.Host)
+			origins = append(origins, u.Scheme+"://"+u.Host)
 		}
 	}
-	w.Header().Set("Content-Security-Policy", strings.Replace(contentSecurityPolicy, "img-src 'self' data:", "img-src "+strings.Join(sources, " "), 1))
+	w.Header().Set("Content-Security-Policy", withImagesFrom(d.policy, origins...))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 
 	"github.com/stripe/stripe-go/v84"
@@ -25,10 +24,11 @@ var Events = []string{
 // pack and recurring for a plan, and a webhook endpoint at webhookURL is
 // enabled for Events with stripe-go's API version (Webhook refuses
 // events of another). It returns one sentence per problem, none when all
-// is well; err only when Stripe could not be asked.
+// is well; err only when Stripe could not be asked. The prices it read
+// are what Offers says they cost from then on.
 func (b *Billing) Check(ctx context.Context, webhookURL string) (problems []string, err error) {
 	for _, o := range b.opts.Offers {
-		p, err := b.client.V1Prices.Retrieve(ctx, url.PathEscape(o.Price), nil)
+		p, err := b.readPrice(ctx, o.Price)
 		if stripeErr, ok := errors.AsType[*stripe.Error](err); ok && stripeErr.HTTPStatusCode == http.StatusNotFound {
 			problems = append(problems, fmt.Sprintf("price %s (%s) does not exist in this Stripe account", o.Price, o.Label))
 			continue

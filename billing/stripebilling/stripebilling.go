@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +82,9 @@ type Billing struct {
 	// line a minute (Webhook).
 	refused    atomic.Uint64
 	refusalLog refusalLog
+	// costs are the offers' Costs by price, as last read from Stripe.
+	costsMu sync.Mutex
+	costs   map[string]upscale.Cost
 }
 
 // Stats are counts of what a Billing met since New, for the host to
@@ -145,7 +149,7 @@ func New(opts Options) (*Billing, error) {
 	if opts.APIBase != "" {
 		config.URL = stripe.String(opts.APIBase)
 	}
-	return &Billing{opts: opts, client: stripe.NewClient(opts.SecretKey, stripe.WithBackends(stripe.NewBackendsWithConfig(config)))}, nil
+	return &Billing{opts: opts, costs: map[string]upscale.Cost{}, client: stripe.NewClient(opts.SecretKey, stripe.WithBackends(stripe.NewBackendsWithConfig(config)))}, nil
 }
 
 // PageOrigins are the origins of Stripe's Checkout and Customer Portal
@@ -159,8 +163,57 @@ func (b *Billing) PageOrigins() []string {
 	return []string{"https://checkout.stripe.com", "https://billing.stripe.com"}
 }
 
-// Offers returns what is on sale.
-func (b *Billing) Offers() []upscale.Offer { return slices.Clone(b.opts.Offers) }
+// Offers returns what is on sale, each with its Cost as last read
+// (ReadPrices, Check): the zero Cost before.
+func (b *Billing) Offers() []upscale.Offer {
+	offers := slices.Clone(b.opts.Offers)
+	b.costsMu.Lock()
+	defer b.costsMu.Unlock()
+	for i := range offers {
+		offers[i].Cost = b.costs[offers[i].Price]
+	}
+	return offers
+}
+
+// ReadPrices reads what each offer costs from its price at Stripe, for
+// Offers: the host calls it at start and then every hour or so, as a
+// price's amount changes at Stripe, never here (the standalone does). A
+// price it cannot read keeps the Cost last read; the errors are
+// returned joined.
+func (b *Billing) ReadPrices(ctx context.Context) error {
+	var errs []error
+	for _, o := range b.opts.Offers {
+		if _, err := b.readPrice(ctx, o.Price); err != nil {
+			errs = append(errs, fmt.Errorf("stripebilling: read price %s: %w", o.Price, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readPrice retrieves price from Stripe and keeps its Cost.
+func (b *Billing) readPrice(ctx context.Context, price string) (*stripe.Price, error) {
+	p, err := b.client.V1Prices.Retrieve(ctx, url.PathEscape(price), nil)
+	if err != nil {
+		return nil, err
+	}
+	b.costsMu.Lock()
+	defer b.costsMu.Unlock()
+	b.costs[price] = costOf(p)
+	return p, nil
+}
+
+// costOf is what p charges: unknown for a price whose amount is not one
+// fixed amount a unit (tiered, or chosen by the customer).
+func costOf(p *stripe.Price) upscale.Cost {
+	if p.BillingScheme == stripe.PriceBillingSchemeTiered || p.CustomUnitAmount != nil {
+		return upscale.Cost{}
+	}
+	c := upscale.Cost{Amount: p.UnitAmount, Currency: string(p.Currency)}
+	if p.Recurring != nil {
+		c.Interval, c.IntervalCount = string(p.Recurring.Interval), p.Recurring.IntervalCount
+	}
+	return c
+}
 
 // offer returns the offer of price, false when none is.
 func (b *Billing) offer(price string) (upscale.Offer, bool) {

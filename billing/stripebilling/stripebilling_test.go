@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path"
@@ -531,20 +532,61 @@ func TestCheck(t *testing.T) {
 	if err != nil || len(problems) != 3 || !strings.Contains(problems[0], "price_pack") || !strings.Contains(problems[2], "no webhook endpoint sends to "+hook) {
 		t.Fatalf("nothing set up: %q, %v", problems, err)
 	}
-	s.fake.Price(pack.Price, true, false)     // recurring and archived: wrong twice
-	s.fake.Price(unlimited.Price, true, true) // right
+	s.fake.SetPrice(stripetest.Price{ID: pack.Price, Recurring: true, Amount: 1000, Currency: "usd"}) // recurring and archived: wrong twice
+	s.fake.SetPrice(stripetest.Price{ID: unlimited.Price, Recurring: true, Active: true, Amount: 2900, Currency: "usd"})
 	s.fake.Endpoint(hook, "2020-08-27", "checkout.session.completed")
 	problems, err = s.Check(ctx, hook)
 	if err != nil || len(problems) != 3+len(stripebilling.Events)-1 || !strings.Contains(strings.Join(problems, "\n"), `sends API version "2020-08-27"`) {
 		t.Fatalf("set up wrong: %q, %v", problems, err)
 	}
 	fixed := newSeller(t, nil)
-	fixed.fake.Price(pack.Price, false, true)
-	fixed.fake.Price(unlimited.Price, true, true)
+	fixed.fake.SetPrice(stripetest.Price{ID: pack.Price, Active: true, Amount: 1000, Currency: "usd"})
+	fixed.fake.SetPrice(stripetest.Price{ID: unlimited.Price, Recurring: true, Active: true, Amount: 2900, Currency: "usd"})
 	fixed.fake.Endpoint(hook, stripe.APIVersion, "*")
 	if problems, err := fixed.Check(ctx, hook); err != nil || len(problems) != 0 {
 		t.Errorf("set up right: %q, %v; want nothing", problems, err)
 	}
+}
+
+// TestReadPrices: Offers says what each offer costs once its price was
+// read, from Stripe's amount, currency and period; a price whose amount
+// the customer chooses has no Cost; a price that cannot be read keeps
+// the Cost last read, and the error names it.
+func TestReadPrices(t *testing.T) {
+	ctx := context.Background()
+	s := newSeller(t, nil)
+	if costs := costs(s.Offers()); costs[pack.Price].Known() || costs[unlimited.Price].Known() {
+		t.Fatalf("costs before any read: %+v", costs)
+	}
+	s.fake.SetPrice(stripetest.Price{ID: pack.Price, Active: true, Amount: 1000, Currency: "usd"})
+	s.fake.SetPrice(stripetest.Price{ID: unlimited.Price, Recurring: true, Active: true})
+	if err := s.ReadPrices(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]upscale.Cost{pack.Price: {Amount: 1000, Currency: "usd"}, unlimited.Price: {}}
+	if got := costs(s.Offers()); !maps.Equal(got, want) {
+		t.Errorf("costs %+v, want %+v (the plan's amount is the customer's to choose)", got, want)
+	}
+	s.fake.SetPrice(stripetest.Price{ID: unlimited.Price, Recurring: true, Active: true, Amount: 2900, Currency: "eur"})
+	s.fake.SetPrice(stripetest.Price{ID: pack.Price, Active: true, Amount: 1200, Currency: "usd"})
+	s.fake.DeletePrice(pack.Price)
+	err := s.ReadPrices(ctx)
+	if err == nil || !strings.Contains(err.Error(), pack.Price) {
+		t.Errorf("ReadPrices with a price gone = %v, want an error naming it", err)
+	}
+	want = map[string]upscale.Cost{pack.Price: {Amount: 1000, Currency: "usd"}, unlimited.Price: {Amount: 2900, Currency: "eur", Interval: "month", IntervalCount: 1}}
+	if got := costs(s.Offers()); !maps.Equal(got, want) {
+		t.Errorf("costs %+v, want %+v", got, want)
+	}
+}
+
+// costs are offers' Costs by price.
+func costs(offers []upscale.Offer) map[string]upscale.Cost {
+	m := map[string]upscale.Cost{}
+	for _, o := range offers {
+		m[o.Price] = o.Cost
+	}
+	return m
 }
 
 // TestPlanLapsesWhileJobsWait: a subscription that ends while one job is

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -12,12 +13,14 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/billing/stripebilling"
 	"github.com/upscalekit/upscale/dashboard"
+	"github.com/upscalekit/upscale/internal/periodic"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
@@ -154,7 +157,7 @@ func adminBilling(store *sqlstore.Store, a adminArgs, command string) (*stripebi
 
 // billingCheck is "standalone billing check": it asks Stripe whether the
 // key, the prices of the config file and the webhook endpoint are set up
-// to sell, and prints what is not.
+// to sell, and prints what is not, or what each offer costs.
 func billingCheck(ctx context.Context, store *sqlstore.Store, a adminArgs, stdout io.Writer) error {
 	b, c, err := adminBilling(store, a, "billing check")
 	if err != nil {
@@ -172,6 +175,9 @@ func billingCheck(ctx context.Context, store *sqlstore.Store, a adminArgs, stdou
 		return fmt.Errorf("billing check: %d problems", len(problems))
 	}
 	fmt.Fprintf(stdout, "ok: %d offers, webhook endpoint %s\n", len(c.offers()), hook)
+	for _, o := range b.Offers() {
+		fmt.Fprintf(stdout, "%s (%s): %s\n", o.Price, o.Label, cmp.Or(dashboard.Price(o.Cost), "an amount the customer chooses, or tiered"))
+	}
 	return nil
 }
 
@@ -210,6 +216,16 @@ func (p *process) sell() (upscale.Wording, error) {
 		return upscale.Wording{}, err
 	}
 	p.seller = seller
+	readPrices := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := seller.ReadPrices(ctx); err != nil {
+			p.logger.Warn("standalone: read the prices at Stripe; the pages show no amount for those until read, tried again in an hour", "err", err)
+		}
+	}
+	readPrices() // before the first page, which shows them
+	reading := periodic.Start(time.Hour, readPrices)
+	p.onClose(reading.Stop)
 	p.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "upscale_billing_double_subscriptions_total",
 		Help: "Times a subscription's state was applied while its account had another live subscription at Stripe, each billed: cancel and refund all but one (standalone billing doubles).",

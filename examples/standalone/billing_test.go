@@ -199,11 +199,11 @@ func TestBillingSetUp(t *testing.T) {
 	if err == nil || !strings.Contains(out, "problem: ") || !strings.Contains(out, "price_1000") || !strings.Contains(out, "https://upscale.example"+webhookPath) {
 		t.Errorf("billing check with nothing set up at Stripe: %q, %v; want the problems named", out, err)
 	}
-	fake.Price("price_1000", false, true)
-	fake.Price("price_unlimited", true, true)
+	fake.SetPrice(stripetest.Price{ID: "price_1000", Active: true, Amount: 1000, Currency: "usd"})
+	fake.SetPrice(stripetest.Price{ID: "price_unlimited", Recurring: true, Active: true, Amount: 2900, Currency: "usd"})
 	fake.Endpoint("https://upscale.example"+webhookPath, stripe.APIVersion, "*")
-	if out, err := check(); err != nil || !strings.HasPrefix(out, "ok: 2 offers") {
-		t.Errorf("billing check set up right: %q, %v; want ok", out, err)
+	if out, err := check(); err != nil || !strings.HasPrefix(out, "ok: 2 offers") || !strings.Contains(out, "price_1000 (1,000 images): $10.00\n") || !strings.Contains(out, "$29.00 a month\n") {
+		t.Errorf("billing check set up right: %q, %v; want ok, and what each offer costs", out, err)
 	}
 }
 

@@ -28,6 +28,16 @@ type fileConfig struct {
 	// share bonus once it has used its first image, at most MonthlyCap a
 	// month.
 	ShareBonus *fileShareBonus `json:"shareBonus"`
+	// Brand names the product on the dashboard's pages, in its mails and
+	// on the storefront (dashboard.Brand).
+	Brand fileBrand `json:"brand"`
+}
+
+type fileBrand struct {
+	Name    string `json:"name"`
+	Tagline string `json:"tagline"`
+	Support string `json:"support"`
+	LogoURL string `json:"logoUrl"`
 }
 
 type fileShareBonus struct {

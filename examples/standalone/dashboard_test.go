@@ -102,7 +102,7 @@ func TestSignUpByEmail(t *testing.T) {
 	}
 	b.signIn(awaitLink(t, mail, address, 1, "Open your upscale account"))
 	status, page := b.send("GET", srv.base+"/dashboard/", nil)
-	account := regexp.MustCompile(`Account <strong>(acct_[a-z0-9]+)</strong>`).FindStringSubmatch(page)
+	account := regexp.MustCompile(`<code id="account-id">(acct_[a-z0-9]+)</code>`).FindStringSubmatch(page)
 	if status != http.StatusOK || account == nil || !strings.Contains(page, `<span class="left">10</span> <span class="of">of 10</span>`) {
 		t.Fatalf("the new account's overview: %d\n%s", status, page)
 	}
@@ -121,7 +121,7 @@ func TestSignUpByEmail(t *testing.T) {
 	other := newBrowser(t, srv.base)
 	other.send("POST", srv.base+"/dashboard/signin/email", url.Values{"email": {strings.ToUpper(address)}})
 	other.signIn(awaitLink(t, mail, address, 2, "Sign in to upscale"))
-	if _, page := other.send("GET", srv.base+"/dashboard/", nil); !strings.Contains(page, "<strong>"+account[1]+"</strong>") {
+	if _, page := other.send("GET", srv.base+"/dashboard/", nil); !strings.Contains(page, `<code id="account-id">`+account[1]+"</code>") {
 		t.Errorf("the second link did not sign in %s", account[1])
 	}
 

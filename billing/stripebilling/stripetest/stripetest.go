@@ -283,15 +283,38 @@ func (f *Fake) createPortal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"id": f.id("bps"), "object": "billing_portal.session", "url": f.URL + "/portal/" + r.Form.Get("customer")})
 }
 
-// Price makes price id exist: recurring or one-time, active or archived.
-func (f *Fake) Price(id string, recurring, active bool) {
+// Price is a price at the fake.
+type Price struct {
+	ID string
+	// Recurring is monthly; else one-time.
+	Recurring, Active bool
+	// Amount in the currency's smallest unit, and Currency ("usd"); an
+	// empty Currency makes a price whose amount the customer chooses.
+	Amount   int64
+	Currency string
+}
+
+// SetPrice makes p exist, or changes it.
+func (f *Fake) SetPrice(p Price) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := map[string]any{"id": id, "object": "price", "active": active, "type": "one_time"}
-	if recurring {
-		p["type"], p["recurring"] = "recurring", map[string]any{"interval": "month", "interval_count": 1}
+	price := map[string]any{"id": p.ID, "object": "price", "active": p.Active, "type": "one_time", "billing_scheme": "per_unit"}
+	if p.Recurring {
+		price["type"], price["recurring"] = "recurring", map[string]any{"interval": "month", "interval_count": 1}
 	}
-	f.prices[id] = p
+	if p.Currency == "" {
+		price["currency"], price["custom_unit_amount"] = "usd", map[string]any{"minimum": 100}
+	} else {
+		price["currency"], price["unit_amount"] = p.Currency, p.Amount
+	}
+	f.prices[p.ID] = price
+}
+
+// DeletePrice makes price id not exist: it is read as 404.
+func (f *Fake) DeletePrice(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.prices, id)
 }
 
 // Endpoint adds a webhook endpoint sending events of apiVersion to url.

@@ -1,0 +1,76 @@
+package dashboard
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/upscalekit/upscale"
+)
+
+// Price is what c costs as a buyer reads it: "$10.00", "€29.00 a month",
+// "¥1,000", "CHF 12.50 every 3 months"; "" when the cost is unknown.
+func Price(c upscale.Cost) string {
+	if !c.Known() {
+		return ""
+	}
+	s := money(c.Currency, float64(c.Amount), 0)
+	switch {
+	case c.Interval == "":
+		return s
+	case c.IntervalCount <= 1:
+		return s + " a " + c.Interval
+	}
+	return fmt.Sprintf("%s every %d %ss", s, c.IntervalCount, c.Interval)
+}
+
+// priceEach is what one of units costs at c, with up to two more
+// decimals than the currency has, so that a small share still reads
+// ("$0.014"); "" when the cost is unknown or units not positive.
+func priceEach(c upscale.Cost, units int64) string {
+	if !c.Known() || units <= 0 {
+		return ""
+	}
+	return money(c.Currency, float64(c.Amount)/float64(units), 2)
+}
+
+// money writes minor units of currency with its decimals and up to extra
+// more, the zeros past its own dropped, and the thousands grouped.
+func money(currency string, minor float64, extra int) string {
+	code := strings.ToUpper(currency)
+	decimals := 2
+	switch code { // ISO 4217's currencies whose smallest unit is not the cent
+	case "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF":
+		decimals = 0
+	case "BHD", "JOD", "KWD", "OMR", "TND":
+		decimals = 3
+	}
+	major := minor
+	for range decimals {
+		major /= 10
+	}
+	whole, fraction, _ := strings.Cut(strconv.FormatFloat(major, 'f', decimals+extra, 64), ".")
+	for len(fraction) > decimals && strings.HasSuffix(fraction, "0") {
+		fraction = fraction[:len(fraction)-1]
+	}
+	n, _ := strconv.ParseInt(whole, 10, 64)
+	s := count(n)
+	if fraction != "" {
+		s += "." + fraction
+	}
+	if symbol, ok := map[string]string{"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}[code]; ok {
+		return symbol + s
+	}
+	return code + " " + s
+}
+
+// megabytes writes a size in bytes as a person reads a file's, in
+// binary units as the limits are set: "25 MB" for 25<<20, "1.5 MB",
+// "800 KB".
+func megabytes(n int64) string {
+	if n < 1<<20 {
+		return strconv.FormatInt((n+1<<9)>>10, 10) + " KB"
+	}
+	mb := strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64)
+	return strings.TrimSuffix(mb, ".0") + " MB"
+}
