@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -73,251 +73,103 @@ func TestWebhookSecrets(t *testing.T, newSecrets func(t *testing.T, clock *Clock
 // empty queue that reads time from clock and waits backoff after a failed
 // attempt.
 func TestWebhookQueue(t *testing.T, newQueue func(t *testing.T, clock *Clock, backoff func(attempt int) time.Duration) upscale.WebhookQueue) {
+	s := webhookQueueSuite{newQueue: newQueue, start: time.Now().UTC().Truncate(time.Second), backoff: 100 * time.Millisecond}
+	testWebhookDelivery(t, s)
+	testWebhookGivingUp(t, s)
+	testWebhookDeliverers(t, s)
+}
+
+// webhookQueueSuite is what TestWebhookQueue's checks share: the queue
+// under test, made anew for each, when their webhooks were made, and the
+// backoff the queue waits after every failed attempt.
+type webhookQueueSuite struct {
+	newQueue func(t *testing.T, clock *Clock, backoff func(attempt int) time.Duration) upscale.WebhookQueue
+	start    time.Time
+	backoff  time.Duration
+}
+
+// queue returns a new queue waiting the suite's backoff, and the clock it
+// reads, standing at the suite's start.
+func (s webhookQueueSuite) queue(t *testing.T) (upscale.WebhookQueue, *Clock) {
+	clock := NewClock(s.start)
+	return s.newQueue(t, clock, func(int) time.Duration { return s.backoff }), clock
+}
+
+// webhook is acme's webhook id, expiring an hour after the suite's start.
+func (s webhookQueueSuite) webhook(id string) upscale.Webhook {
+	return upscale.Webhook{
+		ID: id, AccountID: "acme", URL: "https://hooks.example/" + id,
+		Payload: []byte(`{"type":"upscale.job.succeeded","id":"` + id + `"}`), Expires: s.start.Add(time.Hour),
+	}
+}
+
+// enqueue enqueues ws on q.
+func (s webhookQueueSuite) enqueue(t *testing.T, q upscale.WebhookQueue, ws ...upscale.Webhook) {
+	t.Helper()
+	for _, w := range ws {
+		if err := q.Enqueue(context.Background(), w); err != nil {
+			t.Fatalf("Enqueue(%s): %v", w.ID, err)
+		}
+	}
+}
+
+// deliver has deliver deliver q's webhooks, two at a time, until the test
+// ends.
+func (s webhookQueueSuite) deliver(t *testing.T, q upscale.WebhookQueue, deliver func(context.Context, upscale.Webhook) error) {
+	t.Helper()
 	ctx := context.Background()
-	start := time.Now().UTC().Truncate(time.Second)
-	webhook := func(id string) upscale.Webhook {
-		return upscale.Webhook{
-			ID: id, AccountID: "acme", URL: "https://hooks.example/" + id,
-			Payload: []byte(`{"type":"upscale.job.succeeded","id":"` + id + `"}`), Expires: start.Add(time.Hour),
-		}
+	stop, err := q.Deliver(ctx, 2, deliver)
+	if err != nil {
+		t.Fatalf("Deliver: %v", err)
 	}
-	const backoff = 100 * time.Millisecond
-	fixed := func(int) time.Duration { return backoff }
-	// attempts records each attempt's time by webhook ID.
-	type attempts struct {
-		sync.Mutex
-		at map[string][]time.Time
-	}
-	record := func(a *attempts, w upscale.Webhook) int {
-		a.Lock()
-		defer a.Unlock()
-		a.at[w.ID] = append(a.at[w.ID], time.Now())
-		return len(a.at[w.ID])
-	}
-	count := func(a *attempts, id string) int {
-		a.Lock()
-		defer a.Unlock()
-		return len(a.at[id])
-	}
-	work := func(t *testing.T, q upscale.WebhookQueue, deliver func(context.Context, upscale.Webhook) error) {
-		t.Helper()
-		stop, err := q.Deliver(ctx, 2, deliver)
-		if err != nil {
-			t.Fatalf("Deliver: %v", err)
-		}
-		t.Cleanup(func() {
-			drain, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if err := stop(drain); err != nil {
-				t.Errorf("stop: %v", err)
-			}
-		})
-	}
-	enqueue := func(t *testing.T, q upscale.WebhookQueue, ws ...upscale.Webhook) {
-		t.Helper()
-		for _, w := range ws {
-			if err := q.Enqueue(ctx, w); err != nil {
-				t.Fatalf("Enqueue(%s): %v", w.ID, err)
-			}
-		}
-	}
-	// eventually waits until cond holds, for 30 s at most.
-	eventually := func(t *testing.T, what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 30 s, still not: %s", what)
-			}
-		}
-	}
-
-	t.Run("DeliversOncePerID", func(t *testing.T) {
-		q := newQueue(t, NewClock(start), fixed)
-		got := &attempts{at: map[string][]time.Time{}}
-		var mu sync.Mutex
-		payloads := map[string]string{}
-		work(t, q, func(ctx context.Context, w upscale.Webhook) error {
-			record(got, w)
-			mu.Lock()
-			payloads[w.ID] = string(w.Payload)
-			mu.Unlock()
-			return nil
-		})
-		ids := []string{"msg_a", "msg_b", "msg_c"}
-		for _, id := range ids {
-			enqueue(t, q, webhook(id), webhook(id))
-		}
-		eventually(t, "all delivered", func() bool { return count(got, "msg_a")+count(got, "msg_b")+count(got, "msg_c") == 3 })
-		enqueue(t, q, webhook("msg_a")) // delivered already
-		time.Sleep(3 * backoff)
-		for _, id := range ids {
-			mu.Lock()
-			payload := payloads[id]
-			mu.Unlock()
-			if n := count(got, id); n != 1 || payload != string(webhook(id).Payload) {
-				t.Errorf("%s: %d attempts with %s, want 1 with its payload", id, n, payload)
-			}
-		}
-	})
-
-	t.Run("RetriesAfterBackoff", func(t *testing.T) {
-		q := newQueue(t, NewClock(start), fixed)
-		got := &attempts{at: map[string][]time.Time{}}
-		work(t, q, func(ctx context.Context, w upscale.Webhook) error {
-			if record(got, w) < 3 {
-				return errors.New("the receiver answered 500")
-			}
-			return nil
-		})
-		enqueue(t, q, webhook("msg_flaky"))
-		eventually(t, "delivered on the third attempt", func() bool { return count(got, "msg_flaky") == 3 })
-		time.Sleep(3 * backoff)
-		got.Lock()
-		defer got.Unlock()
-		at := got.at["msg_flaky"]
-		if len(at) != 3 {
-			t.Fatalf("%d attempts, want 3: none after the one that succeeded", len(at))
-		}
-		for i := 1; i < len(at); i++ {
-			if gap := at[i].Sub(at[i-1]); gap < backoff {
-				t.Errorf("attempt %d came %v after the one before, want the backoff %v or more", i+1, gap, backoff)
-			}
-		}
-	})
-
-	t.Run("GivesUpAtExpiry", func(t *testing.T) {
-		clock := NewClock(start)
-		q := newQueue(t, clock, fixed)
-		got := &attempts{at: map[string][]time.Time{}}
-		work(t, q, func(ctx context.Context, w upscale.Webhook) error {
-			record(got, w)
-			return fmt.Errorf("the receiver is down")
-		})
-		stale := webhook("msg_stale")
-		stale.Expires = start.Add(-time.Second)
-		enqueue(t, q, stale, webhook("msg_down"))
-		eventually(t, "attempted twice", func() bool { return count(got, "msg_down") >= 2 })
-		clock.Advance(2 * time.Hour)
-		time.Sleep(3 * backoff) // an attempt under way as the clock moved may end
-		settled := count(got, "msg_down")
-		time.Sleep(5 * backoff)
-		if n := count(got, "msg_down"); n != settled {
-			t.Errorf("attempts went on after the webhook expired: %d, then %d", settled, n)
-		}
-		if n := count(got, "msg_stale"); n != 0 {
-			t.Errorf("an expired webhook was attempted %d times", n)
-		}
-	})
-
-	t.Run("GoneStops", func(t *testing.T) {
-		q := newQueue(t, NewClock(start), fixed)
-		got := &attempts{at: map[string][]time.Time{}}
-		work(t, q, func(ctx context.Context, w upscale.Webhook) error {
-			record(got, w)
-			return fmt.Errorf("the receiver answered 410: %w", upscale.ErrWebhookGone)
-		})
-		enqueue(t, q, webhook("msg_gone"))
-		eventually(t, "attempted", func() bool { return count(got, "msg_gone") == 1 })
-		time.Sleep(5 * backoff)
-		if n := count(got, "msg_gone"); n != 1 {
-			t.Errorf("%d attempts after the receiver answered 410, want 1", n)
-		}
-	})
-
-	t.Run("AccountShare", func(t *testing.T) {
-		// One account's receiver never answers, and it has many
-		// webhooks: it holds at most its share of the deliverers, and
-		// another account's webhook is delivered meanwhile.
-		q := newQueue(t, NewClock(start), fixed)
-		const concurrency = 4
-		share := upscale.WebhookAccountShare(concurrency)
-		hung := make(chan struct{})
-		var mu sync.Mutex
-		stuck, most := 0, 0
-		delivered := make(chan string, 1)
-		stop, err := q.Deliver(ctx, concurrency, func(ctx context.Context, w upscale.Webhook) error {
-			if w.AccountID == "globex" {
-				delivered <- w.ID
-				return nil
-			}
-			mu.Lock()
-			stuck++
-			most = max(most, stuck)
-			mu.Unlock()
-			select {
-			case <-hung:
-			case <-ctx.Done():
-			}
-			mu.Lock()
-			stuck--
-			mu.Unlock()
-			return errors.New("the receiver never answered")
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			close(hung)
-			drain, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			stop(drain)
-		}()
-		for i := range 3 * concurrency {
-			enqueue(t, q, webhook(fmt.Sprintf("msg_acme_%d", i)))
-		}
-		eventually(t, "acme's receiver holds its share", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return stuck == share
-		})
-		other := webhook("msg_globex")
-		other.AccountID = "globex"
-		enqueue(t, q, other)
-		select {
-		case id := <-delivered:
-			if id != other.ID {
-				t.Errorf("delivered %s, want %s", id, other.ID)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("another account's webhook waited behind a receiver that never answers")
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if most > share {
-			t.Errorf("one account's webhooks held %d deliverers at once, want at most %d", most, share)
-		}
-	})
-
-	t.Run("StopGivesBack", func(t *testing.T) {
-		q := newQueue(t, NewClock(start), fixed)
-		started := make(chan struct{})
-		stop, err := q.Deliver(ctx, 1, func(ctx context.Context, w upscale.Webhook) error {
-			close(started)
-			<-ctx.Done()
-			return ctx.Err()
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		enqueue(t, q, webhook("msg_cut"))
-		<-started
-		drain, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	t.Cleanup(func() {
+		drain, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := stop(drain); err != nil {
-			t.Fatalf("stop: %v", err)
-		}
-		delivered := make(chan string, 1)
-		work(t, q, func(ctx context.Context, w upscale.Webhook) error {
-			delivered <- w.ID
-			return nil
-		})
-		select {
-		case id := <-delivered:
-			if id != "msg_cut" {
-				t.Errorf("delivered %s, want msg_cut", id)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("the attempt stop cut short was never made again")
+			t.Errorf("stop: %v", err)
 		}
 	})
+}
+
+// webhookAttempts records when each webhook was attempted, by ID, for
+// deliverers that run at once. Its zero value records nothing yet.
+type webhookAttempts struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+// record records an attempt of w now, and returns how many w has had.
+func (a *webhookAttempts) record(w upscale.Webhook) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.at == nil {
+		a.at = map[string][]time.Time{}
+	}
+	a.at[w.ID] = append(a.at[w.ID], time.Now())
+	return len(a.at[w.ID])
+}
+
+// count is how many attempts the webhook id has had.
+func (a *webhookAttempts) count(id string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at[id])
+}
+
+// times are the times of the webhook id's attempts, in order.
+func (a *webhookAttempts) times(id string) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.at[id])
+}
+
+// eventually waits until cond holds, for 30 s at most, failing t with
+// what it waited for if it never does.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s, still not: %s", what)
+		}
+	}
 }
