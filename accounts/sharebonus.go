@@ -117,6 +117,12 @@ func (b *ShareBonus) Share(ctx context.Context, accountID string, at time.Time) 
 	return Share{Code: code, PerSignup: b.opts.PerSignup, MonthlyCap: b.opts.MonthlyCap, Earned: earned}, nil
 }
 
+// Terms are what one new account earns its sharer, and the most an
+// account earns so in a month.
+func (b *ShareBonus) Terms() (perSignup, monthlyCap int64) {
+	return b.opts.PerSignup, b.opts.MonthlyCap
+}
+
 // shareGrant is the prefix of a share payment's grant ID.
 const shareGrant = "share:"
 

@@ -105,13 +105,7 @@ func (d *Dashboard) renderBilling(w http.ResponseWriter, r *http.Request, accoun
 			page.Bonuses = append(page.Bonuses, g)
 		}
 	}
-	for _, o := range d.cfg.Seller.Offers() {
-		if o.Subscription() {
-			page.Plans = append(page.Plans, o)
-		} else {
-			page.Packs = append(page.Packs, o)
-		}
-	}
+	page.Packs, page.Plans = splitOffers(d.cfg.Seller.Offers())
 	// Its forms lead, by a 303, to the provider's pages.
 	w.Header().Set("Content-Security-Policy", strings.Replace(d.policy, "form-action 'self'", strings.Join(append([]string{"form-action 'self'"}, d.cfg.Seller.PageOrigins()...), " "), 1))
 	d.render(w, r, http.StatusOK, "billing", page)
@@ -201,4 +195,16 @@ func (d *Dashboard) sellerFailed(w http.ResponseWriter, r *http.Request, account
 	d.cfg.Logger.Warn("dashboard: "+action+": the payment provider is not answering", "account", account, "err", err)
 	w.Header().Set("Retry-After", "60")
 	http.Error(w, unavailable, http.StatusServiceUnavailable)
+}
+
+// splitOffers parts offers into packs and plans, each in its order.
+func splitOffers(offers []upscale.Offer) (packs, plans []upscale.Offer) {
+	for _, o := range offers {
+		if o.Subscription() {
+			plans = append(plans, o)
+		} else {
+			packs = append(packs, o)
+		}
+	}
+	return packs, plans
 }

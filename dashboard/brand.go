@@ -47,9 +47,4 @@ func (b Brand) withDefaults() (Brand, error) {
 }
 
 // logoOrigin is the origin the logo comes from, "" for this site's own.
-func (b Brand) logoOrigin() string {
-	if u, err := url.Parse(b.LogoURL); err == nil && u.Scheme == "https" {
-		return "https://" + u.Host
-	}
-	return ""
-}
+func (b Brand) logoOrigin() string { return origin(b.LogoURL) }

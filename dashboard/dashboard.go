@@ -184,7 +184,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if d.reference, err = loadReference(); err != nil {
 		return nil, err
 	}
-	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference", "try", "billing"} {
+	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference", "try", "billing", "storefront"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
@@ -238,12 +238,17 @@ func New(cfg Config) (*Dashboard, error) {
 
 // ServeHTTP implements http.Handler.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.setHeaders(w)
+	d.handler.ServeHTTP(w, r)
+}
+
+// setHeaders sets the headers every page is answered with.
+func (d *Dashboard) setHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", d.policy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	d.handler.ServeHTTP(w, r)
 }
 
 // account returns the account signed in for r, "" when none, and the
@@ -316,6 +321,14 @@ func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 // holderKey keeps, in a signed-in request's context, the address of who
 // signed in, "" when the session does not know it.
 type holderKey struct{}
+
+// origin is the scheme://host of an absolute http(s) URL, else "".
+func origin(raw string) string {
+	if u, err := url.Parse(raw); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return u.Scheme + "://" + u.Host
+	}
+	return ""
+}
 
 // withImagesFrom is policy with images allowed from origins too, those
 // not "".

@@ -85,8 +85,14 @@ func newSite(t *testing.T, clock *upscaletest.Clock, configure ...func(*dashboar
 	if err != nil {
 		t.Fatal(err)
 	}
+	front, err := d.Storefront(dashboard.StorefrontOptions{Dashboard: "/dashboard/",
+		Showcase: &dashboard.Showcase{Before: origin.URL + "/square.png", After: "http://results.test/outputs/square.png", Caption: "the square, ×2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
+	mux.Handle("GET /{$}", front)
 	s := &site{t: t, server: httptest.NewServer(mux), keys: keys, ledger: ledger, secrets: secrets, log: &log, origin: origin.URL}
 	t.Cleanup(s.server.Close)
 	return s
@@ -425,11 +431,28 @@ func TestTry(t *testing.T) {
 	}
 	// A refused image: the problem, and no charge.
 	status, page, _ = s.do("POST", "/try", "acme", url.Values{"imageUrl": {"ftp://example.com/a.png"}, "scale": {"2"}, "imageType": {"photo"}, "denoise": {"max"}})
-	if status != http.StatusBadRequest || !strings.Contains(page, "<code>invalid_image_url</code>") || !strings.Contains(page, "Nothing was charged") {
-		t.Errorf("try a bad address: %d\n%s", status, page)
+	if status != http.StatusBadRequest || !strings.Contains(page, "<code>invalid_image_url</code>") || !strings.Contains(page, "Nothing was charged") ||
+		!strings.Contains(page, `name="imageUrl" type="url" placeholder="https://example.com/photo.jpg" value="ftp://example.com/a.png"`) || strings.Contains(page, "buy-link") {
+		t.Errorf("try a bad address: %d, want the problem and the address kept in its field\n%s", status, page)
 	}
 	if b, _ := s.ledger.Balance(context.Background(), "acme"); b.Free != 9 {
 		t.Errorf("free images left %d after a refusal, want 9", b.Free)
+	}
+}
+
+// TestTryLeadsToBuying: a problem the API answers with a buyUrl (out of
+// images, where the host sells) links there from Try it.
+func TestTryLeadsToBuying(t *testing.T) {
+	spent := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		json.NewEncoder(w).Encode(upscale.Problem{Type: "urn:upscale:error:quota_exhausted", Title: "Quota exhausted", Status: http.StatusTooManyRequests,
+			Code: "quota_exhausted", Detail: "This account has no images left this month.", BuyURL: "https://app.test/dashboard/billing"})
+	})
+	s := newSite(t, upscaletest.NewClock(start), func(c *dashboard.Config) { c.API = spent })
+	status, page, _ := s.do("POST", "/try", "acme", url.Values{"sample": {s.origin + "/square.png"}, "scale": {"2"}, "imageType": {"photo"}, "denoise": {"max"}})
+	if status != http.StatusTooManyRequests || !strings.Contains(page, `<a href="https://app.test/dashboard/billing" id="buy-link">Buy images or a plan</a>`) {
+		t.Errorf("Try it out of images: %d, want a link to buy\n%s", status, page)
 	}
 }
 

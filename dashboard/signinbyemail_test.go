@@ -151,6 +151,11 @@ func newEmailSite(t *testing.T, signUps bool, options ...siteOptions) *emailSite
 		t.Fatal(err)
 	}
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", d))
+	front, err := d.Storefront(dashboard.StorefrontOptions{Dashboard: "/dashboard/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("GET /{$}", front)
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return &emailSite{t: t, clock: clock, bonus: bonus, base: server.URL + "/dashboard/", browser: browser, mail: mail, directory: directory, ledger: ledger, signIn: signIn}
@@ -492,7 +497,7 @@ func TestShareLink(t *testing.T) {
 	for i := range 3 {
 		invited := fmt.Sprintf("invited%d@example.com", i)
 		_, page := site.do(http.MethodGet, site.base+"signup?ref="+code, "browser", nil)
-		if !strings.Contains(page, `name="ref" value="`+code+`"`) {
+		if !strings.Contains(page, `name="ref" value="`+code+`"`) || !strings.Contains(page, "your account comes with 10 free images every month, and once you use your first, the friend who shared this link earns 5 images.") {
 			t.Fatalf("the share link's page does not send the code on:\n%s", page)
 		}
 		site.do(http.MethodPost, site.base+"signin/email", fmt.Sprintf("c%d", i), url.Values{"email": {invited}, "ref": {code}})

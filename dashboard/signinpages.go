@@ -30,6 +30,9 @@ type signInPage struct {
 	Ref string
 	// Minutes is how long a link works (SignInOptions.LinkTTL).
 	Minutes int
+	// FreeImages is what an account opened here gets a month, and
+	// ShareBonus what a share link earns its sharer (zero without).
+	FreeImages, ShareBonus int64
 }
 
 // signInFrame is the sign-in page as every answer of the sign-in pages
@@ -38,6 +41,12 @@ func (d *Dashboard) signInFrame(r *http.Request) signInPage {
 	page := signInPage{frame: d.frame(r, "", ""), Links: true, Minutes: int(d.cfg.SignIn.opts.LinkTTL.Minutes())}
 	if e := d.cfg.SignIn.opts.Email; e != nil {
 		page.Email, page.SignUps = true, e.SignUps
+		if e.SignUps {
+			page.FreeImages = e.Plan.MonthlyImages
+		}
+	}
+	if d.cfg.ShareBonus != nil {
+		page.ShareBonus, _ = d.cfg.ShareBonus.Terms()
 	}
 	return page
 }

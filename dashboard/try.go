@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -24,8 +23,10 @@ type Sample struct {
 type tryPage struct {
 	frame
 	Samples []Sample
-	// Form is what the page asks, as the request's fields.
+	// Form is what the page asks, as the request's fields; OwnURL the
+	// address the user typed, kept in its field for the next try.
 	Form     client.Request
+	OwnURL   string
 	Result   *upscale.Response
 	Problem  *upscale.Problem
 	Curl     string
@@ -50,7 +51,8 @@ func (d *Dashboard) tryPage(w http.ResponseWriter, r *http.Request, account stri
 func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) {
 	scale, _ := strconv.Atoi(r.PostFormValue("scale"))
 	form := client.Request{ImageURL: r.PostFormValue("sample"), Scale: scale, ImageType: r.PostFormValue("imageType"), Denoise: r.PostFormValue("denoise")}
-	if own := strings.TrimSpace(r.PostFormValue("imageUrl")); own != "" {
+	own := strings.TrimSpace(r.PostFormValue("imageUrl"))
+	if own != "" {
 		form.ImageURL = own
 	}
 	body, _ := json.Marshal(form)
@@ -60,8 +62,8 @@ func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) 
 	d.cfg.API.ServeHTTP(answer, call)
 
 	page := d.newTryPage(r, account, form)
-	// The key stays in double quotes, for the shell to expand.
-	page.Curl = "curl -sS -X POST " + shellWord(d.cfg.APIURL) + ` -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d ` + shellWord(string(body))
+	page.OwnURL = own
+	page.Curl = curlCommand(d.cfg.APIURL, body)
 	status := http.StatusOK
 	if answer.status() == http.StatusOK {
 		page.Result = new(upscale.Response)
@@ -106,6 +108,12 @@ func (a *apiAnswer) status() int {
 	return a.code
 }
 
+// curlCommand is a POST of body to apiURL as curl, the key left to the
+// shell in double quotes ($UPSCALE_KEY).
+func curlCommand(apiURL string, body []byte) string {
+	return "curl -sS -X POST " + shellWord(apiURL) + ` -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d ` + shellWord(string(body))
+}
+
 // shellWord returns s as one word of a POSIX shell command, which the
 // shell passes on as s whatever it holds: a page's reader runs the curl
 // command, and the image's address is anyone's. A word of characters no
@@ -129,9 +137,7 @@ func shellWord(s string) string {
 func (d *Dashboard) allowImages(w http.ResponseWriter, urls ...string) {
 	var origins []string
 	for _, raw := range urls {
-		if u, err := url.Parse(raw); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
-			origins = append(origins, u.Scheme+"://"+u.Host)
-		}
+		origins = append(origins, origin(raw))
 	}
 	w.Header().Set("Content-Security-Policy", withImagesFrom(d.policy, origins...))
 }

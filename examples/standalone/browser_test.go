@@ -27,8 +27,8 @@ func TestDashboardInABrowser(t *testing.T) {
 	defer srv.stop(t)
 	origin := newButterflyOrigin(t)
 
-	b.Do(chromedp.Navigate(srv.base+"/"), chromedp.WaitVisible("main"))
-	b.Check("landing")
+	b.Do(chromedp.Navigate(srv.base+"/"), chromedp.WaitVisible("#compare img"))
+	b.Check("storefront")
 	b.Do(chromedp.Navigate(srv.dashboard), chromedp.WaitVisible("form.signin button"))
 	b.Check("signin")
 	b.Do(chromedp.Click("form.signin button"), chromedp.WaitVisible(".pools"))

@@ -120,6 +120,12 @@ func (p *process) buildDashboard(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	caption := "the photo ×2 by the " + p.chosen.engine + " engine"
+	p.front, err = dash.Storefront(dashboard.StorefrontOptions{Dashboard: "/dashboard/",
+		Showcase: &dashboard.Showcase{Before: sampleURL(p.publicURL, showcaseSample), After: p.publicURL + showcasePath, Caption: caption}})
+	if err != nil {
+		return nil, err
+	}
 	return dash, nil
 }
 
@@ -138,19 +144,3 @@ func mailCounters(signIn *dashboard.SignIn) []prometheus.Collector {
 
 // mailSenders is how many mails a process sends at once.
 const mailSenders = 2
-
-//go:embed landing/index.html
-var landingPage []byte
-
-// landingHandler serves the server's front page: what it is, and where
-// its dashboard, API reference and samples are. It shares the
-// dashboard's style sheet, as its policy allows no inline style.
-func landingHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		h := w.Header()
-		h.Set("Content-Type", "text/html; charset=utf-8")
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; frame-ancestors 'none'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		w.Write(landingPage)
-	})
-}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"image"
+	_ "image/png"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -73,8 +76,18 @@ func TestDashboard(t *testing.T) {
 	}
 
 	status, page = send("GET", srv.base+"/", nil)
-	if status != http.StatusOK || !strings.Contains(page, `href="/dashboard/"`) || !strings.Contains(page, `href="/openapi.yaml"`) {
-		t.Errorf("the landing page: %d\n%s", status, page)
+	if status != http.StatusOK || !strings.Contains(page, `<a href="/dashboard/" class="button">Sign in to your account</a>`) || !strings.Contains(page, `href="/dashboard/reference"`) ||
+		!strings.Contains(page, `src="`+srv.base+`/samples/photo-enlarged.png"`) || !strings.Contains(page, "curl -sS -X POST "+srv.base+"/api/v1/upscale") {
+		t.Errorf("the storefront: %d\n%s", status, page)
+	}
+	resp, err := http.Get(srv.base + "/samples/photo-enlarged.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	enlarged, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if cfg, _, err := image.DecodeConfig(bytes.NewReader(enlarged)); err != nil || resp.StatusCode != http.StatusOK || cfg.Width != 512 || cfg.Height != 512 {
+		t.Errorf("the showcase's result: %d, %+v, %v; want the 256×256 photo ×2", resp.StatusCode, cfg, err)
 	}
 }
 

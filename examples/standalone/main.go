@@ -112,6 +112,8 @@ type process struct {
 	blobs     resultStore
 
 	// Set by buildHandler.
+	engine   upscale.Upscaler
+	chosen   engineChoice
 	registry *prometheus.Registry
 	seller   *stripebilling.Billing // nil when nothing is sold
 	keys     upscale.KeyLister
@@ -120,6 +122,7 @@ type process struct {
 	// Set by buildDashboard.
 	email  *dashboard.EmailOptions // nil without -smtp-url
 	signIn *dashboard.SignIn
+	front  http.Handler // the storefront, at /
 }
 
 // onClose has close call f: what a step opens stays open for the
@@ -142,6 +145,7 @@ func (p *process) buildHandler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.engine, p.chosen = engine, chosen
 	p.registry = prometheus.NewRegistry()
 	p.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), chosen.info())
 	metrics, err := prommetrics.New(p.registry)
@@ -271,9 +275,9 @@ func (p *process) shutdown(srv *http.Server, served <-chan error) error {
 	return nil
 }
 
-// routes are the server's own routes: the probes, the samples, the API's
-// description, the seller's webhook, the dashboard dash and the landing
-// page.
+// routes are the server's own routes: the probes, the samples and the
+// showcase's result, the API's description, the seller's webhook, the
+// dashboard dash and the storefront.
 func (p *process) routes(dash http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /livez", p.handler.LiveHandler())
@@ -287,7 +291,8 @@ func (p *process) routes(dash http.Handler) *http.ServeMux {
 		mux.Handle("POST "+webhookPath, p.seller.Webhook())
 	}
 	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", dash))
-	mux.Handle("GET /{$}", landingHandler())
+	mux.Handle("GET "+showcasePath, p.showcase())
+	mux.Handle("GET /{$}", p.front)
 	return mux
 }
 

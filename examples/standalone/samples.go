@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"embed"
 	"io/fs"
 	"net/http"
+	"sync"
+
+	"github.com/upscalekit/upscale"
 )
 
 // The demo images, served at /samples/ and known to the handler as
@@ -39,4 +43,44 @@ func sampleURL(publicURL, name string) string { return publicURL + "/samples/" +
 // sampleHandler serves the samples for people to look at.
 func sampleHandler() http.Handler {
 	return http.StripPrefix("/samples/", http.FileServerFS(samples))
+}
+
+// showcaseSample is the sample the storefront shows enlarged, at
+// showcasePath.
+const (
+	showcaseSample = "photo.png"
+	showcasePath   = "/samples/photo-enlarged.png"
+)
+
+// showcase serves showcaseSample enlarged ×2 by the server's engine: made
+// at its first view, outside the API's admission and quota (it is one
+// small image, once a process), and kept. A failure is answered 503 and
+// tried again at the next view.
+func (p *process) showcase() http.Handler {
+	var mu sync.Mutex
+	var made *upscale.Image
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if made == nil {
+			img, err := p.enlargeShowcase(r.Context())
+			if err != nil {
+				p.logger.Warn("standalone: enlarge the storefront's showcase", "err", err)
+				http.Error(w, "The sample could not be enlarged just now; reload in a moment.", http.StatusServiceUnavailable)
+				return
+			}
+			made = &img
+		}
+		w.Header().Set("Content-Type", made.ContentType)
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		w.Write(made.Data)
+	})
+}
+
+func (p *process) enlargeShowcase(ctx context.Context) (upscale.Image, error) {
+	src, err := fs.ReadFile(samples, showcaseSample)
+	if err != nil {
+		return upscale.Image{}, err
+	}
+	return p.engine.Upscale(ctx, src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseLow})
 }
