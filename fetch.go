@@ -334,7 +334,7 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 // (the host's deadline, or the caller gone), and ErrSourceUnreachable for
 // every other failure, its own timeout included.
 func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve func(ctx context.Context, n int64) error) ([]byte, error) {
-	tooLarge := Explain(ErrImageTooLarge, msgLargerThanPlan, maxBytes)
+	tooLarge := Explain(ErrImageTooLarge, msgLargerThanPlan, Megabytes(maxBytes))
 	if data, ok := f.builtin[u.String()]; ok {
 		if int64(len(data)) > maxBytes {
 			return nil, tooLarge

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,10 @@ func TestWhoPays(t *testing.T) {
 			checkOK(t, e.post(keyFree, body(e.url("/small.png"))), via)
 		}
 		hits := e.hits.Load()
-		checkProblem(t, e.post(keyFree, body(e.url("/small.png"))), http.StatusTooManyRequests, "quota_exhausted")
+		p := checkProblem(t, e.post(keyFree, body(e.url("/small.png"))), http.StatusTooManyRequests, "quota_exhausted")
+		if strings.Contains(strings.ToLower(p.Detail), "buy") || p.BuyURL != "" || !strings.Contains(p.Detail, "The free pool refills with 1 images at") || !strings.HasSuffix(p.Detail, ".") {
+			t.Errorf("a host that sells nothing: detail %q, buyUrl %q; want when the images refill, and no word of buying", p.Detail, p.BuyURL)
+		}
 		if e.hits.Load() != hits {
 			t.Errorf("an exhausted account's image was fetched")
 		}
@@ -39,8 +43,8 @@ func TestWhoPays(t *testing.T) {
 		for _, scale := range []string{`"scale": 8`, `"scale": 16`} {
 			hits := e.hits.Load()
 			p := checkProblem(t, e.post(keyFree, body(e.url("/small.png"), scale)), http.StatusForbidden, "paid_plan_required")
-			if !strings.Contains(p.Detail, "8 and 16") {
-				t.Errorf("detail %q does not name the scales that need paid capability", p.Detail)
+			if want := "Scale " + strings.TrimPrefix(scale, `"scale": `) + " needs a paid plan or credits; scales below 8 are free."; p.Detail != want {
+				t.Errorf("detail %q, want %q: the rule that refused it", p.Detail, want)
 			}
 			if e.hits.Load() != hits {
 				t.Errorf("%s: source fetched although the account cannot pay", scale)
@@ -55,7 +59,10 @@ func TestWhoPays(t *testing.T) {
 	})
 	t.Run("FileSizeNeedsPaid", func(t *testing.T) {
 		e := newEnv(t)
-		checkProblem(t, e.post(keyFree, body(e.url("/big.png"))), http.StatusForbidden, "paid_plan_required")
+		p := checkProblem(t, e.post(keyFree, body(e.url("/big.png"))), http.StatusForbidden, "paid_plan_required")
+		if !regexp.MustCompile(`^The image is [0-9.]+ [KM]B; files above [0-9.]+ [KM]B, the free tier's limit, need a paid plan or credits\.$`).MatchString(p.Detail) {
+			t.Errorf("detail %q does not name the file size and the limit", p.Detail)
+		}
 		if got, want := e.balance("free"), (upscale.Balance{Plan: freePlan, Free: 3}); got != want {
 			t.Errorf("balance %+v after 403, want %+v", got, want)
 		}

@@ -110,6 +110,9 @@ func (h *Handler) storeResult(ctx context.Context, blobKey string, img Image, ex
 // error nothing is held.
 func (h *Handler) fetchSource(ctx context.Context, accountID string, req request) (*fetched, error) {
 	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, 0))
+	if errors.Is(err, ErrPaidPlanRequired) {
+		return nil, Explain(ErrPaidPlanRequired, msgScaleNeedsPaid, req.Scale, paidScale)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +134,9 @@ func (h *Handler) fetchSource(ctx context.Context, accountID string, req request
 	memory.ShrinkTo(int64(cap(src)))
 	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
 		paid, err := h.reserve(ctx, accountID, true)
+		if errors.Is(err, ErrPaidPlanRequired) {
+			err = Explain(ErrPaidPlanRequired, msgFileNeedsPaid, Megabytes(int64(len(src))), Megabytes(h.cfg.FreeTierMaxFileBytes))
+		}
 		if err != nil {
 			return fail(err)
 		}

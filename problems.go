@@ -166,7 +166,9 @@ type Wording struct {
 	// account dashboard".
 	Dashboard string
 	// Upgrade is what lifts an exhausted quota. Zero means "buy credits or
-	// subscribe to the unlimited plan".
+	// subscribe to the unlimited plan" where the host sells (BuyURL), and
+	// else none: an exhausted quota's detail then says when it refills,
+	// and never to buy.
 	Upgrade string
 	// Paid is what paid capability takes. Zero means "a paid plan or
 	// credits".
@@ -181,14 +183,33 @@ type Wording struct {
 
 func (w Wording) withDefaults() Wording {
 	w.Dashboard = cmp.Or(w.Dashboard, "the account dashboard")
-	w.Upgrade = cmp.Or(w.Upgrade, "buy credits or subscribe to the unlimited plan")
+	if w.BuyURL != "" {
+		w.Upgrade = cmp.Or(w.Upgrade, "buy credits or subscribe to the unlimited plan")
+	}
 	w.Paid = cmp.Or(w.Paid, "a paid plan or credits")
 	return w
 }
 
-// replacer fills a detail's places for the host's words.
+// replacer fills a detail's places for the host's words. Without an
+// Upgrade, the clause that holds it goes: the sentence ends with what the
+// plans allow.
 func (w Wording) replacer() *strings.Replacer {
-	return strings.NewReplacer("{dashboard}", w.Dashboard, "{upgrade}", w.Upgrade, "{paid}", w.Paid)
+	upgrade := []string{"{upgrade}", w.Upgrade}
+	if w.Upgrade == "" {
+		upgrade = []string{"; {upgrade} to go on before then", "", "; {upgrade}", ""}
+	}
+	return strings.NewReplacer(append(upgrade, "{dashboard}", w.Dashboard, "{paid}", w.Paid)...)
+}
+
+// Megabytes writes a size in bytes as the API's messages and the
+// dashboard do, in binary units as limits are set: "25 MB" for 25<<20,
+// "1.5 MB", "800 KB".
+func Megabytes(n int64) string {
+	if n < 1<<20 {
+		return strconv.FormatInt((n+1<<9)>>10, 10) + " KB"
+	}
+	mb := strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64)
+	return strings.TrimSuffix(mb, ".0") + " MB"
 }
 
 // The sentences callers read as a problem's detail, beside the table's
@@ -247,7 +268,10 @@ const (
 	msgSourceBrokeOff = "The image's server refused or broke off the download; try again later. Nothing was charged."
 	// ErrImageTooLarge
 	msgNeedsMoreMemory = "Enlarging this image needs about %d MiB, more than this server ever gives one image (%d MiB); send a smaller image or a lower scale."
-	msgLargerThanPlan  = "The image is larger than %d bytes, the most your plan accepts."
+	msgLargerThanPlan  = "The image is larger than %s, the most your plan accepts; send a smaller file."
+	// ErrPaidPlanRequired
+	msgScaleNeedsPaid = "Scale %d needs {paid}; scales below %d are free."
+	msgFileNeedsPaid  = "The image is %s; files above %s, the free tier's limit, need {paid}."
 	// ErrQuotaExhausted
 	msgFreePoolRefills = "This account has no images left this month. The free pool refills with %d images at %s, in %s; {upgrade} to go on before then."
 	// ErrRateLimited

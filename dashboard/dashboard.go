@@ -122,7 +122,7 @@ var templateFuncs = template.FuncMap{
 	"count": count,
 	"price": Price,
 	"each":  priceEach,
-	"mb":    megabytes,
+	"mb":    upscale.Megabytes,
 }
 
 // count writes n with its thousands grouped, as a buyer reads an amount:

@@ -63,14 +63,3 @@ func money(currency string, minor float64, extra int) string {
 	}
 	return code + " " + s
 }
-
-// megabytes writes a size in bytes as a person reads a file's, in
-// binary units as the limits are set: "25 MB" for 25<<20, "1.5 MB",
-// "800 KB".
-func megabytes(n int64) string {
-	if n < 1<<20 {
-		return strconv.FormatInt((n+1<<9)>>10, 10) + " KB"
-	}
-	mb := strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64)
-	return strings.TrimSuffix(mb, ".0") + " MB"
-}

@@ -44,11 +44,3 @@ func TestPriceEach(t *testing.T) {
 		}
 	}
 }
-
-func TestMegabytes(t *testing.T) {
-	for n, want := range map[int64]string{25 << 20: "25 MB", 3 << 19: "1.5 MB", 800 << 10: "800 KB", 100 << 20: "100 MB", 1<<20 + 1: "1 MB"} {
-		if got := megabytes(n); got != want {
-			t.Errorf("megabytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
