@@ -303,6 +303,8 @@ type frame struct {
 	// where the session knows it, else Account.
 	Holder string
 	Brand  Brand
+	// Running warns an account that has few images left, or none.
+	Running *runningOut
 	// SignOut is whether the layout offers to sign out: the dashboard
 	// signs in itself (Config.SignIn).
 	SignOut bool
@@ -315,7 +317,34 @@ func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
 	holder, _ := r.Context().Value(holderKey{}).(string)
 	return frame{Nav: nav, Account: account, Holder: cmp.Or(holder, account), Brand: d.cfg.Brand, Root: cmp.Or(root, "./"),
-		SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil}
+		SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil,
+		Running: d.runningOut(r, account)}
+}
+
+// runningOut is the banner of an account with few images left: at most a
+// fifth of its monthly free images (one, at least), in all its pools.
+type runningOut struct {
+	Left int64
+	// Refill is when the free images refill.
+	Refill time.Time
+}
+
+// runningOut returns account's banner, nil when it has images enough, is
+// unlimited, or its balance cannot be read (the page says so itself).
+func (d *Dashboard) runningOut(r *http.Request, account string) *runningOut {
+	if account == "" {
+		return nil
+	}
+	b, err := d.cfg.Ledger.Balance(r.Context(), account)
+	if err != nil || b.Plan.Unlimited {
+		return nil
+	}
+	left := b.Free + b.ShareBonus + b.Credits
+	if left > max(b.Plan.MonthlyImages/5, 1) {
+		return nil
+	}
+	_, refill := upscale.MonthBounds(d.cfg.Now())
+	return &runningOut{Left: left, Refill: refill}
 }
 
 // holderKey keeps, in a signed-in request's context, the address of who
