@@ -95,6 +95,11 @@ test-deps: deps $(WAIFU2X)/package/license.txt $(AXE)/package/axe.min.js
 		$(SUDO) apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; \
 	fi
+	@if ! command -v curl >/dev/null; then \
+		echo "installing curl (Debian package): the standalone's tests run its banner's commands as printed"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl ca-certificates; \
+	fi
 	@if ! command -v chromium >/dev/null; then \
 		echo "installing chromium (Debian package) for the dashboard's browser tests"; \
 		$(SUDO) apt-get update -qq && \

@@ -30,7 +30,7 @@ type options struct {
 	jobWorkers                                int
 	processID, stripeAPIBase                  string
 	smtpURL, mailFrom, signUps                string
-	signUpsPerDay, mailsPerHour               int
+	signUpsPerDay, mailsPerHour, demoImages   int
 	trustedProxies                            []netip.Prefix
 }
 
@@ -65,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "address of a second listener serving Prometheus metrics at /metrics, such as 127.0.0.1:9090 (default: no metrics)")
 	fs.StringVar(&o.configFile, "config", "", "JSON file of plans, accounts and keys (default: one demo account and key)")
+	fs.IntVar(&o.demoImages, "demo-images", 100, "without -config: the demo account's images a month (its plan \"demo\"), room to try the API and the dashboard; accounts opened by email get the plan \"free\" (10)")
 	fs.StringVar(&o.publicURL, "public-url", "", "base URL under which clients reach this server, for output links (default: http://<addr>)")
 	fs.DurationVar(&o.linkTTL, "link-ttl", time.Hour, "how long output links work")
 	fs.DurationVar(&o.engineTimeout, "engine-timeout", 60*time.Second, "longest the engine may work on one image, queueing included")

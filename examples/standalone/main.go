@@ -319,16 +319,19 @@ func (p *process) printDemo(stdout io.Writer) error {
 	if p.demoKey == "" {
 		return nil
 	}
-	fmt.Fprintf(stdout, "demo account %q on the free plan (%d images a month)\n", "demo", p.cfg.Plans["free"].MonthlyImages)
+	fmt.Fprintf(stdout, "demo account %q on the plan %q (%d images a month)\n", "demo", "demo", p.cfg.Plans["demo"].MonthlyImages)
 	fmt.Fprintf(stdout, "API key: %s\n", p.demoKey)
 	link, err := p.signIn.Link("demo")
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "dashboard (this link signs in once, within 15 minutes; standalone dashboard link makes more): %s\n", link)
-	fmt.Fprintf(stdout, "try (the sample is served by this server, so no internet access is needed):\n  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"imageUrl\": \"%s\", \"scale\": 2}'\n",
-		p.publicURL, p.demoKey, sampleURL(p.publicURL, "photo.png"))
-	fmt.Fprintf(stdout, "or line art: {\"imageUrl\": \"%s\", \"scale\": 4, \"imageType\": \"anime\"}\n", sampleURL(p.publicURL, "lineart.png"))
+	curl := func(body string) string {
+		return fmt.Sprintf("  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '%s'\n", p.publicURL, p.demoKey, body)
+	}
+	fmt.Fprint(stdout, "try (the samples are served by this server, so no internet access is needed):\n",
+		curl(fmt.Sprintf(`{"imageUrl": "%s", "scale": 2}`, sampleURL(p.publicURL, "photo.png"))), "or line art:\n",
+		curl(fmt.Sprintf(`{"imageUrl": "%s", "scale": 4, "imageType": "anime"}`, sampleURL(p.publicURL, "lineart.png"))))
 	return nil
 }
 
@@ -402,15 +405,18 @@ func loadOrCreateDemoKey(path string) (string, error) {
 }
 
 // demoConfig is the configuration used without -config: the plans of the
-// README's example file and one demo account on the free plan.
-func demoConfig(key string) fileConfig {
+// README's example file, and one demo account on a plan as the free one
+// but of images a month, so that the banner's commands go on working
+// while its holder tries the service.
+func demoConfig(key string, images int64) fileConfig {
 	return fileConfig{
 		FreeTierMaxFileBytes: 5 << 20,
 		Plans: map[string]filePlan{
 			"free":      {MonthlyImages: 10, MaxFileBytes: 25 << 20},
+			"demo":      {MonthlyImages: images, MaxFileBytes: 25 << 20},
 			"unlimited": {Paid: true, Unlimited: true, MaxFileBytes: 50 << 20},
 		},
-		Accounts:   []fileAccount{{ID: "demo", Plan: "free"}},
+		Accounts:   []fileAccount{{ID: "demo", Plan: "demo"}},
 		Keys:       []fileKey{{Key: key, Account: "demo"}},
 		ShareBonus: &fileShareBonus{PerSignup: 5, MonthlyCap: 50},
 	}

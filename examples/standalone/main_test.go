@@ -189,9 +189,9 @@ func buildStandalone(t *testing.T) string {
 // standalone is a running server process.
 type standalone struct {
 	base, key string
-	try       string // the banner's curl command
-	metrics   string // the -metrics-addr URL, when given
-	dashboard string // the banner's sign-in link
+	tries     []string // the banner's curl commands, without "curl "
+	metrics   string   // the -metrics-addr URL, when given
+	dashboard string   // the banner's sign-in link
 	banner    []string
 	cmd       *exec.Cmd
 	exited    chan error
@@ -204,7 +204,8 @@ type standalone struct {
 func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 	t.Helper()
 	s := &standalone{exited: make(chan error, 1)}
-	s.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-allow-private-sources", "-drain-delay", "0"}, args...)...)
+	// The tests count on the demo's images running out at 10.
+	s.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-allow-private-sources", "-drain-delay", "0", "-demo-images", "10"}, args...)...)
 	stdout, _ := s.cmd.StdoutPipe()
 	s.cmd.Stderr = &s.stderr
 	if err := s.cmd.Start(); err != nil {
@@ -262,11 +263,11 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo, metrics bool) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
-	for (demo && s.try == "" || !demo && s.base == "" || metrics && s.metrics == "") && lines.Scan() {
+	for (demo && len(s.tries) < 2 || !demo && s.base == "" || metrics && s.metrics == "") && lines.Scan() {
 		line := lines.Text()
 		s.banner = append(s.banner, line)
 		if v, ok := strings.CutPrefix(line, "  curl "); ok {
-			s.try = v
+			s.tries = append(s.tries, v)
 		}
 		if v, ok := strings.CutPrefix(line, "upscale standalone listening on "); ok {
 			s.base, _, _ = strings.Cut(v, " ")
@@ -287,32 +288,29 @@ func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo, metrics bo
 	go io.Copy(io.Discard, stdout)
 }
 
-// TestDemoCommandWorksOffline runs the banner's request, on a server whose
-// sources may not be on private addresses (the default): the sample it
-// names is served by the server itself, with no download, so the command
-// works without internet access. The link serves the sample enlarged.
+// TestDemoCommandWorksOffline runs the banner's commands as printed,
+// through sh and curl, on a server whose sources may not be on private
+// addresses (the default): the samples they name are served by the server
+// itself, with no download, so the commands work without internet access.
+// Each link serves its sample enlarged.
 func TestDemoCommandWorksOffline(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl to run the banner's commands with")
+	}
 	bin := buildStandalone(t)
 	s := startStandalone(t, bin, "-data", t.TempDir(), "-allow-private-sources=false")
-	command := regexp.MustCompile(`^-sS -X POST (\S+) -H 'Authorization: Bearer (\S+)' -H 'Content-Type: application/json' -d '(.+)'$`).FindStringSubmatch(s.try)
-	if command == nil {
-		t.Fatalf("the banner's command %q has an unexpected shape", s.try)
+	if !slices.Contains(s.banner, `demo account "demo" on the plan "demo" (10 images a month)`) {
+		t.Errorf("the banner does not say the demo's plan:\n%s", strings.Join(s.banner, "\n"))
 	}
-	req, _ := http.NewRequest(http.MethodPost, command[1], strings.NewReader(command[3]))
-	req.Header.Set("Authorization", "Bearer "+command[2])
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var answer struct{ URL string }
-	json.NewDecoder(resp.Body).Decode(&answer)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("the banner's command: %s; stderr:\n%s", resp.Status, s.stderr.String())
-	}
-	if size := upscaletest.ResultPNG(t, answer.URL).Bounds().Size(); size != image.Pt(512, 512) {
-		t.Fatalf("the result is %v; want the 256×256 sample at 512×512", size)
+	for i, want := range []image.Point{image.Pt(512, 512), image.Pt(1000, 1444)} {
+		out, err := exec.Command("sh", "-c", "curl "+s.tries[i]).Output()
+		var answer struct{ URL string }
+		if err != nil || json.Unmarshal(out, &answer) != nil || answer.URL == "" {
+			t.Fatalf("the banner's command %d: %v\n%s\nstderr:\n%s", i+1, err, out, s.stderr.String())
+		}
+		if size := upscaletest.ResultPNG(t, answer.URL).Bounds().Size(); size != want {
+			t.Errorf("the banner's command %d made %v; want %v", i+1, size, want)
+		}
 	}
 	contract, err := http.Get(s.base + "/openapi.yaml")
 	if err != nil {
@@ -821,4 +819,16 @@ func missingMetrics(t *testing.T, url string, want []string) []string {
 	exposition, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(string(exposition), w) })
+}
+
+// TestDemoImagesFlag: without -demo-images, the demo account has 100
+// images a month, room to try the service.
+func TestDemoImagesFlag(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || o.demoImages != 100 {
+		t.Errorf("parseFlags() = %d demo images, %v; want 100", o.demoImages, err)
+	}
+	if cfg := demoConfig("upk_demo_x", int64(o.demoImages)); cfg.Accounts[0].Plan != "demo" || cfg.Plans["demo"].MonthlyImages != 100 || cfg.Plans["free"].MonthlyImages != 10 {
+		t.Errorf("the demo config: %+v", cfg)
+	}
 }

@@ -125,7 +125,7 @@ func (p *process) openStores(ctx context.Context) error {
 		if p.demoKey, err = loadOrCreateDemoKey(filepath.Join(p.o.dataDir, "demo-key")); err != nil {
 			return err
 		}
-		p.cfg = demoConfig(p.demoKey)
+		p.cfg = demoConfig(p.demoKey, int64(p.o.demoImages))
 	}
 	if err := p.cfg.seed(ctx, store); err != nil {
 		return err
