@@ -400,6 +400,35 @@ func TestReference(t *testing.T) {
 	if strings.Contains(page, "`") {
 		t.Error("the reference shows a backtick: a code span was not rendered")
 	}
+	for _, want := range []string{
+		`<h2 id="authentication">Authentication</h2>`, "<code>Authorization: Bearer &lt;key&gt;</code>",
+		`yours look like <code>upk_…</code>`,
+		`<code id="quickstart-curl">curl -sS -X POST https://api.test/api/v1/upscale -H &#34;Authorization: Bearer $UPSCALE_KEY&#34;`,
+		`&#34;imageUrl&#34;:&#34;` + s.origin + `/square.png&#34;`,
+		`&#34;via&#34;: &#34;free_pool&#34;`, // the 200 answer's example
+		`<td><code>RateLimit-Policy</code></td>`, `<td><code>resizedTo</code> <span class="required">required</span></td>`,
+		`One of: <code>2, 4, 8, 16, null</code>`,
+		"is answered 405 <code>method_not_allowed</code>",
+		`<tr><td><code>429</code></td><td><code>quota_exhausted</code> <code>rate_limited</code> </td>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the reference lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "nil") || strings.Contains(page, `id="get-api-v1-upscale"`) || strings.Contains(page, `id="put-api-v1-upscale-jobs-id"`) {
+		t.Error("the reference shows <nil>, or a section for a method that is only refused")
+	}
+	errors := page[strings.Index(page, `<h2 id="errors">`):]
+	for _, code := range upscale.ProblemCodes() {
+		if !strings.Contains(errors, "<code>"+code+"</code> ") {
+			t.Errorf("the error table lacks %s", code)
+		}
+	}
+	_, made, _ := s.do("POST", "/keys", "acme", url.Values{"name": {"for the reference"}})
+	key := regexp.MustCompile(`<code id="new-key">(upk_[a-z0-9]+)</code>`).FindStringSubmatch(made)[1]
+	if _, page, _ := s.do("GET", "/reference", "acme", nil); !strings.Contains(page, "yours look like <code>"+upscale.KeyHint(key)+"</code>") {
+		t.Errorf("signed in, the quickstart does not show the account's key's hint %s", upscale.KeyHint(key))
+	}
 	status, yaml, header := s.do("GET", "/reference/openapi.yaml", "", nil)
 	if status != http.StatusOK || !strings.HasPrefix(yaml, "openapi: 3.1.0") || header.Get("Content-Type") != "application/yaml" {
 		t.Errorf("the document: %d %q", status, header.Get("Content-Type"))

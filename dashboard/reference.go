@@ -3,6 +3,7 @@ package dashboard
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"maps"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/api"
 )
 
@@ -24,9 +26,21 @@ import (
 type reference struct {
 	Title, Summary string
 	Intro          []template.HTML
-	Operations     []operation
+	// Auth says how a request authenticates: the security schemes'
+	// descriptions.
+	Auth []template.HTML
+	// Example is the first request body example, which the quickstart
+	// sends, and Answer the 200 answer's example.
+	Example map[string]any
+	Answer  string
+	// Operations are the paths' operations, but those that only refuse
+	// a method (405), which Refused names instead.
+	Operations []operation
+	Refused    []string
 	// Callbacks are the webhooks the API sends.
 	Callbacks []operation
+	// Errors are the problem codes by the status they are answered with.
+	Errors []errorRow
 }
 
 // operation is one operation of a path or a webhook.
@@ -34,24 +48,43 @@ type operation struct {
 	Anchor, Method, Path, Summary string
 	Description                   []template.HTML
 	Parameters, Body              []field
-	Responses                     []response
+	// Examples are the request body's examples, as JSON.
+	Examples  []example
+	Responses []response
 }
 
-// field is a parameter, or a property of a request or webhook body.
+// field is a parameter, a header, or a property of a body.
 type field struct {
 	Name, In, Type, Values, Default string
 	Required                        bool
 	Description                     []template.HTML
 }
 
+type example struct{ Name, JSON string }
+
 type response struct {
 	Status      string
+	Description []template.HTML
+	// Headers are the answer's headers; Fields its JSON body's
+	// properties, and Example the body's example as JSON.
+	Headers, Fields []field
+	Example         string
+}
+
+// errorRow is the problem codes answered with one status, and what that
+// answer means.
+type errorRow struct {
+	Status      string
+	Codes       []string
 	Description []template.HTML
 }
 
 type referencePage struct {
 	frame
 	reference
+	// Curl is the quickstart's request; KeyHint what the account's keys
+	// look like, for the line that sets UPSCALE_KEY.
+	Curl, KeyHint string
 }
 
 // loadReference renders the API's OpenAPI document.
@@ -61,14 +94,96 @@ func loadReference() (reference, error) {
 		return reference{}, fmt.Errorf("dashboard: the API's OpenAPI document: %w", err)
 	}
 	ref := reference{Title: doc.Info.Title, Summary: doc.Info.Summary, Intro: prose(doc.Info.Description)}
+	for _, name := range slices.Sorted(maps.Keys(doc.Components.SecuritySchemes)) {
+		if scheme := doc.Components.SecuritySchemes[name].Value; scheme != nil && scheme.Scheme == "bearer" {
+			ref.Auth = append(ref.Auth, template.HTML("Send your API key in every request's <code>Authorization</code> header: <code>Authorization: Bearer &lt;key&gt;</code>. A missing, unknown or revoked key is answered 401 <code>unauthorized</code>."))
+			ref.Auth = append(ref.Auth, prose(scheme.Description)...)
+		}
+	}
 	paths := doc.Paths.Map()
 	for _, path := range slices.Sorted(maps.Keys(paths)) {
-		ref.Operations = append(ref.Operations, operations(path, paths[path])...)
+		for _, o := range operations(path, paths[path]) {
+			if len(o.Responses) == 1 && o.Responses[0].Status == "405" {
+				ref.Refused = append(ref.Refused, path)
+				continue
+			}
+			ref.Operations = append(ref.Operations, o)
+		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(doc.Webhooks)) {
 		ref.Callbacks = append(ref.Callbacks, operations(name, doc.Webhooks[name])...)
 	}
+	if first := doc.Paths.Value("/api/v1/upscale"); first != nil && first.Post != nil {
+		ref.Example, ref.Answer = quickstart(first.Post)
+	}
+	ref.Errors = errorRows(doc, paths)
 	return ref, nil
+}
+
+// quickstart returns op's first request example and its 200 answer's.
+func quickstart(op *openapi3.Operation) (map[string]any, string) {
+	var body map[string]any
+	if op.RequestBody != nil && op.RequestBody.Value != nil {
+		if media := op.RequestBody.Value.Content.Get("application/json"); media != nil && len(media.Examples) > 0 {
+			first := media.Examples[slices.Sorted(maps.Keys(media.Examples))[0]]
+			if first.Value != nil {
+				body, _ = first.Value.Value.(map[string]any)
+			}
+		}
+	}
+	answer := ""
+	if ok := op.Responses.Value("200"); ok != nil && ok.Value != nil {
+		if media := ok.Value.Content.Get("application/json"); media != nil {
+			answer = indentedJSON(media.Example)
+		}
+	}
+	return body, answer
+}
+
+// errorRows lists the problem codes (the Problem schema's code enum) by
+// the statuses whose descriptions name them, in the order of the
+// statuses, each with the first such description.
+func errorRows(doc *openapi3.T, paths map[string]*openapi3.PathItem) []errorRow {
+	var codes []string
+	if problem := doc.Components.Schemas["Problem"]; problem != nil && problem.Value != nil {
+		if code := problem.Value.Properties["code"]; code != nil && code.Value != nil {
+			for _, c := range code.Value.Enum {
+				codes = append(codes, fmt.Sprint(c))
+			}
+		}
+	}
+	byStatus := map[string]*errorRow{}
+	for _, path := range slices.Sorted(maps.Keys(paths)) {
+		for _, method := range methodOrder {
+			op := paths[path].GetOperation(method)
+			if op == nil || op.Responses == nil {
+				continue
+			}
+			for status, r := range op.Responses.Map() {
+				if r.Value == nil || r.Value.Description == nil {
+					continue
+				}
+				row := byStatus[status]
+				for _, c := range codes {
+					if !regexp.MustCompile(`\b` + c + `\b`).MatchString(*r.Value.Description) {
+						continue
+					}
+					if row == nil {
+						row = &errorRow{Status: status, Description: prose(*r.Value.Description)}
+						byStatus[status] = row
+					}
+					if !slices.Contains(row.Codes, c) {
+						row.Codes = append(row.Codes, c)
+					}
+				}
+			}
+		}
+	}
+	var rows []errorRow
+	for _, status := range slices.Sorted(maps.Keys(byStatus)) {
+		rows = append(rows, *byStatus[status])
+	}
+	return rows
 }
 
 // methodOrder lists the methods in the order a reader meets them.
@@ -97,19 +212,54 @@ func operations(path string, item *openapi3.PathItem) []operation {
 		if op.RequestBody != nil && op.RequestBody.Value != nil {
 			if media := op.RequestBody.Value.Content.Get("application/json"); media != nil {
 				o.Body = properties(media.Schema)
+				for _, name := range slices.Sorted(maps.Keys(media.Examples)) {
+					if e := media.Examples[name].Value; e != nil {
+						o.Examples = append(o.Examples, example{Name: name, JSON: indentedJSON(e.Value)})
+					}
+				}
 			}
 		}
 		if op.Responses != nil {
 			responses := op.Responses.Map()
 			for _, status := range slices.Sorted(maps.Keys(responses)) {
 				if r := responses[status].Value; r != nil && r.Description != nil {
-					o.Responses = append(o.Responses, response{Status: status, Description: prose(*r.Description)})
+					o.Responses = append(o.Responses, responseOf(status, r))
 				}
 			}
 		}
 		ops = append(ops, o)
 	}
 	return ops
+}
+
+// responseOf renders the answer r with status: its headers, and its JSON
+// body's fields and example (a problem's fields are the error table's).
+func responseOf(status string, r *openapi3.Response) response {
+	out := response{Status: status, Description: prose(*r.Description)}
+	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
+		if h := r.Headers[name].Value; h != nil {
+			out.Headers = append(out.Headers, schemaField(name, h.Schema, false, h.Description))
+		}
+	}
+	if media := r.Content.Get("application/json"); media != nil {
+		out.Fields = properties(media.Schema)
+		out.Example = indentedJSON(media.Example)
+	} else if media := r.Content.Get("application/problem+json"); media != nil {
+		out.Example = indentedJSON(media.Example)
+	}
+	return out
+}
+
+// indentedJSON is v as indented JSON, "" for none.
+func indentedJSON(v any) string {
+	if v == nil {
+		return ""
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // properties lists the properties of an object schema, the required ones
@@ -143,6 +293,9 @@ func schemaField(name string, s *openapi3.SchemaRef, required bool, description 
 	if s != nil && s.Value != nil {
 		var values []string
 		for _, v := range s.Value.Enum {
+			if v == nil {
+				v = "null"
+			}
 			values = append(values, fmt.Sprint(v))
 		}
 		f.Values = strings.Join(values, ", ")
@@ -200,5 +353,19 @@ func (d *Dashboard) referencePage(w http.ResponseWriter, r *http.Request) {
 	// none.
 	account, holder, _ := d.account(w, r)
 	r = r.WithContext(context.WithValue(r.Context(), holderKey{}, holder))
-	d.render(w, r, http.StatusOK, "reference", referencePage{frame: d.frame(r, account, "reference"), reference: d.reference})
+	page := referencePage{frame: d.frame(r, account, "reference"), reference: d.reference, KeyHint: d.cfg.KeyPrefix + "…"}
+	if account != "" {
+		if keys, err := d.cfg.Keys.ListKeys(r.Context(), account); err == nil {
+			if i := slices.IndexFunc(keys, func(k upscale.KeyInfo) bool { return k.Revoked.IsZero() && k.Hint != "" }); i >= 0 {
+				page.KeyHint = keys[i].Hint
+			}
+		}
+	}
+	body := maps.Clone(d.reference.Example)
+	if len(d.cfg.Samples) > 0 && body != nil {
+		body["imageUrl"] = d.cfg.Samples[0].URL // one this server serves: the command works as it is
+	}
+	raw, _ := json.Marshal(body)
+	page.Curl = curlCommand(d.cfg.APIURL, raw)
+	d.render(w, r, http.StatusOK, "reference", page)
 }
