@@ -12,7 +12,9 @@ import (
 // account's share of the places have been checked.
 type caller struct {
 	accountID string
+	keyID     string        // KeyID of its key; "" for a signed-in account (ForAccount)
 	burst     *RateDecision // the key's RateLimiter decision, if there is a RateLimiter
+	params    Params        // what it asked for, once its body was read whole
 }
 
 // admitRequest takes a POST through admission, authentication and
@@ -75,7 +77,11 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	}
 	leaving = append(leaving, leaveShare)
 	who.accountID = accountID
+	if invalid == nil {
+		who.params = req.Params
+	}
 	if !signedIn {
+		who.keyID = KeyID(key)
 		if who.burst, err = h.allowRate(ctx, digest); err != nil {
 			return request{}, leave, err
 		}

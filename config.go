@@ -64,6 +64,11 @@ type Config struct {
 	// an account's first webhookUrl makes its first one. Nil means a
 	// MemoryWebhookSecrets, for one process.
 	WebhookSecrets WebhookSecrets
+	// History, when set, keeps each account's calls, requests and jobs,
+	// for its own pages (the dashboard's History). MemoryCallHistory keeps
+	// them in one process; sqlstore.Store in its database. Nil means none
+	// is kept.
+	History CallHistory
 	// RateLimiter limits how often each API key may call, on top of its
 	// account's quota; refusals are 429 rate_limited with a Retry-After.
 	// MemoryRateLimiter limits within one process. Nil means no limit.

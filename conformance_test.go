@@ -95,3 +95,9 @@ func TestMemoryIdempotencyStore(t *testing.T) {
 		return upscale.NewMemoryIdempotencyStore(upscale.MemoryIdempotencyStoreOptions{Now: clock.Now})
 	})
 }
+
+func TestMemoryCallHistory(t *testing.T) {
+	upscaletest.TestCallHistory(t, func(t *testing.T, clock *upscaletest.Clock, retention time.Duration) upscale.CallHistory {
+		return upscale.NewMemoryCallHistory(upscale.MemoryCallHistoryOptions{Retention: retention, Now: clock.Now})
+	})
+}

@@ -215,6 +215,9 @@ type Response struct {
 
 	linkExpires time.Time // kept with an Idempotency-Key's answer
 	engine      string    // the Upscale-Engine header (Image.Engine)
+	// sourceBytes and resultBytes are the source's and the result's
+	// sizes, for the account's history (Call).
+	sourceBytes, resultBytes int64
 }
 
 // CloseIdleConnections closes the idle connections to sources kept for
@@ -284,12 +287,16 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) (code string
 	if prefer := preferences(r.Header); prefer.async && h.jobs != nil {
 		return h.serveSubmit(w, r, prefer)
 	}
+	start := time.Now()
 	var caller caller
 	resp, replay, err := h.upscale(w, r, &caller)
 	if caller.accountID != "" {
 		// After upscale has given its admission place back: the balance
 		// is read on nobody's place.
 		h.setQuotaHeaders(r.Context(), w.Header(), caller, err)
+	}
+	if replay == nil {
+		h.recordRequest(r, caller, false, start, resp, err)
 	}
 	switch {
 	case err != nil:

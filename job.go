@@ -33,7 +33,10 @@ const JobPriorities = 4
 type Job struct {
 	ID        string `json:"id"`
 	AccountID string `json:"-"`
-	Params    Params `json:"-"`
+	// KeyID is the key that submitted it (KeyID), "" when a signed-in
+	// account did (ForAccount): the account's history shows it.
+	KeyID  string `json:"-"`
+	Params Params `json:"-"`
 	// Source is the key under which the source's bytes wait in the
 	// BlobStore (a BlobReader) until Expires; SourcePixels is its size in
 	// pixels, 0 when the Upscaler could not say (a SizeReader).

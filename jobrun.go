@@ -215,6 +215,7 @@ func (h *Handler) settleEnd(ctx context.Context, ended Job) error {
 			waited, ran = ended.Started.Sub(ended.Created), ended.Finished.Sub(ended.Started)
 		}
 		h.cfg.Metrics.JobDone(ended.Status, waited, ran)
+		h.recordCall(ctx, jobCall(ended))
 	}
 	return nil
 }
@@ -255,6 +256,7 @@ func (h *Handler) workJob(ctx context.Context, job Job) (Response, error) {
 		return Response{}, err
 	}
 	resp, err := h.storeResult(ctx, prepared.Key, img, prepared.LinkExpires, job.Pool)
+	resp.sourceBytes = int64(len(src))
 	if err == nil {
 		prepared.Result, prepared.Engine = &resp, img.Engine
 		err = h.prepareJob(ctx, job, prepared)

@@ -17,12 +17,15 @@ import (
 // what the request would have answered. An accepted job is not a charge:
 // only the pool of an answer that delivers a result is counted as paid.
 func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer preference) (code string, pool Pool) {
+	start := time.Now()
 	var who caller
 	job, replay, err := h.submit(w, r, &who)
 	if who.accountID != "" {
 		h.setQuotaHeaders(r.Context(), w.Header(), who, err)
 	}
 	if err != nil {
+		// A job queued is recorded when it ends; one refused, now.
+		h.recordRequest(r, who, true, start, Response{}, err)
 		return h.fail(w, r, err), ""
 	}
 	hdr := w.Header()
@@ -99,10 +102,10 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, who *caller) (J
 	case err != nil:
 		return Job{}, nil, err
 	case !sent:
-		job, err := h.submitJob(ctx, who.accountID, req, "")
+		job, err := h.submitJob(ctx, *who, req, "")
 		return job, nil, err
 	}
-	return h.submitOnce(ctx, who.accountID, onceKey, req)
+	return h.submitOnce(ctx, *who, onceKey, req)
 }
 
 // submitOnce submits req under the caller's Idempotency-Key: the first
@@ -111,17 +114,17 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, who *caller) (J
 // queue keeps one job per key (Job.Submission), so a retry after a crash
 // between the job's Submit and the answer's Keep finds the job queued
 // then, and gives back the unit and source it took itself.
-func (h *Handler) submitOnce(ctx context.Context, accountID, key string, req request) (Job, *IdempotentAnswer, error) {
-	claim, kept, err := h.claimKey(ctx, accountID, key, req.fingerprint(true))
+func (h *Handler) submitOnce(ctx context.Context, who caller, key string, req request) (Job, *IdempotentAnswer, error) {
+	claim, kept, err := h.claimKey(ctx, who.accountID, key, req.fingerprint(true))
 	switch {
 	case err != nil:
 		return Job{}, nil, err
 	case kept != nil && kept.Status == http.StatusAccepted:
-		return h.replayJob(ctx, accountID, *kept)
+		return h.replayJob(ctx, who.accountID, *kept)
 	case kept != nil:
 		return Job{}, kept, nil
 	}
-	job, err := h.submitJob(ctx, accountID, req, fmt.Sprintf("%x %s", claim.Fingerprint, key))
+	job, err := h.submitJob(ctx, who, req, fmt.Sprintf("%x %s", claim.Fingerprint, key))
 	h.finishClaim(ctx, claim, IdempotentAnswer{Status: http.StatusAccepted, Body: jsonBody(job)}, err)
 	return job, nil, err
 }
@@ -149,7 +152,8 @@ func (h *Handler) replayJob(ctx context.Context, accountID string, kept Idempote
 // held or stored. When the queue keeps a job of submission already
 // (Job.Submission), that job is returned, and the unit and source taken
 // here are given back.
-func (h *Handler) submitJob(ctx context.Context, accountID string, req request, submission string) (Job, error) {
+func (h *Handler) submitJob(ctx context.Context, who caller, req request, submission string) (Job, error) {
+	accountID := who.accountID
 	webhook, err := h.checkWebhook(ctx, accountID, req.webhook)
 	if err != nil {
 		return Job{}, err
@@ -169,7 +173,7 @@ func (h *Handler) submitJob(ctx context.Context, accountID string, req request, 
 	}
 	now := h.cfg.Now()
 	job := Job{
-		AccountID: accountID, Params: req.Params, Reservation: f.hold.ID, Pool: f.hold.Pool, Submission: submission, Webhook: webhook,
+		AccountID: accountID, KeyID: who.keyID, Params: req.Params, Reservation: f.hold.ID, Pool: f.hold.Pool, Submission: submission, Webhook: webhook,
 		Priority: priority, Created: now, Expires: now.Add(h.cfg.JobTTL), Source: newBlobKey(".source"), SourcePixels: pixels,
 	}
 	source := job.Source

@@ -34,6 +34,7 @@ func (h *Handler) run(ctx context.Context, accountID string, req request, prepar
 	if err != nil {
 		return Response{}, err
 	}
+	resp.sourceBytes = int64(len(f.src))
 	expires := resp.linkExpires
 	if prepare != nil {
 		if err := prepare(ctx, resp, f.hold); err != nil {
@@ -95,7 +96,7 @@ func (h *Handler) storeResult(ctx context.Context, blobKey string, img Image, ex
 	if err != nil {
 		return Response{}, fmt.Errorf("store result: %w", err)
 	}
-	resp := Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine}
+	resp := Response{URL: link, Via: via, linkExpires: expires, engine: img.Engine, resultBytes: int64(len(img.Data))}
 	if img.Fitted {
 		resp.ResizedTo = &Size{Width: img.Width, Height: img.Height}
 	}

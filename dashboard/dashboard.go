@@ -58,6 +58,9 @@ type Config struct {
 	// Ledger gives the account's balances; when it is an UsageReporter,
 	// the overview also charts what the account used.
 	Ledger upscale.QuotaLedger
+	// History, when set, gives the account a page of its latest calls,
+	// requests and jobs: the Handler's Config.History.
+	History upscale.CallHistory
 	// WebhookSecrets, when set, gives the account a page to make or
 	// rotate the secret that signs its webhooks, shown once.
 	WebhookSecrets upscale.WebhookSecrets
@@ -116,13 +119,14 @@ var templateFuncs = template.FuncMap{
 		}
 		return t.UTC().Format("2 Jan 2006, 15:04 UTC")
 	},
-	"day":   func(t time.Time) string { return t.UTC().Format("2 January 2006") },
-	"mod":   func(a, b int) int { return a % b },
-	"add":   func(a, b int64) int64 { return a + b },
-	"count": count,
-	"price": Price,
-	"each":  priceEach,
-	"mb":    upscale.Megabytes,
+	"day":     func(t time.Time) string { return t.UTC().Format("2 January 2006") },
+	"mod":     func(a, b int) int { return a % b },
+	"add":     func(a, b int64) int64 { return a + b },
+	"count":   count,
+	"price":   Price,
+	"each":    priceEach,
+	"mb":      upscale.Megabytes,
+	"seconds": seconds,
 }
 
 // count writes n with its thousands grouped, as a buyer reads an amount:
@@ -184,7 +188,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if d.reference, err = loadReference(); err != nil {
 		return nil, err
 	}
-	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference", "try", "billing", "storefront"} {
+	for _, page := range []string{"overview", "keys", "revoke", "signin", "notfound", "webhooks", "reference", "try", "billing", "storefront", "history"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
@@ -210,6 +214,9 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.API != nil {
 		mux.HandleFunc("GET /try", d.signedIn(d.tryPage))
 		mux.HandleFunc("POST /try", d.signedIn(d.try))
+	}
+	if cfg.History != nil {
+		mux.HandleFunc("GET /history", d.signedIn(d.history))
 	}
 	if cfg.WebhookSecrets != nil {
 		mux.HandleFunc("GET /webhooks", d.signedIn(d.webhooks))
@@ -308,16 +315,16 @@ type frame struct {
 	// SignOut is whether the layout offers to sign out: the dashboard
 	// signs in itself (Config.SignIn).
 	SignOut bool
-	// Webhooks, Try and Billing are whether the dashboard has those
-	// pages.
-	Webhooks, Try, Billing bool
+	// Webhooks, Try, Billing and History are whether the dashboard has
+	// those pages.
+	Webhooks, Try, Billing, History bool
 }
 
 func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
 	holder, _ := r.Context().Value(holderKey{}).(string)
 	return frame{Nav: nav, Account: account, Holder: cmp.Or(holder, account), Brand: d.cfg.Brand, Root: cmp.Or(root, "./"),
-		SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil,
+		SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil, History: d.cfg.History != nil,
 		Running: d.runningOut(r, account)}
 }
 

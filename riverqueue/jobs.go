@@ -22,6 +22,7 @@ import (
 type jobArgs struct {
 	Tag          string         `json:"tag"` // the random part of the job's ID
 	AccountID    string         `json:"accountId" river:"unique"`
+	KeyID        string         `json:"keyId,omitempty"`
 	Submission   string         `json:"submission,omitempty" river:"unique"`
 	Params       upscale.Params `json:"params"`
 	Source       string         `json:"source"`
@@ -58,7 +59,7 @@ type prepared struct {
 // Submit implements upscale.JobQueue.
 func (q *Queue[TTx]) Submit(ctx context.Context, job upscale.Job) (upscale.Job, error) {
 	args := jobArgs{
-		Tag: strings.ToLower(rand.Text()), AccountID: job.AccountID, Submission: job.Submission, Params: job.Params,
+		Tag: strings.ToLower(rand.Text()), AccountID: job.AccountID, KeyID: job.KeyID, Submission: job.Submission, Params: job.Params,
 		Source: job.Source, SourcePixels: job.SourcePixels, Reservation: job.Reservation, Pool: job.Pool, Webhook: job.Webhook,
 		Created: job.Created, Expires: job.Expires,
 	}
@@ -237,7 +238,7 @@ func (q *Queue[TTx]) job(row *rivertype.JobRow) (upscale.Job, error) {
 		return upscale.Job{}, fmt.Errorf("riverqueue: job %d's arguments: %w", row.ID, err)
 	}
 	job := upscale.Job{
-		ID: jobID(row.ID, args.Tag), AccountID: args.AccountID, Params: args.Params, Source: args.Source, SourcePixels: args.SourcePixels,
+		ID: jobID(row.ID, args.Tag), AccountID: args.AccountID, KeyID: args.KeyID, Params: args.Params, Source: args.Source, SourcePixels: args.SourcePixels,
 		Reservation: args.Reservation, Pool: args.Pool, Priority: row.Priority, Webhook: args.Webhook, Created: args.Created, Expires: args.Expires,
 		Status: upscale.JobQueued,
 	}

@@ -54,6 +54,9 @@ type Options struct {
 	// cores (on 2 cores, 64 busy goroutines charged 5× faster through 8
 	// connections than through 64). SQLite always uses one.
 	MaxOpenConns int
+	// CallRetention is how long the history keeps a call
+	// (upscale.CallHistory). Zero means upscale.DefaultCallRetention.
+	CallRetention time.Duration
 }
 
 // Store is a KeyStore and QuotaLedger on SQLite or PostgreSQL. It is safe
@@ -64,6 +67,8 @@ type Store struct {
 	opts   upscale.LedgerOptions
 
 	idempotencySwept atomic.Int64 // Unix nanoseconds of the last sweep of expired Idempotency-Keys
+	callRetention    time.Duration
+	callsSwept       atomic.Int64 // Unix nanoseconds of the last sweep of the calls past callRetention
 }
 
 // Every interface a Store implements.
@@ -74,6 +79,7 @@ var (
 	_ upscale.ReservationHolder  = (*Store)(nil)
 	_ upscale.ReservationExpirer = (*Store)(nil)
 	_ upscale.UsageReporter      = (*Store)(nil)
+	_ upscale.CallHistory        = (*Store)(nil)
 	_ upscale.BillingLedger      = (*Store)(nil)
 	_ upscale.CheckoutStore      = (*Store)(nil)
 	_ upscale.IdempotencyStore   = (*Store)(nil)
@@ -90,7 +96,7 @@ var (
 // connection URL; anything else is the path of a SQLite database file,
 // created if missing.
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
-	s := &Store{opts: opts.Ledger.WithDefaults()}
+	s := &Store{opts: opts.Ledger.WithDefaults(), callRetention: cmp.Or(opts.CallRetention, upscale.DefaultCallRetention)}
 	var err error
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		s.db, err = sql.Open("pgx", dsn)

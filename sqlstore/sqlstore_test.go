@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/accounts"
@@ -93,6 +94,13 @@ func TestConformance(t *testing.T) {
 			t.Run("SessionStore", func(t *testing.T) {
 				accountstest.TestSessionStore(t, func(t *testing.T) accounts.SessionStore {
 					return open(t, newDB(t), upscale.LedgerOptions{})
+				})
+			})
+			t.Run("CallHistory", func(t *testing.T) {
+				upscaletest.TestCallHistory(t, func(t *testing.T, clock *upscaletest.Clock, retention time.Duration) upscale.CallHistory {
+					s, err := sqlstore.Open(context.Background(), newDB(t), sqlstore.Options{Ledger: upscale.LedgerOptions{Now: clock.Now}, CallRetention: retention})
+					upscaletest.Opened(t, s, err)
+					return s
 				})
 			})
 			t.Run("UsageReporter", func(t *testing.T) {

@@ -33,7 +33,7 @@ type jobQueueSuite struct {
 // knows it, since the queue gives it its ID.
 func (s jobQueueSuite) job(name, account string) upscale.Job {
 	return upscale.Job{
-		AccountID: account, Params: upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow},
+		AccountID: account, KeyID: "key-" + account, Params: upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow},
 		Source: name, Reservation: "reservation-" + name, Pool: upscale.PoolCredit, Webhook: "https://hooks.example/" + name,
 		Created: s.start, Expires: s.start.Add(time.Hour),
 	}

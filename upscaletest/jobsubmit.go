@@ -24,7 +24,7 @@ func testJobQueueSubmit(t *testing.T, s jobQueueSuite) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.ID != id || got.AccountID != want.AccountID || got.Params != want.Params || got.Source != want.Source ||
+		if got.ID != id || got.AccountID != want.AccountID || got.KeyID != want.KeyID || got.Params != want.Params || got.Source != want.Source ||
 			got.Reservation != want.Reservation || got.Pool != want.Pool || got.Webhook != want.Webhook || !got.Created.Equal(want.Created) ||
 			!got.Expires.Equal(want.Expires) || got.Status != upscale.JobQueued || !got.Started.IsZero() {
 			t.Errorf("Get = %+v, want %+v, queued", got, want)

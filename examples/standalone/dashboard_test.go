@@ -128,8 +128,12 @@ func TestSignUpByEmail(t *testing.T) {
 		t.Fatalf("make a key: %d\n%s", status, page)
 	}
 	api := &client.Client{BaseURL: srv.base, Key: key[1], MaxAttempts: 1}
-	if resp, err := api.Upscale(context.Background(), client.Request{ImageURL: origin + "/a.png", Scale: 2}); err != nil || resp.Via != string(upscale.PoolFree) {
-		t.Errorf("the new account's key: %+v, %v; want a result paid by free_pool", resp, err)
+	resp, err := api.Upscale(context.Background(), client.Request{ImageURL: origin + "/a.png", Scale: 2})
+	if err != nil || resp.Via != string(upscale.PoolFree) {
+		t.Fatalf("the new account's key: %+v, %v; want a result paid by free_pool", resp, err)
+	}
+	if _, page := b.send("GET", srv.base+"/dashboard/history", nil); !strings.Contains(page, "<td>first</td>") || !strings.Contains(page, `<a href="`+strings.ReplaceAll(resp.URL, "&", "&amp;")+`">open</a>`) {
+		t.Errorf("the history does not show the key's request with its result:\n%s", page)
 	}
 	other := newBrowser(t, srv.base)
 	other.send("POST", srv.base+"/dashboard/signin/email", url.Values{"email": {strings.ToUpper(address)}})

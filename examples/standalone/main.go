@@ -177,6 +177,7 @@ func (p *process) buildHandler(ctx context.Context) error {
 		Upscaler:             engine,
 		Blobs:                p.blobs,
 		Jobs:                 p.jobs,
+		History:              p.store,
 		JobWorkers:           p.o.jobWorkers,
 		Webhooks:             p.jobs,
 		WebhookSecrets:       p.store,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -23,11 +24,13 @@ import (
 // admin subcommand take the same two flags.
 type storage struct {
 	dataDir, databaseURL string
+	historyDays          int
 }
 
 func (st *storage) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&st.dataDir, "data", "./data", "directory for the SQLite database and the results")
 	fs.StringVar(&st.databaseURL, "database-url", "", "postgres:// URL of a PostgreSQL database shared by replicas (default: SQLite in -data)")
+	fs.IntVar(&st.historyDays, "history-days", 30, "days each account's calls are kept for its dashboard's History page, then swept")
 }
 
 // queues are the queues of jobs, of their webhooks and of the
@@ -79,7 +82,10 @@ func (st storage) open(ctx context.Context) (*sqlstore.Store, error) {
 	if dsn == "" {
 		dsn = filepath.Join(st.dataDir, "upscale.db")
 	}
-	return sqlstore.Open(ctx, dsn, sqlstore.Options{})
+	if st.historyDays < 1 {
+		return nil, fmt.Errorf("-history-days %d: want 1 or more", st.historyDays)
+	}
+	return sqlstore.Open(ctx, dsn, sqlstore.Options{CallRetention: time.Duration(st.historyDays) * 24 * time.Hour})
 }
 
 // resultStore is a BlobStore the server closes on the way out. The
