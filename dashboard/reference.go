@@ -83,7 +83,7 @@ type referencePage struct {
 	frame
 	reference
 	// Curl is the quickstart's request; KeyHint what the account's keys
-	// look like, for the line that sets UPSCALE_KEY.
+	// look like, for the line that sets API_KEY.
 	Curl, KeyHint string
 }
 

@@ -109,9 +109,9 @@ func (a *apiAnswer) status() int {
 }
 
 // curlCommand is a POST of body to apiURL as curl, the key left to the
-// shell in double quotes ($UPSCALE_KEY).
+// shell in double quotes ($API_KEY).
 func curlCommand(apiURL string, body []byte) string {
-	return "curl -sS -X POST " + shellWord(apiURL) + ` -H "Authorization: Bearer $UPSCALE_KEY" -H 'Content-Type: application/json' -d ` + shellWord(string(body))
+	return "curl -sS -X POST " + shellWord(apiURL) + ` -H "Authorization: Bearer $API_KEY" -H 'Content-Type: application/json' -d ` + shellWord(string(body))
 }
 
 // shellWord returns s as one word of a POSIX shell command, which the
