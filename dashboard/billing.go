@@ -31,6 +31,11 @@ type Seller interface {
 	// subscription and finds its receipts; an error wrapping
 	// upscale.ErrNotFound when the account is no customer.
 	Portal(ctx context.Context, accountID string) (string, error)
+	// Receipt returns the provider's receipt of purchase, a pack
+	// accountID paid for (upscale.Purchase.ID); an error wrapping
+	// upscale.ErrNotFound for one the account did not make, or that no
+	// payment has paid yet.
+	Receipt(ctx context.Context, accountID, purchase string) (string, error)
 	// Fulfil applies checkout sessionID of accountID as the provider
 	// reports it now, once, and returns what it offered and whether it
 	// is paid; an error wrapping upscale.ErrNotFound for a checkout the
@@ -148,6 +153,20 @@ func (d *Dashboard) portal(w http.ResponseWriter, r *http.Request, account strin
 	}
 	if err != nil {
 		d.sellerFailed(w, r, account, "open the billing portal", err, "The payment service is not answering just now. Try again in a minute.")
+		return
+	}
+	http.Redirect(w, r, url, http.StatusSeeOther)
+}
+
+// receipt sends the buyer to the provider's receipt of a purchase.
+func (d *Dashboard) receipt(w http.ResponseWriter, r *http.Request, account string) {
+	url, err := d.cfg.Seller.Receipt(r.Context(), account, r.PathValue("id"))
+	if errors.Is(err, upscale.ErrNotFound) {
+		http.Error(w, "This account has no such purchase, or its payment has not been made yet.", http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		d.sellerFailed(w, r, account, "find a receipt", err, "The payment service is not answering just now. Try again in a minute.")
 		return
 	}
 	http.Redirect(w, r, url, http.StatusSeeOther)

@@ -125,8 +125,16 @@ func TestBilling(t *testing.T) {
 	if got := fake.Deliver(seller.Webhook(), fake.Refund(fake.Charge(id), 190)); got != http.StatusOK {
 		t.Fatalf("the refund's event: %d", got)
 	}
-	if _, body, _ = s.do("GET", "/billing", "acme", nil); !strings.Contains(body, "<td>1,000 images</td><td>1000</td><td>100 refunded</td>") {
+	if _, body, _ = s.do("GET", "/billing", "acme", nil); !strings.Contains(body, "<td>1,000 images</td><td>1000</td><td>100 refunded</td><td><a href=\"./billing/receipts/"+id+"\">Receipt</a></td>") {
 		t.Errorf("the purchases after a 10%% refund:\n%s", body)
+	}
+	if status, _, header := s.do("GET", "/billing/receipts/"+id, "acme", nil); status != http.StatusSeeOther || header.Get("Location") != fake.URL+"/receipts/"+fake.Charge(id) {
+		t.Errorf("the pack's receipt: %d to %q, want 303 to the charge's receipt", status, header.Get("Location"))
+	}
+	for account, purchase := range map[string]string{"globex": id, "acme": later, "acme ": "cs_no_such"} {
+		if status, _, _ := s.do("GET", "/billing/receipts/"+purchase, strings.TrimSpace(account), nil); status != http.StatusNotFound {
+			t.Errorf("the receipt of %s for %s: %d, want 404 (another's, unpaid, or none)", purchase, account, status)
+		}
 	}
 
 	id = buy("price_unlimited")

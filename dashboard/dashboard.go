@@ -226,6 +226,7 @@ func New(cfg Config) (*Dashboard, error) {
 		mux.HandleFunc("GET /billing", d.signedIn(d.billing))
 		mux.HandleFunc("POST /billing/checkout", d.signedIn(d.checkout))
 		mux.HandleFunc("POST /billing/portal", d.signedIn(d.portal))
+		mux.HandleFunc("GET /billing/receipts/{id}", d.signedIn(d.receipt))
 		mux.HandleFunc("GET /billing/done", d.signedIn(d.done))
 	}
 	if cfg.SignIn != nil {

@@ -429,6 +429,40 @@ func (b *Billing) Portal(ctx context.Context, accountID string) (_ string, err e
 	return s.URL, nil
 }
 
+// Receipt returns the address of Stripe's receipt for purchase, a pack
+// accountID paid for (the Purchase's ID, its Checkout Session): the
+// receipt of the charge that paid it. It returns an error wrapping
+// upscale.ErrNotFound for a purchase the account did not make, or one no
+// charge paid (yet), and, as Portal, wraps upscale.ErrUnavailable when
+// Stripe does not answer within PageTimeout.
+func (b *Billing) Receipt(ctx context.Context, accountID, purchase string) (_ string, err error) {
+	ctx, done := b.forPage(ctx)
+	defer func() { err = done(err) }()
+	record, err := b.opts.Checkouts.Checkout(ctx, purchase)
+	if err != nil {
+		return "", err
+	}
+	if record.AccountID != accountID {
+		return "", fmt.Errorf("stripebilling: purchase %s is another account's: %w", purchase, upscale.ErrNotFound)
+	}
+	s, err := b.client.V1CheckoutSessions.Retrieve(ctx, url.PathEscape(purchase), nil)
+	if err != nil {
+		return "", fmt.Errorf("stripebilling: read checkout session %s: %w", purchase, err)
+	}
+	if s.PaymentIntent == nil {
+		return "", fmt.Errorf("stripebilling: checkout session %s has no payment: %w", purchase, upscale.ErrNotFound)
+	}
+	for ch, err := range b.client.V1Charges.List(ctx, &stripe.ChargeListParams{PaymentIntent: stripe.String(s.PaymentIntent.ID)}) {
+		if err != nil {
+			return "", fmt.Errorf("stripebilling: list the charges of %s: %w", purchase, err)
+		}
+		if ch.Paid && ch.ReceiptURL != "" {
+			return ch.ReceiptURL, nil
+		}
+	}
+	return "", fmt.Errorf("stripebilling: no charge paid checkout session %s: %w", purchase, upscale.ErrNotFound)
+}
+
 // Customer reports whether accountID has a Stripe customer, made by its
 // first checkout: whether Portal has receipts and payment details to
 // show it. It asks the CheckoutStore, never Stripe.

@@ -842,3 +842,28 @@ func TestSlowReadBeforeCancellation(t *testing.T) {
 		t.Errorf("terms %+v, %v; want canceled", terms, err)
 	}
 }
+
+// TestReceipt: a paid pack's receipt is its charge's at Stripe; a
+// payment still clearing has none until it clears; another account's
+// purchase is not found.
+func TestReceipt(t *testing.T) {
+	ctx := context.Background()
+	s := newSeller(t, nil)
+	id := s.checkout(t, "a", pack.Price)
+	s.deliver(t, s.fake.Pay(id, 500), http.StatusOK)
+	if got, err := s.Receipt(ctx, "a", id); err != nil || got != s.fake.URL+"/receipts/"+s.fake.Charge(id) {
+		t.Errorf("Receipt of a paid pack = %q, %v; want its charge's receipt", got, err)
+	}
+	if _, err := s.Receipt(ctx, "b", id); !errors.Is(err, upscale.ErrNotFound) {
+		t.Errorf("another account's Receipt: %v, want ErrNotFound", err)
+	}
+	later := s.checkout(t, "a", pack.Price)
+	s.deliver(t, s.fake.PayLater(later, 500), http.StatusOK)
+	if _, err := s.Receipt(ctx, "a", later); !errors.Is(err, upscale.ErrNotFound) {
+		t.Errorf("Receipt of a payment still clearing: %v, want ErrNotFound", err)
+	}
+	s.deliver(t, s.fake.Clear(later, true), http.StatusOK)
+	if got, err := s.Receipt(ctx, "a", later); err != nil || got == "" {
+		t.Errorf("Receipt once cleared = %q, %v", got, err)
+	}
+}

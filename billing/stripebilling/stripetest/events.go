@@ -69,6 +69,11 @@ func (f *Fake) Clear(id string, paid bool) Event {
 		return f.event("checkout.session.async_payment_failed", f.sessionJSON(s))
 	}
 	s.PaymentStatus = "paid"
+	for _, ch := range f.charges {
+		if ch.PaymentIntent == s.PaymentIntent {
+			ch.Pending = false
+		}
+	}
 	return f.event("checkout.session.async_payment_succeeded", f.sessionJSON(s))
 }
 
@@ -83,7 +88,7 @@ func (f *Fake) complete(id string, amount int64, paymentStatus string) Event {
 		s.Subscription = sub.ID
 	} else {
 		s.PaymentIntent = f.id("pi")
-		ch := &charge{ID: f.id("ch"), PaymentIntent: s.PaymentIntent, Amount: amount}
+		ch := &charge{ID: f.id("ch"), PaymentIntent: s.PaymentIntent, Amount: amount, Pending: paymentStatus != "paid"}
 		f.charges[ch.ID] = ch
 	}
 	return f.event("checkout.session.completed", f.sessionJSON(s))
@@ -115,7 +120,7 @@ func (f *Fake) Refund(id string, amount int64) Event {
 	defer f.mu.Unlock()
 	ch := f.charges[id]
 	ch.AmountRefunded = min(ch.AmountRefunded+amount, ch.Amount)
-	return f.event("charge.refunded", chargeJSON(ch))
+	return f.event("charge.refunded", f.chargeJSON(ch))
 }
 
 // Dispute opens a dispute of charge id (typ charge.dispute.created) or

@@ -69,6 +69,8 @@ type subscription struct {
 type charge struct {
 	ID, PaymentIntent      string
 	Amount, AmountRefunded int64
+	// Pending is a delayed payment's (PayLater) until it clears.
+	Pending bool
 }
 
 // New starts a Fake whose events are signed with webhookSecret, until t
@@ -87,7 +89,9 @@ func New(t testing.TB, webhookSecret string) *Fake {
 	mux.HandleFunc("POST /v1/checkout/sessions/{id}/expire", f.expireSession)
 	mux.HandleFunc("GET /v1/subscriptions", f.listSubscriptions)
 	mux.HandleFunc("GET /v1/subscriptions/{id}", retrieve(f, f.subscriptions, "subscription", subscriptionJSON))
-	mux.HandleFunc("GET /v1/charges/{id}", retrieve(f, f.charges, "charge", chargeJSON))
+	mux.HandleFunc("GET /v1/charges/{id}", retrieve(f, f.charges, "charge", f.chargeJSON))
+	mux.HandleFunc("GET /v1/charges", f.listCharges)
+	mux.HandleFunc("GET /receipts/{id}", f.receiptPage)
 	mux.HandleFunc("POST /v1/billing_portal/sessions", f.createPortal)
 	mux.HandleFunc("GET /v1/prices/{id}", retrieve(f, f.prices, "price", func(p map[string]any) map[string]any { return p }))
 	mux.HandleFunc("GET /v1/webhook_endpoints", f.listEndpoints)
@@ -270,9 +274,36 @@ func subscriptionJSON(sub *subscription) map[string]any {
 	}
 }
 
-func chargeJSON(ch *charge) map[string]any {
-	return map[string]any{"id": ch.ID, "object": "charge", "payment_intent": ch.PaymentIntent, "amount": ch.Amount,
-		"amount_refunded": ch.AmountRefunded, "refunded": ch.AmountRefunded >= ch.Amount}
+// chargeJSON is ch as Stripe shows it, with its receipt's page.
+func (f *Fake) chargeJSON(ch *charge) map[string]any {
+	return map[string]any{"id": ch.ID, "object": "charge", "payment_intent": ch.PaymentIntent, "amount": ch.Amount, "paid": !ch.Pending,
+		"amount_refunded": ch.AmountRefunded, "refunded": ch.AmountRefunded >= ch.Amount, "receipt_url": f.URL + "/receipts/" + ch.ID}
+}
+
+// listCharges lists the charges of the query's payment_intent.
+func (f *Fake) listCharges(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data := []any{}
+	for _, ch := range f.charges {
+		if matches(r.URL.Query(), "payment_intent", ch.PaymentIntent) {
+			data = append(data, f.chargeJSON(ch))
+		}
+	}
+	writeJSON(w, map[string]any{"object": "list", "url": "/v1/charges", "has_more": false, "data": data})
+}
+
+// receiptPage is a charge's receipt, as Stripe's receipt_url serves it.
+func (f *Fake) receiptPage(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	ch, ok := f.charges[r.PathValue("id")]
+	f.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, "<!doctype html><title>Receipt</title><h1 id=\"receipt\">Receipt for %s: %d</h1>", ch.ID, ch.Amount)
 }
 
 func (f *Fake) createPortal(w http.ResponseWriter, r *http.Request) {
