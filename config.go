@@ -69,6 +69,10 @@ type Config struct {
 	// them in one process; sqlstore.Store in its database. Nil means none
 	// is kept.
 	History CallHistory
+	// WebhookLog, when set, keeps each webhook's delivery attempts for
+	// its account's pages (the dashboard's Webhooks): MemoryWebhookLog in
+	// one process, sqlstore.Store in its database. Nil means none.
+	WebhookLog WebhookLog
 	// RateLimiter limits how often each API key may call, on top of its
 	// account's quota; refusals are 429 rate_limited with a Retry-After.
 	// MemoryRateLimiter limits within one process. Nil means no limit.

@@ -101,3 +101,9 @@ func TestMemoryCallHistory(t *testing.T) {
 		return upscale.NewMemoryCallHistory(upscale.MemoryCallHistoryOptions{Retention: retention, Now: clock.Now})
 	})
 }
+
+func TestMemoryWebhookLog(t *testing.T) {
+	upscaletest.TestWebhookLog(t, func(t *testing.T, clock *upscaletest.Clock, retention time.Duration) upscale.WebhookLog {
+		return upscale.NewMemoryWebhookLog(upscale.MemoryWebhookLogOptions{Retention: retention, Now: clock.Now})
+	})
+}

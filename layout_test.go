@@ -30,6 +30,7 @@ func TestRootDependencies(t *testing.T) {
 		"github.com/upscalekit/upscale/internal/membudget",
 		"github.com/upscalekit/upscale/internal/netguard",
 		"github.com/upscalekit/upscale/internal/periodic",
+		"github.com/upscalekit/upscale/internal/recent",
 		"github.com/upscalekit/upscale/internal/workers",
 		"github.com/golang-jwt/jwt/v5",
 		"github.com/patrickmn/go-cache",

@@ -65,22 +65,31 @@ func (h *Handler) notify(ctx context.Context, ended Job) error {
 	})
 }
 
-// deliverWebhook makes one attempt to deliver w, signed with its account's
-// secrets (Standard Webhooks), under the fetch policy and without following
-// redirects: it succeeds on a 2xx answer only.
+// deliverWebhook makes one attempt to deliver w (attemptWebhook), and
+// records it in the account's WebhookLog.
 func (h *Handler) deliverWebhook(ctx context.Context, w Webhook) error {
+	status, err := h.attemptWebhook(ctx, w)
+	h.logAttempt(ctx, h.deliveryOf(w, status, err))
+	return err
+}
+
+// attemptWebhook makes one attempt to deliver w, signed with its
+// account's secrets (Standard Webhooks), under the fetch policy and
+// without following redirects: it succeeds on a 2xx answer only. It
+// returns the receiver's status, 0 when it gave none.
+func (h *Handler) attemptWebhook(ctx context.Context, w Webhook) (int, error) {
 	secrets, err := h.cfg.WebhookSecrets.WebhookSecrets(ctx, w.AccountID)
 	if err == nil && len(secrets) == 0 {
 		err = fmt.Errorf("the account %s has no webhook secret left", w.AccountID)
 	}
 	if err != nil {
-		return fmt.Errorf("sign webhook %s: %w", w.ID, err)
+		return 0, fmt.Errorf("sign webhook %s: %w", w.ID, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(w.Payload))
 	if err != nil {
-		return fmt.Errorf("webhook %s: %w", w.ID, err)
+		return 0, fmt.Errorf("webhook %s: %w", w.ID, err)
 	}
 	now := h.cfg.Now()
 	req.Header.Set("Content-Type", "application/json")
@@ -91,17 +100,17 @@ func (h *Handler) deliverWebhook(ctx context.Context, w Webhook) error {
 	resp, err := h.fetcher.webhooks.Do(req)
 	if err != nil {
 		h.cfg.Logger.Warn("upscale: webhook not delivered; it is tried again", "webhook", w.ID, "err", err)
-		return fmt.Errorf("webhook %s: %w", w.ID, err)
+		return 0, fmt.Errorf("webhook %s: %w", w.ID, err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusGone {
 		h.cfg.Logger.Info("upscale: webhook receiver answered 410 Gone; it is not tried again", "webhook", w.ID)
-		return fmt.Errorf("webhook %s: %w", w.ID, ErrWebhookGone)
+		return resp.StatusCode, fmt.Errorf("webhook %s: %w", w.ID, ErrWebhookGone)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		h.cfg.Logger.Warn("upscale: webhook refused; it is tried again", "webhook", w.ID, "status", resp.StatusCode)
-		return fmt.Errorf("webhook %s: the receiver answered %s", w.ID, resp.Status)
+		return resp.StatusCode, fmt.Errorf("webhook %s: the receiver answered %s", w.ID, resp.Status)
 	}
-	return nil
+	return resp.StatusCode, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -54,6 +55,13 @@ func newReceiver(t *testing.T, answer func(n int) int) *receiver {
 	}))
 	t.Cleanup(rc.Close)
 	return rc
+}
+
+// count is how many POSTs the receiver has had.
+func (rc *receiver) count() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.posts)
 }
 
 // received waits until the receiver has n POSTs, then a while longer, and
@@ -299,5 +307,62 @@ func TestFirstWebhookMakesASecret(t *testing.T) {
 	}
 	if again, _ := secrets.WebhookSecrets(context.Background(), "free"); len(again) != 1 || again[0] != made[0] {
 		t.Errorf("secrets after a second webhookUrl %v, want the first one alone", again)
+	}
+}
+
+// TestWebhookLogged: each attempt of a job's webhook is counted in the
+// account's WebhookLog with its outcome, the last delivering it.
+func TestWebhookLogged(t *testing.T) {
+	rc := newReceiver(t, func(n int) int { return map[bool]int{true: 500, false: 204}[n <= 2] })
+	var log *upscale.MemoryWebhookLog
+	e, _ := webhookEnv(t, rc, func(c *upscale.Config) {
+		log = upscale.NewMemoryWebhookLog(upscale.MemoryWebhookLogOptions{Now: c.Now})
+		c.WebhookLog = log
+	})
+	if w := e.submitWithWebhook(rc.URL + "/hooks"); w.Code != http.StatusAccepted {
+		t.Fatalf("submission: %d %s", w.Code, w.Body)
+	}
+	posts := rc.received(t, 3)
+	got, err := log.Deliveries(context.Background(), "free", 0)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("the log: %+v, %v; want the job's webhook", got, err)
+	}
+	if d := got[0]; d.ID != posts[0].header.Get("webhook-id") || d.Event != "upscale.job.succeeded" || d.URL != rc.URL+"/hooks" ||
+		d.Attempts != 3 || d.LastStatus != 204 || !d.Delivered || d.LastError != "" {
+		t.Errorf("the job's webhook in the log: %+v; want 3 attempts, the last answered 204", d)
+	}
+}
+
+// TestSendTestWebhook: a test event is posted once, signed with the
+// account's secret, and logged; a receiver that fails makes a delivery
+// not delivered, and an address the policy refuses is
+// invalid_webhook_url, posting nothing.
+func TestSendTestWebhook(t *testing.T) {
+	rc := newReceiver(t, func(n int) int { return map[bool]int{true: 200, false: 503}[n == 1] })
+	var log *upscale.MemoryWebhookLog
+	e, secret := webhookEnv(t, rc, func(c *upscale.Config) {
+		log = upscale.NewMemoryWebhookLog(upscale.MemoryWebhookLogOptions{Now: c.Now})
+		c.WebhookLog = log
+	})
+	ctx := context.Background()
+	d, err := e.handler.SendTestWebhook(ctx, "free", rc.URL+"/hooks")
+	if err != nil || !d.Delivered || d.LastStatus != 200 || d.Event != "upscale.test" || d.Attempts != 1 {
+		t.Fatalf("SendTestWebhook = %+v, %v; want delivered, 200", d, err)
+	}
+	post := rc.received(t, 1)[0]
+	checkSignature(t, post, secret)
+	if typ, _ := event(t, post); typ != "upscale.test" {
+		t.Errorf("the test event's type %q", typ)
+	}
+	if d, err := e.handler.SendTestWebhook(ctx, "free", rc.URL+"/hooks"); err != nil || d.Delivered || d.LastStatus != 503 || !strings.Contains(d.LastError, "503") {
+		t.Errorf("a receiver that answers 503: %+v, %v; want not delivered, saying 503", d, err)
+	}
+	for _, bad := range []string{"ftp://hooks.example/x", "not a url", "http://127.0.0.1:1/hooks"} {
+		if _, err := e.handler.SendTestWebhook(ctx, "free", bad); !errors.Is(err, upscale.ErrInvalidWebhookURL) {
+			t.Errorf("SendTestWebhook(%q): %v, want ErrInvalidWebhookURL", bad, err)
+		}
+	}
+	if got, _ := log.Deliveries(ctx, "free", 0); len(got) != 2 || rc.count() != 2 {
+		t.Errorf("logged %d test events, %d posted; want the 2 sent", len(got), rc.count())
 	}
 }

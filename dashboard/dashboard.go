@@ -62,8 +62,14 @@ type Config struct {
 	// requests and jobs: the Handler's Config.History.
 	History upscale.CallHistory
 	// WebhookSecrets, when set, gives the account a page to make or
-	// rotate the secret that signs its webhooks, shown once.
+	// rotate the secret that signs its webhooks, shown once, or to show
+	// the ones that sign now.
 	WebhookSecrets upscale.WebhookSecrets
+	// WebhookLog, when set with WebhookSecrets, lists the account's
+	// webhooks on that page with their attempts (the Handler's
+	// Config.WebhookLog); WebhookTester lets it send a test event.
+	WebhookLog    upscale.WebhookLog
+	WebhookTester WebhookTester
 	// ShareBonus, when set, shows each account its share link, which
 	// opens accounts by email (SignIn's EmailOptions with SignUps), and
 	// what it earned this month; the host runs its Pay.
@@ -221,6 +227,10 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.WebhookSecrets != nil {
 		mux.HandleFunc("GET /webhooks", d.signedIn(d.webhooks))
 		mux.HandleFunc("POST /webhooks", d.signedIn(d.rotateWebhookSecret))
+		mux.HandleFunc("POST /webhooks/secrets", d.signedIn(d.showWebhookSecrets))
+		if cfg.WebhookTester != nil {
+			mux.HandleFunc("POST /webhooks/test", d.signedIn(d.sendTestWebhook))
+		}
 	}
 	if cfg.Seller != nil {
 		mux.HandleFunc("GET /billing", d.signedIn(d.billing))

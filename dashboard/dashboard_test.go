@@ -372,8 +372,73 @@ func TestWebhookSecret(t *testing.T) {
 	if got, _ := s.secrets.WebhookSecrets(ctx, "acme"); len(got) != 2 || got[0] != second || got[1] != first {
 		t.Errorf("after a rotation the store signs with %q; want the new one, then the old", got)
 	}
-	if got, _ := s.secrets.WebhookSecrets(ctx, "globex"); len(got) != 0 || strings.Contains(s.log.String(), first) {
+	// Asked for, the page shows the secrets that sign now, the new first.
+	status, page, _ := s.do("POST", "/webhooks/secrets", "acme", nil)
+	if shown := regexp.MustCompile(`<code id="secret-\d">(whsec_[^<]+)</code>`).FindAllStringSubmatch(page, -1); status != http.StatusOK || len(shown) != 2 ||
+		html.UnescapeString(shown[0][1]) != second || html.UnescapeString(shown[1][1]) != first {
+		t.Errorf("the secrets shown: %d %v\n%s", status, shown, page)
+	}
+	if status := s.postCrossSite("/webhooks/secrets", "acme", nil); status != http.StatusForbidden {
+		t.Errorf("a cross-site POST that shows the secrets: %d, want 403", status)
+	}
+	if got, _ := s.secrets.WebhookSecrets(ctx, "globex"); len(got) != 0 || strings.Contains(s.log.String(), first) || strings.Contains(s.log.String(), second) {
 		t.Error("another account got a secret, or the log holds one")
+	}
+}
+
+// testerFunc is a WebhookTester of a function.
+type testerFunc func(ctx context.Context, accountID, url string) (upscale.WebhookDelivery, error)
+
+func (f testerFunc) SendTestWebhook(ctx context.Context, accountID, url string) (upscale.WebhookDelivery, error) {
+	return f(ctx, accountID, url)
+}
+
+// TestWebhookDeliveries: the Webhooks page lists the account's latest
+// deliveries, with their attempts and outcome, and sends a test event to
+// the address given, saying how it went, or why it was not sent.
+func TestWebhookDeliveries(t *testing.T) {
+	clock := upscaletest.NewClock(start)
+	log := upscale.NewMemoryWebhookLog(upscale.MemoryWebhookLogOptions{Now: clock.Now})
+	var sent []string
+	tester := testerFunc(func(ctx context.Context, accountID, url string) (upscale.WebhookDelivery, error) {
+		if !strings.HasPrefix(url, "https://") {
+			return upscale.WebhookDelivery{}, upscale.Explain(upscale.ErrInvalidWebhookURL, "webhookUrl must be https here.")
+		}
+		sent = append(sent, accountID+" "+url)
+		if strings.Contains(url, "down") {
+			return upscale.WebhookDelivery{Event: "upscale.test", Attempts: 1, LastStatus: 503, LastError: "the receiver answered 503 Service Unavailable"}, nil
+		}
+		return upscale.WebhookDelivery{Event: "upscale.test", Attempts: 1, LastStatus: 204, Delivered: true}, nil
+	})
+	s := newSite(t, clock, func(c *dashboard.Config) { c.WebhookLog, c.WebhookTester = log, tester })
+	ctx := context.Background()
+	for _, d := range []upscale.WebhookDelivery{
+		{ID: "msg_job_1", AccountID: "acme", URL: "https://hooks.acme.example/in", Event: "upscale.job.succeeded", LastAt: start, LastStatus: 500, LastError: "the receiver answered 500 Internal Server Error"},
+		{ID: "msg_job_1", AccountID: "acme", URL: "https://hooks.acme.example/in", Event: "upscale.job.succeeded", LastAt: start.Add(time.Minute), LastStatus: 200, Delivered: true},
+		{ID: "msg_job_2", AccountID: "globex", URL: "https://hooks.globex.example/in", Event: "upscale.job.failed", LastAt: start, Delivered: true},
+	} {
+		if err := log.RecordAttempt(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, page, _ := s.do("GET", "/webhooks", "acme", nil)
+	if !strings.Contains(page, "<td><code>upscale.job.succeeded</code></td><td>https://hooks.acme.example/in</td><td>2</td><td>delivered (200)</td>") || strings.Contains(page, "globex") {
+		t.Errorf("acme's deliveries:\n%s", page)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"https://hooks.acme.example/in", `<p id="tested" role="status">Delivered: your receiver answered 204.</p>`},
+		{"https://down.acme.example/in", `<p id="tested" role="status">Not delivered: the receiver answered 503 Service Unavailable.</p>`},
+	} {
+		if status, page, _ := s.do("POST", "/webhooks/test", "acme", url.Values{"url": {tc.url}}); status != http.StatusOK || !strings.Contains(page, tc.want) {
+			t.Errorf("a test event to %s: %d\n%s", tc.url, status, page)
+		}
+	}
+	status, page, _ := s.do("POST", "/webhooks/test", "acme", url.Values{"url": {"http://plain.example/in"}})
+	if status != http.StatusBadRequest || !strings.Contains(page, `<p class="problem" id="test-problem">webhookUrl must be https here.</p>`) || !strings.Contains(page, `value="http://plain.example/in"`) {
+		t.Errorf("a test event to an address refused: %d\n%s", status, page)
+	}
+	if len(sent) != 2 || sent[0] != "acme https://hooks.acme.example/in" {
+		t.Errorf("test events sent: %q", sent)
 	}
 }
 

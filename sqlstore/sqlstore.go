@@ -55,7 +55,8 @@ type Options struct {
 	// connections than through 64). SQLite always uses one.
 	MaxOpenConns int
 	// CallRetention is how long the history keeps a call
-	// (upscale.CallHistory). Zero means upscale.DefaultCallRetention.
+	// (upscale.CallHistory), and the log a webhook's delivery
+	// (upscale.WebhookLog). Zero means upscale.DefaultCallRetention.
 	CallRetention time.Duration
 }
 
@@ -69,6 +70,7 @@ type Store struct {
 	idempotencySwept atomic.Int64 // Unix nanoseconds of the last sweep of expired Idempotency-Keys
 	callRetention    time.Duration
 	callsSwept       atomic.Int64 // Unix nanoseconds of the last sweep of the calls past callRetention
+	deliveriesSwept  atomic.Int64 // and of the webhook deliveries
 }
 
 // Every interface a Store implements.
@@ -80,6 +82,7 @@ var (
 	_ upscale.ReservationExpirer = (*Store)(nil)
 	_ upscale.UsageReporter      = (*Store)(nil)
 	_ upscale.CallHistory        = (*Store)(nil)
+	_ upscale.WebhookLog         = (*Store)(nil)
 	_ upscale.BillingLedger      = (*Store)(nil)
 	_ upscale.CheckoutStore      = (*Store)(nil)
 	_ upscale.IdempotencyStore   = (*Store)(nil)

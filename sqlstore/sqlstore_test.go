@@ -103,6 +103,13 @@ func TestConformance(t *testing.T) {
 					return s
 				})
 			})
+			t.Run("WebhookLog", func(t *testing.T) {
+				upscaletest.TestWebhookLog(t, func(t *testing.T, clock *upscaletest.Clock, retention time.Duration) upscale.WebhookLog {
+					s, err := sqlstore.Open(context.Background(), newDB(t), sqlstore.Options{Ledger: upscale.LedgerOptions{Now: clock.Now}, CallRetention: retention})
+					upscaletest.Opened(t, s, err)
+					return s
+				})
+			})
 			t.Run("UsageReporter", func(t *testing.T) {
 				upscaletest.TestUsageReporter(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.UsageHarness {
 					return open(t, newDB(t), opts)

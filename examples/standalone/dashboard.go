@@ -96,6 +96,7 @@ func (p *process) buildDashboard(ctx context.Context) (http.Handler, error) {
 	dashboardCfg := dashboard.Config{
 		SignIn: p.signIn, Keys: p.keys, Ledger: p.store, WebhookSecrets: p.store, Logger: p.logger,
 		API: p.handler, APIURL: p.publicURL + "/api/v1/upscale", Brand: dashboard.Brand(p.cfg.Brand), History: p.store,
+		WebhookLog: p.store, WebhookTester: p.handler,
 		Samples: []dashboard.Sample{{Name: "A photo (256×256)", URL: sampleURL(p.publicURL, "photo.png")}, {Name: "Line art (250×361)", URL: sampleURL(p.publicURL, "lineart.png")}},
 	}
 	if p.cfg.ShareBonus != nil && email != nil && email.SignUps {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"os/exec"
 	"regexp"
@@ -134,6 +135,12 @@ func TestSignUpByEmail(t *testing.T) {
 	}
 	if _, page := b.send("GET", srv.base+"/dashboard/history", nil); !strings.Contains(page, "<td>first</td>") || !strings.Contains(page, `<a href="`+strings.ReplaceAll(resp.URL, "&", "&amp;")+`">open</a>`) {
 		t.Errorf("the history does not show the key's request with its result:\n%s", page)
+	}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer receiver.Close()
+	if _, page := b.send("POST", srv.base+"/dashboard/webhooks/test", url.Values{"url": {receiver.URL + "/hooks"}}); !strings.Contains(page, "Delivered: your receiver answered 204.") ||
+		!strings.Contains(page, "<td><code>upscale.test</code></td><td>"+receiver.URL+"/hooks</td><td>1</td><td>delivered (204)</td>") {
+		t.Errorf("a test event from the Webhooks page:\n%s", page)
 	}
 	other := newBrowser(t, srv.base)
 	other.send("POST", srv.base+"/dashboard/signin/email", url.Values{"email": {strings.ToUpper(address)}})

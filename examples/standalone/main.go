@@ -178,6 +178,7 @@ func (p *process) buildHandler(ctx context.Context) error {
 		Blobs:                p.blobs,
 		Jobs:                 p.jobs,
 		History:              p.store,
+		WebhookLog:           p.store,
 		JobWorkers:           p.o.jobWorkers,
 		Webhooks:             p.jobs,
 		WebhookSecrets:       p.store,
