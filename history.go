@@ -2,13 +2,17 @@ package upscale
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"net/http"
+	"strings"
 	"time"
 )
 
 // Call is one request or job, as its account's history shows it.
 type Call struct {
-	// ID names it: the request's X-Request-Id, or the job's ID.
+	// ID names it among its account's: "req_" and a random part for a
+	// request, the job's ID for a job.
 	ID        string
 	AccountID string
 	// KeyID is the key that sent it (KeyID), "" for one sent for a
@@ -45,7 +49,8 @@ type CallQuery struct {
 	Since time.Time
 	// KeyID, when set, asks for the calls of that key only.
 	KeyID string
-	// Limit is the most calls returned; zero means 100.
+	// Limit is the most calls returned (CallLimit); zero or less means
+	// 100.
 	Limit int
 }
 
@@ -61,6 +66,18 @@ type CallHistory interface {
 	// first (ties by ID). An account without calls has none: an empty
 	// list, not an error.
 	Calls(ctx context.Context, accountID string, q CallQuery) ([]Call, error)
+}
+
+// CallLimit is the most calls a CallHistory answers for limit: limit,
+// or 100 when it is not positive.
+func CallLimit(limit int) int { return defaultIfNotPositive(limit, 100) }
+
+// defaultIfNotPositive is n, or otherwise when n is not above zero.
+func defaultIfNotPositive(n, otherwise int) int {
+	if n <= 0 {
+		return otherwise
+	}
+	return n
 }
 
 // DefaultCallRetention is how long the CallHistories of this module keep
@@ -81,9 +98,19 @@ func (h *Handler) recordCall(ctx context.Context, c Call) {
 
 // recordRequest keeps a request the handler answered in its account's
 // history: resp when it succeeded, else the problem of err. A replay of
-// a kept answer is not recorded again: it is the call it replays.
+// a kept answer is not recorded again: it is the call it replays; nor is
+// a refusal that sheds load (rate_limited, overloaded, a store out of
+// reach) or the request of a caller that went away.
 func (h *Handler) recordRequest(r *http.Request, who caller, job bool, start time.Time, resp Response, err error) {
-	c := Call{ID: servedOf(r).requestID, AccountID: who.accountID, KeyID: who.keyID, Job: job, At: h.cfg.Now(), Params: who.params, Took: time.Since(start)}
+	if err != nil && (errors.Is(err, ErrRateLimited) || errors.Is(err, ErrOverloaded) || errors.Is(err, ErrUnavailable) || errors.Is(r.Context().Err(), context.Canceled)) {
+		// Shed load, a store out of reach or a caller gone: a write for
+		// each would undo the shedding, and none is a call the account
+		// made of the service.
+		return
+	}
+	// The ID is the server's: a caller's X-Request-Id could name another
+	// call of its account, or all of them.
+	c := Call{ID: "req_" + strings.ToLower(rand.Text()), AccountID: who.accountID, KeyID: who.keyID, Job: job, At: h.cfg.Now(), Params: who.params, Took: time.Since(start)}
 	if err != nil {
 		p := h.problem(err)
 		c.Status, c.Code = p.Status, p.Code

@@ -45,5 +45,5 @@ func (m *MemoryCallHistory) RecordCall(_ context.Context, c Call) error {
 func (m *MemoryCallHistory) Calls(_ context.Context, accountID string, q CallQuery) ([]Call, error) {
 	asked := func(c Call) bool { return !c.At.Before(q.Since) && (q.KeyID == "" || c.KeyID == q.KeyID) }
 	latestEndFirst := func(a, b Call) int { return cmp.Or(b.At.Compare(a.At), cmp.Compare(a.ID, b.ID)) }
-	return m.calls.List(accountID, asked, latestEndFirst, cmp.Or(q.Limit, 100)), nil
+	return m.calls.List(accountID, asked, latestEndFirst, CallLimit(q.Limit)), nil
 }

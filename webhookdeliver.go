@@ -3,6 +3,7 @@ package upscale
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -65,6 +66,10 @@ func (h *Handler) notify(ctx context.Context, ended Job) error {
 	})
 }
 
+// errWebhookUnsigned is an attempt that failed before it was sent: the
+// account's secrets could not be read.
+var errWebhookUnsigned = errors.New("the webhook could not be signed")
+
 // deliverWebhook makes one attempt to deliver w (attemptWebhook), and
 // records it in the account's WebhookLog.
 func (h *Handler) deliverWebhook(ctx context.Context, w Webhook) error {
@@ -83,7 +88,7 @@ func (h *Handler) attemptWebhook(ctx context.Context, w Webhook) (int, error) {
 		err = fmt.Errorf("the account %s has no webhook secret left", w.AccountID)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("sign webhook %s: %w", w.ID, err)
+		return 0, fmt.Errorf("sign webhook %s: %w: %w", w.ID, errWebhookUnsigned, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
 	defer cancel()

@@ -357,6 +357,12 @@ func TestSendTestWebhook(t *testing.T) {
 	if d, err := e.handler.SendTestWebhook(ctx, "free", rc.URL+"/hooks"); err != nil || d.Delivered || d.LastStatus != 503 || !strings.Contains(d.LastError, "503") {
 		t.Errorf("a receiver that answers 503: %+v, %v; want not delivered, saying 503", d, err)
 	}
+	gone := newReceiver(t, nil)
+	gone.Close() // nothing listens there now
+	e2, _ := webhookEnv(t, gone)
+	if d, err := e2.handler.SendTestWebhook(ctx, "free", gone.URL+"/hooks"); err != nil || d.Delivered || d.LastStatus != 0 || d.LastError != "the receiver could not be reached" {
+		t.Errorf("a receiver that is not there: %+v, %v; want the failure in words safe to show, not the transport's", d, err)
+	}
 	for _, bad := range []string{"ftp://hooks.example/x", "not a url", "http://127.0.0.1:1/hooks"} {
 		if _, err := e.handler.SendTestWebhook(ctx, "free", bad); !errors.Is(err, upscale.ErrInvalidWebhookURL) {
 			t.Errorf("SendTestWebhook(%q): %v, want ErrInvalidWebhookURL", bad, err)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -33,10 +36,14 @@ type WebhookLog interface {
 	// Attempts grow by one (d.Attempts is ignored), and the rest is d's.
 	RecordAttempt(ctx context.Context, d WebhookDelivery) error
 	// Deliveries returns accountID's latest deliveries, the latest
-	// attempt first (ties by ID), at most limit (zero: 50). An account
+	// attempt first (ties by ID), at most DeliveryLimit(limit). An account
 	// without any has an empty list, not an error.
 	Deliveries(ctx context.Context, accountID string, limit int) ([]WebhookDelivery, error)
 }
+
+// DeliveryLimit is the most deliveries a WebhookLog answers for limit:
+// limit, or 50 when it is not positive.
+func DeliveryLimit(limit int) int { return defaultIfNotPositive(limit, 50) }
 
 // deliveryOf is an attempt of w that the receiver answered with status
 // (0 for none) and that failed with err.
@@ -45,9 +52,27 @@ func (h *Handler) deliveryOf(w Webhook, status int, err error) WebhookDelivery {
 	json.Unmarshal(w.Payload, &event)
 	d := WebhookDelivery{ID: w.ID, AccountID: w.AccountID, URL: w.URL, Event: event.Type, LastAt: h.cfg.Now(), LastStatus: status, Delivered: err == nil}
 	if err != nil {
-		d.LastError = strings.TrimPrefix(err.Error(), "webhook "+w.ID+": ")
+		d.LastError = attemptFailure(status, err)
 	}
 	return d
+}
+
+// attemptFailure says why an attempt that the receiver answered with
+// status (0 for none) failed with err, in words safe to show its account:
+// never a store's or a transport's own message.
+func attemptFailure(status int, err error) string {
+	var timeout interface{ Timeout() bool }
+	switch {
+	case status != 0:
+		return fmt.Sprintf("the receiver answered %d %s", status, http.StatusText(status))
+	case errors.Is(err, errWebhookUnsigned):
+		return "it could not be signed just now; it is tried again"
+	case errors.Is(err, ErrSourceForbidden):
+		return "its address is not one this service calls"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
+		return fmt.Sprintf("no answer within %v", webhookTimeout)
+	}
+	return "the receiver could not be reached"
 }
 
 // logAttempt records the attempt d in Config.WebhookLog, if there is one.

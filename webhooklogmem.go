@@ -48,5 +48,5 @@ func (l *MemoryWebhookLog) RecordAttempt(_ context.Context, d WebhookDelivery) e
 func (l *MemoryWebhookLog) Deliveries(_ context.Context, accountID string, limit int) ([]WebhookDelivery, error) {
 	all := func(WebhookDelivery) bool { return true }
 	latestFirst := func(a, b WebhookDelivery) int { return cmp.Or(b.LastAt.Compare(a.LastAt), cmp.Compare(a.ID, b.ID)) }
-	return l.deliveries.List(accountID, all, latestFirst, cmp.Or(limit, 50)), nil
+	return l.deliveries.List(accountID, all, latestFirst, DeliveryLimit(limit)), nil
 }

@@ -3,7 +3,10 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/upscalekit/upscale"
 )
@@ -78,9 +81,26 @@ func (d *Dashboard) showWebhookSecrets(w http.ResponseWriter, r *http.Request, a
 	d.renderWebhooks(w, r, account, http.StatusOK, webhooksPage{Shown: secrets})
 }
 
-// sendTestWebhook posts a test event to the address the form gives.
+// testEventsPerMinute is how many test events an account may send a
+// minute, five at once: enough to try a receiver, too few to make the
+// server post for anyone at will.
+const testEventsPerMinute = 5
+
+// sendTestWebhook posts a test event to the address the form gives,
+// within the account's allowance of test events.
 func (d *Dashboard) sendTestWebhook(w http.ResponseWriter, r *http.Request, account string) {
 	page := webhooksPage{TestURL: r.PostFormValue("url")}
+	allowed, err := d.testEvents.Allow(r.Context(), upscale.DigestKey("webhook-test "+account))
+	if err != nil {
+		d.fail(w, r, account, "count the test events", err)
+		return
+	}
+	if !allowed.Allowed {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(allowed.RetryAfter.Seconds()))))
+		page.TestProblem = fmt.Sprintf("At most %d test events a minute; send the next in %d seconds.", testEventsPerMinute, int(math.Ceil(allowed.RetryAfter.Seconds())))
+		d.renderWebhooks(w, r, account, http.StatusTooManyRequests, page)
+		return
+	}
 	delivery, err := d.cfg.WebhookTester.SendTestWebhook(r.Context(), account, page.TestURL)
 	status := http.StatusOK
 	switch {

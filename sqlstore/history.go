@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"cmp"
 	"context"
 	"time"
 
@@ -40,7 +39,7 @@ func (s *Store) Calls(ctx context.Context, accountID string, q upscale.CallQuery
 	rows, err := s.db.QueryContext(ctx, `SELECT id, key_id, job, ended_at, scale, image_type, denoise, status, code, pool, engine,
 			took, source_bytes, result_bytes, result_url, result_expires
 		FROM calls WHERE account_id = $1 AND ended_at >= $2 AND ($3 = '' OR key_id = $3)
-		ORDER BY ended_at DESC, id LIMIT $4`, accountID, since.UnixNano(), q.KeyID, cmp.Or(q.Limit, 100))
+		ORDER BY ended_at DESC, id LIMIT $4`, accountID, since.UnixNano(), q.KeyID, upscale.CallLimit(q.Limit))
 	if err != nil {
 		return nil, classify(ctx, err)
 	}

@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"cmp"
 	"context"
 	"time"
 
@@ -28,7 +27,7 @@ func (s *Store) Deliveries(ctx context.Context, accountID string, limit int) ([]
 	oldest := s.opts.Now().Add(-s.callRetention)
 	rows, err := s.db.QueryContext(ctx, `SELECT id, url, event, attempts, last_at, last_status, last_error, delivered
 		FROM webhook_deliveries WHERE account_id = $1 AND last_at >= $2 ORDER BY last_at DESC, id LIMIT $3`,
-		accountID, oldest.UnixNano(), cmp.Or(limit, 50))
+		accountID, oldest.UnixNano(), upscale.DeliveryLimit(limit))
 	if err != nil {
 		return nil, classify(ctx, err)
 	}

@@ -11,7 +11,7 @@ import (
 
 // TestCallHistory checks that a CallHistory keeps every field of a call,
 // lists an account's calls the latest end first (ties by ID), by key and
-// since a time, at most the limit asked (100 by default), replaces a call
+// since a time, at most the limit asked (100 for none, or one below 1), replaces a call
 // recorded again under its ID, keeps accounts apart, and forgets calls
 // past its retention. newHistory must return an empty history on clock
 // that keeps calls for retention.
@@ -83,8 +83,10 @@ func TestCallHistory(t *testing.T, newHistory func(t *testing.T, clock *Clock, r
 	for i := range 120 {
 		record(upscale.Call{ID: fmt.Sprintf("req_%03d", i), AccountID: "busy", At: start.Add(time.Duration(i) * time.Second), Status: 200})
 	}
-	if got := list("busy", upscale.CallQuery{}); len(got) != 100 || got[0].ID != "req_119" || got[99].ID != "req_020" {
-		t.Errorf("the default limit: %d calls, from %s; want the latest 100", len(got), ids(got[:1]))
+	for _, limit := range []int{0, -1} {
+		if got := list("busy", upscale.CallQuery{Limit: limit}); len(got) != 100 || got[0].ID != "req_119" || got[99].ID != "req_020" {
+			t.Errorf("limit %d: %d calls, from %s; want the latest 100", limit, len(got), ids(got[:1]))
+		}
 	}
 
 	// Past the retention, calls are forgotten.

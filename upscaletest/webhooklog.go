@@ -56,6 +56,9 @@ func TestWebhookLog(t *testing.T, newLog func(t *testing.T, clock *Clock, retent
 	if got := list("acme", 1); len(got) != 1 || got[0].ID != "msg_job_a" {
 		t.Errorf("one delivery: %+v", got)
 	}
+	if got := list("acme", -1); len(got) != 2 {
+		t.Errorf("a limit below 1 is the default: %d deliveries, want 2", len(got))
+	}
 	if got := list("nobody", 0); len(got) != 0 {
 		t.Errorf("an account without webhooks has %d deliveries", len(got))
 	}

@@ -10,23 +10,28 @@ import (
 	"github.com/upscalekit/upscale/internal/periodic"
 )
 
-// Records keeps records of T by account and ID, and forgets those whose
-// time (At) is past Retention, at most once a minute, as it is used. It is
-// safe for concurrent use.
+// Records keeps records of T by account and ID, at most PerAccount of an
+// account's (the oldest go first), and forgets those whose time is past
+// the retention, at most once a minute, as it is used. It is safe for
+// concurrent use.
 type Records[T any] struct {
-	retention time.Duration
-	now       func() time.Time
-	at        func(T) time.Time
+	retention  time.Duration
+	perAccount int
+	now        func() time.Time
+	at         func(T) time.Time
 
 	mu        sync.Mutex
 	byAccount map[string]map[string]T
 	swept     periodic.Gate
 }
 
+// PerAccount is the most records Records keep of one account.
+const PerAccount = 1000
+
 // New returns empty Records that keep a record for retention after its
 // time, at, by the clock now.
 func New[T any](retention time.Duration, now func() time.Time, at func(T) time.Time) *Records[T] {
-	return &Records[T]{retention: retention, now: now, at: at, byAccount: map[string]map[string]T{}}
+	return &Records[T]{retention: retention, perAccount: PerAccount, now: now, at: at, byAccount: map[string]map[string]T{}}
 }
 
 // Put keeps the record update makes of the one kept under account and
@@ -38,11 +43,21 @@ func (r *Records[T]) Put(account, id string, update func(kept T) T) {
 	if r.byAccount[account] == nil {
 		r.byAccount[account] = map[string]T{}
 	}
-	r.byAccount[account][id] = update(r.byAccount[account][id])
+	records := r.byAccount[account]
+	records[id] = update(records[id])
+	if len(records) > r.perAccount {
+		oldest := ""
+		for id, record := range records {
+			if oldest == "" || r.at(record).Before(r.at(records[oldest])) {
+				oldest = id
+			}
+		}
+		delete(records, oldest)
+	}
 }
 
 // List returns account's records within the retention for which keep
-// holds, ordered by compare, at most limit.
+// holds, ordered by compare, at most limit (all for limit <= 0).
 func (r *Records[T]) List(account string, keep func(T) bool, compare func(a, b T) int, limit int) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -55,7 +70,10 @@ func (r *Records[T]) List(account string, keep func(T) bool, compare func(a, b T
 		}
 	}
 	slices.SortFunc(list, compare)
-	return list[:min(len(list), limit)]
+	if limit > 0 && limit < len(list) {
+		list = list[:limit]
+	}
+	return list
 }
 
 // sweep forgets the records past the retention, once a minute at most.

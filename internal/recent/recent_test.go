@@ -45,3 +45,18 @@ func TestRecords(t *testing.T) {
 		t.Error("b's record past the retention is still in memory")
 	}
 }
+
+// TestRecordsPerAccount: past PerAccount records of an account, the
+// oldest goes; a limit of zero or less lists them all.
+func TestRecordsPerAccount(t *testing.T) {
+	start := time.Date(2026, time.March, 1, 0, 0, 0, 0, time.UTC)
+	r := New(time.Hour, func() time.Time { return start }, func(x record) time.Time { return x.at })
+	for i := range PerAccount + 1 {
+		at := start.Add(-time.Duration(PerAccount-i) * time.Millisecond)
+		r.Put("a", at.String(), func(record) record { return record{id: at.String(), at: at} })
+	}
+	got := r.List("a", func(record) bool { return true }, func(p, q record) int { return p.at.Compare(q.at) }, -1)
+	if len(got) != PerAccount || !got[0].at.Equal(start.Add(-time.Duration(PerAccount-1)*time.Millisecond)) {
+		t.Errorf("%d records, the oldest %v; want %d, the first gone", len(got), got[0].at, PerAccount)
+	}
+}
