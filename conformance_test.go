@@ -22,6 +22,9 @@ func TestMemoryLedger(t *testing.T) {
 	upscaletest.TestUsageReporter(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.UsageHarness {
 		return upscale.NewMemoryLedger(opts)
 	})
+	upscaletest.TestFirstCharger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.FirstChargeHarness {
+		return upscale.NewMemoryLedger(opts)
+	})
 	upscaletest.TestBillingLedger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.BillingHarness {
 		return upscale.NewMemoryLedger(opts)
 	})

@@ -54,6 +54,7 @@ var (
 	_ ReservationHolder  = (*MemoryLedger)(nil)
 	_ ReservationExpirer = (*MemoryLedger)(nil)
 	_ UsageReporter      = (*MemoryLedger)(nil)
+	_ FirstCharger       = (*MemoryLedger)(nil)
 )
 
 // NewMemoryLedger returns an empty MemoryLedger.
@@ -242,7 +243,7 @@ func (l *MemoryLedger) UsageByDay(_ context.Context, accountID string, from, to 
 	return days, nil
 }
 
-// FirstCharges implements UsageReporter.
+// FirstCharges implements FirstCharger.
 func (l *MemoryLedger) FirstCharges(_ context.Context, since time.Time) (map[string]time.Time, error) {
 	l.lock()
 	defer l.mu.Unlock()

@@ -26,12 +26,20 @@ type UsageReporter interface {
 	// committed; a released or expired reservation is no charge. An
 	// unknown account has none: an empty list, not an error.
 	UsageByDay(ctx context.Context, accountID string, from, to time.Time) ([]DayUsage, error)
+}
+
+// FirstCharger is a QuotaLedger that says which accounts were first
+// charged since a time, for accounts.ShareBonus, which pays a share link
+// on the first charge of the account it brought. MemoryLedger and
+// sqlstore.Store are FirstChargers; upscaletest.TestFirstCharger is the
+// contract.
+type FirstCharger interface {
+	QuotaLedger
 	// FirstCharges returns the accounts whose first charge ever was
 	// committed at or after since, each with the time of that charge: a
 	// pass that asks from where its last one ended learns of each first
-	// charge once, without asking account by account
-	// (accounts.ShareBonus). An account charged before since is not in
-	// it, however often it was charged after.
+	// charge once, without asking account by account. An account charged
+	// before since is not in it, however often it was charged after.
 	FirstCharges(ctx context.Context, since time.Time) (map[string]time.Time, error)
 }
 

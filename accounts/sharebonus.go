@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,7 +19,7 @@ import (
 // since a time. MemoryLedger and sqlstore.Store are both.
 type ShareLedger interface {
 	upscale.BillingLedger
-	FirstCharges(ctx context.Context, since time.Time) (map[string]time.Time, error)
+	upscale.FirstCharger
 }
 
 // ShareBonus pays the accounts whose share links open new accounts:
@@ -137,12 +138,21 @@ func (b *ShareBonus) Pay(ctx context.Context) (int, error) {
 	if err := b.readSince(ctx, now); err != nil {
 		return 0, err
 	}
+	// In the order of their first images, so that the month's cap goes to
+	// the earliest, on every replica alike.
+	var due []*referral
+	for _, r := range b.waiting {
+		if !r.firstCharge.IsZero() {
+			due = append(due, r)
+		}
+	}
+	slices.SortFunc(due, func(x, y *referral) int {
+		return cmp.Or(x.firstCharge.Compare(y.firstCharge), cmp.Compare(x.AccountID, y.AccountID))
+	})
 	paid := 0
 	var errs []error
-	for id, r := range b.waiting {
-		if r.firstCharge.IsZero() {
-			continue
-		}
+	for _, r := range due {
+		id := r.AccountID
 		granted, err := b.pay(ctx, r)
 		if err != nil {
 			errs = append(errs, err)

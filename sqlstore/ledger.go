@@ -286,7 +286,7 @@ func (s *Store) UsageByDay(ctx context.Context, accountID string, from, to time.
 	return days, classify(ctx, rows.Err())
 }
 
-// FirstCharges implements upscale.UsageReporter: the commits from since
+// FirstCharges implements upscale.FirstCharger: the commits from since
 // on, less the accounts with one before it, read by the journal's index
 // of commits by time, so that a pass reads what happened since the last.
 func (s *Store) FirstCharges(ctx context.Context, since time.Time) (map[string]time.Time, error) {

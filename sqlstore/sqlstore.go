@@ -81,6 +81,7 @@ var (
 	_ upscale.ReservationHolder  = (*Store)(nil)
 	_ upscale.ReservationExpirer = (*Store)(nil)
 	_ upscale.UsageReporter      = (*Store)(nil)
+	_ upscale.FirstCharger       = (*Store)(nil)
 	_ upscale.CallHistory        = (*Store)(nil)
 	_ upscale.WebhookLog         = (*Store)(nil)
 	_ upscale.BillingLedger      = (*Store)(nil)

@@ -115,6 +115,11 @@ func TestConformance(t *testing.T) {
 					return open(t, newDB(t), opts)
 				})
 			})
+			t.Run("FirstCharger", func(t *testing.T) {
+				upscaletest.TestFirstCharger(t, func(t *testing.T, opts upscale.LedgerOptions) upscaletest.FirstChargeHarness {
+					return open(t, newDB(t), opts)
+				})
+			})
 			t.Run("ChargedOnceAcrossCrash", func(t *testing.T) {
 				upscaletest.TestChargedOnceAcrossCrash(t, func(t *testing.T, clock *upscaletest.Clock) upscaletest.ChargeStores {
 					s := open(t, newDB(t), upscale.LedgerOptions{Now: clock.Now})
