@@ -79,7 +79,7 @@ func New(cfg Config) (*Handler, error) {
 // needsMoreMemory is the refusal of an image whose work could never fit in
 // the memory budget, whatever else ran.
 func needsMoreMemory(need, total int64) error {
-	return Explain(ErrImageTooLarge, msgNeedsMoreMemory, need>>20, total>>20)
+	return Explain(ErrImageTooLarge, msgNeedsMoreMemory, Megabytes(need), Megabytes(total))
 }
 
 // routeTable declares the API's resources, the one place that says which

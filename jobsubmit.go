@@ -231,7 +231,7 @@ func (h *Handler) checkSource(src []byte, params Params) (pixels int64, err erro
 		return 0, err
 	}
 	if need := report.Memory + int64(cap(src)); report.Memory > 0 && need > h.budget.Total() {
-		return 0, Explain(ErrImageTooLarge, msgNeedsMoreMemory, need>>20, h.budget.Total()>>20)
+		return 0, needsMoreMemory(need, h.budget.Total())
 	}
 	return report.Pixels, nil
 }

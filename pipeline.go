@@ -136,7 +136,11 @@ func (h *Handler) fetchSource(ctx context.Context, accountID string, req request
 	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
 		paid, err := h.reserve(ctx, accountID, true)
 		if errors.Is(err, ErrPaidPlanRequired) {
-			err = Explain(ErrPaidPlanRequired, msgFileNeedsPaid, Megabytes(int64(len(src))), Megabytes(h.cfg.FreeTierMaxFileBytes))
+			size, limit := Megabytes(int64(len(src))), Megabytes(h.cfg.FreeTierMaxFileBytes)
+			if size == limit {
+				size = "just over " + size
+			}
+			err = Explain(ErrPaidPlanRequired, msgFileNeedsPaid, size, limit)
 		}
 		if err != nil {
 			return fail(err)

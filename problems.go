@@ -205,7 +205,7 @@ func (w Wording) replacer() *strings.Replacer {
 // dashboard do, in binary units as limits are set: "25 MB" for 25<<20,
 // "1.5 MB", "800 KB".
 func Megabytes(n int64) string {
-	if n < 1<<20 {
+	if n < 1<<20-1<<9 { // below what rounds to 1024 KB
 		return strconv.FormatInt((n+1<<9)>>10, 10) + " KB"
 	}
 	mb := strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64)
@@ -267,7 +267,7 @@ const (
 	msgDNSFailing     = "The image URL's host name could not be looked up just now; try again later. Nothing was charged."
 	msgSourceBrokeOff = "The image's server refused or broke off the download; try again later. Nothing was charged."
 	// ErrImageTooLarge
-	msgNeedsMoreMemory = "Enlarging this image needs about %d MiB, more than this server ever gives one image (%d MiB); send a smaller image or a lower scale."
+	msgNeedsMoreMemory = "Enlarging this image needs about %s, more than this server ever gives one image (%s); send a smaller image or a lower scale."
 	msgLargerThanPlan  = "The image is larger than %s, the most your plan accepts; send a smaller file."
 	// ErrPaidPlanRequired
 	msgScaleNeedsPaid = "Scale %d needs {paid}; scales below %d are free."

@@ -154,7 +154,7 @@ func TestBuyURL(t *testing.T) {
 }
 
 func TestMegabytes(t *testing.T) {
-	for n, want := range map[int64]string{25 << 20: "25 MB", 3 << 19: "1.5 MB", 800 << 10: "800 KB", 100 << 20: "100 MB", 1<<20 + 1: "1 MB", 30_000_000: "28.6 MB"} {
+	for n, want := range map[int64]string{25 << 20: "25 MB", 3 << 19: "1.5 MB", 800 << 10: "800 KB", 100 << 20: "100 MB", 1<<20 + 1: "1 MB", 30_000_000: "28.6 MB", 1<<20 - 1: "1 MB", 1<<20 - 513: "1023 KB"} {
 		if got := upscale.Megabytes(n); got != want {
 			t.Errorf("Megabytes(%d) = %q, want %q", n, got, want)
 		}

@@ -39,7 +39,7 @@ func (b Brand) withDefaults() (Brand, error) {
 	}
 	if b.LogoURL != "" {
 		u, err := url.Parse(b.LogoURL)
-		if err != nil || !(u.Scheme == "https" && u.Host != "" || u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/")) {
+		if err != nil || !(u.Scheme == "https" && origin(b.LogoURL) != "" || u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/")) {
 			return Brand{}, errors.New("dashboard: Config.Brand.LogoURL: want a path on this site, such as /logo.svg, or an https URL")
 		}
 	}

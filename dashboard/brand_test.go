@@ -66,6 +66,7 @@ func TestBrandRefused(t *testing.T) {
 		"HTTPLogo":     {dashboard.Brand{LogoURL: "http://cdn.example/logo.svg"}, "Brand.LogoURL"},
 		"RelativeLogo": {dashboard.Brand{LogoURL: "logo.svg"}, "Brand.LogoURL"},
 		"ScriptLogo":   {dashboard.Brand{LogoURL: "javascript:alert(1)"}, "Brand.LogoURL"},
+		"PolicyInHost": {dashboard.Brand{LogoURL: "https://cdn.example;script-src/logo.svg"}, "Brand.LogoURL"}, // would be read as another directive
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := dashboard.New(dashboard.Config{Account: func(*http.Request) string { return "acme" }, Keys: upscale.NewMemoryKeyStore(),

@@ -100,11 +100,13 @@ type Config struct {
 
 // Dashboard serves the account pages.
 type Dashboard struct {
-	cfg       Config
-	policy    string // the pages' Content-Security-Policy
-	pages     map[string]*template.Template
-	reference reference
-	handler   http.Handler
+	cfg    Config
+	policy string // the pages' Content-Security-Policy
+	// testEvents is each account's allowance of test webhooks.
+	testEvents upscale.RateLimiter
+	pages      map[string]*template.Template
+	reference  reference
+	handler    http.Handler
 }
 
 //go:embed templates/*.html
@@ -191,6 +193,7 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	d := &Dashboard{cfg: cfg, pages: map[string]*template.Template{}}
 	d.policy = withImagesFrom(contentSecurityPolicy, brand.logoOrigin())
+	d.testEvents = upscale.NewMemoryRateLimiter(upscale.MemoryRateLimiterOptions{PerSecond: testEventsPerMinute / 60.0, Burst: testEventsPerMinute, Now: cfg.Now})
 	if d.reference, err = loadReference(); err != nil {
 		return nil, err
 	}
@@ -343,7 +346,7 @@ func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 // fifth of its monthly free images (one, at least), in all its pools.
 type runningOut struct {
 	Left int64
-	// Refill is when the free images refill.
+	// Refill is when the free images refill; zero on a plan without any.
 	Refill time.Time
 }
 
@@ -361,20 +364,28 @@ func (d *Dashboard) runningOut(r *http.Request, account string) *runningOut {
 	if left > max(b.Plan.MonthlyImages/5, 1) {
 		return nil
 	}
-	_, refill := upscale.MonthBounds(d.cfg.Now())
-	return &runningOut{Left: left, Refill: refill}
+	banner := &runningOut{Left: left}
+	if b.Plan.MonthlyImages > 0 {
+		_, banner.Refill = upscale.MonthBounds(d.cfg.Now())
+	}
+	return banner
 }
 
 // holderKey keeps, in a signed-in request's context, the address of who
 // signed in, "" when the session does not know it.
 type holderKey struct{}
 
-// origin is the scheme://host of an absolute http(s) URL, else "".
+// origin is the scheme://host of an absolute http(s) URL whose host is
+// only what a host name or address is written with, else "": it goes into
+// a Content-Security-Policy, where a ; or a space would start another
+// directive or source.
 func origin(raw string) string {
-	if u, err := url.Parse(raw); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
-		return u.Scheme + "://" + u.Host
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		strings.Trim(strings.ToLower(u.Host), "abcdefghijklmnopqrstuvwxyz0123456789.-:[]") != "" {
+		return ""
 	}
-	return ""
+	return u.Scheme + "://" + u.Host
 }
 
 // withImagesFrom is policy with images allowed from origins too, those

@@ -440,6 +440,16 @@ func TestWebhookDeliveries(t *testing.T) {
 	if len(sent) != 2 || sent[0] != "acme https://hooks.acme.example/in" {
 		t.Errorf("test events sent: %q", sent)
 	}
+	// Five a minute: the three above and two more; the sixth waits.
+	for i := range 3 {
+		status, page, header := s.do("POST", "/webhooks/test", "acme", url.Values{"url": {"https://hooks.acme.example/in"}})
+		if i < 2 && status != http.StatusOK || i == 2 && (status != http.StatusTooManyRequests || header.Get("Retry-After") == "" || !strings.Contains(page, "At most 5 test events a minute")) {
+			t.Errorf("test event %d of the minute: %d\n%s", 4+i, status, page)
+		}
+	}
+	if len(sent) != 4 {
+		t.Errorf("%d test events sent, want 4: none past the allowance", len(sent))
+	}
 }
 
 func TestReference(t *testing.T) {

@@ -31,23 +31,25 @@ func priceEach(c upscale.Cost, units int64) string {
 	if !c.Known() || units <= 0 {
 		return ""
 	}
-	return money(c.Currency, float64(c.Amount)/float64(units), 2)
+	each := float64(c.Amount) / float64(units)
+	if each > 0 && each < 0.005 { // rounds to nothing at two more decimals
+		return "less than " + money(c.Currency, 0.01, 2)
+	}
+	return money(c.Currency, each, 2)
 }
 
 // money writes minor units of currency with its decimals and up to extra
 // more, the zeros past its own dropped, and the thousands grouped.
 func money(currency string, minor float64, extra int) string {
 	code := strings.ToUpper(currency)
-	decimals := 2
-	switch code { // ISO 4217's currencies whose smallest unit is not the cent
-	case "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF":
-		decimals = 0
-	case "BHD", "JOD", "KWD", "OMR", "TND":
-		decimals = 3
-	}
+	decimals := decimalsOf(code)
 	major := minor
 	for range decimals {
 		major /= 10
+	}
+	sign := ""
+	if major < 0 {
+		sign, major = "-", -major
 	}
 	whole, fraction, _ := strings.Cut(strconv.FormatFloat(major, 'f', decimals+extra, 64), ".")
 	for len(fraction) > decimals && strings.HasSuffix(fraction, "0") {
@@ -59,7 +61,20 @@ func money(currency string, minor float64, extra int) string {
 		s += "." + fraction
 	}
 	if symbol, ok := map[string]string{"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}[code]; ok {
-		return symbol + s
+		return sign + symbol + s
 	}
-	return code + " " + s
+	return sign + code + " " + s
+}
+
+// decimalsOf is how many decimals the currency code's amounts have: the
+// cent's two, but for ISO 4217's currencies whose smallest unit is the
+// whole or the thousandth.
+func decimalsOf(code string) int {
+	switch code {
+	case "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF":
+		return 0
+	case "BHD", "JOD", "KWD", "OMR", "TND":
+		return 3
+	}
+	return 2
 }

@@ -19,6 +19,8 @@ func TestPrice(t *testing.T) {
 		{upscale.Cost{Amount: 1250, Currency: "chf", Interval: "month", IntervalCount: 3}, "CHF 12.50 every 3 months"},
 		{upscale.Cost{Amount: 1000, Currency: "jpy"}, "¥1,000"},
 		{upscale.Cost{Amount: 1500, Currency: "kwd"}, "KWD 1.500"},
+		{upscale.Cost{Amount: -150, Currency: "usd"}, "-$1.50"},
+		{upscale.Cost{Amount: -50, Currency: "chf"}, "-CHF 0.50"},
 	} {
 		if got := Price(tc.cost); got != tc.want {
 			t.Errorf("Price(%+v) = %q, want %q", tc.cost, got, tc.want)
@@ -37,6 +39,8 @@ func TestPriceEach(t *testing.T) {
 		{upscale.Cost{Amount: 1000, Currency: "usd"}, 3, "$3.3333"},
 		{upscale.Cost{Amount: 1000, Currency: "jpy"}, 3, "¥333.33"},
 		{upscale.Cost{Amount: 1000, Currency: "usd"}, 0, ""},
+		{upscale.Cost{Amount: 1, Currency: "usd"}, 1000, "less than $0.0001"},
+		{upscale.Cost{Amount: 0, Currency: "usd"}, 1000, "$0.00"},
 		{upscale.Cost{}, 10, ""},
 	} {
 		if got := priceEach(tc.cost, tc.units); got != tc.want {

@@ -56,6 +56,12 @@ func TestRunningOut(t *testing.T) {
 	if got := banner("globex", "/"); got != "" {
 		t.Errorf("an unlimited account: banner %q", got)
 	}
+	if err := s.ledger.PutAccount(context.Background(), upscale.Account{ID: "credits-only", Plan: upscale.Plan{Name: "prepaid"}, Credits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := banner("credits-only", "/"); got != "Only 1 image left." {
+		t.Errorf("a plan without free images, one credit left: banner %q; want no word of a refill", got)
+	}
 
 	fake := stripetest.New(t, webhookSecret)
 	selling, _ := sellingSite(t, fake.URL, nil)

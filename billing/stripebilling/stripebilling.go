@@ -203,10 +203,11 @@ func (b *Billing) readPrice(ctx context.Context, price string) (*stripe.Price, e
 }
 
 // costOf is what p charges: unknown for a price whose amount is not one
-// fixed amount a unit (tiered, or chosen by the customer).
+// fixed, whole amount a unit (tiered, chosen by the customer, or in
+// fractions of a cent).
 func costOf(p *stripe.Price) upscale.Cost {
-	if p.BillingScheme == stripe.PriceBillingSchemeTiered || p.CustomUnitAmount != nil {
-		return upscale.Cost{}
+	if p.BillingScheme == stripe.PriceBillingSchemeTiered || p.CustomUnitAmount != nil || p.UnitAmountDecimal != 0 && p.UnitAmountDecimal != float64(p.UnitAmount) {
+		return upscale.Cost{} // no whole amount in the currency's smallest unit
 	}
 	c := upscale.Cost{Amount: p.UnitAmount, Currency: string(p.Currency)}
 	if p.Recurring != nil {

@@ -568,7 +568,6 @@ func TestReadPrices(t *testing.T) {
 		t.Errorf("costs %+v, want %+v (the plan's amount is the customer's to choose)", got, want)
 	}
 	s.fake.SetPrice(stripetest.Price{ID: unlimited.Price, Recurring: true, Active: true, Amount: 2900, Currency: "eur"})
-	s.fake.SetPrice(stripetest.Price{ID: pack.Price, Active: true, Amount: 1200, Currency: "usd"})
 	s.fake.DeletePrice(pack.Price)
 	err := s.ReadPrices(ctx)
 	if err == nil || !strings.Contains(err.Error(), pack.Price) {
@@ -577,6 +576,14 @@ func TestReadPrices(t *testing.T) {
 	want = map[string]upscale.Cost{pack.Price: {Amount: 1000, Currency: "usd"}, unlimited.Price: {Amount: 2900, Currency: "eur", Interval: "month", IntervalCount: 1}}
 	if got := costs(s.Offers()); !maps.Equal(got, want) {
 		t.Errorf("costs %+v, want %+v", got, want)
+	}
+	// An amount in fractions of a cent is no whole Cost.
+	s.fake.SetPrice(stripetest.Price{ID: pack.Price, Active: true, Amount: 2, Currency: "usd", AmountDecimal: "1.5"})
+	if err := s.ReadPrices(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := costs(s.Offers())[pack.Price]; got.Known() {
+		t.Errorf("a price of 1.5 cents reads %+v, want unknown", got)
 	}
 }
 

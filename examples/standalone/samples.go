@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/upscalekit/upscale"
 )
@@ -53,9 +54,9 @@ const (
 )
 
 // showcase serves showcaseSample enlarged ×2 by the server's engine: made
-// at its first view, outside the API's admission and quota (it is one
-// small image, once a process), and kept. A failure is answered 503 and
-// tried again at the next view.
+// at its first view, outside the API's admission, memory budget and quota
+// (it is one 256×256 image, once a process), and kept. A failure is
+// answered 503 and tried again at the next view.
 func (p *process) showcase() http.Handler {
 	var mu sync.Mutex
 	var made *upscale.Image
@@ -63,7 +64,11 @@ func (p *process) showcase() http.Handler {
 		mu.Lock()
 		defer mu.Unlock()
 		if made == nil {
-			img, err := p.enlargeShowcase(r.Context())
+			// Made whatever becomes of the first viewer, who may leave:
+			// the others wait for it on mu.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+			img, err := p.enlargeShowcase(ctx)
+			cancel()
 			if err != nil {
 				p.logger.Warn("standalone: enlarge the storefront's showcase", "err", err)
 				http.Error(w, "The sample could not be enlarged just now; reload in a moment.", http.StatusServiceUnavailable)

@@ -30,7 +30,7 @@ type storage struct {
 func (st *storage) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&st.dataDir, "data", "./data", "directory for the SQLite database and the results")
 	fs.StringVar(&st.databaseURL, "database-url", "", "postgres:// URL of a PostgreSQL database shared by replicas (default: SQLite in -data)")
-	fs.IntVar(&st.historyDays, "history-days", 30, "days each account's calls are kept for its dashboard's History page, then swept")
+	fs.IntVar(&st.historyDays, "history-days", 30, "days each account's calls and webhook deliveries are kept for its dashboard's pages, then swept; 0 means 30")
 }
 
 // queues are the queues of jobs, of their webhooks and of the
@@ -82,8 +82,8 @@ func (st storage) open(ctx context.Context) (*sqlstore.Store, error) {
 	if dsn == "" {
 		dsn = filepath.Join(st.dataDir, "upscale.db")
 	}
-	if st.historyDays < 1 {
-		return nil, fmt.Errorf("-history-days %d: want 1 or more", st.historyDays)
+	if st.historyDays < 0 {
+		return nil, fmt.Errorf("-history-days %d: want 1 or more, or 0 for 30", st.historyDays)
 	}
 	return sqlstore.Open(ctx, dsn, sqlstore.Options{CallRetention: time.Duration(st.historyDays) * 24 * time.Hour})
 }

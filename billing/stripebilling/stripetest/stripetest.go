@@ -10,6 +10,7 @@
 package stripetest
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -17,6 +18,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -323,6 +325,9 @@ type Price struct {
 	// empty Currency makes a price whose amount the customer chooses.
 	Amount   int64
 	Currency string
+	// AmountDecimal, when set, is the amount in fractions of the smallest
+	// unit ("1.5"), which Amount then rounds.
+	AmountDecimal string
 }
 
 // SetPrice makes p exist, or changes it.
@@ -336,7 +341,7 @@ func (f *Fake) SetPrice(p Price) {
 	if p.Currency == "" {
 		price["currency"], price["custom_unit_amount"] = "usd", map[string]any{"minimum": 100}
 	} else {
-		price["currency"], price["unit_amount"] = p.Currency, p.Amount
+		price["currency"], price["unit_amount"], price["unit_amount_decimal"] = p.Currency, p.Amount, cmp.Or(p.AmountDecimal, strconv.FormatInt(p.Amount, 10))
 	}
 	f.prices[p.ID] = price
 }
