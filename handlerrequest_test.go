@@ -92,6 +92,7 @@ func TestParamsReachEngine(t *testing.T) {
 	}{
 		{nil, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax}},
 		{[]string{`"scale": 4`, `"imageType": "anime"`, `"denoise": "low"`}, upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseLow}},
+		{[]string{`"format": "webp"`, `"quality": 70`}, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax, Format: upscale.FormatWebP, Quality: 70}},
 	} {
 		checkOK(t, e.post(keyPro, body(e.url("/small.png"), tc.fields...)), upscale.PoolFree)
 		if got := <-rec.got; got != tc.want {
@@ -203,6 +204,13 @@ func TestBadRequest(t *testing.T) {
 		{"ImageTypeNumber", body(small, `"imageType": 1`), "invalid_image_type"},
 		{"DenoiseCase", body(small, `"denoise": "MAX"`), "invalid_denoise"},
 		{"DenoiseUnknown", body(small, `"denoise": "extreme"`), "invalid_denoise"},
+		{"FormatUnknown", body(small, `"format": "gif"`), "invalid_request"},
+		{"FormatCase", body(small, `"format": "JPEG"`), "invalid_request"},
+		{"QualityZero", body(small, `"quality": 0`), "invalid_request"},
+		{"QualityHigh", body(small, `"quality": 101`), "invalid_request"},
+		{"QualityFraction", body(small, `"quality": 80.5`), "invalid_request"},
+		{"QualityString", body(small, `"quality": "80"`), "invalid_request"},
+		{"QualityForPNG", body(small, `"format": "png"`, `"quality": 80`), "invalid_request"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -140,6 +140,11 @@ func idempotencyKey(values []string) (key string, sent bool, err error) {
 // both.
 func (r request) fingerprint(asJob bool) [sha256.Size]byte {
 	text := fmt.Appendf(nil, "%s\n%d\n%s\n%s", r.source, r.Scale, r.ImageType, r.Denoise)
+	if r.Format != "" || r.Quality != 0 {
+		// Only then, so that a key kept before these fields existed
+		// still names the same request.
+		text = fmt.Appendf(text, "\n%s\n%d", r.Format, r.Quality)
+	}
 	if asJob {
 		webhook := ""
 		if r.webhook != nil {

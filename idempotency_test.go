@@ -229,3 +229,13 @@ func TestTransientSourceFailureNotKept(t *testing.T) {
 		t.Error("the retry was answered from the failed attempt")
 	}
 }
+
+// TestIdempotencyKeyCoversFormat: the same Idempotency-Key with another
+// format or quality is another request (422), not the first replayed.
+func TestIdempotencyKeyCoversFormat(t *testing.T) {
+	e := newEnv(t)
+	checkOK(t, e.postOnce(keyPro, `"k-format"`, body(e.url("/small.png"))), upscale.PoolFree)
+	checkProblem(t, e.postOnce(keyPro, `"k-format"`, body(e.url("/small.png"), `"format": "webp"`)), http.StatusUnprocessableEntity, "idempotency_key_reused")
+	checkOK(t, e.postOnce(keyPro, `"k-quality"`, body(e.url("/small.png"), `"format": "webp"`)), upscale.PoolFree)
+	checkProblem(t, e.postOnce(keyPro, `"k-quality"`, body(e.url("/small.png"), `"format": "webp"`, `"quality": 50`)), http.StatusUnprocessableEntity, "idempotency_key_reused")
+}

@@ -86,7 +86,29 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
 			return request{}, err
 		}
 	}
+	if raw := fields["format"]; raw != nil {
+		if req.Format, err = parseEnum(raw, formats, ErrInvalidRequest, "format"); err != nil {
+			return request{}, err
+		}
+	}
+	if raw := fields["quality"]; raw != nil {
+		if req.Quality, err = parseQuality(raw); err != nil {
+			return request{}, err
+		}
+		if req.Format == FormatPNG {
+			return request{}, Explain(ErrInvalidRequest, msgQualityLossless)
+		}
+	}
 	return req, nil
+}
+
+// parseQuality reads quality: a whole number from 1 to 100.
+func parseQuality(raw json.RawMessage) (int, error) {
+	var q float64
+	if err := json.Unmarshal(raw, &q); err != nil || q != float64(int(q)) || q < 1 || q > 100 {
+		return 0, Explain(ErrInvalidRequest, msgQualityRange, raw)
+	}
+	return int(q), nil
 }
 
 // objectFields splits a JSON object into its known fields, refusing anything
@@ -106,7 +128,7 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 		}
 		name := tok.(string) // inside an object, a token before a value is its name
 		switch name {
-		case "imageUrl", "scale", "imageType", "denoise", "webhookUrl":
+		case "imageUrl", "scale", "imageType", "denoise", "webhookUrl", "format", "quality":
 		default:
 			return nil, Explain(ErrInvalidRequest, msgUnknownField, name)
 		}

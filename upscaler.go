@@ -63,7 +63,34 @@ type Params struct {
 	Scale     int
 	ImageType ImageType
 	Denoise   Denoise
+	// Format is the result's format; "" writes it in the source's, as a
+	// browser shows it (a HEIC or TIFF as JPEG, or PNG with alpha). An
+	// Upscaler refuses, with ErrUnsupportedImage, a Format that cannot
+	// keep the source: an animation in another format than its own, an
+	// image with transparency as JPEG.
+	Format Format
+	// Quality is the lossy encoder's quality, 1 to 100, for a JPEG,
+	// WebP or AVIF result; 0 means the engine's own. A lossless result
+	// ignores it.
+	Quality int
 }
+
+// Format is a format a result may be asked in (Params.Format).
+type Format string
+
+// The formats a result may be asked in.
+const (
+	FormatJPEG Format = "jpeg"
+	FormatPNG  Format = "png"
+	FormatWebP Format = "webp"
+	FormatAVIF Format = "avif"
+)
+
+var formats = []Format{FormatJPEG, FormatPNG, FormatWebP, FormatAVIF}
+
+// Formats returns the formats a result may be asked in: jpeg, png, webp,
+// avif.
+func Formats() []Format { return slices.Clone(formats) }
 
 // Image is an encoded image with its pixel size.
 type Image struct {

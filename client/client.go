@@ -57,6 +57,10 @@ type Request struct {
 	Scale     int    `json:"scale,omitempty"`
 	ImageType string `json:"imageType,omitempty"`
 	Denoise   string `json:"denoise,omitempty"`
+	// Format is the result's format (jpeg, png, webp, avif), and Quality
+	// a lossy one's, 1 to 100; empty and zero keep the server's choice.
+	Format  string `json:"format,omitempty"`
+	Quality int    `json:"quality,omitempty"`
 	// WebhookURL is where a job's end is posted (Submit only; see
 	// VerifyWebhook).
 	WebhookURL string `json:"webhookUrl,omitempty"`

@@ -544,6 +544,16 @@ func TestTry(t *testing.T) {
 	}
 }
 
+// TestTryFormat: Try it asks for the format chosen, keeps it chosen, and
+// its curl command sends it.
+func TestTryFormat(t *testing.T) {
+	s := newSite(t, upscaletest.NewClock(start))
+	status, page, _ := s.do("POST", "/try", "acme", url.Values{"sample": {s.origin + "/square.png"}, "scale": {"2"}, "imageType": {"photo"}, "denoise": {"max"}, "format": {"webp"}})
+	if status != http.StatusOK || !strings.Contains(page, "<option selected>webp</option>") || !strings.Contains(page, `&#34;format&#34;:&#34;webp&#34;`) {
+		t.Errorf("Try it with format webp: %d\n%s", status, page)
+	}
+}
+
 // TestTryLeadsToBuying: a problem the API answers with a buyUrl (out of
 // images, where the host sells) links there from Try it.
 func TestTryLeadsToBuying(t *testing.T) {

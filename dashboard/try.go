@@ -33,11 +33,12 @@ type tryPage struct {
 	Scales   []int
 	Types    []upscale.ImageType
 	Denoises []upscale.Denoise
+	Formats  []upscale.Format
 }
 
 func (d *Dashboard) newTryPage(r *http.Request, account string, form client.Request) tryPage {
 	return tryPage{frame: d.frame(r, account, "try"), Samples: d.cfg.Samples, Form: form,
-		Scales: upscale.Scales(), Types: upscale.ImageTypes(), Denoises: upscale.DenoiseLevels()}
+		Scales: upscale.Scales(), Types: upscale.ImageTypes(), Denoises: upscale.DenoiseLevels(), Formats: upscale.Formats()}
 }
 
 func (d *Dashboard) tryPage(w http.ResponseWriter, r *http.Request, account string) {
@@ -50,7 +51,8 @@ func (d *Dashboard) tryPage(w http.ResponseWriter, r *http.Request, account stri
 
 func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) {
 	scale, _ := strconv.Atoi(r.PostFormValue("scale"))
-	form := client.Request{ImageURL: r.PostFormValue("sample"), Scale: scale, ImageType: r.PostFormValue("imageType"), Denoise: r.PostFormValue("denoise")}
+	form := client.Request{ImageURL: r.PostFormValue("sample"), Scale: scale, ImageType: r.PostFormValue("imageType"), Denoise: r.PostFormValue("denoise"),
+		Format: r.PostFormValue("format")}
 	own := strings.TrimSpace(r.PostFormValue("imageUrl"))
 	if own != "" {
 		form.ImageURL = own

@@ -5,11 +5,13 @@ import (
 	"context"
 	"embed"
 	"encoding/binary"
+	"errors"
 	"image"
 	"image/color"
 	"image/jpeg"
 	"image/png"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/upscalekit/upscale"
@@ -21,7 +23,8 @@ import (
 // visible edge, and a JPEG's EXIF orientation is applied; the files
 // phones and the web send (WebP, HEIC, AVIF, TIFF, GIF) come back as a
 // browser shows them, and animated GIFs and WebPs as animations of as many
-// frames, with their delays and loop count. Engines that convert
+// frames, with their delays and loop count; and that each still is written
+// in each format asked, transparency never as JPEG. Engines that convert
 // everything to 8-bit RGB, as PixelUpscaler does, do not pass it.
 func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Upscaler) {
 	upscalePNG := func(t *testing.T, src image.Image, scale int) image.Image {
@@ -140,6 +143,7 @@ func TestUpscalerFormats(t *testing.T, newUpscaler func(t *testing.T) upscale.Up
 
 	t.Run("PhoneAndWeb", func(t *testing.T) { testPhoneAndWebFormats(t, newUpscaler(t)) })
 	t.Run("Animations", func(t *testing.T) { testAnimations(t, newUpscaler(t)) })
+	t.Run("AskedFormat", func(t *testing.T) { testAskedFormats(t, newUpscaler(t)) })
 }
 
 // formatFiles are small images as phones, cameras and the web make them
@@ -186,6 +190,40 @@ func testPhoneAndWebFormats(t *testing.T, u upscale.Upscaler) {
 				t.Errorf("a pixel %d levels from the source's, want at most 12", worst)
 			}
 		})
+	}
+}
+
+// testAskedFormats checks that each still source of the phone and web
+// files is written in each format asked (Params.Format), at twice its
+// size, but a source with transparency as JPEG, which is refused with
+// ErrUnsupportedImage.
+func testAskedFormats(t *testing.T, u upscale.Upscaler) {
+	for _, file := range []string{"photo.webp", "cutout.webp", "photo.heic", "cutout.heic", "photo.avif", "photo.tiff", "cutout.tiff", "drawing.gif"} {
+		for _, format := range upscale.Formats() {
+			t.Run(file+"/"+string(format), func(t *testing.T) {
+				src, source := formatFile(t, file)
+				img, err := u.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: format})
+				if transparent := strings.HasPrefix(file, "cutout"); transparent && format == upscale.FormatJPEG {
+					if !errors.Is(err, upscale.ErrUnsupportedImage) {
+						t.Errorf("a source with transparency as JPEG: %v, want ErrUnsupportedImage", err)
+					}
+					return
+				}
+				want := source.Bounds().Size().Mul(2)
+				if err != nil || img.ContentType != "image/"+string(format) || img.Width != want.X || img.Height != want.Y {
+					t.Fatalf("%s %dx%d, %v; want image/%s of %v", img.ContentType, img.Width, img.Height, err, format, want)
+				}
+				if format == upscale.FormatAVIF {
+					if got, ok := avifSize(img.Data); !ok || got != want {
+						t.Errorf("the AVIF's header says %v (%v), want %v", got, ok, want)
+					}
+					return
+				}
+				if result, err := decodeStill(img.Data); err != nil || result.Bounds().Size() != want {
+					t.Errorf("the result: %v; want a %s of %v", err, format, want)
+				}
+			})
+		}
 	}
 }
 

@@ -99,7 +99,7 @@ func (m rgba) over(grey float64) *quality.Image {
 // enlargeColourOnly is the other way to enlarge alpha: the network on
 // colour, alpha enlarged classically (engine/vips's photo recipe).
 func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byte) ([]byte, error) {
-	px, err := e.codec.Decode(ctx, src, 2)
+	px, err := e.codec.Decode(ctx, src, upscale.Params{Scale: 2})
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func BenchmarkCalibrate(b *testing.B) {
 			// What the estimators read, averaged over the set.
 			var sigma, q float64
 			for _, hr := range sets[setName] {
-				px, err := e.codec.Decode(context.Background(), d.Source(b, quality.Shrink(hr.Crop(hr.W/2*2, hr.H/2*2), 2)), 2)
+				px, err := e.codec.Decode(context.Background(), d.Source(b, quality.Shrink(hr.Crop(hr.W/2*2, hr.H/2*2), 2)), upscale.Params{Scale: 2})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -49,7 +49,7 @@ func BenchmarkCalibrate(b *testing.B) {
 				b.Run(setName+"/"+d.Name+"/"+string(level), func(b *testing.B) {
 					for range b.N {
 						p, s := quality.Score(b, sets[setName], 2, d, func(src []byte) ([]byte, error) {
-							px, err := e.codec.Decode(context.Background(), src, 2)
+							px, err := e.codec.Decode(context.Background(), src, upscale.Params{Scale: 2})
 							if err != nil {
 								return nil, err
 							}

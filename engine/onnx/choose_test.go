@@ -43,7 +43,7 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 	} {
 		src := tc.source.Source(t, tc.image)
 		for _, requested := range quality.Levels {
-			px, err := e.codec.Decode(context.Background(), src, 2)
+			px, err := e.codec.Decode(context.Background(), src, upscale.Params{Scale: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := e.codec.Decode(context.Background(), src, 2)
+	px, err := e.codec.Decode(context.Background(), src, upscale.Params{Scale: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestOpaqueAlphaStaysOpaque(t *testing.T) {
 	e := newTestEngine(t)
 	img := quality.CelImage(1, 40).NRGBA()
 	img.Pix[3] = 254 // one pixel not quite opaque, or Go's encoder drops the alpha band
-	px, err := e.codec.Decode(context.Background(), quality.EncodePNG(t, img), 2)
+	px, err := e.codec.Decode(context.Background(), quality.EncodePNG(t, img), upscale.Params{Scale: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestFlatnessTellsArtFromPhotos(t *testing.T) {
 	for _, d := range []quality.Degradation{quality.Clean, quality.JPEG(75), quality.GaussianNoise(5)} {
 		for name, set := range map[string][]*quality.Image{"cel": quality.CelSet(), "photo": quality.LoadSet(t, "Set5")} {
 			for i, img := range set {
-				px, err := e.codec.Decode(context.Background(), d.Source(t, quality.Shrink(img.Crop(img.W/2*2, img.H/2*2), 2)), 2)
+				px, err := e.codec.Decode(context.Background(), d.Source(t, quality.Shrink(img.Crop(img.W/2*2, img.H/2*2), 2)), upscale.Params{Scale: 2})
 				if err != nil {
 					t.Fatal(err)
 				}

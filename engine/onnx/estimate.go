@@ -10,7 +10,7 @@ import (
 // EstimateMemory implements upscale.MemoryEstimator from src's header:
 // learnedMemory for the passes the budget allows.
 func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
-	h, err := e.codec.Header(src, opts.Scale)
+	h, err := e.codec.Header(src, opts)
 	if err != nil {
 		return 0, err
 	}
@@ -25,7 +25,7 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 // left to the caller's headroom. It knows nothing before the engine has
 // measured its pace, nor for a result with no learned pass.
 func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duration, bool, error) {
-	h, err := e.codec.Header(src, opts.Scale)
+	h, err := e.codec.Header(src, opts)
 	if err != nil {
 		return 0, false, err
 	}
@@ -36,7 +36,7 @@ func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duratio
 // InspectSource implements upscale.SourceInspector: SourcePixels,
 // EstimateMemory and EstimateDuration from one reading of src's header.
 func (e *Engine) InspectSource(src []byte, opts upscale.Params) (upscale.SourceReport, error) {
-	h, err := e.codec.Header(src, opts.Scale)
+	h, err := e.codec.Header(src, opts)
 	if err != nil {
 		return upscale.SourceReport{}, err
 	}

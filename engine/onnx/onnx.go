@@ -222,11 +222,11 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 		return upscale.Image{}, ctx.Err()
 	}
 	defer func() { <-e.slots }()
-	h, err := e.codec.Header(src, opts.Scale)
+	h, err := e.codec.Header(src, opts)
 	if err != nil {
 		return upscale.Image{}, err
 	}
-	px, err := e.codec.Decode(ctx, src, opts.Scale)
+	px, err := e.codec.Decode(ctx, src, opts)
 	if err != nil {
 		return upscale.Image{}, err
 	}

@@ -215,7 +215,7 @@ func TestAnimationsLearned(t *testing.T) {
 		if img.ContentType != tc.want || img.Width != 32 || img.Height != 24 || !strings.HasPrefix(img.Engine, "learned;passes=1") {
 			t.Errorf("%s: %s %dx%d by %q; want a learned %s of 32x24", tc.file, img.ContentType, img.Width, img.Height, img.Engine, tc.want)
 		}
-		if h, err := vips.New(vips.Options{}).Header(img.Data, 1); err != nil || h.Frames != 3 {
+		if h, err := vips.New(vips.Options{}).Header(img.Data, upscale.Params{Scale: 1}); err != nil || h.Frames != 3 {
 			t.Errorf("%s: the result has %d frames (%v), want 3", tc.file, h.Frames, err)
 		}
 	}

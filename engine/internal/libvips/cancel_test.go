@@ -59,7 +59,7 @@ func cancelCases(tb testing.TB) []cancelCase {
 		tb.Fatal(err)
 	}
 	animation := noisyGIF(tb, 600, 600, 6)
-	px, err := e.Decode(context.Background(), square, 4)
+	px, err := e.Decode(context.Background(), square, upscale.Params{Scale: 4})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestEstimateMemory(t *testing.T) {
 	}
 
 	butterfly := quality.SetFile(t, "Set5/butterfly.png")
-	header, err := e.Header(butterfly, 4)
+	header, err := e.Header(butterfly, upscale.Params{Scale: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

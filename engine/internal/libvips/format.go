@@ -2,6 +2,7 @@ package libvips
 
 import (
 	"bytes"
+	"strings"
 
 	"encoding/binary"
 
@@ -137,35 +138,65 @@ func frames(kind source, l layout) int {
 	return 1
 }
 
-// output is the format a result of a src source is written in: a
-// browser's, the source's own where browsers show it; HEIC and TIFF as
-// JPEG, or PNG when they have alpha; a still GIF as PNG, an animated one
-// as GIF. An AVIF animation (a sequence) is refused, never flattened to
-// one frame.
-func output(kind source, l layout, meta bimg.ImageMetadata) (format, error) {
+// output is the format a result of a src source is written in, with
+// the quality p asks: p's Format, or else a browser's, the source's own
+// (ownOutput). An AVIF animation (a sequence) is refused, never flattened
+// to one frame; so is a Format that cannot keep the source: an animation
+// in another format than its own, an image with alpha as JPEG.
+func output(kind source, l layout, meta bimg.ImageMetadata, p upscale.Params) (format, error) {
 	switch {
 	case kind == sourceAVIFSequence:
 		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, msgAVIFSequence)
 	case !l.samples:
 		return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image's samples are floating-point, signed, 32-bit or CIELAB; only 8- and 16-bit RGB, grey or CMYK images are read.")
 	}
+	f := ownOutput(kind, l, meta)
+	if p.Format != "" {
+		asked := askedFormats[p.Format]
+		switch {
+		case frames(kind, l) > 1 && !asked.is(f):
+			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image is an animation, which keeps its own format (%s); leave format out.", strings.TrimPrefix(f.contentType, "image/"))
+		case meta.Alpha && asked.is(jpegFormat):
+			return format{}, upscale.Explain(upscale.ErrUnsupportedImage, "The image has transparency, which JPEG cannot keep; ask for png, webp or avif, or leave format out.")
+		}
+		f = asked
+	}
+	if p.Quality > 0 && f.quality > 0 { // a lossy encoder's
+		f.quality = p.Quality
+	}
+	return f, nil
+}
+
+// askedFormats are the formats a request may ask for (Params.Format).
+var askedFormats = map[upscale.Format]format{
+	upscale.FormatJPEG: jpegFormat, upscale.FormatPNG: pngFormat, upscale.FormatWebP: webpFormat, upscale.FormatAVIF: avifFormat,
+}
+
+// is reports whether f writes other's format, whatever its settings.
+func (f format) is(other format) bool { return f.contentType == other.contentType }
+
+// ownOutput is the format a result is written in when none is asked: a
+// browser's, the source's own where browsers show it; HEIC and TIFF as
+// JPEG, or PNG when they have alpha; a still GIF as PNG, an animated one
+// as GIF.
+func ownOutput(kind source, l layout, meta bimg.ImageMetadata) format {
 	switch kind {
 	case sourceJPEG:
-		return jpegFormat, nil
+		return jpegFormat
 	case sourceWebP:
-		return webpFormat, nil
+		return webpFormat
 	case sourceAVIF:
-		return avifFormat, nil
+		return avifFormat
 	case sourceGIF:
 		if frames(kind, l) > 1 {
-			return gifFormat, nil
+			return gifFormat
 		}
 	case sourceHEIC, sourceTIFF:
 		if !meta.Alpha {
-			return jpegFormat, nil
+			return jpegFormat
 		}
 	}
-	return pngFormat, nil
+	return pngFormat
 }
 
 // msgAVIFSequence refuses an animated AVIF.

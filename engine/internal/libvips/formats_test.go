@@ -37,7 +37,7 @@ func convert(t *testing.T, src []byte, kind bimg.ImageType) []byte {
 func TestAnimationFramesAlone(t *testing.T) {
 	e := vips.New(vips.Options{})
 	src := vips.SolidAnimation(t, 8, 6, 255, 0, 255)
-	px, err := e.Decode(context.Background(), src, 2)
+	px, err := e.Decode(context.Background(), src, upscale.Params{Scale: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestAnimationNotTurned(t *testing.T) {
 	if meta, err := bimg.NewImage(src).Metadata(); err != nil || meta.Orientation != 6 {
 		t.Fatalf("libvips reads the test's source's orientation as %d (%v), want 6", meta.Orientation, err)
 	}
-	if h, err := e.Header(src, 2); err != nil || h.Frames != 3 || h.Result != image.Pt(32, 24) {
+	if h, err := e.Header(src, upscale.Params{Scale: 2}); err != nil || h.Frames != 3 || h.Result != image.Pt(32, 24) {
 		t.Errorf("header: %+v, %v; want 3 frames of 32x24", h, err)
 	}
 	img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
@@ -87,7 +87,7 @@ func TestAnimationNotTurned(t *testing.T) {
 	if img.Width != 32 || img.Height != 24 || !bytes.Contains(img.Data, []byte("Jane Doe")) {
 		t.Errorf("the result is %dx%d, with its EXIF %v; want 32x24 frames with the source's EXIF", img.Width, img.Height, bytes.Contains(img.Data, []byte("Jane Doe")))
 	}
-	if h, err := e.Header(img.Data, 1); err != nil || h.Frames != 3 || h.Result != image.Pt(32, 24) {
+	if h, err := e.Header(img.Data, upscale.Params{Scale: 1}); err != nil || h.Frames != 3 || h.Result != image.Pt(32, 24) {
 		t.Errorf("the result read back: %+v, %v; want 3 frames of 32x24", h, err)
 	}
 	if meta, err := bimg.NewImage(img.Data).Metadata(); err != nil || meta.Orientation > 1 {
@@ -132,7 +132,7 @@ func TestAnimationLimits(t *testing.T) {
 		}
 	}
 	e := vips.New(vips.Options{MaxOutputPixels: 4 * 15000}) // ×2 fits exactly, ×4 does not
-	h, err := e.Header(src, 4)
+	h, err := e.Header(src, upscale.Params{Scale: 4})
 	if err != nil || h.Frames != 3 || !h.Fitted || h.Result != image.Pt(200, 100) {
 		t.Fatalf("header: %+v, %v; want 3 frames fitted to 200x100", h, err)
 	}
@@ -149,7 +149,7 @@ func TestAnimationLimits(t *testing.T) {
 	// 5,002,000 at ×2, and 10,004,000 at ×4, refused before decoding.
 	e = vips.New(vips.Options{})
 	tall := vips.SolidAnimation(t, 1, 2501, make([]uint8, 1000)...)
-	if h, err := e.Header(tall, 2); err != nil || h.Frames != 1000 {
+	if h, err := e.Header(tall, upscale.Params{Scale: 2}); err != nil || h.Frames != 1000 {
 		t.Errorf("1000 frames of 1x2501 ×2: %+v, %v; want them admitted", h, err)
 	}
 	if _, err := e.Upscale(ctx, tall, upscale.Params{Scale: 4}); !errors.Is(err, upscale.ErrImageTooLarge) || !strings.Contains(err.Error(), "rows") {
@@ -257,7 +257,7 @@ func TestHostileNewFormats(t *testing.T) {
 			}
 			// Header decodes no pixel: the files it refuses never
 			// reach libheif's or libnsgif's decoding.
-			if _, err := e.Header(tc.src, 2); tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal)) {
+			if _, err := e.Header(tc.src, upscale.Params{Scale: 2}); tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal)) {
 				t.Errorf("Header: %v, want the refusal %q", err, tc.refusal)
 			}
 			t.Logf("refused: %v", err)
@@ -315,7 +315,7 @@ func TestHEIFGrids(t *testing.T) {
 	ctx := context.Background()
 	for _, out := range []image.Point{image.Pt(128, 128), image.Pt(100, 90)} {
 		src := vips.HEIFGrid(t, tile, 2, 2, out)
-		h, err := e.Header(src, 2)
+		h, err := e.Header(src, upscale.Params{Scale: 2})
 		if err != nil || h.Width != out.X || h.Height != out.Y || h.DecodedPixels != 4*64*64 {
 			t.Errorf("a 2×2 grid of 64×64 tiles laid out as %v: %+v, %v; want %v, 4×64×64 decoded", out, h, err, out)
 			continue

@@ -52,10 +52,10 @@ type Header struct {
 	WebP bool
 }
 
-// Header reads src's header with the checks and errors of Upscale for a
-// result scale times its size; no pixel is decoded.
-func (e *Engine) Header(src []byte, scale int) (Header, error) {
-	f, meta, g, err := e.inspect(src, scale)
+// Header reads src's header with the checks and errors of Upscale for
+// the result p asks (its scale, its format); no pixel is decoded.
+func (e *Engine) Header(src []byte, p upscale.Params) (Header, error) {
+	f, meta, g, err := e.inspect(src, p)
 	if err != nil {
 		return Header{}, err
 	}
@@ -63,10 +63,10 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 	kind, _ := sniff(src)
 	h := Header{
 		Width: size.X, Height: size.Y, Frames: g.frames, DecodedPixels: g.decodedPixels, Scale: g.scale, Result: g.size, Fitted: g.fitted,
-		Bands: meta.Channels, SampleBytes: 1, PNG: f == pngFormat,
+		Bands: meta.Channels, SampleBytes: 1, PNG: f.is(pngFormat),
 		WholeSource: sequential(meta) == 0 || g.frames > 1 || kind == sourceHEIC || kind == sourceAVIF || kind == sourceGIF,
-		WholeResult: f == avifFormat || f == webpFormat || g.frames > 1,
-		WebP:        f == webpFormat,
+		WholeResult: f.is(avifFormat) || f.is(webpFormat) || g.frames > 1,
+		WebP:        f.is(webpFormat),
 	}
 	if strings.HasSuffix(meta.Space, "16") { // rgb16, grey16
 		h.SampleBytes = 2
@@ -78,7 +78,7 @@ func (e *Engine) Header(src []byte, scale int) (Header, error) {
 // makes (Header.DecodedPixels), read from its header as Upscale reads it
 // for the smallest scale.
 func (e *Engine) SourcePixels(src []byte) (int64, error) {
-	h, err := e.Header(src, upscale.Scales()[0])
+	h, err := e.Header(src, upscale.Params{Scale: upscale.Scales()[0]})
 	return h.DecodedPixels, err
 }
 
@@ -138,7 +138,7 @@ func (h Header) sourceBytes() int64 {
 // or decoded whole (WholeSource). Each worker's strips, a few MiB, belong to the process's
 // constant (docs/operating.md, "Memory").
 func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) {
-	h, err := e.Header(src, opts.Scale)
+	h, err := e.Header(src, opts)
 	return h.workingMemory(opts), err
 }
 
@@ -154,7 +154,7 @@ func (h Header) workingMemory(opts upscale.Params) int64 {
 // InspectSource implements upscale.SourceInspector: SourcePixels and
 // EstimateMemory from one reading of src's header.
 func (e *Engine) InspectSource(src []byte, opts upscale.Params) (upscale.SourceReport, error) {
-	h, err := e.Header(src, opts.Scale)
+	h, err := e.Header(src, opts)
 	if err != nil {
 		return upscale.SourceReport{}, err
 	}
@@ -164,7 +164,7 @@ func (e *Engine) InspectSource(src []byte, opts upscale.Params) (upscale.SourceR
 // inspect decides src's format from its signature and reads its header,
 // and checks e's limits for a result scale times its upright size: no pixel
 // is decoded before the limits are checked.
-func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geometry, error) {
+func (e *Engine) inspect(src []byte, p upscale.Params) (format, bimg.ImageMetadata, geometry, error) {
 	kind, ok := sniff(src)
 	if !ok {
 		return format{}, bimg.ImageMetadata{}, geometry{}, upscale.Explain(upscale.ErrUnsupportedImage, "The file is not a JPEG, PNG, WebP, GIF, HEIC, AVIF or TIFF image.")
@@ -191,7 +191,7 @@ func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geo
 	// reading of it: they differ on a malformed EXIF block, and the
 	// result's size must be what libvips makes.
 	meta.Orientation = l.orientation
-	f, err := output(kind, l, meta)
+	f, err := output(kind, l, meta, p)
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}
@@ -204,7 +204,7 @@ func (e *Engine) inspect(src []byte, scale int) (format, bimg.ImageMetadata, geo
 	if n > 1 {
 		meta.Orientation = 1 // an animation's frames are not turned, as browsers do not turn them
 	}
-	g, err := e.plan(f, uprightSize(meta), n, scale, decoded)
+	g, err := e.plan(f, uprightSize(meta), n, p.Scale, decoded)
 	if err != nil {
 		return format{}, bimg.ImageMetadata{}, geometry{}, err
 	}

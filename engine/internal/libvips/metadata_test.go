@@ -30,7 +30,7 @@ func TestMetadataOnPurpose(t *testing.T) {
 			return e.Upscale(context.Background(), src, upscale.Params{Scale: 2})
 		},
 		"DecodeEncode": func(src []byte) (upscale.Image, error) {
-			px, err := e.Decode(context.Background(), src, 2)
+			px, err := e.Decode(context.Background(), src, upscale.Params{Scale: 2})
 			if err != nil {
 				return upscale.Image{}, err
 			}
@@ -97,7 +97,7 @@ func TestMetadataOnPurpose(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if h, err := e.Header(img.Data, 1); tc.frames > 0 && (err != nil || h.Frames != tc.frames) {
+				if h, err := e.Header(img.Data, upscale.Params{Scale: 1}); tc.frames > 0 && (err != nil || h.Frames != tc.frames) {
 					t.Errorf("the result has %d frames (%v), want %d", h.Frames, err, tc.frames)
 				}
 				if tc.profile != nil {

@@ -71,12 +71,13 @@ func (p *Pixels) Frame(i int) *Pixels {
 	return &frame
 }
 
-// Decode decodes src as Upscale does for a result scale times its size:
+// Decode decodes src as Upscale does for the result p asks (its scale, its
+// format):
 // it refuses what Upscale refuses, with the same errors, checks the same
 // limits before decoding any pixel, and decodes as strictly. It does not
 // wait for one of the Engine's slots: the caller admits its own work.
-func (e *Engine) Decode(ctx context.Context, src []byte, scale int) (*Pixels, error) {
-	f, meta, g, err := e.inspect(src, scale)
+func (e *Engine) Decode(ctx context.Context, src []byte, p upscale.Params) (*Pixels, error) {
+	f, meta, g, err := e.inspect(src, p)
 	if err != nil {
 		return nil, err
 	}

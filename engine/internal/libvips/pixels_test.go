@@ -35,7 +35,7 @@ func TestDecodeEncodeIsUpscale(t *testing.T) {
 	e := vips.New(vips.Options{})
 	for name, src := range sources {
 		for _, scale := range []int{1, 2, 4} {
-			px, err := e.Decode(context.Background(), src, scale)
+			px, err := e.Decode(context.Background(), src, upscale.Params{Scale: scale})
 			if err != nil {
 				t.Fatalf("%s: Decode: %v", name, err)
 			}
@@ -94,7 +94,7 @@ func maxLevelDiff(t *testing.T, a, b []byte) int {
 // alpha, in 16-bit samples whatever the source's depth.
 func TestDecodeUpright(t *testing.T) {
 	e := vips.New(vips.Options{})
-	px, err := e.Decode(context.Background(), upscaletest.WithEXIFOrientation(encodeJPEG(t, gradient(16, 8, 255)), 6), 2)
+	px, err := e.Decode(context.Background(), upscaletest.WithEXIFOrientation(encodeJPEG(t, gradient(16, 8, 255)), 6), upscale.Params{Scale: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestDecodeUpright(t *testing.T) {
 	}
 	half := image.NewNRGBA64(image.Rect(0, 0, 2, 1))
 	half.SetNRGBA64(0, 0, color.NRGBA64{R: 65535, A: 32768})
-	px, err = e.Decode(context.Background(), encodePNG(t, half), 2)
+	px, err = e.Decode(context.Background(), encodePNG(t, half), upscale.Params{Scale: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,20 +118,20 @@ func TestDecodeUpright(t *testing.T) {
 func TestDecodeChecksLimits(t *testing.T) {
 	e := vips.New(vips.Options{MaxOutputPixels: 1000})
 	src := encodePNG(t, gradient(12, 9, 255))
-	if _, err := e.Decode(context.Background(), src, 2); err != nil {
+	if _, err := e.Decode(context.Background(), src, upscale.Params{Scale: 2}); err != nil {
 		t.Errorf("24x18 result: %v", err)
 	}
-	px, err := e.Decode(context.Background(), src, 4)
+	px, err := e.Decode(context.Background(), src, upscale.Params{Scale: 4})
 	if err != nil {
 		t.Fatalf("48x36 result past 1000 pixels: %v, want it fitted", err)
 	}
 	if img, err := e.Encode(context.Background(), px, 2, upscale.Photo); err != nil || !img.Fitted || img.Width != 36 || img.Height != 27 {
 		t.Errorf("48x36 result past 1000 pixels: %dx%d, fitted %v, %v; want 36x27, fitted", img.Width, img.Height, img.Fitted, err)
 	}
-	if _, err := vips.New(vips.Options{MaxOutputPixels: 100}).Decode(context.Background(), src, 2); !errors.Is(err, upscale.ErrImageTooLarge) {
+	if _, err := vips.New(vips.Options{MaxOutputPixels: 100}).Decode(context.Background(), src, upscale.Params{Scale: 2}); !errors.Is(err, upscale.ErrImageTooLarge) {
 		t.Errorf("12x9 with results of 100 pixels at most: err = %v, want ErrImageTooLarge", err)
 	}
-	if _, err := e.Decode(context.Background(), src[:len(src)/2], 2); !errors.Is(err, upscale.ErrUnsupportedImage) {
+	if _, err := e.Decode(context.Background(), src[:len(src)/2], upscale.Params{Scale: 2}); !errors.Is(err, upscale.ErrUnsupportedImage) {
 		t.Errorf("truncated PNG: err = %v, want ErrUnsupportedImage", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestJPEGQuality(t *testing.T) {
 		src  []byte
 		want int
 	}{{quality.EncodeJPEG(t, butterfly, 60), 60}, {quality.EncodeJPEG(t, butterfly, 95), 95}, {butterfly.PNG(t), 0}} {
-		px, err := e.Decode(context.Background(), tc.src, 2)
+		px, err := e.Decode(context.Background(), tc.src, upscale.Params{Scale: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -132,7 +132,7 @@ const (
 // ErrUnsupportedImage or ErrImageTooLarge; ctx's end stops it within a
 // strip or a frame.
 func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (upscale.Image, error) {
-	f, meta, g, err := e.inspect(src, opts.Scale)
+	f, meta, g, err := e.inspect(src, opts)
 	if err != nil {
 		return upscale.Image{}, err
 	}

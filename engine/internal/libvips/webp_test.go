@@ -35,7 +35,7 @@ func TestWebPMatchesLibvips(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			px, err := e.Decode(context.Background(), src, 1)
+			px, err := e.Decode(context.Background(), src, upscale.Params{Scale: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
