@@ -17,7 +17,6 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/accounts"
-	"github.com/upscalekit/upscale/accounts/accountstest"
 	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/upscaletest"
 )
@@ -250,16 +249,6 @@ func TestSecureCookieBehindHTTPS(t *testing.T) {
 			t.Errorf("NewSignIn(%+v) accepted", opts)
 		}
 	}
-}
-
-func TestMemorySessions(t *testing.T) {
-	accountstest.TestSessionStore(t, func(t *testing.T) accounts.SessionStore { return accounts.NewMemorySessions() })
-}
-
-func TestMemoryLinks(t *testing.T) {
-	accountstest.TestLinkStore(t, func(t *testing.T, clock *upscaletest.Clock) accounts.LinkStore {
-		return accounts.NewMemoryLinks(accounts.MemoryLinksOptions{Now: clock.Now})
-	})
 }
 
 // TestSignInAttemptsLimited: one address may try five sign-ins at once,
