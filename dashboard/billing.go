@@ -78,7 +78,7 @@ func (d *Dashboard) billing(w http.ResponseWriter, r *http.Request, account stri
 func (d *Dashboard) renderBilling(w http.ResponseWriter, r *http.Request, account string, done *upscale.Checkout, paid bool) {
 	ctx := r.Context()
 	ledger := d.cfg.Ledger.(upscale.BillingLedger)
-	b, err := ledger.Balance(ctx, account)
+	b, err := d.balance(r, account)
 	if err != nil {
 		d.fail(w, r, account, "read the balance", err)
 		return

@@ -300,7 +300,7 @@ func (d *Dashboard) signedIn(page func(w http.ResponseWriter, r *http.Request, a
 			return
 		}
 		if account != "" {
-			page(w, r.WithContext(context.WithValue(r.Context(), holderKey{}, holder)), account)
+			page(w, withSignedIn(r, holder), account)
 			return
 		}
 		if d.cfg.SignInURL != "" {
@@ -336,7 +336,10 @@ type frame struct {
 
 func (d *Dashboard) frame(r *http.Request, account, nav string) frame {
 	root := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
-	holder, _ := r.Context().Value(holderKey{}).(string)
+	var holder string
+	if s := signedInOf(r); s != nil {
+		holder = s.holder
+	}
 	return frame{Nav: nav, Account: account, Holder: cmp.Or(holder, account), Brand: d.cfg.Brand, Root: cmp.Or(root, "./"),
 		SignOut: d.cfg.SignIn != nil, Webhooks: d.cfg.WebhookSecrets != nil, Try: d.cfg.API != nil, Billing: d.cfg.Seller != nil, History: d.cfg.History != nil,
 		Running: d.runningOut(r, account)}
@@ -356,7 +359,7 @@ func (d *Dashboard) runningOut(r *http.Request, account string) *runningOut {
 	if account == "" {
 		return nil
 	}
-	b, err := d.cfg.Ledger.Balance(r.Context(), account)
+	b, err := d.balance(r, account)
 	if err != nil || b.Plan.Unlimited {
 		return nil
 	}
@@ -371,9 +374,42 @@ func (d *Dashboard) runningOut(r *http.Request, account string) *runningOut {
 	return banner
 }
 
-// holderKey keeps, in a signed-in request's context, the address of who
-// signed in, "" when the session does not know it.
-type holderKey struct{}
+// signedIn is what the page of a signed-in request and its frame share:
+// the address of who signed in ("" when the session does not know it),
+// and the account's balance, read once for both.
+type signedIn struct {
+	holder      string
+	balance     upscale.Balance
+	balanceErr  error
+	balanceRead bool
+}
+
+type signedInKey struct{}
+
+// withSignedIn is r of a page signed in by holder.
+func withSignedIn(r *http.Request, holder string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), signedInKey{}, &signedIn{holder: holder}))
+}
+
+// signedInOf is r's signedIn, nil for a request of no signed-in page.
+func signedInOf(r *http.Request) *signedIn {
+	s, _ := r.Context().Value(signedInKey{}).(*signedIn)
+	return s
+}
+
+// balance returns account's balance, read once for a signed-in page and
+// its banner.
+func (d *Dashboard) balance(r *http.Request, account string) (upscale.Balance, error) {
+	s := signedInOf(r)
+	if s == nil {
+		return d.cfg.Ledger.Balance(r.Context(), account)
+	}
+	if !s.balanceRead {
+		s.balance, s.balanceErr = d.cfg.Ledger.Balance(r.Context(), account)
+		s.balanceRead = true
+	}
+	return s.balance, s.balanceErr
+}
 
 // origin is the scheme://host of an absolute http(s) URL whose host is
 // only what a host name or address is written with, else "": it goes into

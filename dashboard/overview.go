@@ -65,7 +65,7 @@ const (
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request, account string) {
 	ctx := r.Context()
-	b, err := d.cfg.Ledger.Balance(ctx, account)
+	b, err := d.balance(r, account)
 	if err != nil {
 		d.fail(w, r, account, "read the balance", err)
 		return

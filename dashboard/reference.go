@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -352,7 +351,7 @@ func (d *Dashboard) referencePage(w http.ResponseWriter, r *http.Request) {
 	// The page needs no sign-in: an account that cannot be told shows as
 	// none.
 	account, holder, _ := d.account(w, r)
-	r = r.WithContext(context.WithValue(r.Context(), holderKey{}, holder))
+	r = withSignedIn(r, holder)
 	page := referencePage{frame: d.frame(r, account, "reference"), reference: d.reference, KeyHint: d.cfg.KeyPrefix + "…"}
 	if account != "" {
 		if keys, err := d.cfg.Keys.ListKeys(r.Context(), account); err == nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/billing/stripebilling/stripetest"
+	"github.com/upscalekit/upscale/dashboard"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -69,5 +70,30 @@ func TestRunningOut(t *testing.T) {
 	_, page, _ := selling.do("GET", "/keys", "acme", nil)
 	if !strings.Contains(page, `No images left: the free images refill on 1 December 2026. <a href="./billing">Buy images or a plan</a> to go on before then.</p>`) {
 		t.Errorf("none left where the dashboard sells: no link to Billing\n%s", page)
+	}
+}
+
+// balanceCounter counts the balances read through it.
+type balanceCounter struct {
+	*upscale.MemoryLedger
+	reads int
+}
+
+func (l *balanceCounter) Balance(ctx context.Context, account string) (upscale.Balance, error) {
+	l.reads++
+	return l.MemoryLedger.Balance(ctx, account)
+}
+
+// TestBalanceReadOncePerPage: the overview and its banner share one read
+// of the balance.
+func TestBalanceReadOncePerPage(t *testing.T) {
+	var counter *balanceCounter
+	s := newSite(t, upscaletest.NewClock(start), func(c *dashboard.Config) {
+		counter = &balanceCounter{MemoryLedger: c.Ledger.(*upscale.MemoryLedger)}
+		c.Ledger = counter
+	})
+	spend(t, s.ledger, "acme", 15) // low: the banner shows
+	if _, page, _ := s.do("GET", "/", "acme", nil); !strings.Contains(page, `id="running-out"`) || counter.reads != 1 {
+		t.Errorf("the overview with its banner read the balance %d times, want once", counter.reads)
 	}
 }

@@ -23,8 +23,9 @@ type WebhookTester interface {
 type webhooksPage struct {
 	frame
 	Hint, Made string
-	// Shown are the secrets that sign now, when asked for.
+	// Shown are the secrets that sign now, when asked for (show).
 	Shown      []string
+	show       bool
 	Deliveries []upscale.WebhookDelivery
 	// Tester is whether the page sends test events; Tested the one just
 	// sent, to TestURL, or TestProblem why it was not.
@@ -49,6 +50,9 @@ func (d *Dashboard) renderWebhooks(w http.ResponseWriter, r *http.Request, accou
 	if len(secrets) > 0 {
 		page.Hint = "…" + secrets[0][max(len(secrets[0])-4, 0):]
 	}
+	if page.show {
+		page.Shown = secrets
+	}
 	if d.cfg.WebhookLog != nil {
 		if page.Deliveries, err = d.cfg.WebhookLog.Deliveries(r.Context(), account, 0); err != nil {
 			d.fail(w, r, account, "read the webhook log", err)
@@ -72,13 +76,8 @@ func (d *Dashboard) rotateWebhookSecret(w http.ResponseWriter, r *http.Request, 
 // in the answer to the POST that asked, as a new one is shown: the one
 // its first webhookUrl made was never shown.
 func (d *Dashboard) showWebhookSecrets(w http.ResponseWriter, r *http.Request, account string) {
-	secrets, err := d.cfg.WebhookSecrets.WebhookSecrets(r.Context(), account)
-	if err != nil {
-		d.fail(w, r, account, "read the webhook secrets", err)
-		return
-	}
 	d.cfg.Logger.Info("dashboard: webhook secrets shown", "account", account)
-	d.renderWebhooks(w, r, account, http.StatusOK, webhooksPage{Shown: secrets})
+	d.renderWebhooks(w, r, account, http.StatusOK, webhooksPage{show: true})
 }
 
 // testEventsPerMinute is how many test events an account may send a
