@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -18,7 +19,23 @@ func (c *Client) Submit(ctx context.Context, req Request) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	header := http.Header{"Idempotency-Key": {strconv.Quote(crand.Text())}, "Prefer": {"respond-async"}}
+	return c.submit(ctx, "application/json", body)
+}
+
+// SubmitFile is Submit with image as the source, uploaded as UpscaleFile
+// uploads it: req.ImageURL must be empty, and the image is read whole
+// into memory first so that every attempt sends the same bytes.
+func (c *Client) SubmitFile(ctx context.Context, image io.Reader, req Request) (*Job, error) {
+	contentType, body, err := fileForm(image, req)
+	if err != nil {
+		return nil, err
+	}
+	return c.submit(ctx, contentType, body)
+}
+
+// submit posts body, of contentType, as a job under one Idempotency-Key.
+func (c *Client) submit(ctx context.Context, contentType string, body []byte) (*Job, error) {
+	header := http.Header{"Idempotency-Key": {strconv.Quote(crand.Text())}, "Prefer": {"respond-async"}, "Content-Type": {contentType}}
 	return c.job(ctx, http.MethodPost, c.url(""), header, body, http.StatusAccepted)
 }
 
