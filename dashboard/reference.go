@@ -46,20 +46,40 @@ type reference struct {
 type operation struct {
 	Anchor, Method, Path, Summary string
 	Description                   []template.HTML
-	Parameters, Body              []field
-	// Examples are the request body's examples, as JSON.
-	Examples  []example
+	Parameters                    []field
+	// Bodies are the request's bodies, one per media type: JSON first,
+	// then a form's.
+	Bodies    []body
 	Responses []response
+}
+
+// body is a request body of one media type.
+type body struct {
+	// Label names the media type as a heading does: "JSON", or the
+	// media type itself.
+	Label       string
+	Description []template.HTML
+	Fields      []field
+	// Examples are the body's examples: a JSON body's as JSON, a form's
+	// one part a line.
+	Examples []example
 }
 
 // field is a parameter, a header, or a property of a body.
 type field struct {
 	Name, In, Type, Values, Default string
 	Required                        bool
-	Description                     []template.HTML
+	// Or names the properties that may stand in for a required one,
+	// when the schema requires one of several (oneOf).
+	Or          string
+	Description []template.HTML
 }
 
-type example struct{ Name, JSON string }
+type example struct {
+	Name    string
+	Summary []template.HTML
+	Text    string
+}
 
 type response struct {
 	Status      string
@@ -209,14 +229,7 @@ func operations(path string, item *openapi3.PathItem) []operation {
 			o.Parameters = append(o.Parameters, f)
 		}
 		if op.RequestBody != nil && op.RequestBody.Value != nil {
-			if media := op.RequestBody.Value.Content.Get("application/json"); media != nil {
-				o.Body = properties(media.Schema)
-				for _, name := range slices.Sorted(maps.Keys(media.Examples)) {
-					if e := media.Examples[name].Value; e != nil {
-						o.Examples = append(o.Examples, example{Name: name, JSON: indentedJSON(e.Value)})
-					}
-				}
-			}
+			o.Bodies = bodies(op.RequestBody.Value.Content)
 		}
 		if op.Responses != nil {
 			responses := op.Responses.Map()
@@ -229,6 +242,72 @@ func operations(path string, item *openapi3.PathItem) []operation {
 		ops = append(ops, o)
 	}
 	return ops
+}
+
+// bodyTypes are the request bodies the page renders, in its order, with
+// their labels and how each renders an example.
+var bodyTypes = []struct {
+	mediaType, label string
+	render           func(*openapi3.SchemaRef, any) string
+}{
+	{"application/json", "JSON", func(_ *openapi3.SchemaRef, v any) string { return indentedJSON(v) }},
+	{"multipart/form-data", "multipart/form-data", formParts},
+}
+
+// bodies renders a request's bodies of the media types in bodyTypes.
+func bodies(content openapi3.Content) []body {
+	var out []body
+	for _, t := range bodyTypes {
+		media := content.Get(t.mediaType)
+		if media == nil {
+			continue
+		}
+		b := body{Label: t.label, Fields: properties(media.Schema)}
+		if media.Schema != nil && media.Schema.Value != nil {
+			b.Description = prose(media.Schema.Value.Description)
+		}
+		for _, name := range slices.Sorted(maps.Keys(media.Examples)) {
+			if e := media.Examples[name].Value; e != nil {
+				b.Examples = append(b.Examples, example{Name: name, Summary: prose(e.Summary), Text: t.render(media.Schema, e.Value)})
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// formParts renders an example of a form as its parts, one a line: a
+// file's first, then the others by name.
+func formParts(s *openapi3.SchemaRef, v any) string {
+	fields, _ := v.(map[string]any)
+	names := slices.SortedFunc(maps.Keys(fields), func(a, b string) int {
+		if fa, fb := isFile(propertyOf(s, a)), isFile(propertyOf(s, b)); fa != fb {
+			if fa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a, b)
+	})
+	var lines []string
+	for _, name := range names {
+		lines = append(lines, name+": "+fmt.Sprint(fields[name]))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// propertyOf is the schema of s's property name, nil for none.
+func propertyOf(s *openapi3.SchemaRef, name string) *openapi3.SchemaRef {
+	if s == nil || s.Value == nil {
+		return nil
+	}
+	return s.Value.Properties[name]
+}
+
+// isFile reports whether s is a file's bytes: a string of a media type
+// (OpenAPI 3.1's contentMediaType) or of format binary (3.0's).
+func isFile(s *openapi3.SchemaRef) bool {
+	return s != nil && s.Value != nil && s.Value.Type.Is("string") && (s.Value.ContentMediaType != "" || s.Value.Format == "binary")
 }
 
 // responseOf renders the answer r with status: its headers, and its JSON
@@ -262,7 +341,8 @@ func indentedJSON(v any) string {
 }
 
 // properties lists the properties of an object schema, the required ones
-// first.
+// first; a property that one of the schema's oneOf alternatives requires
+// is required, or the ones the others require.
 func properties(s *openapi3.SchemaRef) []field {
 	if s == nil || s.Value == nil {
 		return nil
@@ -273,7 +353,11 @@ func properties(s *openapi3.SchemaRef) []field {
 		if p.Value != nil {
 			description = p.Value.Description
 		}
-		fields = append(fields, schemaField(name, p, slices.Contains(s.Value.Required, name), description))
+		f := schemaField(name, p, slices.Contains(s.Value.Required, name), description)
+		if others, ok := alternatives(s.Value.OneOf, name); ok && !f.Required {
+			f.Required, f.Or = true, strings.Join(others, ", ")
+		}
+		fields = append(fields, f)
 	}
 	slices.SortFunc(fields, func(a, b field) int {
 		if a.Required != b.Required {
@@ -285,6 +369,22 @@ func properties(s *openapi3.SchemaRef) []field {
 		return cmp.Compare(a.Name, b.Name)
 	})
 	return fields
+}
+
+// alternatives reports whether one of the schemas in oneOf requires
+// name, and what the others require instead.
+func alternatives(oneOf openapi3.SchemaRefs, name string) (others []string, ok bool) {
+	for _, alt := range oneOf {
+		if alt == nil || alt.Value == nil {
+			continue
+		}
+		if slices.Contains(alt.Value.Required, name) {
+			ok = true
+			continue
+		}
+		others = append(others, alt.Value.Required...)
+	}
+	return others, ok
 }
 
 func schemaField(name string, s *openapi3.SchemaRef, required bool, description string) field {
@@ -316,6 +416,9 @@ func typeName(s *openapi3.SchemaRef) string {
 	}
 	if s.Value == nil || s.Value.Type == nil {
 		return ""
+	}
+	if isFile(s) {
+		return "file"
 	}
 	types := strings.Join(s.Value.Type.Slice(), " or ")
 	if s.Value.Items != nil {
