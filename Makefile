@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 ARGS ?=
 FUZZRUNS ?= 1000000
 # Each fuzz target as package:name.
-FUZZ_TARGETS := .:FuzzDecodeRequest .:FuzzImageURL .:FuzzAddressPolicy ./engine/internal/libvips:FuzzUpscaleImage
+FUZZ_TARGETS := .:FuzzDecodeRequest .:FuzzUpload .:FuzzImageURL .:FuzzAddressPolicy ./engine/internal/libvips:FuzzUpscaleImage
 # The S3-compatible server the s3store tests start. Building it takes about
 # three minutes on two cores, once: the binary is kept outside the clone.
 TOOLS := $(HOME)/.cache/upscale-tools

@@ -40,9 +40,10 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	if !ok && !signedIn {
 		return request{}, leave, ErrUnauthorized
 	}
-	// The body is read before a place is taken, so that a caller sending
-	// it slowly holds none, and judged after the key, so that a refused
-	// key gets the same answer whatever it sent.
+	// A JSON body is read before a place is taken, so that a caller
+	// sending it slowly holds none, and judged after the key, so that a
+	// refused key gets the same answer whatever it sent. An upload's is
+	// read once the account is known (receiveUpload).
 	req, invalid := decodeRequest(w, r)
 	if err := h.blobs.refusing(); err != nil {
 		return request{}, leave, err // the result could not be stored anyway
@@ -77,14 +78,23 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	}
 	leaving = append(leaving, leaveShare)
 	who.accountID = accountID
-	if invalid == nil {
-		who.params = req.Params
-	}
 	if !signedIn {
 		who.keyID = KeyID(key)
 		if who.burst, err = h.allowRate(ctx, digest); err != nil {
 			return request{}, leave, err
 		}
+	}
+	if invalid == nil && req.boundary != "" {
+		// An upload is read on a place, which a slow one holds for
+		// Fetch.Timeout at most, as a slow download does; never on an
+		// engine slot.
+		req, invalid = h.receiveUpload(ctx, w, r, accountID, req.boundary)
+		if req.upload != nil {
+			leaving = append(leaving, req.upload.memory.Done)
+		}
+	}
+	if invalid == nil {
+		who.params = req.Params
 	}
 	return req, leave, invalid
 }

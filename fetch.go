@@ -25,8 +25,9 @@ import (
 // rule an imageUrl and each redirect are held to (docs/security.md).
 type FetchPolicy struct {
 	// Timeout bounds the whole download of a source image, redirects
-	// included; past it the caller gets 400 source_unreachable. Zero means
-	// 20 seconds.
+	// included; past it the caller gets 400 source_unreachable. It bounds
+	// an upload's body too, as a read deadline on its connection: past
+	// it the caller gets 400 invalid_request. Zero means 20 seconds.
 	Timeout time.Duration
 	// AllowedPorts are the ports source URLs may use. Nil means 80 and 443.
 	AllowedPorts []uint16
@@ -334,7 +335,7 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 // (the host's deadline, or the caller gone), and ErrSourceUnreachable for
 // every other failure, its own timeout included.
 func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve func(ctx context.Context, n int64) error) ([]byte, error) {
-	tooLarge := Explain(ErrImageTooLarge, msgLargerThanPlan, Megabytes(maxBytes))
+	tooLarge := errLargerThanPlan(maxBytes)
 	if data, ok := f.builtin[u.String()]; ok {
 		if int64(len(data)) > maxBytes {
 			return nil, tooLarge
@@ -375,33 +376,50 @@ func (f *fetcher) fetch(ctx context.Context, u *url.URL, maxBytes int64, reserve
 	if resp.ContentLength > maxBytes {
 		return nil, tooLarge // a declared size may refuse early, never accept
 	}
-	// Memory for the body is reserved before it is read. A declared size is
-	// read into one buffer of that size (a body running past it is cut off
-	// there); without one the buffer grows by doubling, which may hold
-	// twice the cap while it copies.
-	limit, memory := maxBytes, 2*maxBytes
+	// A declared size is read into one buffer of that size (a body
+	// running past it is cut off there).
+	limit, size := maxBytes, int64(0)
 	if resp.ContentLength > 0 {
-		limit = resp.ContentLength
-		memory = limit + bytes.MinRead
+		limit, size = resp.ContentLength, resp.ContentLength
 	}
-	if err := reserve(ctx, memory); err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if resp.ContentLength > 0 {
-		buf.Grow(int(memory)) // the read past the end finds EOF without growing
-	}
-	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
+	buf, err := readSource(ctx, resp.Body, size, limit, reserve)
 	if err != nil {
 		return nil, f.classify(parent, err)
 	}
-	switch {
+	switch n := int64(buf.Len()); {
 	case n > maxBytes:
 		return nil, tooLarge
 	case n > limit:
 		return nil, Explain(ErrSourceUnreachable, msgSourceOverran, limit)
 	}
 	return buf.Bytes(), nil
+}
+
+// readSource reads a source's bytes from body, at most limit and one
+// more, so that its caller can tell a longer body, into memory reserved
+// before it is read: a body of a known size (size > 0, at least what it
+// holds if limit is) into one buffer of that size, any other into one
+// that grows by doubling, which may hold twice limit while it copies.
+func readSource(ctx context.Context, body io.Reader, size, limit int64, reserve func(ctx context.Context, n int64) error) (*bytes.Buffer, error) {
+	memory := 2 * limit
+	if size > 0 {
+		memory = size + bytes.MinRead
+	}
+	if err := reserve(ctx, memory); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if size > 0 {
+		buf.Grow(int(memory)) // the read past the end finds EOF without growing
+	}
+	_, err := buf.ReadFrom(io.LimitReader(body, limit+1))
+	return &buf, err
+}
+
+// errLargerThanPlan refuses a source file larger than maxBytes, the most
+// the account's plan accepts.
+func errLargerThanPlan(maxBytes int64) error {
+	return Explain(ErrImageTooLarge, msgLargerThanPlan, Megabytes(maxBytes))
 }
 
 // classify explains a failed download. Whose deadline passed decides its

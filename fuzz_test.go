@@ -3,8 +3,10 @@ package upscale
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -107,4 +109,62 @@ func FuzzImageURL(f *testing.F) {
 			t.Fatalf("%q: fetcher refused with %v", s, err)
 		}
 	})
+}
+
+// FuzzUpload: any multipart body is either refused with a 400 sentinel
+// (or the plan's image_too_large) or gives a valid request whose file is
+// the part "image" as sent; either way no memory stays granted.
+func FuzzUpload(f *testing.F) {
+	for _, seed := range []string{
+		"--b\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n\r\nPNG\r\n--b\r\nContent-Disposition: form-data; name=\"scale\"\r\n\r\n4\r\n--b--\r\n",
+		"--b\r\nContent-Disposition: form-data; name=\"imageUrl\"\r\n\r\nhttps://example.com/a.png\r\n--b--\r\n",
+		"--b\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\nPNG\r\n--b\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\nPNG\r\n--b--\r\n",
+		"--b\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\nPNG\r\n--b",
+		"--b\r\nContent-Disposition: form-data; name=\"quality\"\r\n\r\n101\r\n--b--\r\n",
+		"--b--\r\n", "",
+	} {
+		f.Add([]byte(seed))
+	}
+	ledger := NewMemoryLedger(LedgerOptions{})
+	ledger.PutAccount(context.Background(), Account{ID: "acct", Plan: Plan{Name: "free", MonthlyImages: 1, MaxFileBytes: 1 << 10}})
+	blobs, _ := NewMemoryBlobStore(MemoryBlobStoreOptions{BaseURL: "http://results.test/r"})
+	h, err := New(Config{Keys: NewMemoryKeyStore(), Ledger: ledger, Upscaler: refusingEngine{}, Blobs: blobs, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest("POST", "/", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "multipart/form-data; boundary=b")
+		req, err := h.receiveUpload(r.Context(), httptest.NewRecorder(), r, "acct", "b")
+		if err != nil {
+			if !isBadRequest(err) && !errors.Is(err, ErrImageTooLarge) {
+				t.Fatalf("refused with %v, which is not a 400 sentinel", err)
+			}
+			if h.budget.InUse() != 0 {
+				t.Fatalf("%d bytes granted after a refusal", h.budget.InUse())
+			}
+			return
+		}
+		switch {
+		case !slices.Contains(Scales(), req.Scale), !slices.Contains(imageTypes, req.ImageType), !slices.Contains(denoiseLevels, req.Denoise):
+			t.Fatalf("accepted options %+v", req.Params)
+		case (req.upload == nil) == (req.source == nil):
+			t.Fatalf("accepted a request with upload %v and imageUrl %v: want exactly one", req.upload != nil, req.source)
+		case req.upload != nil && (len(req.upload.data) == 0 || len(req.upload.data) > 1<<10 || !bytes.Contains(body, req.upload.data)):
+			t.Fatalf("accepted a file of %d bytes that is not one the body holds within the plan's limit", len(req.upload.data))
+		}
+		if req.upload != nil {
+			req.upload.memory.Done()
+		}
+		if h.budget.InUse() != 0 {
+			t.Fatalf("%d bytes granted once the request let go", h.budget.InUse())
+		}
+	})
+}
+
+// refusingEngine is an Upscaler that FuzzUpload never calls.
+type refusingEngine struct{}
+
+func (refusingEngine) Upscale(context.Context, []byte, Params) (Image, error) {
+	return Image{}, ErrUnsupportedImage
 }

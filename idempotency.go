@@ -139,7 +139,11 @@ func idempotencyKey(values []string) (key string, sent bool, err error) {
 // another, with its webhookUrl: one key names a request or a job, not
 // both.
 func (r request) fingerprint(asJob bool) [sha256.Size]byte {
-	text := fmt.Appendf(nil, "%s\n%d\n%s\n%s", r.source, r.Scale, r.ImageType, r.Denoise)
+	source := fmt.Sprint(r.source)
+	if r.upload != nil {
+		source = fmt.Sprintf("upload %x", sha256.Sum256(r.upload.data))
+	}
+	text := fmt.Appendf(nil, "%s\n%d\n%s\n%s", source, r.Scale, r.ImageType, r.Denoise)
 	if r.Format != "" || r.Quality != 0 {
 		// Only then, so that a key kept before these fields existed
 		// still names the same request.

@@ -1,7 +1,6 @@
 package upscale
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -103,44 +102,39 @@ func (h *Handler) storeResult(ctx context.Context, blobKey string, img Image, ex
 	return resp, nil
 }
 
-// fetchSource reserves a unit for req and downloads its source under the
-// fetch policy, with the source's memory granted. Reserving before
+// fetchSource reserves a unit for req and takes its source (source): the
+// upload, or imageUrl downloaded under the fetch policy, with the
+// source's memory granted. Reserving before
 // fetching means an exhausted account costs no download; a file that
 // turns out to need paid capability has its unit exchanged for one that
 // has it. On success the caller lets go of what it holds (letGo); on
 // error nothing is held.
 func (h *Handler) fetchSource(ctx context.Context, accountID string, req request) (*fetched, error) {
-	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, 0))
+	var uploaded int64 // an upload's size is known before anything is reserved
+	if req.upload != nil {
+		uploaded = int64(len(req.upload.data))
+	}
+	hold, err := h.reserve(ctx, accountID, h.needsPaid(req.Scale, uploaded))
 	if errors.Is(err, ErrPaidPlanRequired) {
-		return nil, Explain(ErrPaidPlanRequired, msgScaleNeedsPaid, req.Scale, paidScale)
+		return nil, h.paidRequired(req.Scale, uploaded)
 	}
 	if err != nil {
 		return nil, err
 	}
-	memory := h.budget.NewGrant()
+	src, memory, err := h.source(ctx, req, h.fileLimit(hold.Plan))
+	if err != nil {
+		h.release(ctx, hold)
+		return nil, err
+	}
 	fail := func(err error) (*fetched, error) {
 		memory.Done()
 		h.release(ctx, hold)
 		return nil, err
 	}
-	maxBytes := cmp.Or(hold.Plan.MaxFileBytes, h.cfg.FreeTierMaxFileBytes)
-	fetchStart := time.Now()
-	src, err := h.fetcher.fetch(ctx, req.source, maxBytes, func(ctx context.Context, n int64) error {
-		return memory.Grow(ctx, n, h.admission.busy)
-	})
-	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
-	if err != nil {
-		return fail(err)
-	}
-	memory.ShrinkTo(int64(cap(src)))
 	if !hold.Covers(h.needsPaid(req.Scale, int64(len(src)))) {
 		paid, err := h.reserve(ctx, accountID, true)
 		if errors.Is(err, ErrPaidPlanRequired) {
-			size, limit := Megabytes(int64(len(src))), Megabytes(h.cfg.FreeTierMaxFileBytes)
-			if size == limit {
-				size = "just over " + size
-			}
-			err = Explain(ErrPaidPlanRequired, msgFileNeedsPaid, size, limit)
+			err = h.paidRequired(req.Scale, int64(len(src)))
 		}
 		if err != nil {
 			return fail(err)
@@ -149,6 +143,44 @@ func (h *Handler) fetchSource(ctx context.Context, accountID string, req request
 		hold = paid
 	}
 	return &fetched{hold: hold, src: src, memory: memory}, nil
+}
+
+// paidRequired explains why a request that needs paid capability does:
+// its scale, or else its file's size.
+func (h *Handler) paidRequired(scale int, sourceBytes int64) error {
+	if ScaleNeedsPaidPlan(scale) {
+		return Explain(ErrPaidPlanRequired, msgScaleNeedsPaid, scale, paidScale)
+	}
+	size, limit := Megabytes(sourceBytes), Megabytes(h.cfg.FreeTierMaxFileBytes)
+	if size == limit {
+		size = "just over " + size
+	}
+	return Explain(ErrPaidPlanRequired, msgFileNeedsPaid, size, limit)
+}
+
+// source is req's file with its memory's grant, at most maxBytes: the
+// upload's, which the request holds too, or imageUrl's downloaded under
+// the fetch policy.
+func (h *Handler) source(ctx context.Context, req request, maxBytes int64) ([]byte, *membudget.Grant, error) {
+	if up := req.upload; up != nil {
+		if int64(len(up.data)) > maxBytes { // the plan changed since the upload was read
+			return nil, nil, errLargerThanPlan(maxBytes)
+		}
+		up.memory.Share()
+		return up.data, up.memory, nil
+	}
+	memory := h.budget.NewGrant()
+	fetchStart := time.Now()
+	src, err := h.fetcher.fetch(ctx, req.source, maxBytes, func(ctx context.Context, n int64) error {
+		return memory.Grow(ctx, n, h.admission.busy)
+	})
+	h.cfg.Metrics.StepDone(StepFetch, time.Since(fetchStart))
+	if err != nil {
+		memory.Done()
+		return nil, nil, err
+	}
+	memory.ShrinkTo(int64(cap(src)))
+	return src, memory, nil
 }
 
 // fetched is a request's source once fetchSource has it: the unit

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -120,8 +121,10 @@ func (h *Handler) problem(err error) Problem {
 // when there is nobody left to answer.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code string) {
 	// Only a caller that went away gets nothing; a deadline the host set
-	// on the request (a timeout middleware) still gets its answer.
-	if errors.Is(r.Context().Err(), context.Canceled) {
+	// on the request (a timeout middleware) still gets its answer, and so
+	// does an upload cut at its read deadline, whose context net/http
+	// cancels as for a caller gone.
+	if errors.Is(r.Context().Err(), context.Canceled) && !errors.Is(err, os.ErrDeadlineExceeded) {
 		h.cfg.Logger.Debug("upscale: caller went away", "err", err)
 		return "caller_gone"
 	}
@@ -221,7 +224,7 @@ const (
 	msgIdempotencyKeyRepeated = "Send one Idempotency-Key header, not %d."
 	msgIdempotencyKeyQuoted   = "The Idempotency-Key header is a quoted string without quotes or backslashes inside, such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."
 	msgIdempotencyKeyShape    = "The Idempotency-Key must be 1 to %d printable ASCII characters, such as a UUID."
-	msgBodyTooLarge           = "The request body is larger than %d bytes; send a JSON object with imageUrl, scale, imageType and denoise."
+	msgBodyTooLarge           = "The request body is larger than %d bytes; a JSON body names the image by imageUrl: to send the file itself, post multipart/form-data with the file in the part \"image\"."
 	msgBodyUnreadable         = "The request body could not be read; send it again."
 	msgBodyNotUTF8            = "The request body is not valid UTF-8."
 	msgBodyShape              = "The request body must be one JSON object, such as {\"imageUrl\": \"https://example.com/a.png\", \"scale\": 2}."
@@ -231,6 +234,15 @@ const (
 	msgDuplicateField         = "The field %q appears twice; give each field once."
 	msgTrailingData           = "The request body has data after the JSON object; send exactly one object."
 	msgScaleUnreadable        = "scale %s is not a number this service can read; use %s."
+	msgUploadInJSON           = "A JSON body names its image by imageUrl; to send the file itself, post multipart/form-data with the file in the part \"image\" (curl -F image=@photo.jpg)."
+	msgFormNoBoundary         = "The Content-Type multipart/form-data needs its boundary parameter; let your HTTP library write the header (curl -F does)."
+	msgUnknownPart            = "Unknown form part %q; the parts are image (the file), scale, imageType, denoise, format, quality, webhookUrl, and imageUrl in place of image (names are case-sensitive)."
+	msgUploadMissing          = "Send the image: a file in the form part \"image\", or its address in imageUrl."
+	msgUploadAndURL           = "Send the image once: a file in the part \"image\" or an imageUrl, not both."
+	msgUploadEmpty            = "The form part \"image\" is empty; attach the image's file to it."
+	msgFormTooLarge           = "The form's fields, part headers and boundaries take more than %d bytes beside the file; send only the API's fields."
+	msgFormUnreadable         = "The multipart body is cut short or malformed; send it again, each field as a form-data part and the file in the part \"image\"."
+	msgUploadTimeout          = "The upload took longer than %v to arrive; send it again over a faster connection, or host the image and send its imageUrl."
 	// ErrInvalidImageType, ErrInvalidDenoise
 	msgNotOneOf = "%s must be one of %s (case-sensitive)."
 	// ErrInvalidImageURL

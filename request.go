@@ -23,7 +23,15 @@ const (
 
 // request is a validated upscale request.
 type request struct {
+	// source is imageUrl, nil for an upload.
 	source *url.URL
+	// upload is the file sent in the request itself (upload.go), nil
+	// for an imageUrl.
+	upload *upload
+	// boundary is set while the body is a multipart form still to be
+	// read: decodeRequest only looks at its headers, and receiveUpload
+	// reads it once the caller holds a place.
+	boundary string
 	Params
 	// webhook is the job's webhookUrl, nil when none was sent: checked
 	// for its syntax here, and against the fetch policy when the job is
@@ -43,11 +51,16 @@ func ImageTypes() []ImageType { return slices.Clone(imageTypes) }
 // first: none, low, mid, high, max.
 func DenoiseLevels() []Denoise { return slices.Clone(denoiseLevels) }
 
-// decodeRequest reads and validates the body of an upscale request. It is
-// strict by design: exactly one JSON object of valid UTF-8, field names
-// matched case-sensitively, no duplicate or unknown fields, nothing after
-// the object. A null field counts as absent.
+// decodeRequest reads and validates the body of an upscale request. A
+// JSON body is judged strictly: exactly one JSON object of valid UTF-8,
+// field names matched case-sensitively, no duplicate or unknown fields,
+// nothing after the object; a null field counts as absent. A
+// multipart/form-data body (an upload) is not read here: its boundary is
+// kept for receiveUpload.
 func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
+	if boundary, isForm, err := formBoundary(r.Header); isForm {
+		return request{boundary: boundary}, err
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
 		return request{}, Explain(ErrInvalidRequest, msgBodyTooLarge, MaxRequestBytes)
@@ -62,9 +75,22 @@ func decodeRequest(w http.ResponseWriter, r *http.Request) (request, error) {
 	if err != nil {
 		return request{}, err
 	}
+	return parseFields(fields, false)
+}
+
+// parseFields validates a request's fields, whether a JSON body's or an
+// upload's form's, each a JSON value; absent ones take their defaults.
+// uploaded says the image came as a file, so that imageUrl must not.
+func parseFields(fields map[string]json.RawMessage, uploaded bool) (request, error) {
 	req := request{Params: Params{Scale: 2, ImageType: Photo, Denoise: DenoiseMax}}
-	if req.source, err = parseImageURL(fields["imageUrl"]); err != nil {
-		return request{}, err
+	var err error
+	switch raw := fields["imageUrl"]; {
+	case uploaded && raw != nil:
+		return request{}, Explain(ErrInvalidRequest, msgUploadAndURL)
+	case !uploaded:
+		if req.source, err = parseImageURL(raw); err != nil {
+			return request{}, err
+		}
 	}
 	if raw := fields["scale"]; raw != nil {
 		if req.Scale, err = parseScale(raw); err != nil {
@@ -111,6 +137,9 @@ func parseQuality(raw json.RawMessage) (int, error) {
 	return int(q), nil
 }
 
+// fieldNames are the request's fields, a JSON body's or an upload's form's.
+var fieldNames = []string{"imageUrl", "scale", "imageType", "denoise", "webhookUrl", "format", "quality"}
+
 // objectFields splits a JSON object into its known fields, refusing anything
 // else. Fields whose value is null are left out.
 func objectFields(body []byte) (map[string]json.RawMessage, error) {
@@ -127,9 +156,10 @@ func objectFields(body []byte) (map[string]json.RawMessage, error) {
 			return nil, errShape
 		}
 		name := tok.(string) // inside an object, a token before a value is its name
-		switch name {
-		case "imageUrl", "scale", "imageType", "denoise", "webhookUrl", "format", "quality":
-		default:
+		if !slices.Contains(fieldNames, name) {
+			if name == uploadPart {
+				return nil, Explain(ErrInvalidRequest, msgUploadInJSON)
+			}
 			return nil, Explain(ErrInvalidRequest, msgUnknownField, name)
 		}
 		if seen[name] {
