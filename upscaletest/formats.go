@@ -227,6 +227,26 @@ func testAskedFormats(t *testing.T, u upscale.Upscaler) {
 	}
 }
 
+// FormatSources returns every source file TestUpscalerFormats enlarges
+// as a file, by name: a JPEG and a PNG of TestImage, and the phone and web
+// files (WebP, HEIC, AVIF, TIFF, GIF, stills and animations). A test of a
+// handler sends each one way and another (an upload, a download) and
+// compares what comes back.
+func FormatSources(t *testing.T) map[string][]byte {
+	t.Helper()
+	sources := map[string][]byte{"photo.jpg": encode(t, "jpeg", TestImage(40, 30)), "photo.png": encode(t, "png", TestImage(40, 30))}
+	entries, err := formatFiles.ReadDir("testdata/formats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if name := e.Name(); !strings.HasSuffix(name, ".png") {
+			sources[name], _ = formatFiles.ReadFile("testdata/formats/" + name)
+		}
+	}
+	return sources
+}
+
 // formatFile returns one of formatFiles and its rendering by libvips.
 func formatFile(t *testing.T, name string) (src []byte, rendering image.Image) {
 	t.Helper()
