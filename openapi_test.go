@@ -100,7 +100,7 @@ func send(h http.Handler, method, key, idempotencyKey, body string) exchange {
 }
 
 // sendTo sends a request to path with key and the non-empty headers of
-// header.
+// header, a JSON body unless header has a Content-Type.
 func sendTo(h http.Handler, method, path, key string, header http.Header, body string) exchange {
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
@@ -108,15 +108,29 @@ func sendTo(h http.Handler, method, path, key string, header http.Header, body s
 		r.Header.Set("Authorization", "Bearer "+key)
 	}
 	for name, values := range header {
-		for _, v := range values {
-			if v != "" {
-				r.Header.Add(name, v)
+		for i, v := range slices.DeleteFunc(slices.Clone(values), func(v string) bool { return v == "" }) {
+			if i == 0 {
+				r.Header.Del(name)
 			}
+			r.Header.Add(name, v)
 		}
 	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return exchange{r, body, w}
+}
+
+// sendForm posts parts as an upload's multipart/form-data body with key
+// and the non-empty headers of header.
+func sendForm(t *testing.T, h http.Handler, key string, header http.Header, parts ...part) exchange {
+	t.Helper()
+	body, contentType := form(t, parts...)
+	header = header.Clone()
+	if header == nil {
+		header = http.Header{}
+	}
+	header.Set("Content-Type", contentType)
+	return sendTo(h, "POST", "/api/v1/upscale", key, header, string(body))
 }
 
 // TestAnswersMatchTheContract sends the handler a request for every answer
@@ -223,6 +237,28 @@ func TestAnswersMatchTheContract(t *testing.T) {
 	record(sendTo(jobs.handler, "GET", location, "", nil, ""), true)
 	record(sendTo(jobs.handler, "PUT", location, keyFree, nil, ""), true)
 
+	// The upload form: a file, its replay and its key with other bytes,
+	// an address in a text part, a job, a file past the free tier and one
+	// past the plan, and forms the document refuses as the handler does.
+	uploads := newEnv(t)
+	png, scale := fileField(smallPNG), func(s string) part { return part{name: "scale", value: s} }
+	record(sendForm(t, uploads.handler, keyPro, nil, png, scale("2")), true)
+	keyed := http.Header{"Idempotency-Key": {`"u1"`}}
+	record(sendForm(t, uploads.handler, keyPro, keyed, scale("4"), png), true)
+	record(sendForm(t, uploads.handler, keyPro, keyed, scale("4"), png), true) // replayed
+	record(sendForm(t, uploads.handler, keyPro, keyed, scale("4"), fileField(padded(t, smallPNG, len(smallPNG)+1))), true)
+	record(sendForm(t, uploads.handler, keyPro, nil, part{name: "imageUrl", value: uploads.url("/small.png")}, part{name: "imageType", value: "anime"}), true)
+	record(sendForm(t, uploads.handler, keyFree, http.Header{"Prefer": {"respond-async"}}, png, part{name: "format", value: "webp"}, part{name: "quality", value: "85"}), true)
+	record(sendForm(t, uploads.handler, keyFree, nil, fileField(bigPNG)), true)
+	for _, parts := range [][]part{
+		{scale("2")}, {png, part{name: "imageUrl", value: uploads.url("/small.png")}},
+		{png, part{name: "colour", value: "red"}}, {png, scale("3")},
+	} {
+		record(sendForm(t, uploads.handler, keyFree, nil, parts...), false)
+	}
+	tiny.putAccount(upscale.Account{ID: "free", Plan: tinyPlan})
+	record(sendForm(t, tiny.handler, keyFree, nil, fileField(bigPNG)), true)
+
 	seen := map[string]bool{}
 	for _, x := range exchanges {
 		checkAgainstContract(t, doc, x, valid[x.request])
@@ -247,7 +283,8 @@ func problemCode(w *httptest.ResponseRecorder) (string, error) {
 }
 
 // checkAgainstContract validates one exchange: the answer always, the
-// request when it is a valid one.
+// request when it is a valid one; an invalid one the document must refuse
+// too.
 func checkAgainstContract(t *testing.T, doc *openapi3.T, x exchange, validRequest bool) {
 	t.Helper()
 	route, params := routeOf(doc, x.request)
@@ -260,9 +297,14 @@ func checkAgainstContract(t *testing.T, doc *openapi3.T, x exchange, validReques
 		Request: x.request, Route: route, PathParams: params,
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
 	}
-	if validRequest && route.Method != http.MethodPut && (x.request.Method != http.MethodGet || route.Path != "/api/v1/upscale") {
+	switch {
+	case validRequest && route.Method != http.MethodPut && (x.request.Method != http.MethodGet || route.Path != "/api/v1/upscale"):
 		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
-			t.Errorf("request %s: %v", x.body, err)
+			t.Errorf("request %.300q: %v", x.body, err)
+		}
+	case !validRequest:
+		if openapi3filter.ValidateRequest(context.Background(), in) == nil {
+			t.Errorf("request %.300q is refused, but the document allows it", x.body)
 		}
 	}
 	checkAnswer(t, x.request, x.response)
