@@ -26,6 +26,7 @@ import (
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/client"
+	"github.com/upscalekit/upscale/internal/quality"
 	"github.com/upscalekit/upscale/internal/testservers"
 	"github.com/upscalekit/upscale/s3store"
 	"github.com/upscalekit/upscale/upscaletest"
@@ -265,6 +266,43 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	if objects := stores.objects(t); !maps.Equal(objects, results) {
 		t.Errorf("bucket holds %v; want only the %d results %v", objects, len(results), results)
 	}
+}
+
+// TestWorkerRunsAnUpload: a job whose image was uploaded, submitted to
+// an API process that runs no jobs, is run by a worker in another
+// process on the same PostgreSQL database and bucket, which reads the
+// upload from the bucket. The upload is kept there while the job waits
+// and deleted once it has run; the job is charged once.
+func TestWorkerRunsAnUpload(t *testing.T) {
+	t.Parallel()
+	bin := buildStandalone(t)
+	stores := newSharedStores(t)
+	api := startStandalone(t, bin, append(stores.flags, "-data", t.TempDir(), "-job-workers", "-1")...)
+	defer api.stop(t)
+	c := &client.Client{BaseURL: api.base, Key: api.key}
+	ctx := context.Background()
+	job, err := c.SubmitFile(ctx, bytes.NewReader(quality.SetFile(t, "Set5/butterfly.png")), client.Request{Scale: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept := stores.objects(t); len(kept) != 1 {
+		t.Errorf("bucket holds %v while the job waits; want its upload alone", kept)
+	}
+	worker := startWorker(t, bin, append(stores.flags, "-data", t.TempDir())...)
+	defer worker.stop(t)
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	done, err := c.Wait(waitCtx, job.ID)
+	if err != nil || done.Status != string(upscale.JobSucceeded) || done.Result == nil {
+		t.Fatalf("job: %+v, %v; want succeeded within a minute\nworker:\n%s", done, err, worker.stderr.String())
+	}
+	if size := upscaletest.ResultPNG(t, done.Result.URL).Bounds().Size(); size.X != 512 {
+		t.Errorf("result %v, want the uploaded butterfly at twice its 256 pixels", size)
+	}
+	if objects := stores.objects(t); len(objects) != 1 || !objects[stores.objectOf(done.Result.URL)] {
+		t.Errorf("bucket holds %v after the job; want its result alone", objects)
+	}
+	checkUsage(t, bin, stores.admin(t), 1, 9)
 }
 
 // TestWorkerDisplacedByTwin pauses a worker (SIGSTOP), starts a twin

@@ -329,11 +329,13 @@ func (p *process) printDemo(stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "dashboard (this link signs in once, within 15 minutes; standalone dashboard link makes more): %s\n", link)
 	curl := func(body string) string {
-		return fmt.Sprintf("  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '%s'\n", p.publicURL, p.demoKey, body)
+		return fmt.Sprintf("  curl -sS -X POST %s/api/v1/upscale -H 'Authorization: Bearer %s' %s\n", p.publicURL, p.demoKey, body)
 	}
+	json := func(body string) string { return curl("-H 'Content-Type: application/json' -d '" + body + "'") }
 	fmt.Fprint(stdout, "try (the samples are served by this server, so no internet access is needed):\n",
-		curl(fmt.Sprintf(`{"imageUrl": "%s", "scale": 2}`, sampleURL(p.publicURL, "photo.png"))), "or line art:\n",
-		curl(fmt.Sprintf(`{"imageUrl": "%s", "scale": 4, "imageType": "anime"}`, sampleURL(p.publicURL, "lineart.png"))))
+		json(fmt.Sprintf(`{"imageUrl": "%s", "scale": 2}`, sampleURL(p.publicURL, "photo.png"))), "or line art:\n",
+		json(fmt.Sprintf(`{"imageUrl": "%s", "scale": 4, "imageType": "anime"}`, sampleURL(p.publicURL, "lineart.png"))),
+		"or a file of your own, as WebP:\n", curl("-F image=@photo.jpg -F scale=2 -F format=webp"))
 	return nil
 }
 

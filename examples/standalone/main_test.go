@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"image/jpeg"
 	"image/png"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -259,11 +261,11 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 
 // readBanner reads the server's start-up lines: its address, its metrics
 // address if it has one (metrics), and for the demo (demo) its key, its
-// dashboard link and its curl command.
+// dashboard link and its curl commands.
 func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo, metrics bool) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
-	for (demo && len(s.tries) < 2 || !demo && s.base == "" || metrics && s.metrics == "") && lines.Scan() {
+	for (demo && len(s.tries) < 3 || !demo && s.base == "" || metrics && s.metrics == "") && lines.Scan() {
 		line := lines.Text()
 		s.banner = append(s.banner, line)
 		if v, ok := strings.CutPrefix(line, "  curl "); ok {
@@ -288,11 +290,100 @@ func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo, metrics bo
 	go io.Copy(io.Discard, stdout)
 }
 
+// encodeJPEG is img as a JPEG file.
+func encodeJPEG(t *testing.T, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestUploadRefusedThroughTheServer: through the standalone, as curl
+// sends it (Expect: 100-continue), a 30 MB upload on the free plan is 400
+// image_too_large before its body is sent, and a HEIC that lies about its
+// size is 400 unsupported_image within a second; neither is charged.
+func TestUploadRefusedThroughTheServer(t *testing.T) {
+	bin := buildStandalone(t)
+	data := t.TempDir()
+	s := startStandalone(t, bin, "-data", data)
+	defer s.stop(t)
+	lying, err := os.ReadFile("../../engine/internal/libvips/testdata/hostile/lying.heic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpClient := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 5 * time.Second}}
+	for _, tc := range []struct {
+		name   string
+		file   []byte
+		status int
+		code   string
+	}{
+		{"30MB", make([]byte, 30<<20), 400, "image_too_large"},
+		{"LyingHEIC", lying, 400, "unsupported_image"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body bytes.Buffer
+			form := multipart.NewWriter(&body)
+			file, _ := form.CreateFormFile("image", tc.name)
+			file.Write(tc.file)
+			form.WriteField("scale", "2")
+			form.Close()
+			r, _ := http.NewRequest(http.MethodPost, s.base+"/api/v1/upscale", &body)
+			r.Header.Set("Authorization", "Bearer "+s.key)
+			r.Header.Set("Content-Type", form.FormDataContentType())
+			r.Header.Set("Expect", "100-continue")
+			start := time.Now()
+			resp, err := httpClient.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if took := time.Since(start); resp.StatusCode != tc.status || !strings.Contains(string(answer), `"`+tc.code+`"`) || took > time.Second {
+				t.Errorf("%d %s in %v; want %d %s within a second", resp.StatusCode, answer, took, tc.status, tc.code)
+			}
+		})
+	}
+	checkUsage(t, bin, []string{"-data", data}, 0, 10)
+}
+
+// runTry runs the banner's command i in dir (the test's when empty) and
+// returns the result's link.
+func runTry(t *testing.T, s *standalone, i int, dir string) string {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "curl "+s.tries[i])
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	var answer struct{ URL string }
+	if err != nil || json.Unmarshal(out, &answer) != nil || answer.URL == "" {
+		t.Fatalf("the banner's command %d: %v\n%s\nstderr:\n%s", i+1, err, out, s.stderr.String())
+	}
+	return answer.URL
+}
+
+// fetchHead returns the first n bytes of what link serves.
+func fetchHead(t *testing.T, link string, n int) []byte {
+	t.Helper()
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	head := make([]byte, n)
+	if _, err := io.ReadFull(resp.Body, head); err != nil {
+		t.Fatalf("GET %s: %s, %v", link, resp.Status, err)
+	}
+	return head
+}
+
 // TestDemoCommandWorksOffline runs the banner's commands as printed,
 // through sh and curl, on a server whose sources may not be on private
 // addresses (the default): the samples they name are served by the server
 // itself, with no download, so the commands work without internet access.
-// Each link serves its sample enlarged.
+// Each link serves its sample enlarged; the third command uploads a
+// photo.jpg of its own and gets a WebP.
 func TestDemoCommandWorksOffline(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("no curl to run the banner's commands with")
@@ -303,14 +394,17 @@ func TestDemoCommandWorksOffline(t *testing.T) {
 		t.Errorf("the banner does not say the demo's plan:\n%s", strings.Join(s.banner, "\n"))
 	}
 	for i, want := range []image.Point{image.Pt(512, 512), image.Pt(1000, 1444)} {
-		out, err := exec.Command("sh", "-c", "curl "+s.tries[i]).Output()
-		var answer struct{ URL string }
-		if err != nil || json.Unmarshal(out, &answer) != nil || answer.URL == "" {
-			t.Fatalf("the banner's command %d: %v\n%s\nstderr:\n%s", i+1, err, out, s.stderr.String())
-		}
-		if size := upscaletest.ResultPNG(t, answer.URL).Bounds().Size(); size != want {
+		if size := upscaletest.ResultPNG(t, runTry(t, s, i, "")).Bounds().Size(); size != want {
 			t.Errorf("the banner's command %d made %v; want %v", i+1, size, want)
 		}
+	}
+	// The third uploads photo.jpg from where it runs, and asks for WebP.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "photo.jpg"), encodeJPEG(t, upscaletest.TestImage(60, 40)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetchHead(t, runTry(t, s, 2, dir), 16); string(got[:4]) != "RIFF" || string(got[8:12]) != "WEBP" {
+		t.Errorf("the banner's upload made %q; want a WebP", got)
 	}
 	contract, err := http.Get(s.base + "/openapi.yaml")
 	if err != nil {
