@@ -75,7 +75,15 @@ func (h *Handler) receiveUpload(ctx context.Context, w http.ResponseWriter, r *h
 	}
 	rc := http.NewResponseController(w)
 	if rc.SetReadDeadline(time.Now().Add(h.cfg.Fetch.Timeout)) == nil {
-		defer rc.SetReadDeadline(time.Time{})
+		defer func() {
+			// A body read whole has no deadline left, so that the
+			// server's read of the idle connection cannot cut the
+			// request short while the engine works; one refused keeps
+			// it, so that net/http does not wait on the rest.
+			if err == nil {
+				rc.SetReadDeadline(time.Time{})
+			}
+		}()
 	}
 	var up *upload
 	defer func() {

@@ -299,10 +299,12 @@ func TestUploadJob(t *testing.T) {
 	}
 }
 
-// TestUploadSlow: an upload that arrives slowly holds a place but no
-// engine slot, so other requests are enlarged meanwhile; it is cut off at
-// Fetch.Timeout with 400 and charged nothing; and uploads that hold every
-// place leave the next request refused at once with 503.
+// TestUploadSlow: an upload that arrives slowly, its length declared
+// and its bytes dripping in, holds a place but no engine slot, so other
+// requests are enlarged meanwhile; it is cut off at Fetch.Timeout and
+// answered 400 then, not once the caller has sent the rest, and charged
+// nothing; and uploads that hold every place leave the next request
+// refused at once with 503.
 func TestUploadSlow(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Fetch.Timeout = 500 * time.Millisecond
@@ -310,12 +312,13 @@ func TestUploadSlow(t *testing.T) {
 	})
 	srv := httptest.NewServer(e.handler)
 	defer srv.Close()
-	file, contentType := form(t, fileField(smallPNG))
+	file, contentType := form(t, fileField(padded(t, smallPNG, 100<<10))) // 50 s at the drip's pace
 	slow := func() (answer chan *http.Response, stall *io.PipeWriter) {
 		pr, pw := io.Pipe()
 		answer = make(chan *http.Response, 1)
 		go func() {
 			r, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/upscale", pr)
+			r.ContentLength = int64(len(file))
 			r.Header.Set("Content-Type", contentType)
 			r.Header.Set("Authorization", "Bearer "+keyPro)
 			resp, err := http.DefaultClient.Do(r)
@@ -326,9 +329,17 @@ func TestUploadSlow(t *testing.T) {
 			}
 			answer <- resp
 		}()
-		pw.Write(file[:len(file)/2])
+		go func() {
+			for rest := file; len(rest) > 0; rest = rest[min(100, len(rest)):] {
+				if _, err := pw.Write(rest[:min(100, len(rest))]); err != nil {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
 		return answer, pw
 	}
+	start := time.Now()
 	first, stall := slow()
 	defer stall.Close()
 	waitFor(t, "the upload on a place", func() bool { return e.handler.Load().Queued == 1 })
@@ -339,15 +350,18 @@ func TestUploadSlow(t *testing.T) {
 	second, stall2 := slow()
 	defer stall2.Close()
 	waitFor(t, "both uploads on a place", func() bool { return e.handler.Load().Queued == 2 })
-	start := time.Now()
+	refusedAt := time.Now()
 	checkProblem(t, e.post(keyFree, body(e.url("/small.png"))), 503, "overloaded")
-	if took := time.Since(start); took > time.Second {
+	if took := time.Since(refusedAt); took > time.Second {
 		t.Errorf("the refusal took %v, want it at once", took)
 	}
 	for _, answer := range []chan *http.Response{first, second} {
 		resp := <-answer
 		if resp == nil {
 			continue
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("a stalled upload answered after %v, want soon after its 500 ms", took)
 		}
 		text, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()

@@ -30,6 +30,7 @@ var scenarios = []scenario{
 	{"sigterm", sigterm},
 	{"engine-timeouts", engineTimeouts},
 	{"slow-key", slowKey},
+	{"slow-uploads", slowUploads},
 	{"jobs", jobs},
 	{"fair-jobs", fairJobs},
 	{"mixed", mixed},

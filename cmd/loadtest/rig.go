@@ -53,7 +53,9 @@ type rig struct {
 	bucketClient     *s3.Client // direct
 	origin           *http.Server
 	originURL        string
-	dropDatabase     func()
+	sources          map[string][]byte // the origin's files by path, but drip.jpg
+
+	dropDatabase func()
 }
 
 // newRig starts the rig; one that fails on the way gives back what it
@@ -169,6 +171,7 @@ func (r *rig) startOrigin() error {
 		return err
 	}
 	r.originURL = "http://" + ln.Addr().String()
+	r.sources = photos
 	r.origin = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/drip.jpg" {
 			drip(w, req)

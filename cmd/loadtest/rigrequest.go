@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 	"strings"
@@ -83,6 +85,12 @@ func postWith(c *http.Client, apiKey, base, body string, prepare func(*http.Requ
 // each waiting out the Retry-After of a refusal, as a client that reads
 // the contract does, and returns every outcome.
 func (r *rig) keepPosting(apiKey, base, path string, scale, n int, stop <-chan struct{}) []request {
+	return keepSending(n, stop, func() request { return r.post(apiKey, base, path, scale) })
+}
+
+// keepSending has n clients send until stop, each waiting out the
+// Retry-After of a refusal, and returns every outcome.
+func keepSending(n int, stop <-chan struct{}, send func() request) []request {
 	results := make(chan []request, n)
 	for range n {
 		go func() {
@@ -94,7 +102,7 @@ func (r *rig) keepPosting(apiKey, base, path string, scale, n int, stop <-chan s
 					return
 				default:
 				}
-				res := r.post(apiKey, base, path, scale)
+				res := send()
 				mine = append(mine, res)
 				wait := res.retryAfter
 				if res.err != nil {
@@ -112,6 +120,32 @@ func (r *rig) keepPosting(apiKey, base, path string, scale, n int, stop <-chan s
 		all = append(all, <-results...)
 	}
 	return all
+}
+
+// dripUpload uploads the origin's path for ×2 with apiKey as a caller on
+// a bad line would: its form's declared length at once, then 100 bytes of
+// it a second until it is answered.
+func (r *rig) dripUpload(apiKey, base, path string) request {
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	file, _ := mw.CreateFormFile("image", path[1:])
+	file.Write(r.sources[path])
+	mw.WriteField("scale", "2")
+	mw.Close()
+	body, sender := io.Pipe()
+	defer sender.Close() // the answer came: stop dripping
+	go func() {
+		for rest := form.Bytes(); len(rest) > 0; rest = rest[min(100, len(rest)):] {
+			if _, err := sender.Write(rest[:min(100, len(rest))]); err != nil {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+	return postWith(client, apiKey, base, "", func(req *http.Request) {
+		req.Body, req.ContentLength = body, int64(form.Len())
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+	}, nil)
 }
 
 func after(d time.Duration) <-chan struct{} {

@@ -316,17 +316,44 @@ func engineTimeouts(r *rig) (row, error) {
 // 50 ms (the machine's noise): the dripping account holds at most its
 // share of the places.
 func slowKey(r *rig) (row, error) {
+	return besideDrips(r, 20*time.Second, func(base string, stop <-chan struct{}) []request {
+		return r.keepPosting(dripKey, base, "/drip.jpg", 2, 20, stop)
+	})
+}
+
+// slowUploads is slow-key with uploads: the other account's twenty
+// clients each upload a 512² photo at 100 bytes a second, for 25 s. An
+// upload is read on a place, never on an engine slot, and cut at the
+// fetch timeout (20 s): the normal key is served as in slow-key, and
+// every dripped upload is refused (429 beyond the account's share, 400
+// when cut), at least one of them cut, none charged.
+func slowUploads(r *rig) (row, error) {
+	var drips row
+	res, err := besideDrips(r, 25*time.Second, func(base string, stop <-chan struct{}) []request {
+		reqs := keepSending(20, stop, func() request { return r.dripUpload(dripKey, base, "/photo-512.jpg") })
+		drips = newRow(reqs)
+		return reqs
+	})
+	res.want(drips.count[http.StatusOK] == 0 && drips.count[http.StatusBadRequest] > 0 && drips.count[http.StatusBadRequest]+drips.count[http.StatusTooManyRequests] == drips.requests,
+		"every dripped upload refused, at least one cut at the fetch timeout")
+	return res, err
+}
+
+// besideDrips is slow-key's measure: four clients of the normal key ask
+// for ×2 of a 512² photo one after another, alone for 20 s, then for
+// phase beside the other account's clients that drip. The normal key
+// must get no refusal, and its p99 stay within 10% of alone plus 50 ms.
+func besideDrips(r *rig, phase time.Duration, drip func(base string, stop <-chan struct{}) []request) (row, error) {
 	before, srv, err := r.begin("-account-share", "0") // the default: half of the places
 	if err != nil {
 		return row{}, err
 	}
-	const phase = 20 * time.Second
-	alone := newRow(r.keepPosting(key, srv.base, "/photo-512.jpg", 2, 4, after(phase)))
+	alone := newRow(r.keepPosting(key, srv.base, "/photo-512.jpg", 2, 4, after(20*time.Second)))
 	stop := after(phase)
 	dripped := make(chan []request, 1)
-	go func() { dripped <- r.keepPosting(dripKey, srv.base, "/drip.jpg", 2, 20, stop) }()
+	go func() { dripped <- drip(srv.base, stop) }()
 	besideReqs := r.keepPosting(key, srv.base, "/photo-512.jpg", 2, 4, stop)
-	srv.stop() // ends the dripping downloads still under way
+	srv.stop() // ends the dripping still under way
 	drips := newRow(<-dripped)
 	beside := newRow(besideReqs)
 	// The ledger check counts the normal account's successes.
