@@ -77,8 +77,130 @@ func decodeOp(typ string, p params, w *weightReader, inputs int) (Op, error) {
 			return nil, fmt.Errorf("%d inputs, want at least 2", inputs)
 		}
 		return Eltwise{Op: EltwiseOp(op)}, nil
+	case "MemoryData":
+		return decodeConstant(p, w, wantInputs(0))
+	case "BinaryOp":
+		return decodeBinary(p, inputs)
+	case "Sigmoid":
+		return Unary{Kind: SigmoidLayer}, wantInputs(1)
+	case "Swish":
+		return Unary{Kind: Swish}, wantInputs(1)
+	case "PReLU":
+		n, err := p.int(0, 0)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("PReLU needs its count of slopes (0=n), got %v", p[0])
+		}
+		slopes, err := w.raw(n)
+		if err != nil {
+			return nil, err
+		}
+		return &PReLU{Slopes: slopes}, wantInputs(1)
+	case "Concat":
+		if axis, err := p.int(0, 0); err != nil || axis != 0 {
+			return nil, fmt.Errorf("only a concatenation of channels (0=0) is implemented, got 0=%v", p[0])
+		}
+		if inputs < 2 {
+			return nil, fmt.Errorf("%d inputs, want at least 2", inputs)
+		}
+		return Concat{}, nil
+	case "PixelShuffle":
+		factor, err := p.int(0, 1)
+		if err != nil || factor < 1 {
+			return nil, fmt.Errorf("PixelShuffle's factor 0=%v is not a whole number from 1", p[0])
+		}
+		if mode, err := p.int(1, 0); err != nil || mode != 0 {
+			return nil, fmt.Errorf("only PixelShuffle in PyTorch's order (1=0) is implemented, got 1=%v", p[1])
+		}
+		return PixelShuffle{Factor: factor}, wantInputs(1)
+	case "Interp":
+		return decodeUpsample(p, wantInputs(1))
 	}
 	return nil, fmt.Errorf("layer type %s is not implemented", typ)
+}
+
+// decodeConstant reads MemoryData: a three-dimensional blob (0=w 1=h 2=c)
+// of raw float32 values.
+func decodeConstant(p params, w *weightReader, err error) (Op, error) {
+	if err != nil {
+		return nil, err
+	}
+	var s Shape
+	for _, d := range []struct {
+		key  int
+		dest *int
+	}{{0, &s.W}, {1, &s.H}, {2, &s.C}} {
+		if *d.dest, err = p.int(d.key, 0); err != nil {
+			return nil, err
+		}
+	}
+	if depth, _ := p.int(11, 0); s.W <= 0 || s.H <= 0 || s.C <= 0 || depth > 1 {
+		return nil, fmt.Errorf("only a MemoryData of three dimensions (0=w 1=h 2=c) is implemented, got %v", p)
+	}
+	data, err := w.raw(s.C * s.H * s.W)
+	return &Constant{Shape: s, Data: data}, err
+}
+
+// decodeBinary reads BinaryOp: 0=operation, 1=with a scalar, 2=the scalar.
+func decodeBinary(p params, inputs int) (Op, error) {
+	op, err := p.int(0, 0)
+	if err != nil {
+		return nil, err
+	}
+	switch BinaryOpKind(op) {
+	case Add, Sub, Mul, Div, RSub, RDiv:
+	default:
+		return nil, fmt.Errorf("BinaryOp operation %d is not implemented (add, sub, mul, div, rsub and rdiv are)", op)
+	}
+	withScalar, err := p.int(1, 0)
+	if err != nil {
+		return nil, err
+	}
+	b := &Binary{Op: BinaryOpKind(op)}
+	want := 2
+	if withScalar != 0 {
+		scalar, err := p.floats(2)
+		if err != nil || len(scalar) > 1 {
+			return nil, fmt.Errorf("BinaryOp's scalar 2=%v is not a number", p[2])
+		}
+		b.Scalar = new(float32)
+		if len(scalar) == 1 {
+			*b.Scalar = scalar[0]
+		}
+		want = 1
+	}
+	if inputs != want {
+		return nil, fmt.Errorf("%d inputs, want %d", inputs, want)
+	}
+	return b, nil
+}
+
+// decodeUpsample reads Interp: only nearest-neighbour (0=1) by the same
+// whole factor both ways (1=height scale, 2=width scale) is implemented.
+func decodeUpsample(p params, err error) (Op, error) {
+	if err != nil {
+		return nil, err
+	}
+	kind, err := p.int(0, 0)
+	if err != nil {
+		return nil, err
+	}
+	scales, err := p.floats(1)
+	if err != nil {
+		return nil, err
+	}
+	widthScales, err := p.floats(2)
+	if err != nil {
+		return nil, err
+	}
+	for key := range p {
+		if key > 2 {
+			return nil, fmt.Errorf("Interp parameter %d (an output size, or corners aligned) is not implemented", key)
+		}
+	}
+	if kind != 1 || len(scales) != 1 || len(widthScales) != 1 || scales[0] != widthScales[0] || scales[0] < 1 || scales[0] != float32(int(scales[0])) {
+		return nil, fmt.Errorf("only Interp of nearest neighbours (0=1) by one whole factor (1=2=n) is implemented, got %v", p)
+	}
+	return Upsample{Factor: int(scales[0])}, nil
 }
 
 func decodeConv(transposed bool, p params, w *weightReader, err error) (Op, error) {

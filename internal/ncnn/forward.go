@@ -73,12 +73,58 @@ func apply(op Op, ins []*Blob) (*Blob, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c, ok := op.(*Constant); ok {
+		out := NewBlob(shape.C, shape.H, shape.W)
+		for i, v := range c.Data {
+			out.Data[i] = float64(v)
+		}
+		return out, nil
+	}
 	x := ins[0]
 	if _, ok := op.(Split); ok {
 		return x, nil
 	}
 	out := NewBlob(shape.C, shape.H, shape.W)
 	switch op := op.(type) {
+	case *Binary:
+		combine(op, ins, out)
+	case Unary:
+		for i, v := range x.Data {
+			s := 1 / (1 + math.Exp(-v))
+			if op.Kind == Swish {
+				s *= v
+			}
+			out.Data[i] = s
+		}
+	case *PReLU:
+		for i, v := range x.Data {
+			if v < 0 {
+				v *= float64(op.Slopes[min(i/(x.H*x.W), len(op.Slopes)-1)])
+			}
+			out.Data[i] = v
+		}
+	case Concat:
+		at := 0
+		for _, in := range ins {
+			at += copy(out.Data[at:], in.Data)
+		}
+	case PixelShuffle:
+		r := op.Factor
+		for c := range out.C {
+			for y := range out.H {
+				for xx := range out.W {
+					out.Data[(c*out.H+y)*out.W+xx] = x.at(c*r*r+(y%r)*r+xx%r, y/r, xx/r)
+				}
+			}
+		}
+	case Upsample:
+		for c := range out.C {
+			for y := range out.H {
+				for xx := range out.W {
+					out.Data[(c*out.H+y)*out.W+xx] = x.at(c, y/op.Factor, xx/op.Factor)
+				}
+			}
+		}
 	case *Conv:
 		if op.Transposed {
 			deconvolve(op, x, out)
@@ -208,6 +254,40 @@ func deconvolve(op *Conv, x, out *Blob) {
 			for xx := range out.W {
 				out.Data[(o*out.H+y)*out.W+xx] = activate(op.Act, full.at(o, y+op.Pad, xx+op.Pad))
 			}
+		}
+	}
+}
+
+// combine is BinaryOp: each element of out from the inputs' elements at
+// its place, an input of one value per channel (or one value) broadcast.
+func combine(op *Binary, ins []*Blob, out *Blob) {
+	operand := func(b *Blob, i int) float64 {
+		if len(b.Data) == len(out.Data) {
+			return b.Data[i]
+		}
+		return b.Data[min(i/(out.H*out.W), len(b.Data)-1)]
+	}
+	for i := range out.Data {
+		a := operand(ins[0], i)
+		var b float64
+		if op.Scalar != nil {
+			b = float64(*op.Scalar)
+		} else {
+			b = operand(ins[1], i)
+		}
+		switch op.Op {
+		case Add:
+			out.Data[i] = a + b
+		case Sub:
+			out.Data[i] = a - b
+		case Mul:
+			out.Data[i] = a * b
+		case Div:
+			out.Data[i] = a / b
+		case RSub:
+			out.Data[i] = b - a
+		case RDiv:
+			out.Data[i] = b / a
 		}
 	}
 }

@@ -1,8 +1,11 @@
 // Package ncnn reads neural networks in ncnn's format (a .param text file
 // and a .bin weight file) into typed layers, and runs them with a plain
-// reference interpreter. It knows the layers the waifu2x models use and
-// refuses any other layer or option with an error that names it, so a
-// model it cannot represent exactly is never half-converted.
+// reference interpreter. It knows the layers the waifu2x models use, and
+// those of the efficient super-resolution networks since (SPAN,
+// Real-ESRGAN's compact ones: constants, element-wise arithmetic, Swish,
+// Sigmoid, PReLU, Concat, PixelShuffle, nearest Interp), and refuses any
+// other layer or option with an error that names it, so a model it
+// cannot represent exactly is never half-converted.
 //
 // The reference interpreter (Forward) is deliberately naive: it follows
 // ncnn's definition of each layer in float64 with no tiling, packing or
@@ -41,7 +44,8 @@ type Layer struct {
 }
 
 // Op is the operation of a layer: *Conv, *Dense, GlobalAvgPool,
-// ChannelScale, *Crop, Eltwise or Split.
+// ChannelScale, *Crop, Eltwise, Split, *Constant, *Binary, Unary, *PReLU,
+// Concat, PixelShuffle or Upsample.
 type Op interface{ kind() string }
 
 // Activation is applied to a layer's output.
@@ -113,6 +117,62 @@ const (
 // Split gives its input to several consumers; it computes nothing.
 type Split struct{}
 
+// Constant is ncnn's MemoryData: a blob of fixed values, and no input.
+type Constant struct {
+	Shape Shape
+	Data  []float32
+}
+
+// Binary is ncnn's BinaryOp: two inputs combined element by element, the
+// second broadcast when it is one value or one per channel; or, with
+// Scalar set, one input combined with Scalar.
+type Binary struct {
+	Op     BinaryOpKind
+	Scalar *float32
+}
+
+// BinaryOpKind is how Binary combines; the values are ncnn's. The
+// reversed forms take the second operand first.
+type BinaryOpKind int
+
+const (
+	Add  BinaryOpKind = 0
+	Sub  BinaryOpKind = 1
+	Mul  BinaryOpKind = 2
+	Div  BinaryOpKind = 3
+	RSub BinaryOpKind = 7
+	RDiv BinaryOpKind = 8
+)
+
+// Unary is an activation layer of its own: ncnn's Sigmoid or Swish
+// (x·sigmoid(x)).
+type Unary struct{ Kind UnaryKind }
+
+// UnaryKind names a Unary layer's function.
+type UnaryKind int
+
+const (
+	SigmoidLayer UnaryKind = iota
+	Swish
+)
+
+// PReLU is ncnn's PReLU: negative values times their channel's slope, or
+// one slope for every channel.
+type PReLU struct{ Slopes []float32 }
+
+// Concat is ncnn's Concat along the channels: its inputs one after
+// another.
+type Concat struct{}
+
+// PixelShuffle is ncnn's PixelShuffle in PyTorch's order (ONNX's
+// DepthToSpace in mode CRD): C·r² channels of H×W become C of rH×rW,
+// output (c, y·r+i, x·r+j) taken from input channel c·r²+i·r+j.
+type PixelShuffle struct{ Factor int }
+
+// Upsample is ncnn's Interp with nearest-neighbour resizing by a whole
+// factor: each pixel repeated Factor times both ways.
+type Upsample struct{ Factor int }
+
 func (*Conv) kind() string         { return "Convolution" }
 func (*Dense) kind() string        { return "InnerProduct" }
 func (GlobalAvgPool) kind() string { return "Pooling" }
@@ -120,6 +180,13 @@ func (ChannelScale) kind() string  { return "Scale" }
 func (*Crop) kind() string         { return "Crop" }
 func (Eltwise) kind() string       { return "Eltwise" }
 func (Split) kind() string         { return "Split" }
+func (*Constant) kind() string     { return "MemoryData" }
+func (*Binary) kind() string       { return "BinaryOp" }
+func (Unary) kind() string         { return "Unary" }
+func (*PReLU) kind() string        { return "PReLU" }
+func (Concat) kind() string        { return "Concat" }
+func (PixelShuffle) kind() string  { return "PixelShuffle" }
+func (Upsample) kind() string      { return "Interp" }
 
 // params holds one layer's key=value pairs: ncnn writes arrays as a key
 // below -23300 (the real key is -23300 - k) and a value "n,v1,...,vn".

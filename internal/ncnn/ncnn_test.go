@@ -122,6 +122,39 @@ func TestCropAndSum(t *testing.T) {
 	equal(t, got, blob(1, 2, 2, 45+5, 54+6, 81+9, 90+10))
 }
 
+// TestEfficientSRLayers: the layers of SPAN and Real-ESRGAN's compact
+// networks, each against its definition: a per-channel constant
+// subtracted, a scalar product, Swish and Sigmoid, PReLU, Concat,
+// PixelShuffle in PyTorch's order and nearest upsampling.
+func TestEfficientSRLayers(t *testing.T) {
+	p := param("9 11",
+		"Input in 0 1 data",
+		"MemoryData mean 0 1 m 0=1 1=1 2=2",
+		"BinaryOp sub 2 1 data m centred 0=1",
+		"BinaryOp mul 1 1 centred scaled 0=2 1=1 2=2.0",
+		"Split s 1 3 scaled a b c",
+		"Swish swish 1 1 a sw",
+		"Sigmoid sigmoid 1 1 b sg",
+		"PReLU prelu 1 1 c pr 0=2",
+		"Concat cat 3 1 sw sg pr catted",
+		"PixelShuffle shuffle 1 1 catted out 0=1")
+	// Channel means 1 and -1; slopes 0.5 and 0.25.
+	bin := weights([]float32{1, -1}, []float32{0.5, 0.25})
+	got := run(t, p, bin, blob(2, 1, 2, 1, 3, -2, -1))
+	// scaled: 2·(x − mean): 0, 4 | −2, 0.
+	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+	equal(t, got, blob(6, 1, 2,
+		0, 4*sig(4), -2*sig(-2), 0,
+		sig(0), sig(4), sig(-2), sig(0),
+		0, 4, -2*0.25, 0))
+
+	p = param("2 2", "Input in 0 1 data", "PixelShuffle shuffle 1 1 data out 0=2")
+	// Channel c·4 + i·2 + j gives output (y·2+i, x·2+j).
+	equal(t, run(t, p, nil, blob(4, 1, 1, 1, 2, 3, 4)), blob(1, 2, 2, 1, 2, 3, 4))
+	p = param("2 2", "Input in 0 1 data", "Interp up 1 1 data out 0=1 1=2.0 2=2.0")
+	equal(t, run(t, p, nil, blob(1, 1, 2, 1, 2)), blob(1, 2, 4, 1, 1, 2, 2, 1, 1, 2, 2))
+}
+
 func TestParseRefuses(t *testing.T) {
 	conv := "Convolution c 1 1 data out 0=1 1=1 6=1"
 	ok := weights(tag(), []float32{1})
@@ -131,7 +164,10 @@ func TestParseRefuses(t *testing.T) {
 		want  string
 	}{
 		"magic":          {[]byte("7767518\n1 1\n"), nil, "magic"},
-		"unknown layer":  {param("2 2", "Input in 0 1 data", "Interp i 1 1 data out"), nil, "Interp"},
+		"unknown layer":  {param("2 2", "Input in 0 1 data", "GroupNorm g 1 1 data out"), nil, "layer type GroupNorm is not implemented"},
+		"bilinear":       {param("2 2", "Input in 0 1 data", "Interp i 1 1 data out 0=2 1=2.0 2=2.0"), nil, "nearest"},
+		"pow":            {param("2 2", "Input in 0 1 data", "BinaryOp b 1 1 data out 0=6 1=1 2=2.0"), nil, "operation 6"},
+		"shuffle mode":   {param("2 2", "Input in 0 1 data", "PixelShuffle p 1 1 data out 0=2 1=1"), nil, "PyTorch"},
 		"leftover":       {param("2 2", "Input in 0 1 data", conv), weights(tag(), []float32{1, 2}), "left over"},
 		"short":          {param("2 2", "Input in 0 1 data", conv), weights(tag()), "ends before"},
 		"int8":           {param("2 2", "Input in 0 1 data", conv), append([]byte{0x38, 0x4B, 0x0D, 0}, make([]byte, 4)...), "int8"},

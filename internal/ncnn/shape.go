@@ -18,8 +18,37 @@ func (n *Net) Shapes(in Shape) (map[string]Shape, error) {
 }
 
 func shapeOf(op Op, ins []Shape) (Shape, error) {
+	if c, ok := op.(*Constant); ok {
+		return c.Shape, nil
+	}
 	x := ins[0]
 	switch op := op.(type) {
+	case *Binary:
+		if op.Scalar != nil {
+			return x, nil
+		}
+		return broadcast(x, ins[1])
+	case Unary, *PReLU:
+		if p, ok := op.(*PReLU); ok && len(p.Slopes) != 1 && len(p.Slopes) != x.C {
+			return Shape{}, fmt.Errorf("%d slopes for %d channels", len(p.Slopes), x.C)
+		}
+		return x, nil
+	case Concat:
+		for _, y := range ins[1:] {
+			if y.H != x.H || y.W != x.W {
+				return Shape{}, fmt.Errorf("inputs of %d×%d and %d×%d", x.W, x.H, y.W, y.H)
+			}
+			x.C += y.C
+		}
+		return x, nil
+	case PixelShuffle:
+		r := op.Factor
+		if x.C%(r*r) != 0 {
+			return Shape{}, fmt.Errorf("%d channels do not shuffle by %d", x.C, r)
+		}
+		return Shape{x.C / (r * r), x.H * r, x.W * r}, nil
+	case Upsample:
+		return Shape{x.C, x.H * op.Factor, x.W * op.Factor}, nil
 	case Split:
 		return x, nil
 	case *Conv:
@@ -62,4 +91,20 @@ func shapeOf(op Op, ins []Shape) (Shape, error) {
 		return x, nil
 	}
 	return Shape{}, fmt.Errorf("%T has no shape rule", op)
+}
+
+// broadcast is the shape of a and b combined element by element: the
+// same shape, or one of them a single value or one value per channel of
+// the other.
+func broadcast(a, b Shape) (Shape, error) {
+	fits := func(small, big Shape) bool {
+		return small == big || small.H == 1 && small.W == 1 && (small.C == 1 || small.C == big.C)
+	}
+	switch {
+	case fits(b, a):
+		return a, nil
+	case fits(a, b):
+		return b, nil
+	}
+	return Shape{}, fmt.Errorf("inputs of shapes %v and %v do not broadcast", a, b)
 }
