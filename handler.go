@@ -44,6 +44,8 @@ type Handler struct {
 	jobs                             *jobForm // nil when the stores cannot hold jobs
 	jobDepth                         jobDepth
 
+	noReadDeadline sync.Once // logs, once, that uploads cannot have their read deadline
+
 	idleMu    sync.Mutex
 	idleTimer *time.Timer // runs releaseIfIdle; nil until the first request ends
 }
@@ -137,6 +139,7 @@ type served struct {
 	code      string
 	pool      Pool
 	requestID string
+	started   time.Time // when ServeHTTP began
 }
 
 type servedKey struct{}
@@ -237,7 +240,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.releaseWhenIdle()
 		}
 	}()
-	s := &served{code: "ok", requestID: requestID(w, r)}
+	s := &served{code: "ok", requestID: requestID(w, r), started: start}
 	r = h.onRoutes(r).WithContext(context.WithValue(r.Context(), servedKey{}, s))
 	defer func() { h.cfg.Metrics.RequestDone(s.code, s.pool, time.Since(start)) }()
 	defer func() {
@@ -293,7 +296,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) (code string
 	if caller.accountID != "" {
 		// After upscale has given its admission place back: the balance
 		// is read on nobody's place.
-		h.setQuotaHeaders(r.Context(), w.Header(), caller, err)
+		h.setQuotaHeaders(answerContext(r, err), w.Header(), caller, err)
 	}
 	if replay == nil {
 		h.recordRequest(r, caller, false, start, resp, err)

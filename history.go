@@ -102,7 +102,7 @@ func (h *Handler) recordCall(ctx context.Context, c Call) {
 // a refusal that sheds load (rate_limited, overloaded, a store out of
 // reach) or the request of a caller that went away.
 func (h *Handler) recordRequest(r *http.Request, who caller, job bool, start time.Time, resp Response, err error) {
-	if err != nil && (errors.Is(err, ErrRateLimited) || errors.Is(err, ErrOverloaded) || errors.Is(err, ErrUnavailable) || errors.Is(r.Context().Err(), context.Canceled)) {
+	if err != nil && (errors.Is(err, ErrRateLimited) || errors.Is(err, ErrOverloaded) || errors.Is(err, ErrUnavailable) || callerGone(r, err)) {
 		// Shed load, a store out of reach or a caller gone: a write for
 		// each would undo the shedding, and none is a call the account
 		// made of the service.
@@ -118,7 +118,7 @@ func (h *Handler) recordRequest(r *http.Request, who caller, job bool, start tim
 		c.Status, c.Pool, c.Engine = http.StatusOK, resp.Via, resp.engine
 		c.SourceBytes, c.ResultBytes, c.ResultURL, c.ResultExpires = resp.sourceBytes, resp.resultBytes, resp.URL, resp.linkExpires
 	}
-	h.recordCall(r.Context(), c)
+	h.recordCall(answerContext(r, err), c)
 }
 
 // jobCall is the call of a job that ended.

@@ -21,7 +21,7 @@ func (h *Handler) serveSubmit(w http.ResponseWriter, r *http.Request, prefer pre
 	var who caller
 	job, replay, err := h.submit(w, r, &who)
 	if who.accountID != "" {
-		h.setQuotaHeaders(r.Context(), w.Header(), who, err)
+		h.setQuotaHeaders(answerContext(r, err), w.Header(), who, err)
 	}
 	if err != nil {
 		// A job queued is recorded when it ends; one refused, now.

@@ -121,10 +121,8 @@ func (h *Handler) problem(err error) Problem {
 // when there is nobody left to answer.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code string) {
 	// Only a caller that went away gets nothing; a deadline the host set
-	// on the request (a timeout middleware) still gets its answer, and so
-	// does an upload cut at its read deadline, whose context net/http
-	// cancels as for a caller gone.
-	if errors.Is(r.Context().Err(), context.Canceled) && !errors.Is(err, os.ErrDeadlineExceeded) {
+	// on the request (a timeout middleware) still gets its answer.
+	if callerGone(r, err) {
 		h.cfg.Logger.Debug("upscale: caller went away", "err", err)
 		return "caller_gone"
 	}
@@ -142,6 +140,25 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 	}
 	writeJSON(w, p.Status, jsonBody(p))
 	return p.Code
+}
+
+// callerGone reports whether the caller of r, which ended with err, went
+// away, so that nothing is answered or recorded for it: its context was
+// canceled, but not by an upload's read deadline (net/http cancels the
+// context of a request whose body it cannot read, and the caller of an
+// upload cut off is still there to be told).
+func callerGone(r *http.Request, err error) bool {
+	return errors.Is(r.Context().Err(), context.Canceled) && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// answerContext is the context to finish r's answer in (its quota
+// headers, its history): r's own, or, for an upload cut at its read
+// deadline, one that net/http's cancellation does not end.
+func answerContext(r *http.Request, err error) context.Context {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return context.WithoutCancel(r.Context())
+	}
+	return r.Context()
 }
 
 // logLevel is how loudly a failure, err answered p, is logged: ERROR only
@@ -242,6 +259,8 @@ const (
 	msgUploadEmpty            = "The form part \"image\" is empty; attach the image's file to it."
 	msgFormTooLarge           = "The form's fields, part headers and boundaries take more than %d bytes beside the file; send only the API's fields."
 	msgFormUnreadable         = "The multipart body is cut short or malformed; send it again, each field as a form-data part and the file in the part \"image\"."
+	msgFormNotUTF8            = "The form field %q is not valid UTF-8."
+	msgFormNumber             = "The form field %s is a whole number written in digits, such as 2."
 	msgUploadTimeout          = "The upload took longer than %v to arrive; send it again over a faster connection, or host the image and send its imageUrl."
 	// ErrInvalidImageType, ErrInvalidDenoise
 	msgNotOneOf = "%s must be one of %s (case-sensitive)."

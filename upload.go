@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/upscalekit/upscale/internal/membudget"
 )
@@ -61,10 +63,11 @@ func formBoundary(h http.Header) (boundary string, isForm bool, err error) {
 // plan as it streams: a body that declares more than the plan's file size
 // and the form's overhead is refused before a byte is read, and a file
 // that runs past it as soon as it does. The file's memory is granted from
-// the budget before it is read, as a download's is; the whole body must
-// arrive within Config.Fetch.Timeout, the time a download may take (a
-// read deadline on the connection, when the server has one to set). The
-// request it returns holds the upload's grant; the caller ends it.
+// the budget before it is read, as a download's is, within the same
+// deadline: the whole body must arrive within Config.Fetch.Timeout, the
+// time a download may take, or the server's ReadTimeout if that ends
+// sooner (uploadDeadline). The request it returns holds the upload's
+// grant; the caller ends it.
 func (h *Handler) receiveUpload(ctx context.Context, w http.ResponseWriter, r *http.Request, accountID, boundary string) (req request, err error) {
 	maxBytes, err := h.accountFileLimit(ctx, accountID)
 	if err != nil {
@@ -73,18 +76,11 @@ func (h *Handler) receiveUpload(ctx context.Context, w http.ResponseWriter, r *h
 	if r.ContentLength > maxBytes+formOverhead {
 		return request{}, errLargerThanPlan(maxBytes)
 	}
-	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(h.cfg.Fetch.Timeout)) == nil {
-		defer func() {
-			// A body read whole has no deadline left, so that the
-			// server's read of the idle connection cannot cut the
-			// request short while the engine works; one refused keeps
-			// it, so that net/http does not wait on the rest.
-			if err == nil {
-				rc.SetReadDeadline(time.Time{})
-			}
-		}()
-	}
+	deadline := h.uploadDeadline(w, r)
+	ctx, cancel := context.WithDeadline(ctx, deadline) // for the memory's wait
+	defer cancel()
+	given := time.Until(deadline)
+	unreadable := func(err error) error { return formError(err, given) }
 	var up *upload
 	defer func() {
 		if err != nil && up != nil {
@@ -101,7 +97,7 @@ func (h *Handler) receiveUpload(ctx context.Context, w http.ResponseWriter, r *h
 			break
 		}
 		if err != nil {
-			return request{}, h.formError(err)
+			return request{}, unreadable(err)
 		}
 		name := part.FormName()
 		if name != uploadPart && !slices.Contains(fieldNames, name) {
@@ -113,20 +109,27 @@ func (h *Handler) receiveUpload(ctx context.Context, w http.ResponseWriter, r *h
 		seen[name] = true
 		if name == uploadPart {
 			if up, err = h.readUpload(ctx, part, r.ContentLength, maxBytes, body); err != nil {
+				if !isExplained(err) {
+					err = unreadable(err)
+				}
 				return request{}, err
+			}
+			if len(up.data) == 0 && part.FileName() == "" {
+				// An HTML form's file input left empty: absent.
+				up.memory.Done()
+				up = nil
 			}
 			continue
 		}
 		value, err := io.ReadAll(part)
-		switch {
-		case err != nil:
-			return request{}, h.formError(err)
-		case len(value) == 0:
-			// absent, as a JSON null is: an HTML form sends its empty fields
-		case name == "scale" || name == "quality":
-			fields[name] = value // a number, read as a JSON body's is
-		default:
-			fields[name], _ = json.Marshal(string(value))
+		if err != nil {
+			return request{}, unreadable(err)
+		}
+		if len(value) == 0 {
+			continue // absent, as a JSON null is: an HTML form sends its empty fields
+		}
+		if fields[name], err = formValue(name, value); err != nil {
+			return request{}, err
 		}
 	}
 	if body.read-body.file > formOverhead {
@@ -145,19 +148,41 @@ func (h *Handler) receiveUpload(ctx context.Context, w http.ResponseWriter, r *h
 	return req, nil
 }
 
+// uploadDeadline sets the read deadline of an upload's body and returns
+// it: Fetch.Timeout from now, or the server's ReadTimeout from the
+// request's start if that is sooner, since the connection's deadline is
+// one and this one replaces the server's. Once the body is read whole,
+// net/http lifts it for its own read of the idle connection; a body
+// refused part-read keeps it, so that net/http, closing the body after
+// the handler, does not wait on a dripping caller. A ResponseWriter that
+// cannot set one (a wrapper without Unwrap) leaves the upload to the
+// server's own timeouts, and is logged once.
+func (h *Handler) uploadDeadline(w http.ResponseWriter, r *http.Request) time.Time {
+	deadline := time.Now().Add(h.cfg.Fetch.Timeout)
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ReadTimeout > 0 {
+		if server := servedOf(r).started.Add(srv.ReadTimeout); server.Before(deadline) {
+			deadline = server
+		}
+	}
+	if err := http.NewResponseController(w).SetReadDeadline(deadline); err != nil {
+		h.noReadDeadline.Do(func() {
+			h.cfg.Logger.Warn("upscale: the ResponseWriter cannot set a read deadline (does a wrapper lack Unwrap?): uploads are bounded only by the server's ReadTimeout", "err", err)
+		})
+	}
+	return deadline
+}
+
 // readUpload reads an upload's file, at most maxBytes, into memory
 // granted first; bodyBytes is the whole body's declared length, which
-// bounds the file's, or -1.
+// bounds the file's, or -1. Its errors are explained (the plan's limit,
+// the budget's refusals) or the body's own.
 func (h *Handler) readUpload(ctx context.Context, part io.Reader, bodyBytes, maxBytes int64, body *formBody) (*upload, error) {
 	up := &upload{memory: h.budget.NewGrant()}
 	buf, err := readSource(ctx, &fileCounter{r: part, n: &body.file}, min(max(bodyBytes, 0), maxBytes), maxBytes, func(ctx context.Context, n int64) error {
 		return up.memory.Grow(ctx, n, h.admission.busy)
 	})
-	switch {
-	case err == nil && int64(buf.Len()) > maxBytes:
+	if err == nil && int64(buf.Len()) > maxBytes {
 		err = errLargerThanPlan(maxBytes)
-	case err != nil && !isExplained(err):
-		err = h.formError(err)
 	}
 	if err != nil {
 		up.memory.Done()
@@ -168,16 +193,33 @@ func (h *Handler) readUpload(ctx context.Context, part io.Reader, bodyBytes, max
 	return up, nil
 }
 
-// formError explains an upload's body that could not be read: too slow,
+// formValue is a form field's text as the JSON value parseFields reads:
+// scale and quality a number, written in digits, the others a string of
+// valid UTF-8.
+func formValue(name string, text []byte) (json.RawMessage, error) {
+	if !utf8.Valid(text) {
+		return nil, Explain(ErrInvalidRequest, msgFormNotUTF8, name)
+	}
+	if name != "scale" && name != "quality" {
+		return json.Marshal(string(text))
+	}
+	if len(text) > 3 || strings.Trim(string(text), "0123456789") != "" {
+		return nil, Explain(ErrInvalidRequest, msgFormNumber, name)
+	}
+	return text, nil
+}
+
+// formError explains an upload's body that could not be read: too slow
+// (its deadline, the time it was given, passed), too much beside its file,
 // or cut short or malformed.
-func (h *Handler) formError(err error) error {
+func formError(err error, given time.Duration) error {
 	switch {
 	case errors.Is(err, errFormOverhead):
 		return Explain(ErrInvalidRequest, msgFormTooLarge, formOverhead)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		// Kept in the chain, so that the caller, who is still there, is
-		// answered (fail).
-		return fmt.Errorf("%w: %w", Explain(ErrInvalidRequest, msgUploadTimeout, h.cfg.Fetch.Timeout), err)
+		// answered (callerGone).
+		return fmt.Errorf("%w: %w", Explain(ErrInvalidRequest, msgUploadTimeout, given.Round(time.Millisecond)), err)
 	}
 	return Explain(ErrInvalidRequest, msgFormUnreadable)
 }

@@ -383,3 +383,115 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestUploadFormGuard: what a form adds beside its file is read only up
+// to its allowance: a part header of a megabyte, a field of a megabyte or
+// a megabyte of preamble is refused with 400 after at most 32 KiB of the
+// body is read.
+func TestUploadFormGuard(t *testing.T) {
+	e := newEnv(t)
+	mb := strings.Repeat("a", 1<<20)
+	for name, body := range map[string]string{
+		"PartHeader": "--b\r\nContent-Disposition: form-data; name=\"scale\"\r\nX-Pad: " + mb + "\r\n\r\n2\r\n--b--\r\n",
+		"Field":      "--b\r\nContent-Disposition: form-data; name=\"imageType\"\r\n\r\n" + mb + "\r\n--b--\r\n",
+		"Preamble":   strings.Repeat("x\r\n", 1<<18) + "--b\r\nContent-Disposition: form-data; name=\"scale\"\r\n\r\n2\r\n--b--\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			read := &readCounter{r: strings.NewReader(body)}
+			checkProblem(t, e.serve(uploadRequest(keyFree, "multipart/form-data; boundary=b", read)), 400, "invalid_request")
+			if read.n > 32<<10 {
+				t.Errorf("%d bytes of the body read, want at most 32 KiB", read.n)
+			}
+		})
+	}
+}
+
+// TestUploadFormValues: a form's text is held to what a JSON body's is:
+// valid UTF-8, and numbers in digits; a file input left empty (no file
+// name, no bytes), as a browser sends it, is absent.
+func TestUploadFormValues(t *testing.T) {
+	e := newEnv(t)
+	for name, tc := range map[string]struct {
+		parts  []part
+		detail string
+	}{
+		"NotUTF8":      {[]part{{name: "imageUrl", value: e.url("/small\xff.png")}}, "UTF-8"},
+		"SpacedNumber": {[]part{fileField(smallPNG), {name: "scale", value: " 4"}}, "digits"},
+		"LongNumber":   {[]part{fileField(smallPNG), {name: "quality", value: strings.Repeat("9", 100)}}, "digits"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if p := checkProblem(t, e.upload(keyFree, tc.parts...), 400, "invalid_request"); !strings.Contains(p.Detail, tc.detail) || strings.Contains(p.Detail, "999") {
+				t.Errorf("detail %q, want it to say %q without echoing the value", p.Detail, tc.detail)
+			}
+		})
+	}
+	t.Run("EmptyFileInput", func(t *testing.T) {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		mw.CreateFormFile("image", "") // what a browser sends for an empty file input
+		mw.WriteField("imageUrl", e.url("/small.png"))
+		mw.Close()
+		checkOK(t, e.serve(uploadRequest(keyFree, mw.FormDataContentType(), &buf)), upscale.PoolFree)
+	})
+}
+
+// TestUploadMemoryWaitBounded: an upload whose memory is held by others
+// waits for it only until its deadline, then is refused with 503
+// overloaded and a Retry-After, not blamed on the caller; and an engine
+// that outlives an upload's request keeps the upload's memory counted
+// until it returns.
+func TestUploadMemoryWaitBounded(t *testing.T) {
+	const need = 10_000
+	u := &hungryUpscaler{need: need, gate: make(chan struct{})}
+	e := newBudgetEnv(t, u, need+2*int64(len(smallPNG)+512)+100, func(c *upscale.Config) {
+		c.EngineTimeout = 200 * time.Millisecond
+		c.Fetch.Timeout = 300 * time.Millisecond
+	})
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- e.upload(keyPro, fileField(smallPNG)) }()
+	waitFor(t, "the first upload in the engine", func() bool { return e.handler.Load().InEngine == 1 })
+	start := time.Now()
+	w := e.upload(keyPro, fileField(padded(t, smallPNG, need)))
+	checkProblem(t, w, http.StatusServiceUnavailable, "overloaded")
+	if took := time.Since(start); w.Header().Get("Retry-After") == "" || took > 2*time.Second {
+		t.Errorf("refused after %v, Retry-After %q; want at its 300 ms deadline, with a Retry-After", took, w.Header().Get("Retry-After"))
+	}
+	checkProblem(t, <-first, http.StatusGatewayTimeout, "upstream_timeout")
+	if inUse := e.handler.Load().MemoryInUse; inUse < need+int64(len(smallPNG)) {
+		t.Errorf("%d bytes granted while the engine still works on an upload, want at least its %d and the file's %d", inUse, need, len(smallPNG))
+	}
+	close(u.gate)
+	waitForMemoryBack(t, e.handler)
+	if b := e.balance("pro"); b.Free != 3 {
+		t.Errorf("%d free images left, want 3", b.Free)
+	}
+}
+
+// TestUploadWithinServerReadTimeout: the upload's read deadline replaces
+// the connection's, so it never outlasts the server's own ReadTimeout:
+// with ReadTimeout 300 ms and Fetch.Timeout 5 s, a stalled upload is cut
+// within about 300 ms.
+func TestUploadWithinServerReadTimeout(t *testing.T) {
+	e := newEnv(t, func(c *upscale.Config) { c.Fetch.Timeout = 5 * time.Second })
+	srv := httptest.NewUnstartedServer(e.handler)
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	file, contentType := form(t, fileField(smallPNG))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write(file[:len(file)/2])
+	r, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/upscale", pr)
+	r.ContentLength = int64(len(file))
+	r.Header.Set("Content-Type", contentType)
+	r.Header.Set("Authorization", "Bearer "+keyFree)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != 400 || took > 2*time.Second {
+		t.Errorf("a stalled upload: %d after %v; want 400 at the server's 300 ms", resp.StatusCode, took)
+	}
+}

@@ -123,7 +123,7 @@ func (d *Dashboard) try(w http.ResponseWriter, r *http.Request, account string) 
 	} else {
 		body, _ := json.Marshal(form)
 		page.Curl = curlCommand(d.cfg.APIURL, body)
-		answer = d.callAPI(r.Context(), account, "application/json", bytes.NewReader(body))
+		answer = d.callAPI(r.Context(), account, "application/json", bytes.NewReader(body), int64(len(body)))
 	}
 
 	status := http.StatusOK
@@ -170,12 +170,10 @@ func chosenFile(r *http.Request) *multipart.FileHeader {
 
 // callAPI runs one POST of account's through the API's handler, with
 // body of contentType, and returns the answer.
-func (d *Dashboard) callAPI(ctx context.Context, account, contentType string, body io.Reader) *apiAnswer {
+func (d *Dashboard) callAPI(ctx context.Context, account, contentType string, body io.Reader, length int64) *apiAnswer {
 	call, _ := http.NewRequestWithContext(upscale.ForAccount(ctx, account), http.MethodPost, d.cfg.APIURL, body)
 	call.Header.Set("Content-Type", contentType)
-	if _, known := body.(*bytes.Reader); !known {
-		call.ContentLength = -1 // unknown, as a server sees a chunked body; 0 would say there is none
-	}
+	call.ContentLength = length
 	answer := &apiAnswer{header: http.Header{}}
 	d.cfg.API.ServeHTTP(answer, call)
 	return answer
@@ -193,6 +191,16 @@ func (d *Dashboard) tryUpload(ctx context.Context, account string, file *multipa
 	body, pipe := io.Pipe()
 	form := multipart.NewWriter(pipe)
 	contentType := form.FormDataContentType()
+	// The form's length, declared as a browser's and curl's are, so that
+	// the API grants the file's memory by it rather than twice the plan's
+	// limit: the same form, written with as many zeros as the file has.
+	var length countingWriter
+	dry := multipart.NewWriter(&length)
+	dry.SetBoundary(form.Boundary())
+	if err := call.WriteForm(dry, file.Filename, io.LimitReader(zeros{}, file.Size)); err != nil {
+		return nil, err
+	}
+	dry.Close()
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
@@ -202,10 +210,26 @@ func (d *Dashboard) tryUpload(ctx context.Context, account string, file *multipa
 		}
 		pipe.CloseWithError(err)
 	}()
-	answer := d.callAPI(ctx, account, contentType, body)
+	answer := d.callAPI(ctx, account, contentType, body, int64(length))
 	body.Close() // the API may answer before reading the whole form, as when it refuses at once: the writer stops then
 	<-written    // before f is closed
 	return answer, nil
+}
+
+// countingWriter counts what is written to it.
+type countingWriter int64
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // preview is file as a data: URL, for the page to show beside its

@@ -70,6 +70,29 @@ func (s *site) options() []field {
 	return []field{{"sample", s.origin + "/square.png"}, {"scale", "2"}, {"imageType", "photo"}, {"denoise", "max"}, {"format", ""}}
 }
 
+// TestTryUploadDeclaresItsLength: Try it sends an upload with its
+// length declared, as a browser and curl do, so that the API grants its
+// file's memory by it rather than twice the plan's limit.
+func TestTryUploadDeclaresItsLength(t *testing.T) {
+	type sent struct{ declared, read int64 }
+	calls := make(chan sent, 1)
+	s := newSite(t, upscaletest.NewClock(start), func(c *dashboard.Config) {
+		api := c.API
+		c.API = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			calls <- sent{r.ContentLength, int64(len(body))}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			api.ServeHTTP(w, r)
+		})
+	})
+	if status, page, _ := s.upload("acme", "same-origin", s.options(), "cat.png", upscaletest.TestImagePNG(t, 8, 8)); status != http.StatusOK {
+		t.Fatalf("try an upload: %d\n%s", status, page)
+	}
+	if got := <-calls; got.declared != got.read {
+		t.Errorf("the upload declared %d bytes and sent %d; want its length declared", got.declared, got.read)
+	}
+}
+
 // TestTryUpload: a file chosen in Try it is sent to the API as an
 // upload, in place of the sample, enlarged and charged; the page shows it
 // beside its result, and the curl command uploads it.
