@@ -1,9 +1,10 @@
 // Command ncnn2onnx converts a neural network from ncnn's format (a .param
 // file and the .bin beside it) into an ONNX model that ONNX Runtime runs
 // with the same results. It implements the layers of the waifu2x models
-// (convolution, deconvolution, squeeze-and-excitation blocks, crops and
-// sums) and refuses any other layer, so a model it converts is converted
-// exactly. The output is the same bytes for the same input.
+// and of the efficient networks since (SPAN, Real-ESRGAN's compact ones)
+// and refuses any other layer, so a model it converts is converted
+// exactly (internal/ncnn2onnx). The output is the same bytes for the same
+// input.
 //
 //	ncnn2onnx -o model.onnx [-meta key=value ...] [-int8 dir [-float layers] [-tile n]] model.param
 //
@@ -26,10 +27,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/upscalekit/upscale/internal/ncnn"
+	"github.com/upscalekit/upscale/internal/ncnn2onnx"
 )
 
 // metaFlags collects repeated -meta key=value flags.
@@ -77,29 +78,15 @@ type int8Flags struct {
 
 // quantization calibrates net on the tiles the flags name, or returns
 // nil without -int8.
-func (f int8Flags) quantization(net *ncnn.Net) (*quantization, error) {
+func (f int8Flags) quantization(net *ncnn.Net) (*ncnn2onnx.Quantization, error) {
 	if f.calibration == "" {
 		return nil, nil
 	}
-	tiles, err := calibrationTiles(f.calibration, f.tile)
-	if err != nil {
-		return nil, err
+	var float []string
+	if f.float != "" {
+		float = strings.Split(f.float, ",")
 	}
-	ranges, err := calibrate(net, tiles)
-	if err != nil {
-		return nil, err
-	}
-	q := &quantization{float: map[string]bool{}, ranges: ranges}
-	for _, layer := range strings.Split(f.float, ",") {
-		if layer == "" {
-			continue
-		}
-		if !slices.ContainsFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == layer }) {
-			return nil, fmt.Errorf("-float: no layer %s", layer)
-		}
-		q.float[layer] = true
-	}
-	return q, nil
+	return ncnn2onnx.NewQuantization(net, f.calibration, f.tile, float)
 }
 
 func run(paramPath, outPath string, meta [][2]string, q int8Flags) error {
@@ -121,7 +108,7 @@ func run(paramPath, outPath string, meta [][2]string, q int8Flags) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", paramPath, err)
 	}
-	model, g, err := convert(net, name, meta, quant)
+	model, g, err := ncnn2onnx.Convert(net, name, meta, quant)
 	if err != nil {
 		return fmt.Errorf("%s: %w", paramPath, err)
 	}

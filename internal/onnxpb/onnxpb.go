@@ -50,11 +50,13 @@ type Node struct {
 	Attrs   []Attr
 }
 
-// Attr is an AttributeProto holding one int, one float or a list of ints.
+// Attr is an AttributeProto holding one int, one float, one string or a
+// list of ints.
 type Attr struct {
 	Name  string
 	Int   *int64
 	Float *float32
+	Str   *string
 	Ints  []int64
 }
 
@@ -63,6 +65,9 @@ func Int(name string, v int64) Attr { return Attr{Name: name, Int: &v} }
 
 // FloatAttr returns a float attribute.
 func FloatAttr(name string, v float32) Attr { return Attr{Name: name, Float: &v} }
+
+// StringAttr returns a string attribute.
+func StringAttr(name, v string) Attr { return Attr{Name: name, Str: &v} }
 
 // Ints returns an ints attribute.
 func Ints(name string, v ...int64) Attr { return Attr{Name: name, Ints: v} }
@@ -153,6 +158,7 @@ const (
 	attrName         = 1
 	attrFloat        = 2
 	attrInt          = 3
+	attrString       = 4
 	attrInts         = 8
 	attrType         = 20
 	tensorDims       = 1
@@ -173,6 +179,7 @@ const (
 const (
 	attrTypeFloat = 1
 	attrTypeInt   = 2
+	attrTypeStr   = 3
 	attrTypeInts  = 7
 )
 
@@ -236,6 +243,9 @@ func (a *Attr) marshal() []byte {
 	case a.Int != nil:
 		b = appendVarint(b, attrInt, uint64(*a.Int))
 		b = appendVarint(b, attrType, attrTypeInt)
+	case a.Str != nil:
+		b = appendString(b, attrString, *a.Str)
+		b = appendVarint(b, attrType, attrTypeStr)
 	default:
 		for _, v := range a.Ints {
 			b = appendVarint(b, attrInts, uint64(v))

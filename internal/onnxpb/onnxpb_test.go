@@ -81,7 +81,7 @@ func TestUnmarshalRoundTrip(t *testing.T) {
 	half, _ := Float16Tensor("h", []int64{3}, []float32{1, -0.5, float32(math.Ldexp(3, -24))})
 	m := Model{Producer: "test", Opset: 17, Metadata: [][2]string{{"k", "v"}, {"scale", "2"}}, Graph: Graph{
 		Name:         "g",
-		Nodes:        []Node{{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []Attr{Int("i", -1), FloatAttr("f", 0.1), Ints("is", 1, -2, math.MaxInt64)}}},
+		Nodes:        []Node{{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []Attr{Int("i", -1), FloatAttr("f", 0.1), StringAttr("s", "CRD"), Ints("is", 1, -2, math.MaxInt64)}}},
 		Initializers: []Tensor{FloatTensor("w", []int64{1, 2}, []float32{1, -3.5}), Int64Tensor("n", []int64{1}, []int64{math.MaxInt64}), half},
 		Inputs:       []Value{{Name: "x", Type: Float, Dims: []Dim{{Param: "n"}, {Size: 3}}}},
 		Outputs:      []Value{{Name: "y", Type: Float, Dims: []Dim{{Param: "n"}, {Size: 3}}}},

@@ -190,6 +190,7 @@ func (a *Attr) unmarshal(data []byte) error {
 	var kind uint64
 	var f float32
 	var i int64
+	var s string
 	err := walk(data, func(field protowire.Number, v value) error {
 		switch field {
 		case attrName:
@@ -198,6 +199,8 @@ func (a *Attr) unmarshal(data []byte) error {
 			f = math.Float32frombits(uint32(v.varint))
 		case attrInt:
 			i = int64(v.varint)
+		case attrString:
+			s = string(v.bytes)
 		case attrInts:
 			if v.bytes == nil { // one unpacked element
 				a.Ints = append(a.Ints, int64(v.varint))
@@ -220,6 +223,8 @@ func (a *Attr) unmarshal(data []byte) error {
 		a.Float = &f
 	case attrTypeInt:
 		a.Int = &i
+	case attrTypeStr:
+		a.Str = &s
 	}
 	return err
 }

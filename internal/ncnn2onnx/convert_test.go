@@ -1,4 +1,4 @@
-package main
+package ncnn2onnx
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ Deconvolution d 1 1 x out 0=1 1=4 3=2 4=3 6=16
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (geometry{Scale: 2, Border: 2, Multiple: 1, MinInput: 5}); g != want {
+	if want := (Geometry{Scale: 2, Border: 2, Multiple: 1, MinInput: 5}); g != want {
 		t.Errorf("upconv: %+v, want %+v", g, want)
 	}
 
@@ -58,7 +58,7 @@ Convolution c 1 1 a small 0=1 1=3 6=9
 Crop crop 2 1 b small cut 0=1 1=1
 Eltwise sum 2 1 cut small out 0=1
 `, append([]float32{0}, make([]float32, 9)...)...)
-	model, g, err := convert(net, "test", nil, nil)
+	model, g, err := Convert(net, "test", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

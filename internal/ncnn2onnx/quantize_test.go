@@ -1,4 +1,4 @@
-package main
+package ncnn2onnx
 
 import (
 	"math"

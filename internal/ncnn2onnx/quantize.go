@@ -1,4 +1,4 @@
-package main
+package ncnn2onnx
 
 import (
 	"errors"
@@ -25,15 +25,37 @@ import (
 // bytes on any machine.
 const rangeTail = 0.0001
 
-// quantization says which convolutions run in INT8 and the ranges of the
+// Quantization says which convolutions run in INT8 and the ranges of the
 // blobs they read and write.
-type quantization struct {
+type Quantization struct {
 	// float names the convolution layers kept in float32; every other
 	// (non-transposed) convolution is quantised.
 	float map[string]bool
 	// ranges are the calibrated ranges of the network's blobs, by ncnn
 	// name.
 	ranges map[string][2]float64
+}
+
+// NewQuantization calibrates net on side × side tiles of the PNG files of
+// dir (calibrationTiles), keeping the convolution layers named in float
+// (ncnn names) in float32.
+func NewQuantization(net *ncnn.Net, dir string, side int, float []string) (*Quantization, error) {
+	tiles, err := calibrationTiles(dir, side)
+	if err != nil {
+		return nil, err
+	}
+	ranges, err := calibrate(net, tiles)
+	if err != nil {
+		return nil, err
+	}
+	q := &Quantization{float: map[string]bool{}, ranges: ranges}
+	for _, layer := range float {
+		if !slices.ContainsFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == layer }) {
+			return nil, fmt.Errorf("no layer %s to keep in float32", layer)
+		}
+		q.float[layer] = true
+	}
+	return q, nil
 }
 
 // quantized is a tensor's uint8 quantisation: value = scale × (q − zero).

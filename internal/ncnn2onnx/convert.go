@@ -1,6 +1,13 @@
-package main
+// Package ncnn2onnx converts a neural network from ncnn's format into an
+// ONNX model that ONNX Runtime and engine/onednn run with the same
+// results: the waifu2x networks that cmd/ncnn2onnx converts for `make
+// models`, and the super-resolution networks an operator brings, which
+// the engine converts as it starts. Every layer internal/ncnn reads is
+// converted exactly; the output is the same bytes for the same input.
+package ncnn2onnx
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -19,18 +26,19 @@ const (
 	outputName = "output"
 )
 
-// geometry is how the network's output relates to its input, found by
+// Geometry is how the network's output relates to its input, found by
 // inferring shapes at several input sizes: an input of n pixels (a
 // multiple of Multiple, at least MinInput) gives Scale × (n - 2 × Border).
-type geometry struct {
+type Geometry struct {
 	Scale, Border, Multiple, MinInput int
 }
 
-// findGeometry tries input sizes from the .param file's nominal one.
-func findGeometry(net *ncnn.Net) (geometry, error) {
-	c, nominal := net.InputShape[0], max(net.InputShape[1], net.InputShape[2])
-	if c <= 0 || nominal <= 0 {
-		return geometry{}, errors.New("the Input layer gives no shape (0=w 1=h 2=c)")
+// findGeometry tries input sizes from the .param file's nominal one, or
+// from 64 pixels when its Input layer gives none.
+func findGeometry(net *ncnn.Net) (Geometry, error) {
+	c, nominal := inputChannels(net), max(net.InputShape[1], net.InputShape[2])
+	if nominal <= 0 {
+		nominal = 64
 	}
 	outSize := func(h, w int) (int, int, error) {
 		shapes, err := net.Shapes(ncnn.Shape{C: c, H: h, W: w})
@@ -49,11 +57,11 @@ func findGeometry(net *ncnn.Net) (geometry, error) {
 		}
 		scale := (h2 - h1) / (2 * multiple)
 		if scale < 1 || h2-h1 != 2*multiple*scale || h1%scale != 0 || (s-h1/scale)%2 != 0 {
-			return geometry{}, fmt.Errorf("output %d for input %d and %d for %d is not scale × (input − 2 × border)", h1, s, h2, s+2*multiple)
+			return Geometry{}, fmt.Errorf("output %d for input %d and %d for %d is not scale × (input − 2 × border)", h1, s, h2, s+2*multiple)
 		}
-		g := geometry{Scale: scale, Border: (s - h1/scale) / 2, Multiple: multiple}
+		g := Geometry{Scale: scale, Border: (s - h1/scale) / 2, Multiple: multiple}
 		if w1 != g.Scale*(s+multiple-2*g.Border) || w2 != w1 {
-			return geometry{}, errors.New("width and height do not follow the same rule")
+			return Geometry{}, errors.New("width and height do not follow the same rule")
 		}
 		for g.MinInput = multiple; ; g.MinInput += multiple {
 			if h, _, err := outSize(g.MinInput, g.MinInput); err == nil && h > 0 {
@@ -62,7 +70,14 @@ func findGeometry(net *ncnn.Net) (geometry, error) {
 		}
 		return g, nil
 	}
-	return geometry{}, fmt.Errorf("no input size near %d fits the network", nominal)
+	return Geometry{}, fmt.Errorf("no input size near %d fits the network", nominal)
+}
+
+// inputChannels is the channels of net's input: what its Input layer
+// says, or 3 (RGB) when it says nothing, as the exports of PyTorch
+// networks do.
+func inputChannels(net *ncnn.Net) int {
+	return cmp.Or(net.InputShape[0], 3)
 }
 
 // converter builds the ONNX graph of one network.
@@ -79,7 +94,7 @@ type converter struct {
 	// quant, when not nil, makes layers INT8; quantized holds the tensors
 	// in QDQ form, by ONNX name, and dequantizedAs the QDQ form made of a
 	// float32 tensor.
-	quant         *quantization
+	quant         *Quantization
 	quantized     map[string]quantized
 	dequantizedAs map[string]string
 }
@@ -88,26 +103,26 @@ type converter struct {
 // inputName and outputName, with dynamic batch, height and width. The
 // model's metadata records g and the given key-value pairs. With quant,
 // the convolutions it does not keep in float32 run in INT8.
-func convert(net *ncnn.Net, name string, metadata [][2]string, quant *quantization) (*onnxpb.Model, geometry, error) {
+func Convert(net *ncnn.Net, name string, metadata [][2]string, quant *Quantization) (*onnxpb.Model, Geometry, error) {
 	g, err := findGeometry(net)
 	if err != nil {
-		return nil, geometry{}, err
+		return nil, Geometry{}, err
 	}
 	c := &converter{net: net, graph: onnxpb.Graph{Name: name}, cropEnds: map[*ncnn.Crop][2]int{}, alias: map[string]string{},
 		quant: quant, quantized: map[string]quantized{}, dequantizedAs: map[string]string{}}
 	if err := c.measureCrops(g); err != nil {
-		return nil, geometry{}, err
+		return nil, Geometry{}, err
 	}
-	if c.shapes, err = net.Shapes(ncnn.Shape{C: net.InputShape[0], H: g.MinInput, W: g.MinInput}); err != nil {
-		return nil, geometry{}, err
+	if c.shapes, err = net.Shapes(ncnn.Shape{C: inputChannels(net), H: g.MinInput, W: g.MinInput}); err != nil {
+		return nil, Geometry{}, err
 	}
 	for _, l := range net.Layers {
 		if err := c.layer(l); err != nil {
-			return nil, geometry{}, fmt.Errorf("layer %s: %w", l.Name, err)
+			return nil, Geometry{}, fmt.Errorf("layer %s: %w", l.Name, err)
 		}
 	}
 	dims := func(prefix string) []onnxpb.Dim {
-		return []onnxpb.Dim{{Param: "batch"}, {Size: int64(net.InputShape[0])}, {Param: prefix + "height"}, {Param: prefix + "width"}}
+		return []onnxpb.Dim{{Param: "batch"}, {Size: int64(inputChannels(net))}, {Param: prefix + "height"}, {Param: prefix + "width"}}
 	}
 	c.graph.Inputs = []onnxpb.Value{{Name: inputName, Type: onnxpb.Float, Dims: dims("")}}
 	outDims := dims("out_")
@@ -124,12 +139,12 @@ func convert(net *ncnn.Net, name string, metadata [][2]string, quant *quantizati
 
 // measureCrops finds each Crop's cut at two input sizes. ONNX's Slice
 // needs it as a count from the end, which must not depend on the size.
-func (c *converter) measureCrops(g geometry) error {
+func (c *converter) measureCrops(g Geometry) error {
 	var sizes [2]map[string]ncnn.Shape
 	for i := range sizes {
 		n := g.MinInput + i*g.Multiple
 		var err error
-		if sizes[i], err = c.net.Shapes(ncnn.Shape{C: c.net.InputShape[0], H: n, W: n + g.Multiple}); err != nil {
+		if sizes[i], err = c.net.Shapes(ncnn.Shape{C: inputChannels(c.net), H: n, W: n + g.Multiple}); err != nil {
 			return err
 		}
 	}
@@ -245,10 +260,51 @@ func (c *converter) layer(l ncnn.Layer) error {
 			return errors.New("a product of more than two inputs is not implemented")
 		}
 		c.node(kind, l.Name, in, out)
+	case *ncnn.Constant:
+		s := op.Shape
+		c.graph.Initializers = append(c.graph.Initializers, onnxpb.FloatTensor(out, []int64{1, int64(s.C), int64(s.H), int64(s.W)}, op.Data))
+	case *ncnn.Binary:
+		c.binary(l.Name, op, in, out)
+	case ncnn.Unary:
+		if op.Kind == ncnn.SigmoidLayer {
+			c.node("Sigmoid", l.Name, in, out)
+			break
+		}
+		// Swish, x·sigmoid(x), which opset 17 has no operator for.
+		c.node("Sigmoid", l.Name+"_sigmoid", in, l.Name+"_gate")
+		c.node("Mul", l.Name, []string{in[0], l.Name + "_gate"}, out)
+	case *ncnn.PReLU:
+		slopes := []int64{int64(len(op.Slopes)), 1, 1}
+		c.node("PRelu", l.Name, append(in, c.weight(l.Name+"_slope", slopes, op.Slopes)), out)
+	case ncnn.Concat:
+		c.node("Concat", l.Name, in, out, onnxpb.Int("axis", 1))
+	case ncnn.PixelShuffle:
+		c.node("DepthToSpace", l.Name, in, out, onnxpb.Int("blocksize", int64(op.Factor)), onnxpb.StringAttr("mode", "CRD"))
+	case ncnn.Upsample:
+		// Output pixel y takes input floor(y / factor): Resize's
+		// asymmetric coordinates rounded down.
+		f := float32(op.Factor)
+		scales := c.weight(l.Name+"_scales", []int64{4}, []float32{1, 1, f, f})
+		c.node("Resize", l.Name, []string{in[0], "", scales}, out, onnxpb.StringAttr("mode", "nearest"),
+			onnxpb.StringAttr("coordinate_transformation_mode", "asymmetric"), onnxpb.StringAttr("nearest_mode", "floor"))
 	default:
 		return fmt.Errorf("%T is not implemented", op)
 	}
 	return nil
+}
+
+// binary adds op, from in to out: ONNX's Add, Sub, Mul or Div, which
+// broadcast a per-channel constant as ncnn does, with a scalar as a
+// one-element initializer and the reversed forms' operands swapped.
+func (c *converter) binary(name string, op *ncnn.Binary, in []string, out string) {
+	kind := map[ncnn.BinaryOpKind]string{ncnn.Add: "Add", ncnn.Sub: "Sub", ncnn.Mul: "Mul", ncnn.Div: "Div", ncnn.RSub: "Sub", ncnn.RDiv: "Div"}[op.Op]
+	if op.Scalar != nil {
+		in = append(in, c.weight(name+"_scalar", []int64{1}, []float32{*op.Scalar}))
+	}
+	if op.Op == ncnn.RSub || op.Op == ncnn.RDiv {
+		in = []string{in[1], in[0]}
+	}
+	c.node(kind, name, in, out)
 }
 
 // crop adds op, from in to out, as a Slice.
