@@ -115,6 +115,10 @@ func run(paramPath, outPath string, meta [][2]string, q int8Flags) error {
 	if err := os.WriteFile(outPath, model.Marshal(), 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("%s: ×%d, border %d, sides a multiple of %d, at least %d\n", outPath, g.Scale, g.Border, g.Multiple, g.MinInput)
+	fmt.Printf("%s: ×%d, border %d, sides a multiple of %d, at least %d", outPath, g.Scale, g.Border, g.Multiple, g.MinInput)
+	if g.Halo > 0 {
+		fmt.Printf(", halo %d", g.Halo)
+	}
+	fmt.Println()
 	return nil
 }

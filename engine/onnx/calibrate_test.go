@@ -53,7 +53,7 @@ func BenchmarkCalibrate(b *testing.B) {
 							if err != nil {
 								return nil, err
 							}
-							img, err := e.enlargeAll(context.Background(), px, 2, 1, upscale.Photo, level)
+							img, err := e.enlargeAll(context.Background(), px, 2, 1, upscale.Params{Scale: 2, ImageType: upscale.Photo}, level)
 							return img.Data, err
 						})
 						b.ReportMetric(p, "dB")

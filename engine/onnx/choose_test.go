@@ -70,7 +70,7 @@ func TestDenoiseNeverAboveRequested(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := e.enlargeAll(context.Background(), px, 2, 1, upscale.Photo, upscale.DenoiseNone)
+	plain, err := e.enlargeAll(context.Background(), px, 2, 1, upscale.Params{Scale: 2, ImageType: upscale.Photo}, upscale.DenoiseNone)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package onnx
 
 import (
+	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/upscalekit/upscale"
@@ -17,13 +19,12 @@ func (e *Engine) EstimateMemory(src []byte, opts upscale.Params) (int64, error) 
 	return learnedMemory(h, e.mostLearnedPasses(h)), nil
 }
 
-// EstimateDuration implements upscale.DurationEstimator: what every
-// learned pass the memory budget allows takes by the first of the
-// engine's architectures at its measured pace, the first pass at the
-// level asked for, each run twice for a source with alpha (which may be
-// opaque, and then is not). Decoding, the classical rest and encoding are
-// left to the caller's headroom. It knows nothing before the engine has
-// measured its pace, nor for a result with no learned pass.
+// EstimateDuration implements upscale.DurationEstimator: what the
+// learned passes the memory budget allows take at their networks'
+// measured paces (duration), each run twice for a source with alpha
+// (which may be opaque, and then is not). Decoding, the classical rest and
+// encoding are left to the caller's headroom. It knows nothing before the
+// engine has measured a pace, nor for a result with no learned pass.
 func (e *Engine) EstimateDuration(src []byte, opts upscale.Params) (time.Duration, bool, error) {
 	h, err := e.codec.Header(src, opts)
 	if err != nil {
@@ -43,26 +44,41 @@ func (e *Engine) InspectSource(src []byte, opts upscale.Params) (upscale.SourceR
 	return upscale.SourceReport{Pixels: h.DecodedPixels, Memory: learnedMemory(h, e.mostLearnedPasses(h)), Duration: e.duration(h, opts)}, nil
 }
 
-// duration is EstimateDuration's answer for h, zero when unknown.
+// duration is EstimateDuration's answer for h, zero when unknown. The
+// header does not say the level the engine will settle on (fitLevel reads
+// the pixels), so each pass is counted at the slowest of the networks
+// that could make it first: the first candidate at each level up to the
+// one asked for (the first pass), then at none.
 func (e *Engine) duration(h libvips.Header, opts upscale.Params) time.Duration {
-	first := e.archs[0]
-	pace, passes := first.pace.seconds(), e.mostLearnedPasses(h)
-	if pace == 0 || passes == 0 {
-		return 0
-	}
 	runs := 1
 	if h.Bands == 2 || h.Bands == 4 {
 		runs = 2
 	}
-	m, work := first.models[opts.Denoise], 0.0
-	if m == nil {
-		m = first.models[upscale.DenoiseNone]
+	levels := slices.DeleteFunc(upscale.DenoiseLevels(), func(l upscale.Denoise) bool { return strength[l] > strength[opts.Denoise] })
+	most := e.mostLearnedPasses(h)
+	w, height, seconds := h.Width, h.Height, 0.0
+	for steps := 0; steps < most; {
+		var slowest *arch
+		var slowestSeconds float64
+		for _, level := range levels {
+			cs := e.candidates(opts, level, h.Scale>>steps, most-steps)
+			if len(cs) == 0 {
+				continue
+			}
+			a := cs[0]
+			if s := a.models[level].workOf(w, height, h.Frames, e.opts.Tile) * a.pace.seconds(); slowest == nil || s > slowestSeconds {
+				slowest, slowestSeconds = a, s
+			}
+		}
+		if slowest == nil || slowest.pace.seconds() == 0 {
+			break
+		}
+		seconds += slowestSeconds
+		levels = []upscale.Denoise{upscale.DenoiseNone}
+		s := slowest.scale()
+		w, height, steps = w*s, height*s, steps+bits.TrailingZeros(uint(s))
 	}
-	for pass := range passes {
-		work += m.workOf(h.Width<<pass, h.Height<<pass, h.Frames, e.opts.Tile)
-		m = first.models[upscale.DenoiseNone]
-	}
-	return time.Duration(work * float64(runs) * pace * float64(time.Second))
+	return time.Duration(seconds * float64(runs) * float64(time.Second))
 }
 
 // learnedMemory is the most the engine holds making h's result with

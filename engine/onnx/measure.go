@@ -120,8 +120,8 @@ const measureRounds = 3
 // and returns the seconds it took per unit of work (model.work).
 func (m *model) timeTile(ctx context.Context, network Network, size int) (float64, error) {
 	t := m.tile(size, size, size)
-	inW, inH := t.tileW+2*m.Border, t.tileH+2*m.Border
-	in, out := make([]float32, 3*inW*inH), make([]float32, 3*m.Scale*m.Scale*t.tileW*t.tileH)
+	inW, inH, outW, outH := m.tileInput(t)
+	in, out := make([]float32, 3*inW*inH), make([]float32, 3*outW*outH)
 	for i := range in {
 		in[i] = 0.5
 	}

@@ -12,6 +12,7 @@ import (
 // runtime's network, loaded on first use.
 type model struct {
 	*models.Network
+	fp32 bool // a brought network: run in float32 whatever the engine's precision
 
 	mu      sync.Mutex
 	network Network

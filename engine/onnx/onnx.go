@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strings"
@@ -115,24 +116,46 @@ type Options struct {
 	// the engine tries them: the first whose pass fits the time left
 	// makes it. Empty means CUNet, then UpConv7.
 	Architectures []Architecture
+	// Models are networks the operator brings, converted and checked on
+	// the runtime in New; they run in float32. None by default.
+	Models []Model
+	// Rules pick Models for passes, before the Architectures; a pass no
+	// rule picks a network for is the Architectures'. None by default.
+	Rules []Rule
 }
 
 // Engine enlarges the images engine/vips reads (JPEG, PNG, WebP, GIF,
 // HEIC, AVIF, TIFF; an animation frame by frame) with waifu2x networks.
 // It is safe for concurrent use.
 type Engine struct {
-	opts  Options
-	codec *libvips.Engine
-	slots chan struct{}
-	archs []*arch // in the order of Options.Architectures
+	opts    Options
+	codec   *libvips.Engine
+	slots   chan struct{}
+	archs   []*arch // in the order of Options.Architectures
+	brought []*arch // Options.Models, in their order
+	rules   []rule  // Options.Rules
 }
 
-// An arch is one Architecture's networks on the engine's runtime, and the
-// pace measured of them.
+// An arch is one Architecture's networks on the engine's runtime, or a
+// network the operator brought (one for every level), and the pace
+// measured of them.
 type arch struct {
-	name   Architecture
-	models map[upscale.Denoise]*model // by the level it denoises at
-	pace   pace                       // seconds per unit of model.work
+	name      Architecture
+	models    map[upscale.Denoise]*model // by the level it denoises at
+	pace      pace                       // seconds per unit of model.work
+	published bool                       // a brought network callers may ask for by name
+}
+
+// scale is what a pass of a's enlarges by.
+func (a *arch) scale() int { return a.models[upscale.DenoiseNone].Scale }
+
+// precision is what a's networks run in on an engine of precision
+// engine: a brought one's in float32 (model.fp32).
+func (a *arch) precision(engine Precision) Precision {
+	if a.models[upscale.DenoiseNone].fp32 {
+		return FP32
+	}
+	return engine
 }
 
 var (
@@ -195,6 +218,10 @@ func New(opts Options) (*Engine, error) {
 		}
 		e.archs = append(e.archs, a)
 	}
+	if err := e.bring(opts.Models, opts.Rules); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -202,7 +229,7 @@ func New(opts Options) (*Engine, error) {
 // afterwards.
 func (e *Engine) Close() error {
 	var errs []error
-	for _, a := range e.archs {
+	for _, a := range slices.Concat(e.archs, e.brought) {
 		for _, m := range a.models {
 			errs = append(errs, m.close())
 		}
@@ -234,7 +261,7 @@ func (e *Engine) Upscale(ctx context.Context, src []byte, opts upscale.Params) (
 	if err != nil {
 		return upscale.Image{}, err
 	}
-	return e.enlargeAll(ctx, px, h.Scale, e.mostLearnedPasses(h), opts.ImageType, level)
+	return e.enlargeAll(ctx, px, h.Scale, e.mostLearnedPasses(h), opts, level)
 }
 
 // SourcePixels implements upscale.SizeReader, as engine/vips does.
@@ -252,14 +279,16 @@ func (e *Engine) ReleaseMemory() {
 	}
 }
 
-// enlargeAll enlarges px by scale: at most most learned passes, the first
-// denoising at level, each by the first architecture whose pass fits the
-// time left, then the classical rest, and encodes the result.
-func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most int, imageType upscale.ImageType, level upscale.Denoise) (upscale.Image, error) {
+// enlargeAll enlarges px by scale: learned passes of at most most ×2
+// steps in all, the first denoising at level, each by the first network
+// that fits the scale and the time left (fitting), then the classical
+// rest, and encodes the result.
+func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most int, opts upscale.Params, level upscale.Denoise) (upscale.Image, error) {
 	// Each pass is decided as it comes, at the pace the last one measured.
 	var ran []*arch // by pass
-	for len(ran) < most {
-		a, err := e.fitting(ctx, px, level)
+	steps := 0      // ×2 steps made: a ×4 pass is two
+	for steps < most {
+		a, err := e.fitting(ctx, px, opts, level, scale>>steps, most-steps)
 		if a == nil || err != nil {
 			if err != nil {
 				return upscale.Image{}, err
@@ -271,31 +300,55 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most
 		}
 		level = upscale.DenoiseNone
 		ran = append(ran, a)
+		steps += bits.TrailingZeros(uint(a.scale()))
 	}
-	img, err := e.codec.Encode(ctx, px, scale>>len(ran), imageType)
+	img, err := e.codec.Encode(ctx, px, scale>>steps, opts.ImageType)
 	if err == nil && len(ran) > 0 {
-		var steps []string
+		var names []string
 		for i := 0; i < len(ran); {
 			n := 1
 			for i+n < len(ran) && ran[i+n] == ran[i] {
 				n++
 			}
-			steps = append(steps, fmt.Sprintf("learned;passes=%d;network=%s;runtime=%s;precision=%s", n, ran[i].name, e.opts.Runtime.Name(), e.opts.Precision))
+			names = append(names, fmt.Sprintf("learned;passes=%d;network=%s;runtime=%s;precision=%s", n, ran[i].name, e.opts.Runtime.Name(), ran[i].precision(e.opts.Precision)))
 			i += n
 		}
 		if img.Engine != "" { // the classical rest
-			steps = append(steps, img.Engine)
+			names = append(names, img.Engine)
 		}
-		img.Engine = strings.Join(steps, ", ")
+		img.Engine = strings.Join(names, ", ")
 	}
 	return img, err
 }
 
-// fitting returns the first architecture whose pass over px, denoising at
-// level, fits the time left (arch.fits), measuring its pace first if it
-// has none; nil when none fits.
-func (e *Engine) fitting(ctx context.Context, px *libvips.Pixels, level upscale.Denoise) (*arch, error) {
+// candidates are the networks that may make a pass denoising at level
+// with left of the request's scale still to make and at most steps ×2
+// steps: the networks the Rules pick for it, in their order, then the
+// Architectures; each only where its scale divides what is left and
+// takes no more steps than allowed.
+func (e *Engine) candidates(opts upscale.Params, level upscale.Denoise, left, steps int) []*arch {
+	var cs []*arch
+	fit := func(a *arch) {
+		if s := a.scale(); left%s == 0 && bits.TrailingZeros(uint(s)) <= steps && !slices.Contains(cs, a) {
+			cs = append(cs, a)
+		}
+	}
+	for _, r := range e.rules {
+		if r.matches(opts.ImageType, level, opts.Scale) {
+			fit(r.arch)
+		}
+	}
 	for _, a := range e.archs {
+		fit(a)
+	}
+	return cs
+}
+
+// fitting returns the first candidate network whose pass over px fits
+// the time left (arch.fits), measuring its pace first if it has none;
+// nil when none fits.
+func (e *Engine) fitting(ctx context.Context, px *libvips.Pixels, opts upscale.Params, level upscale.Denoise, left, steps int) (*arch, error) {
+	for _, a := range e.candidates(opts, level, left, steps) {
 		m := a.models[level]
 		if err := e.measurePace(ctx, a, m); err != nil {
 			return nil, err
@@ -392,9 +445,13 @@ func opaque(px *libvips.Pixels) bool {
 	return true
 }
 
-// open loads m on the engine's runtime, once.
+// open loads m on the engine's runtime, once, in its precision.
 func (e *Engine) open(m *model) (Network, error) {
-	return m.open(e.opts.Runtime, e.opts.Precision, e.opts.Threads)
+	precision := e.opts.Precision
+	if m.fp32 {
+		precision = FP32
+	}
+	return m.open(e.opts.Runtime, precision, e.opts.Threads)
 }
 
 // joinPrecisions lists ps as a sentence does: "int8, bf16 and fp32".

@@ -49,8 +49,8 @@ func TestSPANConversionScores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g != (ncnn2onnx.Geometry{Scale: scale, Border: 0, Multiple: 1, MinInput: 1}) {
-			t.Errorf("×%d: geometry %+v, want ×%d with no border", scale, g, scale)
+		if g != (ncnn2onnx.Geometry{Scale: scale, Border: 0, Multiple: 1, MinInput: 1, Halo: 21}) {
+			t.Errorf("×%d: geometry %+v, want ×%d with no border and a halo of 21, its receptive field", scale, g, scale)
 		}
 		network, err := rt.Load(model.Marshal(), onnx.FP32, 0)
 		if err != nil {

@@ -29,9 +29,10 @@ func (p planes) band(c int) int {
 }
 
 // tiling is how a model covers an image: tiles of tileW × tileH source
-// pixels at the given positions, each read with the model's border
-// around it (pixels beyond the image repeat its edge), so each tile's
-// result is what the model gives for that area of the whole image.
+// pixels at the given positions, each read with the model's margin (its
+// border and halo) around it (pixels beyond the image repeat its edge), so
+// each tile's result is what the model gives for that area of the whole
+// image.
 type tiling struct {
 	tileW, tileH int
 	xs, ys       []int
@@ -48,8 +49,8 @@ func (m *model) tile(w, h, size int) tiling {
 	positions := func(extent int) (int, []int) {
 		count := (extent + size - 1) / size
 		side := (extent + count - 1) / count
-		in := (side + 2*m.Border + m.Multiple - 1) / m.Multiple * m.Multiple
-		side = max(in, m.MinInput) - 2*m.Border
+		in := (side + 2*m.Margin() + m.Multiple - 1) / m.Multiple * m.Multiple
+		side = max(in, m.MinInput) - 2*m.Margin()
 		at := make([]int, count)
 		for i := range at {
 			at[i] = min(i*side, max(extent-side, 0))
@@ -63,7 +64,7 @@ func (m *model) tile(w, h, size int) tiling {
 }
 
 // work is what a pass of m over px costs, the unit of the engine's pace:
-// every tile of every frame, with the border the network reads around
+// every tile of every frame, with the margin the network reads around
 // it, in the result pixels it makes (times m.Scale squared). A large
 // image's work is a little above its result pixels; a tiny frame's is
 // its whole tile's, border and least input size included, which is what
@@ -78,10 +79,17 @@ func (m *model) workOf(w, h, frames, size int) float64 {
 	return m.tileWork(t) * float64(len(t.xs)*len(t.ys)*frames)
 }
 
-// tileWork is the work of one tile of t: its input, border included, in
+// tileWork is the work of one tile of t: its input, margin included, in
 // the result pixels it makes.
 func (m *model) tileWork(t tiling) float64 {
-	return float64((t.tileW + 2*m.Border) * (t.tileH + 2*m.Border) * m.Scale * m.Scale)
+	return float64((t.tileW + 2*m.Margin()) * (t.tileH + 2*m.Margin()) * m.Scale * m.Scale)
+}
+
+// tileInput is the size of the input of one tile of t, margin included,
+// and of the network's result for it, halo included.
+func (m *model) tileInput(t tiling) (inW, inH, outW, outH int) {
+	inW, inH = t.tileW+2*m.Margin(), t.tileH+2*m.Margin()
+	return inW, inH, m.Scale * (t.tileW + 2*m.Halo), m.Scale * (t.tileH + 2*m.Halo)
 }
 
 // run enlarges in by m.Scale into out with network, tile by tile.
@@ -89,22 +97,22 @@ func (m *model) tileWork(t tiling) float64 {
 // is done, so cancellation takes effect within one tile.
 func (m *model) run(ctx context.Context, network Network, in, out planes, tileSize int) error {
 	t := m.tile(in.width, in.height, tileSize)
-	inW, inH := t.tileW+2*m.Border, t.tileH+2*m.Border
-	outW, outH := m.Scale*t.tileW, m.Scale*t.tileH
+	inW, inH, outW, outH := m.tileInput(t)
 	x, y := make([]float32, 3*inW*inH), make([]float32, 3*outW*outH)
+	cut := m.Halo * m.Scale
 	for _, ty := range t.ys {
 		for _, tx := range t.xs {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			m.gather(in, x, tx-m.Border, ty-m.Border, inW, inH)
+			m.gather(in, x, tx-m.Margin(), ty-m.Margin(), inW, inH)
 			if err := network.Run(ctx, x, inW, inH, y); err != nil {
 				if ctxErr := ctx.Err(); ctxErr != nil {
 					return ctxErr
 				}
 				return fmt.Errorf("%w: %s: %v", upscale.ErrUpstream, m.Name, err)
 			}
-			scatter(y, outW, outH, out, m.Scale*tx, m.Scale*ty)
+			scatter(y, outW, outH, cut, out, m.Scale*tx, m.Scale*ty)
 		}
 	}
 	return nil
@@ -129,14 +137,15 @@ func (m *model) gather(in planes, x []float32, left, top, w, h int) {
 	}
 }
 
-// scatter writes the part of one tile's result y (3 planes of w × h) that
-// lies inside out, at (left, top), clipped to 0-1 and rounded to 16 bits.
-func scatter(y []float32, w, h int, out planes, left, top int) {
-	rows, cols := min(h, out.height-top), min(w, out.width-left)
+// scatter writes the part of one tile's result y (3 planes of w × h), cut
+// by cut on each side, that lies inside out, at (left, top), clipped to
+// 0-1 and rounded to 16 bits.
+func scatter(y []float32, w, h, cut int, out planes, left, top int) {
+	rows, cols := min(h-2*cut, out.height-top), min(w-2*cut, out.width-left)
 	for row := range rows {
 		dst := out.pix[((top+row)*out.width+left)*out.bands:]
 		for col := range cols {
-			i := row*w + col
+			i := (row+cut)*w + col + cut
 			if out.grey {
 				v := (y[i] + y[w*h+i] + y[2*w*h+i]) / 3
 				dst[col*out.bands+out.first] = sample(v)

@@ -29,8 +29,13 @@ const (
 // Geometry is how the network's output relates to its input, found by
 // inferring shapes at several input sizes: an input of n pixels (a
 // multiple of Multiple, at least MinInput) gives Scale × (n - 2 × Border).
+// Halo is how far a network that keeps its size (Border 0) reads around
+// each pixel through its padded convolutions (receptiveRadius): a tile
+// read with Halo pixels around it, and Halo × Scale cut from each side of
+// its result, is the whole image's result there.
 type Geometry struct {
 	Scale, Border, Multiple, MinInput int
+	Halo                              int
 }
 
 // findGeometry tries input sizes from the .param file's nominal one, or
@@ -68,9 +73,56 @@ func findGeometry(net *ncnn.Net) (Geometry, error) {
 				break
 			}
 		}
+		if g.Border == 0 {
+			// A network that keeps its size pads each convolution: its
+			// tiles read its receptive field around them. One that loses
+			// a border (waifu2x's) pads nothing, and its border is what
+			// it reads.
+			g.Halo = int(math.Ceil(receptiveRadius(net) - 1e-9))
+		}
 		return g, nil
 	}
 	return Geometry{}, fmt.Errorf("no input size near %d fits the network", nominal)
+}
+
+// receptiveRadius is how far, in input pixels, an output pixel of net
+// depends on its input: each convolution widens it by half its kernel, in
+// the pixels of the blob it reads, and layers that enlarge (PixelShuffle,
+// Upsample, a transposed convolution) make those pixels smaller. A global
+// pooling reads its whole blob, which tiling cannot reproduce anyway; it
+// is counted as reading nothing around.
+func receptiveRadius(net *ncnn.Net) float64 {
+	type reach struct{ radius, density float64 } // in input pixels; blob pixels per input pixel
+	at := map[string]reach{net.Input: {0, 1}}
+	for _, l := range net.Layers {
+		var r reach
+		for i, in := range l.Inputs {
+			if i == 0 || at[in].radius > r.radius {
+				r = at[in]
+			}
+		}
+		switch op := l.Op.(type) {
+		case *ncnn.Conv:
+			half := float64(op.Kernel-1) / 2
+			if op.Transposed {
+				r.density *= float64(op.Stride)
+				r.radius += half / r.density
+			} else {
+				r.radius += half / r.density
+				r.density /= float64(op.Stride)
+			}
+		case ncnn.PixelShuffle:
+			r.density *= float64(op.Factor)
+		case ncnn.Upsample:
+			r.density *= float64(op.Factor)
+		case *ncnn.Constant:
+			r = reach{0, 1}
+		}
+		for _, out := range l.Outputs {
+			at[out] = r
+		}
+	}
+	return at[net.Output].radius
 }
 
 // inputChannels is the channels of net's input: what its Input layer
@@ -133,6 +185,9 @@ func Convert(net *ncnn.Net, name string, metadata [][2]string, quant *Quantizati
 		{"upscale.border", strconv.Itoa(g.Border)},
 		{"upscale.multiple", strconv.Itoa(g.Multiple)},
 		{"upscale.min_input", strconv.Itoa(g.MinInput)},
+	}
+	if g.Halo > 0 { // waifu2x's networks have none: their files stay as they were
+		meta = append(meta, [2]string{"upscale.halo", strconv.Itoa(g.Halo)})
 	}
 	return &onnxpb.Model{Producer: "upscale ncnn2onnx", Opset: opset, Graph: c.graph, Metadata: append(meta, metadata...)}, g, nil
 }

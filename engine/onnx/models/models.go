@@ -22,6 +22,10 @@ type Network struct {
 	// The output is Scale × (input − 2 × Border) on each side; input
 	// sides are a multiple of Multiple and at least MinInput.
 	Scale, Border, Multiple, MinInput int
+	// Halo is how far a network that keeps its size reads around each
+	// pixel (upscale.halo; none in waifu2x's): a tile is read with it
+	// around, and its result cut by Halo × Scale on each side.
+	Halo int
 	// Source names the original ncnn model (upscale.source).
 	Source string
 }
@@ -46,9 +50,18 @@ func Load(name string) (*Network, error) {
 			return nil, fmt.Errorf("models: %s: upscale.%s = %q", name, key, v)
 		}
 	}
+	if v, ok := file.MetadataValue("upscale.halo"); ok {
+		if n.Halo, err = strconv.Atoi(v); err != nil || n.Halo < 0 {
+			return nil, fmt.Errorf("models: %s: upscale.halo = %q", name, v)
+		}
+	}
 	n.Source, _ = file.MetadataValue("upscale.source")
 	return n, nil
 }
+
+// Margin is how many pixels a tile is read with around it: the border
+// the network loses, and its halo.
+func (n *Network) Margin() int { return n.Border + n.Halo }
 
 // OutputSize is the side of the network's output for an input side.
 func (n *Network) OutputSize(input int) int { return n.Scale * (input - 2*n.Border) }

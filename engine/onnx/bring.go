@@ -1,0 +1,168 @@
+package onnx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx/models"
+	"github.com/upscalekit/upscale/internal/ncnn"
+	"github.com/upscalekit/upscale/internal/ncnn2onnx"
+)
+
+// A Model is a super-resolution network the operator brings
+// (docs/engines.md): SPAN, Real-ESRGAN's compact networks, or any network
+// of the layers internal/ncnn reads. The engine reads and converts it in
+// New, runs it tiled with its receptive field around each tile, and
+// makes passes with it where a Rule picks it; Image.Engine names it.
+type Model struct {
+	// Name names the network in Image.Engine, in Rules and, when
+	// Published, in a request's model field: 1 to 64 letters, digits,
+	// '.', '_' or '-', not "cunet" or "upconv7".
+	Name string
+	// Param is its ncnn .param file, with its weights in the .bin file
+	// beside it. Its scale and receptive field are measured from its
+	// layers as it is converted.
+	Param string
+	// Published lets callers ask for the network by Name (upscale.Params
+	// .Model). An unpublished network runs only where a Rule picks it.
+	Published bool
+}
+
+// A Rule picks a Model for a learned pass: the first Rule that matches a
+// pass, and whose network fits the scale left and the time left, makes
+// it; a pass no Rule's network makes is the architectures' (cunet, then
+// upconv7), as it is without Rules. Each empty field matches anything.
+type Rule struct {
+	// Model is the Name of one of Options.Models.
+	Model string
+	// ImageType is the request's imageType.
+	ImageType upscale.ImageType
+	// Denoise lists the levels the engine settles on for the source
+	// (fitLevel: none for a clean source, whatever the request allowed).
+	// A pass after the first, which denoises nothing, is at none.
+	Denoise []upscale.Denoise
+	// Scales are the request's scales.
+	Scales []int
+}
+
+// matches reports whether r picks its network for a pass of a request
+// of imageType and scale, denoising at level.
+func (r Rule) matches(imageType upscale.ImageType, level upscale.Denoise, scale int) bool {
+	return (r.ImageType == "" || r.ImageType == imageType) &&
+		(len(r.Denoise) == 0 || slices.Contains(r.Denoise, level)) &&
+		(len(r.Scales) == 0 || slices.Contains(r.Scales, scale))
+}
+
+var modelName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// bring reads, converts and checks each of models, and the rules that
+// name them: a network that cannot be read, holds a layer that is not
+// implemented, or that the runtime cannot run, is refused here with a
+// sentence naming it and why, never at a request.
+func (e *Engine) bring(brought []Model, rules []Rule) error {
+	byName := map[string]*arch{}
+	for i, m := range brought {
+		where := fmt.Sprintf("onnx: Options.Models[%d] %q", i, m.Name)
+		switch {
+		case !modelName.MatchString(m.Name):
+			return fmt.Errorf("%s: a name is 1 to 64 letters, digits, '.', '_' or '-'", where)
+		case slices.Contains([]Architecture{CUNet, UpConv7}, Architecture(m.Name)) || byName[m.Name] != nil:
+			return fmt.Errorf("%s: the name is taken", where)
+		}
+		n, err := convertModel(m)
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if n.Scale != 2 && n.Scale != 4 {
+			return fmt.Errorf("%s: it enlarges ×%d; the engine makes passes of ×2 and ×4", where, n.Scale)
+		}
+		mod := &model{Network: n, fp32: true}
+		if err := e.check(mod); err != nil {
+			return fmt.Errorf("%s: %s cannot run it: %w", where, e.opts.Runtime.Name(), err)
+		}
+		a := &arch{name: Architecture(m.Name), published: m.Published, models: map[upscale.Denoise]*model{}}
+		for level := range levelNames {
+			a.models[level] = mod // it denoises nothing: the same network at every level
+		}
+		byName[m.Name] = a
+		e.brought = append(e.brought, a)
+	}
+	for i, r := range rules {
+		a := byName[r.Model]
+		if a == nil {
+			return fmt.Errorf("onnx: Options.Rules[%d]: no model %q in Options.Models", i, r.Model)
+		}
+		for _, s := range r.Scales {
+			if !slices.Contains(upscale.Scales(), s) {
+				return fmt.Errorf("onnx: Options.Rules[%d]: scale %d is not one of %v", i, s, upscale.Scales())
+			}
+		}
+		e.rules = append(e.rules, rule{Rule: r, arch: a})
+	}
+	return nil
+}
+
+// rule is a Rule with its network.
+type rule struct {
+	Rule
+	arch *arch
+}
+
+// convertModel reads m's ncnn files and converts them in float32.
+func convertModel(m Model) (*models.Network, error) {
+	if m.Param == "" {
+		return nil, errors.New("no Param file")
+	}
+	param, err := os.ReadFile(m.Param)
+	if err != nil {
+		return nil, err
+	}
+	binPath := strings.TrimSuffix(m.Param, filepath.Ext(m.Param)) + ".bin"
+	bin, err := os.ReadFile(binPath)
+	if err != nil {
+		return nil, fmt.Errorf("its weights: %w", err)
+	}
+	net, err := ncnn.Parse(param, bin)
+	if err != nil {
+		return nil, err
+	}
+	onnx, g, err := ncnn2onnx.Convert(net, m.Name, [][2]string{{"upscale.source", m.Param}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &models.Network{Name: m.Name, Data: onnx.Marshal(), Scale: g.Scale, Border: g.Border, Multiple: g.Multiple, MinInput: g.MinInput, Halo: g.Halo, Source: m.Param}, nil
+}
+
+// check loads mod on the engine's runtime and runs it on one small tile,
+// so that an operator it cannot run is found at start.
+func (e *Engine) check(mod *model) error {
+	network, err := e.open(mod)
+	if err != nil {
+		return err
+	}
+	side := max(mod.MinInput, 2*mod.Margin()+mod.Multiple)
+	side = (side + mod.Multiple - 1) / mod.Multiple * mod.Multiple
+	t := tiling{tileW: side - 2*mod.Margin(), tileH: side - 2*mod.Margin()}
+	inW, inH, outW, outH := mod.tileInput(t)
+	in, out := make([]float32, 3*inW*inH), make([]float32, 3*outW*outH)
+	return network.Run(context.Background(), in, inW, inH, out)
+}
+
+// Published lists the networks callers may ask for by name
+// (Model.Published), in the order of Options.Models.
+func (e *Engine) Published() []string {
+	var names []string
+	for _, a := range e.brought {
+		if a.published {
+			names = append(names, string(a.name))
+		}
+	}
+	return names
+}

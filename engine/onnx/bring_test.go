@@ -1,0 +1,127 @@
+package onnx_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx"
+	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
+	"github.com/upscalekit/upscale/internal/quality"
+)
+
+// spanModels are SPAN ch48 ×2 and ×4 as brought networks, and the rules
+// that run them on clean photos at the scales they make in one pass.
+func spanModels(t *testing.T) ([]onnx.Model, []onnx.Rule) {
+	dir := onnxtest.SPANDir(t)
+	clean := []upscale.Denoise{upscale.DenoiseNone}
+	return []onnx.Model{
+			{Name: "span-x2", Param: filepath.Join(dir, "spanx2_ch48.param"), Published: true},
+			{Name: "span-x4", Param: filepath.Join(dir, "spanx4_ch48.param")},
+		}, []onnx.Rule{
+			{Model: "span-x4", ImageType: upscale.Photo, Denoise: clean, Scales: []int{4, 8, 16}},
+			{Model: "span-x2", ImageType: upscale.Photo, Denoise: clean},
+		}
+}
+
+// TestBroughtTiledEqualsWhole: SPAN ×2 and ×4, brought, enlarge a photo
+// in tiles of 40, 64 and 100 source pixels into exactly what one tile
+// over the whole image makes (the tiles read SPAN's receptive field, 21
+// pixels, around them), ×4 in one pass, and Image.Engine names the
+// network.
+func TestBroughtTiledEqualsWhole(t *testing.T) {
+	brought, rules := spanModels(t)
+	src := quality.Decode(t, quality.SetFile(t, "Set14/monarch.png")).Crop(180, 130).PNG(t)
+	for _, scale := range []int{2, 4} {
+		opts := upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}
+		enlarge := func(tile int) upscale.Image {
+			e := onnx.NewTestEngine(t, onnx.Options{Precision: onnx.FP32, Tile: tile, Models: brought, Rules: rules})
+			img, err := e.Upscale(context.Background(), src, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return img
+		}
+		whole := enlarge(512)
+		want := "learned;passes=1;network=span-x" + map[int]string{2: "2", 4: "4"}[scale] + ";runtime=onnxruntime;precision=fp32"
+		if whole.Engine != want {
+			t.Errorf("×%d: Image.Engine %q, want %q", scale, whole.Engine, want)
+		}
+		for _, tile := range []int{40, 64, 100} {
+			if tiled := enlarge(tile); string(tiled.Data) != string(whole.Data) {
+				a, _, _ := quality.Luma(quality.Decode(t, whole.Data), scale)
+				b, _, _ := quality.Luma(quality.Decode(t, tiled.Data), scale)
+				t.Errorf("×%d in tiles of %d: %.1f dB from the whole image's result, want the same pixels", scale, tile, quality.PSNR(a, b))
+			}
+		}
+	}
+}
+
+// TestBroughtByRule: the rules pick a brought network only where they
+// match: SPAN for a clean photo, cunet for a noisy one (whose first pass
+// denoises) and for anime; ×8 of a clean photo is SPAN ×4 then SPAN ×2.
+func TestBroughtByRule(t *testing.T) {
+	brought, rules := spanModels(t)
+	e := onnx.NewTestEngine(t, onnx.Options{Precision: onnx.FP32, Models: brought, Rules: rules})
+	clean := quality.Decode(t, quality.SetFile(t, "Set5/head.png")).Crop(48, 40)
+	noisy := quality.GaussianNoise(10).Source(t, clean)
+	for _, tc := range []struct {
+		name string
+		src  []byte
+		opts upscale.Params
+		want string
+	}{
+		{"CleanPhoto", clean.PNG(t), upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax}, "network=span-x2;"},
+		{"NoisyPhoto", noisy, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax}, "network=cunet;"},
+		{"Anime", clean.PNG(t), upscale.Params{Scale: 2, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone}, "network=cunet;"},
+		{"CleanPhotoX8", clean.PNG(t), upscale.Params{Scale: 8, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone}, "network=span-x4;runtime=onnxruntime;precision=fp32, learned;passes=1;network=span-x2;"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Format = upscale.FormatPNG
+			img, err := e.Upscale(context.Background(), tc.src, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(img.Engine, tc.want) {
+				t.Errorf("Image.Engine %q, want it to say %q", img.Engine, tc.want)
+			}
+		})
+	}
+	if got := e.Published(); len(got) != 1 || got[0] != "span-x2" {
+		t.Errorf("Published() = %v, want [span-x2]", got)
+	}
+}
+
+// TestBroughtRefusedAtStart: a network that cannot run is refused by New
+// with a sentence that names it and why: an unknown layer by its type, a
+// missing file, a taken name, a rule naming no network.
+func TestBroughtRefusedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	param := filepath.Join(dir, "odd.param")
+	os.WriteFile(param, []byte("7767517\n2 2\nInput in 0 1 data\nGroupNorm g 1 1 data out 0=1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "odd.bin"), nil, 0o644)
+	for name, tc := range map[string]struct {
+		models []onnx.Model
+		rules  []onnx.Rule
+		want   string
+	}{
+		"UnknownLayer": {[]onnx.Model{{Name: "odd", Param: param}}, nil, `Options.Models[0] "odd": layer g (GroupNorm): layer type GroupNorm is not implemented`},
+		"NoFile":       {[]onnx.Model{{Name: "gone", Param: filepath.Join(dir, "gone.param")}}, nil, "gone.param"},
+		"TakenName":    {[]onnx.Model{{Name: "cunet", Param: param}}, nil, "the name is taken"},
+		"BadName":      {[]onnx.Model{{Name: "a b", Param: param}}, nil, "letters, digits"},
+		"UnknownRule":  {nil, []onnx.Rule{{Model: "span"}}, `no model "span"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e, err := onnx.New(onnx.Options{Models: tc.models, Rules: tc.rules})
+			if err == nil {
+				e.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
