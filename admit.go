@@ -95,6 +95,7 @@ func (h *Handler) admitRequest(w http.ResponseWriter, r *http.Request, who *call
 	}
 	if invalid == nil {
 		who.params = req.Params
+		invalid = h.checkModel(req.Params)
 	}
 	return req, leave, invalid
 }

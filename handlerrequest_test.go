@@ -399,3 +399,59 @@ func TestResizedTo(t *testing.T) {
 		t.Errorf("%d free images left, want 2: one unit for the request", b.Free)
 	}
 }
+
+// publishingUpscaler publishes two networks, ×2 and ×4, and remembers
+// the options it was called with.
+type publishingUpscaler struct{ recordingUpscaler }
+
+func (publishingUpscaler) PublishedModels() []upscale.PublishedModel {
+	return []upscale.PublishedModel{{Name: "sharp-x2", Scale: 2}, {Name: "sharp-x4", Scale: 4}}
+}
+
+// TestRequestModel: a request may name a network the Upscaler publishes
+// (model), which reaches the engine, in a JSON body or a form; one it does
+// not publish, one whose passes cannot make the scale asked, or a model
+// on a server that publishes none, is 400 with a sentence naming what
+// there is, before anything is reserved; the Idempotency-Key covers it.
+func TestRequestModel(t *testing.T) {
+	rec := publishingUpscaler{recordingUpscaler{got: make(chan upscale.Params, 1)}}
+	e := newEnv(t, func(c *upscale.Config) { c.Upscaler = rec })
+	checkOK(t, e.post(keyPro, body(e.url("/small.png"), `"scale": 4`, `"model": "sharp-x4"`)), upscale.PoolFree)
+	if got := <-rec.got; got.Model != "sharp-x4" {
+		t.Errorf("engine got model %q, want sharp-x4", got.Model)
+	}
+	checkOK(t, e.upload(keyPro, fileField(smallPNG), part{name: "model", value: "sharp-x2"}), upscale.PoolFree)
+	if got := <-rec.got; got.Model != "sharp-x2" {
+		t.Errorf("engine got model %q from a form, want sharp-x2", got.Model)
+	}
+	for _, tc := range []struct {
+		name, body, detail string
+	}{
+		{"Unknown", body(e.url("/small.png"), `"model": "span"`), `"sharp-x2", "sharp-x4"`},
+		{"WrongScale", body(e.url("/small.png"), `"scale": 8`, `"model": "sharp-x4"`), "×4 a pass: ask a scale it makes, 4, 16"},
+		{"NotAString", body(e.url("/small.png"), `"model": 4`), "as a string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if p := checkProblem(t, e.post(keyFree, tc.body), 400, "invalid_request"); !strings.Contains(p.Detail, tc.detail) {
+				t.Errorf("detail %q, want it to say %q", p.Detail, tc.detail)
+			}
+		})
+	}
+	plain := newEnv(t)
+	if p := checkProblem(t, plain.post(keyFree, body(plain.url("/small.png"), `"model": "sharp-x2"`)), 400, "invalid_request"); !strings.Contains(p.Detail, "no networks to ask for") {
+		t.Errorf("a model on a server that publishes none: %q", p.Detail)
+	}
+	if b := e.balance("free"); b.Free != 3 {
+		t.Errorf("%d free images left after the refusals, want 3", b.Free)
+	}
+
+	send := func(model string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/upscale", strings.NewReader(body(e.url("/small.png"), `"scale": 4`, `"model": "`+model+`"`)))
+		r.Header.Set("Authorization", "Bearer "+keyFree)
+		r.Header.Set("Idempotency-Key", "model-once")
+		return e.serve(r)
+	}
+	checkOK(t, send("sharp-x2"), upscale.PoolFree)
+	<-rec.got
+	checkProblem(t, send("sharp-x4"), 422, "idempotency_key_reused")
+}

@@ -149,6 +149,9 @@ func (r request) fingerprint(asJob bool) [sha256.Size]byte {
 		// still names the same request.
 		text = fmt.Appendf(text, "\n%s\n%d", r.Format, r.Quality)
 	}
+	if r.Model != "" {
+		text = fmt.Appendf(text, "\nmodel %s", r.Model)
+	}
 	if asJob {
 		webhook := ""
 		if r.webhook != nil {

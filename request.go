@@ -125,7 +125,56 @@ func parseFields(fields map[string]json.RawMessage, uploaded bool) (request, err
 			return request{}, Explain(ErrInvalidRequest, msgQualityLossless)
 		}
 	}
+	if raw := fields["model"]; raw != nil {
+		if json.Unmarshal(raw, &req.Model) != nil || req.Model == "" || len(req.Model) > 64 {
+			return request{}, Explain(ErrInvalidRequest, msgModelShape)
+		}
+	}
 	return req, nil
+}
+
+// checkModel refuses a model the Upscaler does not publish
+// (ModelPublisher), naming those it does, or one whose passes cannot make
+// the scale asked.
+func (h *Handler) checkModel(p Params) error {
+	if p.Model == "" {
+		return nil
+	}
+	publisher, _ := h.cfg.Upscaler.(ModelPublisher)
+	var published []PublishedModel
+	if publisher != nil {
+		published = publisher.PublishedModels()
+	}
+	i := slices.IndexFunc(published, func(m PublishedModel) bool { return m.Name == p.Model })
+	if i < 0 {
+		if len(published) == 0 {
+			return Explain(ErrInvalidRequest, msgNoModels)
+		}
+		var names []string
+		for _, m := range published {
+			names = append(names, m.Name)
+		}
+		return Explain(ErrInvalidRequest, msgModelUnknown, p.Model, quotedList(names))
+	}
+	step := published[i].Scale
+	var fit []string
+	for _, s := range scales {
+		if powerOf(s, step) {
+			fit = append(fit, strconv.Itoa(s))
+		}
+	}
+	if !powerOf(p.Scale, step) {
+		return Explain(ErrInvalidRequest, msgModelScale, p.Model, step, strings.Join(fit, ", "))
+	}
+	return nil
+}
+
+// powerOf reports whether n is step, step², step³…
+func powerOf(n, step int) bool {
+	for n > 1 && step > 1 && n%step == 0 {
+		n /= step
+	}
+	return n == 1
 }
 
 // parseQuality reads quality: a whole number from 1 to 100.
@@ -138,7 +187,7 @@ func parseQuality(raw json.RawMessage) (int, error) {
 }
 
 // fieldNames are the request's fields, a JSON body's or an upload's form's.
-var fieldNames = []string{"imageUrl", "scale", "imageType", "denoise", "webhookUrl", "format", "quality"}
+var fieldNames = []string{"imageUrl", "scale", "imageType", "denoise", "webhookUrl", "format", "quality", "model"}
 
 // objectFields splits a JSON object into its known fields, refusing anything
 // else. Fields whose value is null are left out.

@@ -73,6 +73,29 @@ type Params struct {
 	// WebP or AVIF result; 0 means the engine's own. A lossless result
 	// ignores it.
 	Quality int
+	// Model is the network the caller asked for by name, one the
+	// Upscaler publishes (ModelPublisher), which then makes the learned
+	// passes; "" leaves the choice to the Upscaler.
+	Model string
+}
+
+// A ModelPublisher is an Upscaler whose networks callers may ask for by
+// name (the request's model field, Params.Model): engine/onnx with
+// networks the operator brings. The handler refuses a model it does not
+// publish, or one that cannot make the scale asked, before anything is
+// reserved.
+type ModelPublisher interface {
+	Upscaler
+	// PublishedModels lists the networks callers may ask for.
+	PublishedModels() []PublishedModel
+}
+
+// PublishedModel is a network a ModelPublisher lets callers ask for:
+// its name, and the scale one of its passes makes, which the scale asked
+// must be a power of.
+type PublishedModel struct {
+	Name  string
+	Scale int
 }
 
 // Format is a format a result may be asked in (Params.Format).

@@ -67,6 +67,9 @@ type Request struct {
 	// a lossy one's, 1 to 100; empty and zero keep the server's choice.
 	Format  string `json:"format,omitempty"`
 	Quality int    `json:"quality,omitempty"`
+	// Model names one of the networks the server publishes; empty
+	// leaves the choice to the server.
+	Model string `json:"model,omitempty"`
 	// WebhookURL is where a job's end is posted (Submit only; see
 	// VerifyWebhook).
 	WebhookURL string `json:"webhookUrl,omitempty"`

@@ -41,7 +41,7 @@ func (req Request) WriteForm(w *multipart.Writer, filename string, image io.Read
 	// can judge them before the file's bytes.
 	for _, f := range []struct{ name, value string }{
 		{"imageUrl", req.ImageURL}, {"scale", number(req.Scale)}, {"imageType", req.ImageType}, {"denoise", req.Denoise},
-		{"format", req.Format}, {"quality", number(req.Quality)}, {"webhookUrl", req.WebhookURL},
+		{"format", req.Format}, {"quality", number(req.Quality)}, {"model", req.Model}, {"webhookUrl", req.WebhookURL},
 	} {
 		if f.value == "" {
 			continue

@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,11 @@ type Model struct {
 	// Published lets callers ask for the network by Name (upscale.Params
 	// .Model). An unpublished network runs only where a Rule picks it.
 	Published bool
+	// Runtime runs it, in float32: nil means the engine's. A runtime
+	// runs some networks faster than another does, or cannot run them
+	// (oneDNN runs waifu2x's networks only): MeasureModel times the
+	// candidates on the network itself.
+	Runtime Runtime
 }
 
 // A Rule picks a Model for a learned pass: the first Rule that matches a
@@ -83,9 +89,9 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 		if n.Scale != 2 && n.Scale != 4 {
 			return fmt.Errorf("%s: it enlarges ×%d; the engine makes passes of ×2 and ×4", where, n.Scale)
 		}
-		mod := &model{Network: n, fp32: true}
+		mod := &model{Network: n, fp32: true, runtime: cmp.Or[Runtime](m.Runtime, e.opts.Runtime)}
 		if err := e.check(mod); err != nil {
-			return fmt.Errorf("%s: %s cannot run it: %w", where, e.opts.Runtime.Name(), err)
+			return fmt.Errorf("%s: %s cannot run it: %w", where, mod.runtime.Name(), err)
 		}
 		a := &arch{name: Architecture(m.Name), published: m.Published, models: map[upscale.Denoise]*model{}}
 		for level := range levelNames {
@@ -155,14 +161,31 @@ func (e *Engine) check(mod *model) error {
 	return network.Run(context.Background(), in, inW, inH, out)
 }
 
-// Published lists the networks callers may ask for by name
-// (Model.Published), in the order of Options.Models.
-func (e *Engine) Published() []string {
-	var names []string
+// MeasureModel times m, a network to bring, on each candidate runtime in
+// float32 as Measure times cunet: the timings fastest first, those that
+// cannot run it (a runtime without one of its operators) last, each with
+// its error. The standalone runs each brought network on its fastest.
+func MeasureModel(ctx context.Context, runtimes []Runtime, m Model, threads int) ([]Timing, error) {
+	n, err := convertModel(m)
+	if err != nil {
+		return nil, err
+	}
+	var candidates []Candidate
+	for _, rt := range runtimes {
+		candidates = append(candidates, Candidate{Runtime: rt, Precision: FP32})
+	}
+	return measure(ctx, candidates, threads, func(Candidate) (*model, error) { return &model{Network: n}, nil })
+}
+
+// PublishedModels implements upscale.ModelPublisher: the networks
+// callers may ask for by name (Model.Published), in the order of
+// Options.Models.
+func (e *Engine) PublishedModels() []upscale.PublishedModel {
+	var published []upscale.PublishedModel
 	for _, a := range e.brought {
 		if a.published {
-			names = append(names, string(a.name))
+			published = append(published, upscale.PublishedModel{Name: string(a.name), Scale: a.scale()})
 		}
 	}
-	return names
+	return published
 }

@@ -90,8 +90,12 @@ func TestBroughtByRule(t *testing.T) {
 			}
 		})
 	}
-	if got := e.Published(); len(got) != 1 || got[0] != "span-x2" {
-		t.Errorf("Published() = %v, want [span-x2]", got)
+	if got := e.PublishedModels(); len(got) != 1 || got[0] != (upscale.PublishedModel{Name: "span-x2", Scale: 2}) {
+		t.Errorf("PublishedModels() = %v, want span-x2 alone, ×2", got)
+	}
+	img, err := e.Upscale(context.Background(), noisy, upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax, Model: "span-x2", Format: upscale.FormatPNG})
+	if err != nil || img.Engine != "learned;passes=2;network=span-x2;runtime=onnxruntime;precision=fp32" {
+		t.Errorf("asked for span-x2: %q, %v; want both passes by it, though no rule picks it for a noisy source", img.Engine, err)
 	}
 }
 

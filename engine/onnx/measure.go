@@ -59,13 +59,26 @@ type Timing struct {
 // it stops with ctx's error once ctx is done. On a 2-core Intel Xeon with
 // AMX, measuring its five candidates took 5 to 10 s.
 func Measure(ctx context.Context, candidates []Candidate, threads int) ([]Timing, error) {
+	return measure(ctx, candidates, threads, func(c Candidate) (*model, error) {
+		n, err := models.Load(NetworkFile(CUNet, upscale.DenoiseNone, c.Precision))
+		return &model{Network: n}, err
+	})
+}
+
+// measure times the network load gives for each candidate, as Measure
+// says.
+func measure(ctx context.Context, candidates []Candidate, threads int, load func(Candidate) (*model, error)) ([]Timing, error) {
 	if threads == 0 {
 		threads = runtime.NumCPU()
 	}
 	timings := make([]Timing, len(candidates))
 	for i, c := range candidates {
 		timings[i] = Timing{Candidate: c}
-		timings[i].Seconds, timings[i].Err = timeCandidate(ctx, c, threads)
+		m, err := load(c)
+		if err == nil {
+			timings[i].Seconds, err = timeCandidate(ctx, c, m, threads)
+		}
+		timings[i].Err = err
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -82,14 +95,9 @@ func Measure(ctx context.Context, candidates []Candidate, threads int) ([]Timing
 	return timings, nil
 }
 
-// timeCandidate is c's fastest of measureRounds tiles of cunet's plain
-// network, after one that warms it up, in seconds per unit of work.
-func timeCandidate(ctx context.Context, c Candidate, threads int) (float64, error) {
-	n, err := models.Load(NetworkFile(CUNet, upscale.DenoiseNone, c.Precision))
-	if err != nil {
-		return 0, err
-	}
-	m := &model{Network: n}
+// timeCandidate is c's fastest of measureRounds tiles of m, after one
+// that warms it up, in seconds per unit of work; m is closed after.
+func timeCandidate(ctx context.Context, c Candidate, m *model, threads int) (float64, error) {
 	defer func() {
 		m.close()
 		if r, ok := c.Runtime.(MemoryReleasingRuntime); ok {

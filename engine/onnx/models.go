@@ -12,7 +12,8 @@ import (
 // runtime's network, loaded on first use.
 type model struct {
 	*models.Network
-	fp32 bool // a brought network: run in float32 whatever the engine's precision
+	fp32    bool    // a brought network: run in float32 whatever the engine's precision
+	runtime Runtime // a brought network's own runtime; nil: the engine's
 
 	mu      sync.Mutex
 	network Network

@@ -165,6 +165,7 @@ var (
 	_ upscale.SizeReader         = (*Engine)(nil)
 	_ upscale.SourceInspector    = (*Engine)(nil)
 	_ upscale.DurationEstimator  = (*Engine)(nil)
+	_ upscale.ModelPublisher     = (*Engine)(nil)
 )
 
 // Concurrency is how many images the Engine enlarges at once
@@ -310,7 +311,8 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most
 			for i+n < len(ran) && ran[i+n] == ran[i] {
 				n++
 			}
-			names = append(names, fmt.Sprintf("learned;passes=%d;network=%s;runtime=%s;precision=%s", n, ran[i].name, e.opts.Runtime.Name(), ran[i].precision(e.opts.Precision)))
+			a := ran[i]
+			names = append(names, fmt.Sprintf("learned;passes=%d;network=%s;runtime=%s;precision=%s", n, a.name, e.runtimeOf(a.models[upscale.DenoiseNone]).Name(), a.precision(e.opts.Precision)))
 			i += n
 		}
 		if img.Engine != "" { // the classical rest
@@ -332,6 +334,14 @@ func (e *Engine) candidates(opts upscale.Params, level upscale.Denoise, left, st
 		if s := a.scale(); left%s == 0 && bits.TrailingZeros(uint(s)) <= steps && !slices.Contains(cs, a) {
 			cs = append(cs, a)
 		}
+	}
+	if opts.Model != "" { // the caller's choice, the handler checked it is published
+		for _, a := range e.brought {
+			if string(a.name) == opts.Model {
+				fit(a)
+			}
+		}
+		return cs
 	}
 	for _, r := range e.rules {
 		if r.matches(opts.ImageType, level, opts.Scale) {
@@ -445,13 +455,21 @@ func opaque(px *libvips.Pixels) bool {
 	return true
 }
 
-// open loads m on the engine's runtime, once, in its precision.
+// open loads m on its runtime, once, in its precision.
 func (e *Engine) open(m *model) (Network, error) {
 	precision := e.opts.Precision
 	if m.fp32 {
 		precision = FP32
 	}
-	return m.open(e.opts.Runtime, precision, e.opts.Threads)
+	return m.open(e.runtimeOf(m), precision, e.opts.Threads)
+}
+
+// runtimeOf is what runs m: its own runtime, or the engine's.
+func (e *Engine) runtimeOf(m *model) Runtime {
+	if m.runtime != nil {
+		return m.runtime
+	}
+	return e.opts.Runtime
 }
 
 // joinPrecisions lists ps as a sentence does: "int8, bf16 and fp32".

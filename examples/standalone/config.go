@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/sqlstore"
 )
 
@@ -31,6 +34,27 @@ type fileConfig struct {
 	// Brand names the product on the dashboard's pages, in its mails and
 	// on the storefront (dashboard.Brand).
 	Brand fileBrand `json:"brand"`
+	// Networks are learned networks the operator brings, for -engine
+	// onnx (onnx.Model; docs/engines.md), and Rules pick them for passes
+	// (onnx.Rule).
+	Networks []fileNetwork `json:"networks"`
+	Rules    []fileRule    `json:"rules"`
+}
+
+// fileNetwork is an onnx.Model: its ncnn .param file (the .bin beside
+// it), a path relative to the config file's directory.
+type fileNetwork struct {
+	Name      string `json:"name"`
+	Param     string `json:"param"`
+	Published bool   `json:"published"`
+}
+
+// fileRule is an onnx.Rule.
+type fileRule struct {
+	Network   string   `json:"network"`
+	ImageType string   `json:"imageType"`
+	Denoise   []string `json:"denoise"`
+	Scales    []int    `json:"scales"`
 }
 
 type fileBrand struct {
@@ -83,12 +107,42 @@ func loadConfig(path string) (fileConfig, error) {
 	if err := c.validate(); err != nil {
 		return fileConfig{}, fmt.Errorf("%s: %w", path, err)
 	}
+	for i, n := range c.Networks {
+		if n.Param != "" && !filepath.IsAbs(n.Param) {
+			c.Networks[i].Param = filepath.Join(filepath.Dir(path), n.Param)
+		}
+	}
 	return c, nil
 }
 
 func (c fileConfig) validate() error {
 	if c.FreeTierMaxFileBytes < 0 {
 		return errors.New("freeTierMaxFileBytes: cannot be negative")
+	}
+	networks := map[string]bool{}
+	for i, n := range c.Networks {
+		if n.Name == "" || n.Param == "" {
+			return fmt.Errorf("networks[%d]: name and param are required", i)
+		}
+		networks[n.Name] = true
+	}
+	for i, r := range c.Rules {
+		switch {
+		case !networks[r.Network]:
+			return fmt.Errorf("rules[%d].network: no network %q in networks", i, r.Network)
+		case r.ImageType != "" && !slices.Contains(upscale.ImageTypes(), upscale.ImageType(r.ImageType)):
+			return fmt.Errorf("rules[%d].imageType: %q is not one of %v", i, r.ImageType, upscale.ImageTypes())
+		}
+		for _, d := range r.Denoise {
+			if !slices.Contains(upscale.DenoiseLevels(), upscale.Denoise(d)) {
+				return fmt.Errorf("rules[%d].denoise: %q is not one of %v", i, d, upscale.DenoiseLevels())
+			}
+		}
+		for _, s := range r.Scales {
+			if !slices.Contains(upscale.Scales(), s) {
+				return fmt.Errorf("rules[%d].scales: %d is not one of %v", i, s, upscale.Scales())
+			}
+		}
 	}
 	for name, p := range c.Plans {
 		if p.MonthlyImages < 0 || p.MaxFileBytes < 0 {
@@ -176,4 +230,22 @@ func (c fileConfig) seed(ctx context.Context, store *sqlstore.Store) error {
 
 func (p filePlan) plan(name string) upscale.Plan {
 	return upscale.Plan{Name: name, Paid: p.Paid, Unlimited: p.Unlimited, MonthlyImages: p.MonthlyImages, MaxFileBytes: p.MaxFileBytes}
+}
+
+// models are the config's networks and rules as the learned engine takes
+// them.
+func (c fileConfig) models() ([]onnx.Model, []onnx.Rule) {
+	var models []onnx.Model
+	for _, n := range c.Networks {
+		models = append(models, onnx.Model{Name: n.Name, Param: n.Param, Published: n.Published})
+	}
+	var rules []onnx.Rule
+	for _, r := range c.Rules {
+		rule := onnx.Rule{Model: r.Network, ImageType: upscale.ImageType(r.ImageType), Scales: r.Scales}
+		for _, d := range r.Denoise {
+			rule.Denoise = append(rule.Denoise, upscale.Denoise(d))
+		}
+		rules = append(rules, rule)
+	}
+	return models, rules
 }

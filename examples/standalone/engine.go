@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -37,8 +38,14 @@ func (c engineChoice) info() prometheus.Collector {
 // the networks in the fastest of the runtimes and precisions the flags
 // allow, measured on this machine when there are several (onnx.Measure):
 // the fastest on one CPU is the slowest on another.
-func (o options) openEngine(ctx context.Context, logger *slog.Logger) (upscale.Upscaler, engineChoice, error) {
+//
+// The networks cfg brings each run on the runtime measured fastest on
+// them, in float32 (onnx.MeasureModel): oneDNN runs waifu2x's alone.
+func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Logger) (upscale.Upscaler, engineChoice, error) {
 	if o.engine != "onnx" {
+		if len(cfg.Networks) > 0 {
+			return nil, engineChoice{}, errors.New("the config's networks need -engine onnx")
+		}
 		return vips.New(vips.Options{}), engineChoice{engine: "vips", runtime: "libvips"}, nil
 	}
 	runtimes, err := o.onnxRuntimes(logger)
@@ -79,12 +86,42 @@ func (o options) openEngine(ctx context.Context, logger *slog.Logger) (upscale.U
 		chosen = timings[0].Candidate
 		logger.Info("engine: chose the fastest", "runtime", chosen.Runtime.Name(), "precision", chosen.Precision, "of", len(candidates), "took", time.Since(start).Round(time.Millisecond))
 	}
+	brought, rules := cfg.models()
+	for i, m := range brought {
+		if brought[i].Runtime, err = fastestFor(ctx, runtimes, m, logger); err != nil {
+			return nil, engineChoice{}, err
+		}
+	}
 	// Learned passes fit the same budget as the requests that hold them.
-	e, err := onnx.New(onnx.Options{Runtime: chosen.Runtime, Precision: chosen.Precision, MemoryBudget: o.memoryBudget})
+	e, err := onnx.New(onnx.Options{Runtime: chosen.Runtime, Precision: chosen.Precision, MemoryBudget: o.memoryBudget, Models: brought, Rules: rules})
 	if err != nil {
 		return nil, engineChoice{}, err
 	}
 	return e, engineChoice{engine: "onnx", runtime: chosen.Runtime.Name(), precision: string(chosen.Precision)}, nil
+}
+
+// fastestFor is the runtime of runtimes that runs m fastest, measured on
+// m itself, or the only one; an error names m and says why none can.
+func fastestFor(ctx context.Context, runtimes []onnx.Runtime, m onnx.Model, logger *slog.Logger) (onnx.Runtime, error) {
+	if len(runtimes) == 1 {
+		return runtimes[0], nil
+	}
+	timings, err := onnx.MeasureModel(ctx, runtimes, m, 0)
+	if err != nil {
+		return nil, fmt.Errorf("networks: %s: %w", m.Name, err)
+	}
+	for _, t := range timings {
+		if t.Err != nil {
+			logger.Info("engine: a runtime cannot run a network", "network", m.Name, "runtime", t.Runtime.Name(), "err", t.Err)
+			continue
+		}
+		logger.Info("engine: measured", "network", m.Name, "runtime", t.Runtime.Name(), "precision", t.Precision, "µs_per_result_pixel", fmt.Sprintf("%.3f", t.Seconds*1e6))
+	}
+	if timings[0].Err != nil {
+		return nil, fmt.Errorf("networks: %s: no runtime here can run it: %w", m.Name, timings[0].Err)
+	}
+	logger.Info("engine: chose the fastest for a network", "network", m.Name, "runtime", timings[0].Runtime.Name())
+	return timings[0].Runtime, nil
 }
 
 // onnxRuntimes are the runtimes -onnx-runtime names: for auto oneDNN and

@@ -141,7 +141,7 @@ func (p *process) close() {
 // built-in samples and the seller's wording too, and starts its job
 // workers.
 func (p *process) buildHandler(ctx context.Context) error {
-	engine, chosen, err := p.o.openEngine(ctx, p.logger)
+	engine, chosen, err := p.o.openEngine(ctx, p.cfg, p.logger)
 	if err != nil {
 		return err
 	}

@@ -828,7 +828,7 @@ func TestEngineFlags(t *testing.T) {
 	// Before ONNX Runtime is loaded from its usual place below: a process
 	// loads it once.
 	discard := slog.New(slog.DiscardHandler)
-	if _, _, err := (options{engine: "onnx", onnxRuntime: "onnxruntime", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(context.Background(), discard); err == nil || !strings.Contains(err.Error(), "make deps") {
+	if _, _, err := (options{engine: "onnx", onnxRuntime: "onnxruntime", onnxRuntimeLib: filepath.Join(t.TempDir(), "missing.so")}).openEngine(context.Background(), fileConfig{}, discard); err == nil || !strings.Contains(err.Error(), "make deps") {
 		t.Errorf("-engine onnx without the library: %v; want an error that says to run make deps", err)
 	}
 	// A precision the runtime does not offer is refused with the list of
@@ -838,7 +838,7 @@ func TestEngineFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := o.openEngine(context.Background(), discard); err == nil || !strings.Contains(err.Error(), tc.runtime+" offers") || !strings.Contains(err.Error(), "fp32") {
+		if _, _, err := o.openEngine(context.Background(), fileConfig{}, discard); err == nil || !strings.Contains(err.Error(), tc.runtime+" offers") || !strings.Contains(err.Error(), "fp32") {
 			t.Errorf("-onnx-runtime %s -onnx-precision %s: %v; want an error naming what %s offers", tc.runtime, tc.precision, err, tc.runtime)
 		}
 	}

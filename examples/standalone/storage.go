@@ -122,19 +122,21 @@ func (p *process) openStores(ctx context.Context) error {
 	p.store = store
 	p.onClose(func() { store.Close() })
 	switch {
-	case p.worker: // the API processes seed the accounts
 	case p.o.configFile != "":
 		if p.cfg, err = loadConfig(p.o.configFile); err != nil {
 			return err
 		}
+	case p.worker: // nothing to seed: the API processes do
 	default:
 		if p.demoKey, err = loadOrCreateDemoKey(filepath.Join(p.o.dataDir, "demo-key")); err != nil {
 			return err
 		}
 		p.cfg = demoConfig(p.demoKey, int64(p.o.demoImages))
 	}
-	if err := p.cfg.seed(ctx, store); err != nil {
-		return err
+	if !p.worker { // a worker reads its config for the networks; the API processes seed the accounts
+		if err := p.cfg.seed(ctx, store); err != nil {
+			return err
+		}
 	}
 	if p.processID, err = p.o.processName(); err != nil {
 		return err
