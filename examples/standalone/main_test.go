@@ -170,7 +170,7 @@ var standaloneBinary struct {
 
 // buildStandalone returns the path of the package's binary, built on
 // its first call; a test must not change the file.
-func buildStandalone(t *testing.T) string {
+func buildStandalone(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -203,7 +203,7 @@ type standalone struct {
 // startStandalone runs bin with args on a free port, sources allowed on
 // loopback, and waits for its banner: the demo's, or with -config the
 // lines up to the address.
-func startStandalone(t *testing.T, bin string, args ...string) *standalone {
+func startStandalone(t testing.TB, bin string, args ...string) *standalone {
 	t.Helper()
 	s := &standalone{exited: make(chan error, 1)}
 	// The tests count on the demo's images running out at 10.
@@ -220,7 +220,7 @@ func startStandalone(t *testing.T, bin string, args ...string) *standalone {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (s *standalone) stop(t *testing.T) {
+func (s *standalone) stop(t testing.TB) {
 	t.Helper()
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -262,7 +262,7 @@ func upscaleVia(t *testing.T, base, key, imageURL string, stderr *bytes.Buffer) 
 // readBanner reads the server's start-up lines: its address, its metrics
 // address if it has one (metrics), and for the demo (demo) its key, its
 // dashboard link and its curl commands.
-func (s *standalone) readBanner(t *testing.T, stdout io.Reader, demo, metrics bool) {
+func (s *standalone) readBanner(t testing.TB, stdout io.Reader, demo, metrics bool) {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
 	for (demo && len(s.tries) < 3 || !demo && s.base == "" || metrics && s.metrics == "") && lines.Scan() {
