@@ -2,8 +2,6 @@ package onnx_test
 
 import (
 	"context"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +10,6 @@ import (
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
-	"github.com/upscalekit/upscale/internal/ncnn"
 	"github.com/upscalekit/upscale/internal/ncnn2onnx"
 	"github.com/upscalekit/upscale/internal/quality"
 )
@@ -141,41 +138,8 @@ func TestBroughtRefusedAtStart(t *testing.T) {
 // the engine it makes ×4 of a photo in one pass, named.
 func TestRealESRGANCompactBrought(t *testing.T) {
 	net, param := onnxtest.RealESRGANCompact(t)
-	model, g, err := ncnn2onnx.Convert(net, "realesrgan", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g != (ncnn2onnx.Geometry{Scale: 4, Border: 0, Multiple: 1, MinInput: 1, Halo: 34}) {
+	if g := checkAgainstReference(t, net, 12, 10, 1e-3); g != (ncnn2onnx.Geometry{Scale: 4, Border: 0, Multiple: 1, MinInput: 1, Halo: 34}) {
 		t.Errorf("geometry %+v, want ×4 with a halo of 34", g)
-	}
-	rt, err := onnx.NewONNXRuntime(onnx.DefaultLibrary())
-	if err != nil {
-		t.Fatal(err)
-	}
-	network, err := rt.Load(model.Marshal(), onnx.FP32, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer network.Close()
-	const w, h = 12, 10
-	in, x := ncnn.NewBlob(3, h, w), make([]float32, 3*w*h)
-	rng := rand.New(rand.NewPCG(5, 6))
-	for i := range x {
-		x[i] = rng.Float32()
-		in.Data[i] = float64(x[i])
-	}
-	want, err := net.Forward(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]float32, len(want.Data))
-	if err := network.Run(context.Background(), x, w, h, got); err != nil {
-		t.Fatal(err)
-	}
-	for i, v := range want.Data {
-		if math.Abs(float64(got[i])-v) > 1e-3 {
-			t.Fatalf("output %d: %v, want %v", i, got[i], v)
-		}
 	}
 
 	e := onnx.NewTestEngine(t, onnx.Options{Precision: onnx.FP32, Models: []onnx.Model{{Name: "realesrgan-x4", Param: param}},
