@@ -29,13 +29,13 @@ func TestConformance(t *testing.T) {
 
 // TestHostileFilesUncharged: files that lie about their size (HEIC, AVIF,
 // grids of them, a grid whose tile reaches far past it, a GIF whose
-// frames' data ends early), sent to the handler as a request or as a job,
+// frames' data ends early, an AVIF that lists its image twice), sent to the handler as a request or as a job,
 // by URL or uploaded, are answered 400 unsupported_image from their
 // headers: nothing is charged, no job is queued, and no memory stays
 // granted for them.
 func TestHostileFilesUncharged(t *testing.T) {
 	files := map[string][]byte{}
-	for _, name := range []string{"lying.heic", "lying.avif", "lying-grid-2x2.heic", "lying-grid-63x64.heic", "overhanging-grid-1x1.heic", "short-frames.gif"} {
+	for _, name := range []string{"lying.heic", "lying.avif", "lying-grid-2x2.heic", "lying-grid-63x64.heic", "overhanging-grid-1x1.heic", "short-frames.gif", "duplicate-item.avif"} {
 		data, err := os.ReadFile("../internal/libvips/testdata/hostile/" + name)
 		if err != nil {
 			t.Fatal(err)

@@ -231,6 +231,10 @@ func TestHostileNewFormats(t *testing.T) {
 		// One honest 8192×8192 tile laid out as a 1×1 image: libheif
 		// decoded all 67 MP of it, in 7.1 s and 289 MiB.
 		{"OverhangingGrid1x1", readFile(t, "testdata/hostile/overhanging-grid-1x1.heic"), "reach 8191 pixels past its edge"},
+		// An AVIF whose item list gives its image twice, as av01 and as
+		// Exif (FuzzUpscaleImage found it): the size checks read the
+		// second, libheif the first, and decoded it for 6 s.
+		{"DuplicateItem", readFile(t, "testdata/hostile/duplicate-item.avif"), "its item list gives item 1 twice"},
 		// 50 frames of 1000×1000 whose LZW data gives 1000×500 pixels
 		// each, their blocks intact: libnsgif filled the rest with black.
 		{"ShortGIFFrames", shortGIF(t, 50, 1000, 1000, 500), "Frame 1 of the GIF holds 500000 of its 1000×1000 pixels"},

@@ -3,6 +3,7 @@ package libvips
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"image"
 )
 
@@ -201,6 +202,12 @@ func readIinf(body []byte, item func(uint32) *heifItem) string {
 	if r.short {
 		return "its item list is cut short"
 	}
+	// An item given twice is refused: libheif keeps the first entry
+	// where a map keeps the last, so the two readings would differ (a
+	// fuzzed AVIF's second entry, of type Exif, hid its first, of type
+	// av01, from the size checks, and libheif decoded it for 6 s). The
+	// format allows one entry an item (ISO/IEC 23008-12 9.3.2).
+	seen := map[uint32]bool{}
 	for _, infe := range isoBoxes(r.data) {
 		if infe.typ != "infe" {
 			continue
@@ -221,6 +228,10 @@ func readIinf(body []byte, item func(uint32) *heifItem) string {
 		if e.short {
 			return "an item's entry is cut short"
 		}
+		if seen[id] {
+			return fmt.Sprintf("its item list gives item %d twice", id)
+		}
+		seen[id] = true
 		item(id).typ = typ
 	}
 	return ""
@@ -242,6 +253,7 @@ func readIprp(body []byte, item func(uint32) *heifItem) string {
 			ipmas = append(ipmas, b.body)
 		}
 	}
+	seen := map[uint32]bool{} // one association entry an item, as for readIinf
 	for _, ipma := range ipmas {
 		r := &bigEndianReader{data: ipma}
 		version, flags := r.read(8), r.read(24)
@@ -254,6 +266,10 @@ func readIprp(body []byte, item func(uint32) *heifItem) string {
 		}
 		for range r.read(32) {
 			id, count := uint32(r.read(idBits)), r.read(8)
+			if seen[id] && !r.short {
+				return fmt.Sprintf("its property associations give item %d twice", id)
+			}
+			seen[id] = true
 			for range count {
 				index := int(r.read(indexBits) &^ (1 << (indexBits - 1))) // the top bit says essential
 				if index == 0 || index > len(properties) {
@@ -315,8 +331,13 @@ func readIloc(body, idat, file []byte, item func(uint32) *heifItem) string {
 	if version >= 2 {
 		countBits, idBits = 32, 32
 	}
+	seen := map[uint32]bool{} // one location an item, as for readIinf
 	for range r.read(countBits) {
 		id := uint32(r.read(idBits))
+		if seen[id] {
+			return fmt.Sprintf("its item locations give item %d twice", id)
+		}
+		seen[id] = true
 		method := uint64(0)
 		if version >= 1 {
 			method = r.read(16) & 15
