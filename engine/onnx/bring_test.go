@@ -29,13 +29,13 @@ func spanModels(t *testing.T) ([]onnx.Model, []onnx.Rule) {
 }
 
 // TestBroughtTiledEqualsWhole: SPAN ×2 and ×4, brought, enlarge a photo
-// in tiles of 40, 64 and 100 source pixels into exactly what one tile
-// over the whole image makes (the tiles read SPAN's receptive field, 21
-// pixels, around them), ×4 in one pass, and Image.Engine names the
-// network.
+// in tiles (of 252 source pixels, twelve times SPAN's halo, the least its
+// tiles are, then of 300 and 400) into exactly what one tile over the
+// whole image makes (the tiles read SPAN's receptive field, 21 pixels,
+// around them), ×4 in one pass, and Image.Engine names the network.
 func TestBroughtTiledEqualsWhole(t *testing.T) {
 	brought, rules := spanModels(t)
-	src := quality.Decode(t, quality.SetFile(t, "Set14/monarch.png")).Crop(180, 130).PNG(t)
+	src := quality.Decode(t, quality.SetFile(t, "Set14/monarch.png")).Crop(560, 420).PNG(t)
 	for _, scale := range []int{2, 4} {
 		opts := upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}
 		enlarge := func(tile int) upscale.Image {
@@ -46,12 +46,12 @@ func TestBroughtTiledEqualsWhole(t *testing.T) {
 			}
 			return img
 		}
-		whole := enlarge(512)
+		whole := enlarge(1024)
 		want := "learned;passes=1;network=span-x" + map[int]string{2: "2", 4: "4"}[scale] + ";runtime=onnxruntime;precision=fp32"
 		if whole.Engine != want {
 			t.Errorf("×%d: Image.Engine %q, want %q", scale, whole.Engine, want)
 		}
-		for _, tile := range []int{40, 64, 100} {
+		for _, tile := range []int{64, 300, 400} {
 			if tiled := enlarge(tile); string(tiled.Data) != string(whole.Data) {
 				a, _, _ := quality.Luma(quality.Decode(t, whole.Data), scale)
 				b, _, _ := quality.Luma(quality.Decode(t, tiled.Data), scale)
