@@ -125,6 +125,40 @@ func receptiveRadius(net *ncnn.Net) float64 {
 	return at[net.Output].radius
 }
 
+// foldProducts finds the products (or quotients) by a scalar whose only
+// reader is a convolution: conv(W, s·x) is conv(s·W, x) exactly, its
+// zero padding scaled to zero, so they fold into its weights (SPAN's ×255
+// of its input). A sum with a constant does not fold into a padded
+// convolution: its padding would change.
+func foldProducts(net *ncnn.Net) (folds map[string]float32, skipped map[string]bool) {
+	readers := map[string][]ncnn.Layer{}
+	for _, l := range net.Layers {
+		for _, in := range l.Inputs {
+			readers[in] = append(readers[in], l)
+		}
+	}
+	folds, skipped = map[string]float32{}, map[string]bool{}
+	for _, l := range net.Layers {
+		b, ok := l.Op.(*ncnn.Binary)
+		if !ok || b.Scalar == nil || (b.Op != ncnn.Mul && b.Op != ncnn.Div) || l.Outputs[0] == net.Output {
+			continue
+		}
+		r := readers[l.Outputs[0]]
+		if len(r) != 1 {
+			continue
+		}
+		if conv, ok := r[0].Op.(*ncnn.Conv); !ok || conv.Transposed || folds[r[0].Name] != 0 {
+			continue
+		}
+		factor := *b.Scalar
+		if b.Op == ncnn.Div {
+			factor = 1 / factor
+		}
+		folds[r[0].Name], skipped[l.Name] = factor, true
+	}
+	return folds, skipped
+}
+
 // inputChannels is the channels of net's input: what its Input layer
 // says, or 3 (RGB) when it says nothing, as the exports of PyTorch
 // networks do.
@@ -149,6 +183,11 @@ type converter struct {
 	quant         *Quantization
 	quantized     map[string]quantized
 	dequantizedAs map[string]string
+	// folds are the products by a scalar folded into the convolution
+	// that alone reads them (foldProducts): the factor, by the
+	// convolution's name, and the products, skipped, by theirs.
+	folds   map[string]float32
+	skipped map[string]bool
 }
 
 // convert returns net as an ONNX model whose input and output are named
@@ -164,6 +203,9 @@ func Convert(net *ncnn.Net, name string, metadata [][2]string, quant *Quantizati
 		quant: quant, quantized: map[string]quantized{}, dequantizedAs: map[string]string{}}
 	if err := c.measureCrops(g); err != nil {
 		return nil, Geometry{}, err
+	}
+	if quant == nil { // INT8 calibrates each convolution's input as it is
+		c.folds, c.skipped = foldProducts(net)
 	}
 	if c.shapes, err = net.Shapes(ncnn.Shape{C: inputChannels(net), H: g.MinInput, W: g.MinInput}); err != nil {
 		return nil, Geometry{}, err
@@ -271,6 +313,10 @@ func (c *converter) layer(l ncnn.Layer) error {
 		}
 		return nil
 	}
+	if c.skipped[l.Name] { // folded into the convolution that reads it
+		c.alias[l.Outputs[0]] = in[0]
+		return nil
+	}
 	out := c.name(l.Outputs[0])
 	if done, err := c.int8Layer(l, in, out); done || err != nil {
 		return err
@@ -279,6 +325,12 @@ func (c *converter) layer(l ncnn.Layer) error {
 	case *ncnn.Conv:
 		k := int64(op.Kernel)
 		weight, dims := op.Weight, []int64{int64(op.Out), int64(op.In), k, k}
+		if factor, ok := c.folds[l.Name]; ok {
+			weight = make([]float32, len(op.Weight))
+			for i, w := range op.Weight {
+				weight[i] = w * factor
+			}
+		}
 		kind := "Conv"
 		if op.Transposed {
 			// ONNX's ConvTranspose wants [in][out][ky][kx].

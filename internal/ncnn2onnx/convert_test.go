@@ -3,10 +3,12 @@ package ncnn2onnx
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/upscalekit/upscale/internal/ncnn"
+	"github.com/upscalekit/upscale/internal/onnxpb"
 )
 
 func parse(t *testing.T, param string, weights ...float32) *ncnn.Net {
@@ -78,5 +80,50 @@ Eltwise sum 2 1 cut small out 0=1
 				t.Errorf("crop ends at %d, want -1 (one row from the end)", got)
 			}
 		}
+	}
+}
+
+// TestFoldsScalarProducts: a product by a scalar read by one convolution
+// alone folds into its weights (no Mul left, the weights scaled); one
+// read by two layers, or a sum, stays.
+func TestFoldsScalarProducts(t *testing.T) {
+	net := parse(t, `4 5
+Input in 0 1 data 0=2 1=2 2=1
+BinaryOp scale 1 1 data scaled 0=2 1=1 2=2.5
+Convolution c 1 1 scaled x 0=1 1=1 6=1
+BinaryOp shift 1 1 x out 0=0 1=1 2=1.0
+`, 0, 4)
+	model, _, err := Convert(net, "fold", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, n := range model.Graph.Nodes {
+		ops = append(ops, n.Op)
+	}
+	if strings.Contains(strings.Join(ops, " "), "Mul") || !strings.Contains(strings.Join(ops, " "), "Add") {
+		t.Errorf("nodes %v: want the product folded away and the sum kept", ops)
+	}
+	i := slices.IndexFunc(model.Graph.Initializers, func(w onnxpb.Tensor) bool { return strings.HasPrefix(w.Name, "c_weight") })
+	if i < 0 {
+		t.Fatal("no weight of the convolution")
+	}
+	if v, err := model.Graph.Initializers[i].Floats(); err != nil || len(v) != 1 || v[0] != 10 {
+		t.Errorf("the convolution's weight %v, %v; want 4 × 2.5", v, err)
+	}
+
+	twice := parse(t, `5 6
+Input in 0 1 data 0=2 1=2 2=1
+BinaryOp scale 1 1 data scaled 0=2 1=1 2=2.5
+Split s 1 2 scaled a b
+Convolution c 1 1 a x 0=1 1=1 6=1
+Eltwise sum 2 1 x b out 0=1
+`, 0, 4)
+	model, _, err = Convert(twice, "kept", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(model.Graph.Nodes, func(n onnxpb.Node) bool { return n.Op == "Mul" }) {
+		t.Errorf("a product read twice: nodes %v, want it kept as a Mul", model.Graph.Nodes)
 	}
 }
