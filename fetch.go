@@ -429,7 +429,7 @@ func errLargerThanPlan(maxBytes int64) error {
 // server's failure) is ErrSourceUnavailable, which an Idempotency-Key
 // does not keep.
 func (f *fetcher) classify(parent context.Context, err error) error {
-	if _, ok := errors.AsType[*callerError](err); ok {
+	if isExplained(err) {
 		return err
 	}
 	if parent.Err() != nil {

@@ -142,6 +142,13 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) (code 
 	return p.Code
 }
 
+// isExplained reports whether err already says what went wrong to the
+// caller (an Explain'd error, such as the memory budget's refusals).
+func isExplained(err error) bool {
+	_, ok := errors.AsType[*callerError](err)
+	return ok
+}
+
 // callerGone reports whether the caller of r, which ended with err, went
 // away, so that nothing is answered or recorded for it: its context was
 // canceled, but not by an upload's read deadline (net/http cancels the

@@ -224,13 +224,6 @@ func formError(err error, given time.Duration) error {
 	return Explain(ErrInvalidRequest, msgFormUnreadable)
 }
 
-// isExplained reports whether err already says what went wrong to the
-// caller (an Explain'd error, such as the memory budget's refusals).
-func isExplained(err error) bool {
-	_, ok := errors.AsType[*callerError](err)
-	return ok
-}
-
 // accountFileLimit is the largest source file accountID's plan accepts
 // now, read from its balance.
 func (h *Handler) accountFileLimit(ctx context.Context, accountID string) (int64, error) {
