@@ -1,5 +1,10 @@
 package onednn
 
+/*
+#include "net.h"
+*/
+import "C"
+
 import (
 	"errors"
 	"fmt"
@@ -55,6 +60,23 @@ const (
 	// residual and its crop; upconv_7's last transposed convolution
 	// alone).
 	export
+	// elementwise: a program of element-wise operators (sums, products,
+	// sigmoids, PReLUs, constants) on inputs of one shape, run in one
+	// pass (SPAN's attention, a network's mean taken off its input).
+	elementwise
+	// concat: inputs side by side along the channels.
+	concat
+	// upsample: in enlarged s times by nearest neighbours.
+	upsample
+)
+
+// activation is what a convolution ends with (net.h's OD_NO_ACT...).
+type activation int
+
+const (
+	noActivation activation = C.OD_NO_ACT
+	leakyReLU    activation = C.OD_LEAKY_RELU
+	swish        activation = C.OD_SWISH
 )
 
 type layer struct {
@@ -63,17 +85,18 @@ type layer struct {
 	in, out value
 	// convolution and transposed: a square kernel k, stride, padding pad
 	// (a transposed layer's are its phase convolution's: stride 1, no
-	// padding), weights [out][in][k][k], bias, and a leaky ReLU of slope
-	// when act. weights8 and wscale are the int8 weights of the QDQ
-	// form, which weights dequantises.
+	// padding), weights [out][in][k][k], bias, and the activation act
+	// (a leaky ReLU's of slope). weights8 and wscale are the int8
+	// weights of the QDQ form, which weights dequantises.
 	k, stride, pad int
 	weights, bias  []float32
 	weights8       []int8
 	wscale         []float32
-	act            bool
+	act            activation
 	slope          float32
 	// transposed: the stride spread (s) and where the first phase lands
-	// (offset), and the phase convolution's output.
+	// (offset), and the phase convolution's output; upsample: its
+	// factor (s).
 	s, offset int
 	phase     value
 	// transposed and export: a crop of skip is added, from top, left
@@ -85,6 +108,12 @@ type layer struct {
 	// squeezeExcite: the two dense layers, in→hidden→in.
 	hidden         int
 	w1, b1, w2, b2 []float32
+	// elementwise and concat: what they read (in is the first);
+	// elementwise: its program and the constants it reads, a run of
+	// channels values each.
+	inputs    []value
+	steps     []C.od_step
+	constants []float32
 }
 
 // maxChannels bounds a value's channels: the loops stage a pixel's
@@ -267,7 +296,16 @@ func (c *compiler) node(n *onnxpb.Node) error {
 	case "GlobalAveragePool":
 		return c.squeezeExcite(n)
 	case "Add":
-		return c.add(n)
+		if c.cropSum(n) {
+			return c.add(n)
+		}
+		return c.elementwise(n)
+	case "Sub", "Mul", "Div", "Sigmoid", "PRelu":
+		return c.elementwise(n)
+	case "Concat":
+		return c.concat(n)
+	case "Resize":
+		return c.upsample(n)
 	case "Slice":
 		// A crop is compiled with the Add it feeds.
 		if !slices.ContainsFunc(c.consumers[n.Outputs[0]], func(m *onnxpb.Node) bool { return m.Op != "Add" }) {

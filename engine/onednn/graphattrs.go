@@ -34,11 +34,13 @@ func attrFloat(n *onnxpb.Node, name string, otherwise float32) float32 {
 	return otherwise
 }
 
-// hasAttr reports whether n has the attribute name (onnxpb keeps only
-// numeric attributes' values: a string one is known only by being
-// there).
-func hasAttr(n *onnxpb.Node, name string) bool {
-	return slices.ContainsFunc(n.Attrs, func(a onnxpb.Attr) bool { return a.Name == name })
+func attrString(n *onnxpb.Node, name, otherwise string) string {
+	for _, a := range n.Attrs {
+		if a.Name == name && a.Str != nil {
+			return *a.Str
+		}
+	}
+	return otherwise
 }
 
 // geometry reads a convolution's square kernel, stride and padding, the

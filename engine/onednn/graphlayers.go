@@ -9,17 +9,22 @@ import (
 )
 
 // activation fuses the LeakyRelu or Relu that is the only consumer of a
-// layer's output, and returns the name of the activated output.
+// layer's output, or the swish that is its two (x · Sigmoid(x)), and
+// returns the name of the activated output.
 func (c *compiler) activation(l *layer, out string) string {
+	if product := c.swishOf(out); product != nil {
+		l.act = swish
+		return product.Outputs[0]
+	}
 	next := c.only(out)
 	if next == nil {
 		return out
 	}
 	switch next.Op {
 	case "LeakyRelu":
-		l.act, l.slope = true, attrFloat(next, "alpha", 0.01)
+		l.act, l.slope = leakyReLU, attrFloat(next, "alpha", 0.01)
 	case "Relu":
-		l.act, l.slope = true, 0
+		l.act, l.slope = leakyReLU, 0
 	default:
 		return out
 	}
@@ -104,11 +109,16 @@ func (c *compiler) conv(n *onnxpb.Node) error {
 	l.weights8, l.wscale, _ = c.int8Weights(n, outC)
 	out := c.activation(&l, n.Outputs[0])
 	// A Conv whose result a DepthToSpace spreads is a transposed
-	// convolution's phases (ncnn2onnx's form of a 2×2 one).
-	if d2s := c.only(out); d2s != nil && d2s.Op == "DepthToSpace" && l.stride == 1 && l.pad == 0 {
+	// convolution's phases (ncnn2onnx's form of a 2×2 one), or a pixel
+	// shuffle's (SPAN's and Real-ESRGAN's upsampler).
+	if d2s := c.only(out); d2s != nil && d2s.Op == "DepthToSpace" && l.stride == 1 {
 		s := int(attrInt(d2s, "blocksize", 0))
-		if hasAttr(d2s, "mode") || s < 1 || outC%(s*s) != 0 {
-			return fmt.Errorf("%s: want a DepthToSpace of the default mode (DCR) and a block size that divides the channels", d2s.Name)
+		mode := attrString(d2s, "mode", "DCR")
+		if mode != "DCR" && mode != "CRD" || s < 1 || outC%(s*s) != 0 {
+			return fmt.Errorf("%s: want a DepthToSpace of mode DCR or CRD and a block size that divides the channels", d2s.Name)
+		}
+		if mode == "CRD" {
+			toDCR(&l, outC/(s*s), s)
 		}
 		c.done[d2s] = true
 		l.kind, l.s = transposed, s
@@ -119,6 +129,37 @@ func (c *compiler) conv(n *onnxpb.Node) error {
 	}
 	c.g.layers = append(c.g.layers, l)
 	return nil
+}
+
+// toDCR reorders the output channels of l, a convolution whose result a
+// DepthToSpace of mode CRD spreads (channel (o·s + qy)·s + qx to phase
+// qy, qx of channel o), into the order of mode DCR that the depth-to-space
+// loop reads ((qy·s + qx)·channels + o).
+func toDCR(l *layer, channels, s int) {
+	from := make([]int, channels*s*s) // the CRD channel of each DCR one
+	for o := range channels {
+		for q := range s * s {
+			from[q*channels+o] = o*s*s + q
+		}
+	}
+	rows := len(l.weights) / len(from)
+	l.weights = permuteRows(l.weights, from, rows)
+	if l.bias != nil {
+		l.bias = permuteRows(l.bias, from, 1)
+	}
+	if l.weights8 != nil {
+		l.weights8 = permuteRows(l.weights8, from, rows)
+		l.wscale = permuteRows(l.wscale, from, 1)
+	}
+}
+
+// permuteRows returns the rows of v, each n long, in the order from.
+func permuteRows[T any](v []T, from []int, n int) []T {
+	out := make([]T, len(v))
+	for i, f := range from {
+		copy(out[i*n:(i+1)*n], v[f*n:(f+1)*n])
+	}
+	return out
 }
 
 // convTranspose compiles a ConvTranspose of kernel k and stride s into a

@@ -106,7 +106,7 @@ od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, 
       snprintf(err, errlen, "out of memory");
       goto fail;
     }
-    float out = dst->dt == OD_U8 ? dst->scale : 1;
+    float out = dst->dt == OD_U8 && act != OD_SWISH ? dst->scale : 1;
     for (int o = 0; o < oc; o++) scales[o] = src->scale * wscale[o] / out;
     TRY(dnnl_primitive_attr_set_output_scales(attr, oc, 1 << 1, scales));
     int32_t zp = src->zp;
@@ -114,12 +114,20 @@ od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, 
     zp = dst->zp;
     if (dst->dt == OD_U8 && zp) TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zp));
   }
-  if (act) {
+  if (act == OD_LEAKY_RELU) {
     // oneDNN's relu with a negative slope is a leaky ReLU; with a uint8
     // dst it applies to the result over dst's scale, which is the same
     // (a leaky ReLU commutes with positive scales).
     TRY(dnnl_post_ops_create(&ops));
     TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, slope, 0.0f));
+    TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
+  } else if (act == OD_SWISH) {
+    // Swish does not commute with scales: it applies to the result, and
+    // a linear step after it divides by a uint8 dst's scale.
+    TRY(dnnl_post_ops_create(&ops));
+    TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f));
+    if (quantized && dst->dt == OD_U8)
+      TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_linear, 1 / dst->scale, 0.0f));
     TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
   }
   dnnl_convolution_desc_t d;
@@ -340,6 +348,105 @@ LOOP void od_squeeze_excite(int threads, const od_desc *src, const void *x, cons
   free(sums);
   free(hid);
   free(scale);
+}
+
+// expf's value to within a few units in the last place, as a
+// polynomial the loops vectorise (Cephes' expf: e^x = 2^n · e^r, r in
+// ±ln2/2, with ln2 split in two for an exact r).
+static inline float exp_poly(float x) {
+  x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
+  float n = floorf(x * 1.44269504f + 0.5f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1;
+  uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+  float two;
+  memcpy(&two, &bits, 4);
+  return p * two;
+}
+
+LOOP void od_elementwise(int threads, const od_desc *in, const void *const *x,
+                         const od_desc *dst, void *y, int n, const od_step *steps,
+                         const float *consts) {
+  int c = dst->c, per = CHUNK / c;
+  size_t pixels = (size_t)dst->h * dst->w, runs = (pixels + per - 1) / per;
+#pragma omp parallel num_threads(threads)
+  {
+    // A register per step, of a run of per pixels; a constant's is
+    // filled once.
+    float *regs = malloc(sizeof(float) * CHUNK * n);
+    for (int i = 0; i < n; i++)
+      if (steps[i].op == OD_CONSTANT)
+        for (int p = 0; p < per; p++) memcpy(regs + i * CHUNK + p * c, consts + steps[i].a, sizeof(float) * c);
+#pragma omp for schedule(static)
+    for (size_t k = 0; k < runs; k++) {
+      size_t first = k * per * (size_t)c;
+      int m = (int)((k + 1 < runs ? (size_t)per : pixels - k * per) * c);
+      for (int i = 0; i < n; i++) {
+        const od_step *s = &steps[i];
+        float *out = regs + (size_t)i * CHUNK;
+        const float *a = regs + (size_t)s->a * CHUNK, *b = regs + (size_t)s->b * CHUNK;
+        switch (s->op) {
+          case OD_INPUT:
+            load(&in[s->a], x[s->a], first, m, out);
+            break;
+          case OD_ADD:
+            for (int j = 0; j < m; j++) out[j] = a[j] + b[j];
+            break;
+          case OD_SUB:
+            for (int j = 0; j < m; j++) out[j] = a[j] - b[j];
+            break;
+          case OD_MUL:
+            for (int j = 0; j < m; j++) out[j] = a[j] * b[j];
+            break;
+          case OD_DIV:
+            for (int j = 0; j < m; j++) out[j] = a[j] / b[j];
+            break;
+          case OD_SIGMOID:
+            for (int j = 0; j < m; j++) out[j] = 1 / (1 + exp_poly(-a[j]));
+            break;
+          case OD_PRELU:
+            for (int j = 0; j < m; j++) out[j] = a[j] > 0 ? a[j] : a[j] * b[j];
+            break;
+        }
+      }
+      store(dst, y, first, m, regs + (size_t)(n - 1) * CHUNK);
+    }
+    free(regs);
+  }
+}
+
+LOOP void od_concat(int threads, int n, const od_desc *in, const void *const *x, const od_desc *dst,
+                    void *y) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int r = 0; r < dst->h; r++) {
+    float v[CHUNK];
+    for (int q = 0; q < dst->w; q++) {
+      int off = 0;
+      for (int i = 0; i < n; i++) {
+        load(&in[i], x[i], at(&in[i], r, q), in[i].c, v + off);
+        off += in[i].c;
+      }
+      store(dst, y, at(dst, r, q), dst->c, v);
+    }
+  }
+}
+
+LOOP void od_upsample(int threads, const od_desc *src, const void *x, int s, const od_desc *dst,
+                      void *y) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int r = 0; r < dst->h; r++) {
+    float v[CHUNK];
+    for (int q = 0; q < dst->w; q++) {
+      load(src, x, at(src, r / s, q / s), src->c, v);
+      store(dst, y, at(dst, r, q), dst->c, v);
+    }
+  }
 }
 
 LOOP void od_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,

@@ -38,9 +38,12 @@ void od_free(void *p);
 
 typedef struct od_conv od_conv;
 
+// The activations a convolution may end with.
+enum { OD_NO_ACT = 0, OD_LEAKY_RELU = 1, OD_SWISH = 2 };
+
 // od_conv_new makes a convolution from src to dst with a square kernel k,
 // stride and zero padding pad on every side, bias (dst->c floats, or
-// NULL) and, with act, a leaky ReLU of slope after it. With a float src
+// NULL) and the activation act after it (OD_LEAKY_RELU's of slope). With a float src
 // (either float type), weights are float32 [dst->c][src->c][k][k]; with a
 // uint8 src, they are int8 weights8 of the same layout, standing for
 // weights8 × wscale[o] for output channel o, and dst may be of any type.
@@ -81,6 +84,31 @@ void od_depth_to_space(int threads, const od_desc *src, const void *x, int s, in
 void od_squeeze_excite(int threads, const od_desc *src, const void *x, const od_desc *dst,
                        void *y, const float *w1, const float *b1, int hidden, const float *w2,
                        const float *b2);
+
+// The steps of od_elementwise's programs. Step i makes register i, of
+// the tensors' c values at each pixel, from registers a and b before it:
+// OD_INPUT the a-th input, OD_CONSTANT the c values at consts + a; the
+// operators are ONNX's (OD_PRELU: a where positive, else a × b).
+enum { OD_INPUT, OD_CONSTANT, OD_ADD, OD_SUB, OD_MUL, OD_DIV, OD_SIGMOID, OD_PRELU };
+
+typedef struct {
+  int op, a, b;
+} od_step;
+
+// od_elementwise writes to dst, at each pixel, the last register of the
+// program steps (n of them) on the inputs in[i] at x[i], each of dst's
+// shape.
+void od_elementwise(int threads, const od_desc *in, const void *const *x,
+                    const od_desc *dst, void *y, int n, const od_step *steps, const float *consts);
+
+// od_concat writes the n tensors in[i] at x[i], of dst's height and width,
+// side by side along the channels of dst.
+void od_concat(int threads, int n, const od_desc *in, const void *const *x, const od_desc *dst,
+               void *y);
+
+// od_upsample writes to dst src enlarged s times by nearest neighbours:
+// dst's pixel (r, q) is src's (r / s, q / s).
+void od_upsample(int threads, const od_desc *src, const void *x, int s, const od_desc *dst, void *y);
 
 // od_export writes to out, 3 planes of a's h × w float32: a, of 3
 // channels, plus the window of b at top, left when z is not NULL.

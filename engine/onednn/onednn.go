@@ -3,8 +3,10 @@
 // onnx.Runtime, for onnx.Options.Runtime.
 //
 // It compiles the networks' few operators (convolutions, transposed
-// convolutions, squeeze-and-excitation blocks and cropped sums) into
-// oneDNN's convolutions and a few loops of its own, with every activation
+// convolutions, squeeze-and-excitation blocks and cropped sums, and the
+// brought networks' swish, element-wise arithmetic, concatenations, pixel
+// shuffles and nearest enlargements) into oneDNN's convolutions and a
+// few loops of its own, with every activation
 // in NHWC order from the first layer to the last, and runs them in one of
 // three precisions:
 //

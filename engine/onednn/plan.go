@@ -168,9 +168,19 @@ func (p *plan) shape() error {
 		case convolution:
 			err = set(l.out, (h+2*l.pad-l.k)/l.stride+1, (w+2*l.pad-l.k)/l.stride+1)
 		case transposed:
-			if err = set(l.phase, h-l.k+1, w-l.k+1); err == nil {
-				err = set(l.out, l.s*(h+1-l.k)+2*l.offset, l.s*(w+1-l.k)+2*l.offset)
+			ph, pw := h+2*l.pad-l.k+1, w+2*l.pad-l.k+1
+			if err = set(l.phase, ph, pw); err == nil {
+				err = set(l.out, l.s*ph+2*l.offset, l.s*pw+2*l.offset)
 			}
+		case elementwise, concat:
+			for _, v := range l.inputs {
+				if d := p.descs[v]; int(d.h) != h || int(d.w) != w {
+					return fmt.Errorf("onednn: %s: %s is %d×%d, %s %d×%d", l.name, g.values[v].name, d.w, d.h, g.values[l.in].name, w, h)
+				}
+			}
+			err = set(l.out, h, w)
+		case upsample:
+			err = set(l.out, l.s*h, l.s*w)
 		case squeezeExcite, export:
 			err = set(l.out, h, w)
 		}
@@ -214,6 +224,9 @@ func (p *plan) place() {
 		if l.hasSkip {
 			last[l.skip] = i
 		}
+		for _, v := range l.inputs {
+			last[v] = i
+		}
 	}
 	var arena blocks
 	take := func(v value) {
@@ -245,6 +258,11 @@ func (p *plan) place() {
 		}
 		if l.hasSkip && last[l.skip] == i && l.skip != l.in {
 			give(l.skip)
+		}
+		for _, v := range l.inputs {
+			if last[v] == i && v != l.in {
+				give(v)
+			}
 		}
 	}
 	p.bytes = arena.size
@@ -293,7 +311,7 @@ func (p *plan) makeConvolutions() error {
 		}
 		var impl, msg [256]C.char
 		conv := C.od_conv_new(&src, &dst, C.int(l.k), C.int(l.stride), C.int(l.pad), weights, weights8, wscale,
-			bias, cBool(l.act), C.float(l.slope), C.int(p.threads), &impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
+			bias, C.int(l.act), C.float(l.slope), C.int(p.threads), &impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
 		if conv == nil {
 			return fmt.Errorf("onednn: %s: %s", l.name, C.GoString(&msg[0]))
 		}
@@ -301,13 +319,6 @@ func (p *plan) makeConvolutions() error {
 		p.impls = append(p.impls, C.GoString(&impl[0]))
 	}
 	return nil
-}
-
-func cBool(b bool) C.int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // run runs the plan on one tile in the arena at base: in and out are the
@@ -362,6 +373,18 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 		case squeezeExcite:
 			C.od_squeeze_excite(threads, &p.descs[l.in], x, &p.descs[l.out], ptr(p.at[l.out]),
 				(*C.float)(&l.w1[0]), (*C.float)(&l.b1[0]), C.int(l.hidden), (*C.float)(&l.w2[0]), (*C.float)(&l.b2[0]))
+		case elementwise:
+			descs, xs := p.operands(l.inputs, ptr)
+			var constants *C.float
+			if len(l.constants) > 0 {
+				constants = (*C.float)(&l.constants[0])
+			}
+			C.od_elementwise(threads, &descs[0], &xs[0], &p.descs[l.out], ptr(p.at[l.out]), C.int(len(l.steps)), &l.steps[0], constants)
+		case concat:
+			descs, xs := p.operands(l.inputs, ptr)
+			C.od_concat(threads, C.int(len(descs)), &descs[0], &xs[0], &p.descs[l.out], ptr(p.at[l.out]))
+		case upsample:
+			C.od_upsample(threads, &p.descs[l.in], x, C.int(l.s), &p.descs[l.out], ptr(p.at[l.out]))
 		case export:
 			var skip unsafe.Pointer
 			if l.hasSkip {
@@ -375,6 +398,15 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 		}
 	}
 	return nil
+}
+
+// operands returns the descriptions of vs and where they are.
+func (p *plan) operands(vs []value, ptr func(int) unsafe.Pointer) ([]C.od_desc, []unsafe.Pointer) {
+	descs, xs := make([]C.od_desc, len(vs)), make([]unsafe.Pointer, len(vs))
+	for i, v := range vs {
+		descs[i], xs[i] = p.descs[v], ptr(p.at[v])
+	}
+	return descs, xs
 }
 
 func (p *plan) free() {

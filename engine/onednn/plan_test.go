@@ -9,6 +9,8 @@ import (
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/models"
+	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
+	"github.com/upscalekit/upscale/internal/ncnn2onnx"
 	"github.com/upscalekit/upscale/internal/onnxpb"
 	"github.com/upscalekit/upscale/upscaletest"
 )
@@ -30,6 +32,20 @@ func compiled(t *testing.T, arch onnx.Architecture, precision onnx.Precision) *g
 	return g
 }
 
+// compiledSPAN compiles SPAN ch48 ×2, converted in float32.
+func compiledSPAN(t *testing.T) *graph {
+	t.Helper()
+	model, _, err := ncnn2onnx.Convert(onnxtest.SPAN(t, 2), "span", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := compile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestPlacementNeverOverlaps: no two buffers in use at the same step share
 // a byte of the arena, and all lie within it, for each network in each
 // precision at two tile sizes.
@@ -41,8 +57,14 @@ func TestPlacementNeverOverlaps(t *testing.T) {
 	}{
 		{onnx.CUNet, onnx.FP32, f32}, {onnx.CUNet, onnx.BF16, bf16}, {onnx.CUNet, onnx.INT8, bf16},
 		{onnx.UpConv7, onnx.FP32, f32}, {onnx.UpConv7, onnx.INT8, bf16},
+		{"span", onnx.FP32, f32}, {"span", onnx.BF16, bf16},
 	} {
-		g := compiled(t, tc.arch, tc.precision)
+		var g *graph
+		if tc.arch == "span" {
+			g = compiledSPAN(t)
+		} else {
+			g = compiled(t, tc.arch, tc.precision)
+		}
 		types, err := typeGraph(g, tc.floatType, tc.precision == onnx.INT8)
 		if err != nil {
 			t.Fatal(err)
@@ -65,6 +87,9 @@ func TestPlacementNeverOverlaps(t *testing.T) {
 				last[l.in] = i
 				if l.hasSkip {
 					last[l.skip] = i
+				}
+				for _, v := range l.inputs {
+					last[v] = i
 				}
 			}
 			type span struct{ from, to int }

@@ -34,11 +34,13 @@ type Model struct {
 	// Published lets callers ask for the network by Name (upscale.Params
 	// .Model). An unpublished network runs only where a Rule picks it.
 	Published bool
-	// Runtime runs it, in float32: nil means the engine's. A runtime
-	// runs some networks faster than another does, or cannot run them
-	// (oneDNN runs waifu2x's networks only): MeasureModel times the
-	// candidates on the network itself.
+	// Runtime runs it, in Precision: nil means the engine's. A runtime
+	// runs some networks faster than another does, or cannot run them:
+	// MeasureModel times the candidates on the network itself.
 	Runtime Runtime
+	// Precision is its arithmetic, one the runtime offers: FP32 (the
+	// default) or BF16, on the network as converted.
+	Precision Precision
 }
 
 // A Rule picks a Model for a learned pass: the first Rule that matches a
@@ -89,9 +91,12 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 		if n.Scale != 2 && n.Scale != 4 {
 			return fmt.Errorf("%s: it enlarges ×%d; the engine makes passes of ×2 and ×4", where, n.Scale)
 		}
-		mod := &model{Network: n, fp32: true, runtime: cmp.Or[Runtime](m.Runtime, e.opts.Runtime)}
+		mod := &model{Network: n, precision: cmp.Or(m.Precision, FP32), runtime: cmp.Or[Runtime](m.Runtime, e.opts.Runtime)}
+		if !slices.Contains(convertedPrecisions, mod.precision) || !slices.Contains(mod.runtime.Precisions(), mod.precision) {
+			return fmt.Errorf("%s: precision %q: %s runs a brought network in %s", where, m.Precision, mod.runtime.Name(), joinPrecisions(offeredFor(mod.runtime)))
+		}
 		if err := e.check(mod); err != nil {
-			return fmt.Errorf("%s: %s cannot run it: %w", where, mod.runtime.Name(), err)
+			return fmt.Errorf("%s: %s cannot run it in %s: %w", where, mod.runtime.Name(), mod.precision, err)
 		}
 		a := &arch{name: Architecture(m.Name), published: m.Published, models: map[upscale.Denoise]*model{}}
 		for level := range levelNames {
@@ -161,20 +166,31 @@ func (e *Engine) check(mod *model) error {
 	return network.Run(context.Background(), in, inW, inH, out)
 }
 
-// MeasureModel times m, a network to bring, on each candidate runtime in
-// float32 as Measure times cunet: the timings fastest first, those that
-// cannot run it (a runtime without one of its operators) last, each with
-// its error. The standalone runs each brought network on its fastest.
-func MeasureModel(ctx context.Context, runtimes []Runtime, m Model, threads int) ([]Timing, error) {
+// convertedPrecisions are what a brought network runs in, as converted:
+// its float32 weights, which oneDNN's BF16 rounds as it runs them.
+var convertedPrecisions = []Precision{FP32, BF16}
+
+// offeredFor is what rt runs a brought network in.
+func offeredFor(rt Runtime) []Precision {
+	return slices.DeleteFunc(slices.Clone(rt.Precisions()), func(p Precision) bool { return !slices.Contains(convertedPrecisions, p) })
+}
+
+// MeasureModel times m, a network to bring, on each of candidates (a
+// precision the network has no form for fails) as Measure times cunet:
+// the timings fastest first, those that cannot run it (a runtime without
+// one of its operators) last, each with its error. The standalone runs
+// each brought network on its fastest.
+func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads int) ([]Timing, error) {
 	n, err := convertModel(m)
 	if err != nil {
 		return nil, err
 	}
-	var candidates []Candidate
-	for _, rt := range runtimes {
-		candidates = append(candidates, Candidate{Runtime: rt, Precision: FP32})
-	}
-	return measure(ctx, candidates, threads, func(Candidate) (*model, error) { return &model{Network: n}, nil })
+	return measure(ctx, candidates, threads, func(c Candidate) (*model, error) {
+		if !slices.Contains(convertedPrecisions, c.Precision) {
+			return nil, fmt.Errorf("a brought network runs in %s, not %s", joinPrecisions(convertedPrecisions), c.Precision)
+		}
+		return &model{Network: n}, nil
+	})
 }
 
 // PublishedModels implements upscale.ModelPublisher: the networks

@@ -12,8 +12,10 @@ import (
 // runtime's network, loaded on first use.
 type model struct {
 	*models.Network
-	fp32    bool    // a brought network: run in float32 whatever the engine's precision
-	runtime Runtime // a brought network's own runtime; nil: the engine's
+	// A brought network's own runtime and precision; nil and empty: the
+	// engine's.
+	runtime   Runtime
+	precision Precision
 
 	mu      sync.Mutex
 	network Network

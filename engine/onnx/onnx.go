@@ -35,6 +35,7 @@
 package onnx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -150,12 +151,9 @@ type arch struct {
 func (a *arch) scale() int { return a.models[upscale.DenoiseNone].Scale }
 
 // precision is what a's networks run in on an engine of precision
-// engine: a brought one's in float32 (model.fp32).
+// engine: a brought one's in its own (Model.Precision).
 func (a *arch) precision(engine Precision) Precision {
-	if a.models[upscale.DenoiseNone].fp32 {
-		return FP32
-	}
-	return engine
+	return cmp.Or(a.models[upscale.DenoiseNone].precision, engine)
 }
 
 var (
@@ -457,11 +455,7 @@ func opaque(px *libvips.Pixels) bool {
 
 // open loads m on its runtime, once, in its precision.
 func (e *Engine) open(m *model) (Network, error) {
-	precision := e.opts.Precision
-	if m.fp32 {
-		precision = FP32
-	}
-	return m.open(e.runtimeOf(m), precision, e.opts.Threads)
+	return m.open(e.runtimeOf(m), cmp.Or(m.precision, e.opts.Precision), e.opts.Threads)
 }
 
 // runtimeOf is what runs m: its own runtime, or the engine's.

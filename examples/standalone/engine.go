@@ -39,8 +39,9 @@ func (c engineChoice) info() prometheus.Collector {
 // allow, measured on this machine when there are several (onnx.Measure):
 // the fastest on one CPU is the slowest on another.
 //
-// The networks cfg brings each run on the runtime measured fastest on
-// them, in float32 (onnx.MeasureModel): oneDNN runs waifu2x's alone.
+// The networks cfg brings each run on the runtime and precision measured
+// fastest on them (onnx.MeasureModel), of the same candidates in float32
+// or bfloat16.
 func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Logger) (upscale.Upscaler, engineChoice, error) {
 	if o.engine != "onnx" {
 		if len(cfg.Networks) > 0 {
@@ -88,9 +89,11 @@ func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Lo
 	}
 	brought, rules := cfg.models()
 	for i, m := range brought {
-		if brought[i].Runtime, err = fastestFor(ctx, runtimes, m, logger); err != nil {
+		fastest, err := fastestFor(ctx, candidates, m, logger)
+		if err != nil {
 			return nil, engineChoice{}, err
 		}
+		brought[i].Runtime, brought[i].Precision = fastest.Runtime, fastest.Precision
 	}
 	// Learned passes fit the same budget as the requests that hold them.
 	e, err := onnx.New(onnx.Options{Runtime: chosen.Runtime, Precision: chosen.Precision, MemoryBudget: o.memoryBudget, Models: brought, Rules: rules})
@@ -100,28 +103,25 @@ func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Lo
 	return e, engineChoice{engine: "onnx", runtime: chosen.Runtime.Name(), precision: string(chosen.Precision)}, nil
 }
 
-// fastestFor is the runtime of runtimes that runs m fastest, measured on
-// m itself, or the only one; an error names m and says why none can.
-func fastestFor(ctx context.Context, runtimes []onnx.Runtime, m onnx.Model, logger *slog.Logger) (onnx.Runtime, error) {
-	if len(runtimes) == 1 {
-		return runtimes[0], nil
-	}
-	timings, err := onnx.MeasureModel(ctx, runtimes, m, 0)
+// fastestFor is the candidate that runs m fastest, measured on m itself;
+// an error names m and says why none can.
+func fastestFor(ctx context.Context, candidates []onnx.Candidate, m onnx.Model, logger *slog.Logger) (onnx.Candidate, error) {
+	timings, err := onnx.MeasureModel(ctx, candidates, m, 0)
 	if err != nil {
-		return nil, fmt.Errorf("networks: %s: %w", m.Name, err)
+		return onnx.Candidate{}, fmt.Errorf("networks: %s: %w", m.Name, err)
 	}
 	for _, t := range timings {
 		if t.Err != nil {
-			logger.Info("engine: a runtime cannot run a network", "network", m.Name, "runtime", t.Runtime.Name(), "err", t.Err)
+			logger.Info("engine: a candidate cannot run a network", "network", m.Name, "runtime", t.Runtime.Name(), "precision", t.Precision, "err", t.Err)
 			continue
 		}
 		logger.Info("engine: measured", "network", m.Name, "runtime", t.Runtime.Name(), "precision", t.Precision, "µs_per_result_pixel", fmt.Sprintf("%.3f", t.Seconds*1e6))
 	}
 	if timings[0].Err != nil {
-		return nil, fmt.Errorf("networks: %s: no runtime here can run it: %w", m.Name, timings[0].Err)
+		return onnx.Candidate{}, fmt.Errorf("networks: %s: no runtime here can run it: %w", m.Name, timings[0].Err)
 	}
-	logger.Info("engine: chose the fastest for a network", "network", m.Name, "runtime", timings[0].Runtime.Name())
-	return timings[0].Runtime, nil
+	logger.Info("engine: chose the fastest for a network", "network", m.Name, "runtime", timings[0].Runtime.Name(), "precision", timings[0].Precision)
+	return timings[0].Candidate, nil
 }
 
 // onnxRuntimes are the runtimes -onnx-runtime names: for auto oneDNN and

@@ -59,6 +59,7 @@ func TestRuntime(t *testing.T, rt onnx.Runtime) {
 		t.Fatalf("%s offers %v, not FP32", rt.Name(), rt.Precisions())
 	}
 	t.Run("MatchesNCNN", func(t *testing.T) { testMatchesNCNN(t, rt) })
+	t.Run("BroughtLayers", func(t *testing.T) { testBroughtLayers(t, rt) })
 	t.Run("Precisions", func(t *testing.T) { testPrecisions(t, rt) })
 	t.Run("TileSizes", func(t *testing.T) { testTileSizes(t, rt) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, rt) })

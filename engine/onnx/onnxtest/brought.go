@@ -1,0 +1,117 @@
+package onnxtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/upscalekit/upscale/engine/onnx"
+	"github.com/upscalekit/upscale/internal/ncnn"
+	"github.com/upscalekit/upscale/internal/ncnn2onnx"
+)
+
+// testBroughtLayers: a network of every layer the efficient networks use
+// (a per-channel constant subtracted, scalar arithmetic both ways, Swish,
+// Sigmoid, PReLU, a sum, Concat, PixelShuffle and a nearest ×2 added
+// back), with random weights, converted by ncnn2onnx and run by rt,
+// matches internal/ncnn's reference interpreter to float32's rounding;
+// and so do SPAN ×2 and Real-ESRGAN's compact network, where their files
+// are.
+func testBroughtLayers(t *testing.T, rt onnx.Runtime) {
+	param := `7767517
+18 23
+Input in 0 1 data
+Split sd 1 2 data d1 d2
+MemoryData mean 0 1 m 0=1 1=1 2=3
+BinaryOp sub 2 1 d1 m x1 0=1
+BinaryOp mul 1 1 x1 x2 0=2 1=1 2=2.5
+Convolution c1 1 1 x2 c1o 0=8 1=3 4=1 5=1 6=216
+Split s1 1 3 c1o a b c
+Swish sw 1 1 a swo
+Sigmoid sg 1 1 b sgo
+PReLU pr 1 1 c pro 0=8
+BinaryOp add 2 1 swo sgo addo 0=0
+BinaryOp rsub 1 1 pro rso 0=7 1=1 2=1.0
+BinaryOp div 1 1 rso dvo 0=3 1=1 2=4.0
+Concat cat 2 1 addo dvo cato
+Convolution c2 1 1 cato c2o 0=12 1=3 4=1 5=1 6=1728
+PixelShuffle ps 1 1 c2o pso 0=2
+Interp up 1 1 d2 upo 0=1 1=2.0 2=2.0
+BinaryOp add2 2 1 pso upo out 0=0
+`
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := func(n int, scale float32) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = (rng.Float32()*2 - 1) * scale
+		}
+		return v
+	}
+	var bin bytes.Buffer
+	for _, a := range [][]float32{{0.45, 0.44, 0.40}, {0}, random(216, 0.3), random(8, 0.1), random(8, 0.5), {0}, random(1728, 0.1), random(12, 0.1)} {
+		binary.Write(&bin, binary.LittleEndian, a) // {0}: the tag of float32 weights
+	}
+	net, err := ncnn.Parse([]byte(param), bin.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	MatchesReference(t, rt, net, randomTile(97, 9, 7), 9, 7, 1e-4)
+	t.Run("SPAN", func(t *testing.T) { MatchesReference(t, rt, SPAN(t, 2), PhotoCrop(t, 12, 10), 12, 10, 1e-4) })
+	t.Run("RealESRGANCompact", func(t *testing.T) {
+		net, _ := RealESRGANCompact(t)
+		MatchesReference(t, rt, net, PhotoCrop(t, 12, 10), 12, 10, 1e-4)
+	})
+}
+
+// PhotoCrop is the top left w × h of PhotoTiles' second (a butterfly's
+// wing), as a network's input. The efficient networks' activations grow
+// large on noise, far from what they were trained on, where float32's
+// rounding compounds: a photograph is their input.
+func PhotoCrop(t testing.TB, w, h int) []float32 {
+	const n = PhotoTileSide
+	tile, x := PhotoTiles(t)[1], make([]float32, 3*w*h)
+	for c := range 3 {
+		for y := range h {
+			copy(x[(c*h+y)*w:(c*h+y+1)*w], tile[(c*n+y)*n:(c*n+y)*n+w])
+		}
+	}
+	return x
+}
+
+// MatchesReference converts net, runs it on rt in float32 on x, a w×h
+// tile, and holds each output to internal/ncnn's reference interpreter
+// within tol of its value (or of 1, when smaller); it returns the
+// conversion's geometry.
+func MatchesReference(t *testing.T, rt onnx.Runtime, net *ncnn.Net, x []float32, w, h int, tol float64) ncnn2onnx.Geometry {
+	t.Helper()
+	model, g, err := ncnn2onnx.Convert(net, "checked", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	network, err := rt.Load(model.Marshal(), onnx.FP32, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer network.Close()
+	in := ncnn.NewBlob(3, h, w)
+	for i, v := range x {
+		in.Data[i] = float64(v)
+	}
+	want, err := net.Forward(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, len(want.Data))
+	if err := network.Run(context.Background(), x, w, h, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range want.Data {
+		if math.Abs(float64(got[i])-v) > tol*max(1, math.Abs(v)) {
+			t.Fatalf("output %d: %v, want %v", i, got[i], v)
+		}
+	}
+	return g
+}
