@@ -102,12 +102,17 @@ func TestBroughtByRule(t *testing.T) {
 
 // TestBroughtRefusedAtStart: a network that cannot run is refused by New
 // with a sentence that names it and why: an unknown layer by its type, a
-// missing file, a taken name, a rule naming no network.
+// missing file, a taken name, a rule naming no network, a precision a
+// brought network has no form for.
 func TestBroughtRefusedAtStart(t *testing.T) {
 	dir := t.TempDir()
 	param := filepath.Join(dir, "odd.param")
 	os.WriteFile(param, []byte("7767517\n2 2\nInput in 0 1 data\nGroupNorm g 1 1 data out 0=1\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "odd.bin"), nil, 0o644)
+	// A ×2 network that runs: a 1×1 convolution to 12 channels, shuffled.
+	shuffle := filepath.Join(dir, "shuffle.param")
+	os.WriteFile(shuffle, []byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 c1 out 0=2\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "shuffle.bin"), make([]byte, 4*(1+36+12)), 0o644)
 	for name, tc := range map[string]struct {
 		models []onnx.Model
 		rules  []onnx.Rule
@@ -118,6 +123,7 @@ func TestBroughtRefusedAtStart(t *testing.T) {
 		"TakenName":    {[]onnx.Model{{Name: "cunet", Param: param}}, nil, "the name is taken"},
 		"BadName":      {[]onnx.Model{{Name: "a b", Param: param}}, nil, "letters, digits"},
 		"UnknownRule":  {nil, []onnx.Rule{{Model: "span"}}, `no model "span"`},
+		"INT8":         {[]onnx.Model{{Name: "shuffle", Param: shuffle, Precision: onnx.INT8}}, nil, `precision "int8": onnxruntime runs a brought network in fp32`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e, err := onnx.New(onnx.Options{Models: tc.models, Rules: tc.rules})
