@@ -98,12 +98,15 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 		if err := e.check(mod); err != nil {
 			return fmt.Errorf("%s: %s cannot run it in %s: %w", where, mod.runtime.Name(), mod.precision, err)
 		}
-		a := &arch{name: Architecture(m.Name), published: m.Published, models: map[upscale.Denoise]*model{}}
+		a := &arch{name: Architecture(m.Name), models: map[upscale.Denoise]*model{}}
 		for level := range levelNames {
 			a.models[level] = mod // it denoises nothing: the same network at every level
 		}
 		byName[m.Name] = a
 		e.brought = append(e.brought, a)
+		if m.Published {
+			e.published = append(e.published, upscale.PublishedModel{Name: m.Name, Scale: n.Scale})
+		}
 	}
 	for i, r := range rules {
 		a := byName[r.Model]
@@ -195,13 +198,6 @@ func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads 
 
 // PublishedModels implements upscale.ModelPublisher: the networks
 // callers may ask for by name (Model.Published), in the order of
-// Options.Models.
-func (e *Engine) PublishedModels() []upscale.PublishedModel {
-	var published []upscale.PublishedModel
-	for _, a := range e.brought {
-		if a.published {
-			published = append(published, upscale.PublishedModel{Name: string(a.name), Scale: a.scale()})
-		}
-	}
-	return published
-}
+// Options.Models. The list is the engine's own, made once in New: the
+// caller must not change it.
+func (e *Engine) PublishedModels() []upscale.PublishedModel { return e.published }

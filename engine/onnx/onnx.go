@@ -129,22 +129,22 @@ type Options struct {
 // HEIC, AVIF, TIFF; an animation frame by frame) with waifu2x networks.
 // It is safe for concurrent use.
 type Engine struct {
-	opts    Options
-	codec   *libvips.Engine
-	slots   chan struct{}
-	archs   []*arch // in the order of Options.Architectures
-	brought []*arch // Options.Models, in their order
-	rules   []rule  // Options.Rules
+	opts      Options
+	codec     *libvips.Engine
+	slots     chan struct{}
+	archs     []*arch                  // in the order of Options.Architectures
+	brought   []*arch                  // Options.Models, in their order
+	published []upscale.PublishedModel // those callers may ask for by name
+	rules     []rule                   // Options.Rules
 }
 
 // An arch is one Architecture's networks on the engine's runtime, or a
 // network the operator brought (one for every level), and the pace
 // measured of them.
 type arch struct {
-	name      Architecture
-	models    map[upscale.Denoise]*model // by the level it denoises at
-	pace      pace                       // seconds per unit of model.work
-	published bool                       // a brought network callers may ask for by name
+	name   Architecture
+	models map[upscale.Denoise]*model // by the level it denoises at
+	pace   pace                       // seconds per unit of model.work
 }
 
 // scale is what a pass of a's enlarges by.
