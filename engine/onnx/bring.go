@@ -31,6 +31,13 @@ type Model struct {
 	// beside it. Its scale and receptive field are measured from its
 	// layers as it is converted.
 	Param string
+	// ONNX is instead an ONNX file: one input, NCHW float32 RGB in 0-1 of
+	// any size, and one output, the same enlarged, in the operators the
+	// runtime runs (those ncnn2onnx writes for the layers internal/ncnn
+	// reads). Its scale and receptive field are read from its metadata
+	// (upscale.scale, upscale.halo, as ncnn2onnx writes them), or, where
+	// it has none, measured at New: ×2 or ×4, with its borders kept.
+	ONNX string
 	// Published lets callers ask for the network by Name (upscale.Params
 	// .Model). An unpublished network runs only where a Rule picks it.
 	Published bool
@@ -84,14 +91,15 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 		case slices.Contains([]Architecture{CUNet, UpConv7}, Architecture(m.Name)) || byName[m.Name] != nil:
 			return fmt.Errorf("%s: the name is taken", where)
 		}
-		n, err := convertModel(m)
+		rt := cmp.Or[Runtime](m.Runtime, e.opts.Runtime)
+		n, err := loadModel(context.Background(), rt, m)
 		if err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		if n.Scale != 2 && n.Scale != 4 {
 			return fmt.Errorf("%s: it enlarges ×%d; the engine makes passes of ×2 and ×4", where, n.Scale)
 		}
-		mod := &model{Network: n, precision: cmp.Or(m.Precision, FP32), runtime: cmp.Or[Runtime](m.Runtime, e.opts.Runtime)}
+		mod := &model{Network: n, precision: cmp.Or(m.Precision, FP32), runtime: rt}
 		if !slices.Contains(convertedPrecisions, mod.precision) || !slices.Contains(mod.runtime.Precisions(), mod.precision) {
 			return fmt.Errorf("%s: precision %q: %s runs a brought network in %s", where, m.Precision, mod.runtime.Name(), joinPrecisions(offeredFor(mod.runtime)))
 		}
@@ -129,10 +137,16 @@ type rule struct {
 	arch *arch
 }
 
-// convertModel reads m's ncnn files and converts them in float32.
-func convertModel(m Model) (*models.Network, error) {
-	if m.Param == "" {
-		return nil, errors.New("no Param file")
+// loadModel reads m's network: its ncnn files converted in float32, or
+// its ONNX file, whose geometry rt measures if it does not say it.
+func loadModel(ctx context.Context, rt Runtime, m Model) (*models.Network, error) {
+	switch {
+	case m.Param != "" && m.ONNX != "":
+		return nil, errors.New("both a Param and an ONNX file: give one")
+	case m.ONNX != "":
+		return readONNX(ctx, rt, m)
+	case m.Param == "":
+		return nil, errors.New("no Param or ONNX file")
 	}
 	param, err := os.ReadFile(m.Param)
 	if err != nil {
@@ -184,7 +198,10 @@ func offeredFor(rt Runtime) []Precision {
 // one of its operators) last, each with its error. The standalone runs
 // each brought network on its fastest.
 func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads int) ([]Timing, error) {
-	n, err := convertModel(m)
+	if len(candidates) == 0 {
+		return nil, errors.New("onnx: no candidates to measure")
+	}
+	n, err := loadModel(ctx, candidates[0].Runtime, m)
 	if err != nil {
 		return nil, err
 	}

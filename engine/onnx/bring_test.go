@@ -11,6 +11,7 @@ import (
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
+	"github.com/upscalekit/upscale/internal/ncnn"
 	"github.com/upscalekit/upscale/internal/ncnn2onnx"
 	"github.com/upscalekit/upscale/internal/quality"
 )
@@ -134,6 +135,44 @@ func TestBroughtPaceEstimated(t *testing.T) {
 	t.Logf("256² ×4 estimated: SPAN ×4 %v, cunet ×2 twice %v", span, cunet)
 }
 
+// TestBroughtONNX: SPAN ×4 brought as an ONNX file (ncnn2onnx's
+// conversion, written out) makes the same pixels as brought from its ncnn
+// files: with the file's metadata read, and with none, its scale and
+// receptive field measured at New (×4 and 21 pixels, or its tiles would
+// not match).
+func TestBroughtONNX(t *testing.T) {
+	dir := t.TempDir()
+	model, _, err := ncnn2onnx.Convert(onnxtest.SPAN(t, 4), "span", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withMeta, bare := filepath.Join(dir, "span.onnx"), filepath.Join(dir, "bare.onnx")
+	os.WriteFile(withMeta, model.Marshal(), 0o644)
+	model.Metadata = nil
+	os.WriteFile(bare, model.Marshal(), 0o644)
+	src := quality.Decode(t, quality.SetFile(t, "Set14/monarch.png")).Crop(300, 260).PNG(t)
+	opts := upscale.Params{Scale: 4, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}
+	enlarge := func(m onnx.Model) upscale.Image {
+		t.Helper()
+		e := onnx.NewTestEngine(t, onnx.Options{Precision: onnx.FP32, Tile: 64, Models: []onnx.Model{m}, Rules: []onnx.Rule{{Model: m.Name}}})
+		img, err := e.Upscale(context.Background(), src, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	want := enlarge(onnx.Model{Name: "span", Param: filepath.Join(onnxtest.SPANDir(t), "spanx4_ch48.param")})
+	for _, file := range []string{withMeta, bare} {
+		got := enlarge(onnx.Model{Name: "span", ONNX: file})
+		if string(got.Data) != string(want.Data) || got.Engine != want.Engine {
+			a, _, _ := quality.Luma(quality.Decode(t, want.Data), 4)
+			b, _, _ := quality.Luma(quality.Decode(t, got.Data), 4)
+			t.Errorf("%s: %.1f dB from the ncnn files' result (%q, %q), want the same pixels", filepath.Base(file), quality.PSNR(a, b), got.Engine, want.Engine)
+		}
+	}
+
+}
+
 // TestBroughtRefusedAtStart: a network that cannot run is refused by New
 // with a sentence that names it and why: an unknown layer by its type, a
 // missing file, a taken name, a rule naming no network, a precision a
@@ -147,6 +186,18 @@ func TestBroughtRefusedAtStart(t *testing.T) {
 	shuffle := filepath.Join(dir, "shuffle.param")
 	os.WriteFile(shuffle, []byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 c1 out 0=2\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "shuffle.bin"), make([]byte, 4*(1+36+12)), 0o644)
+	// An ONNX file of ×3, without metadata.
+	x3, err := ncnn.Parse([]byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=27 1=1 5=1 6=81\nPixelShuffle ps 1 1 c1 out 0=3\n"), make([]byte, 4*(1+81+27)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x3Model, _, err := ncnn2onnx.Convert(x3, "x3", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x3Model.Metadata = nil
+	x3File := filepath.Join(dir, "x3.onnx")
+	os.WriteFile(x3File, x3Model.Marshal(), 0o644)
 	for name, tc := range map[string]struct {
 		models []onnx.Model
 		rules  []onnx.Rule
@@ -158,6 +209,8 @@ func TestBroughtRefusedAtStart(t *testing.T) {
 		"BadName":      {[]onnx.Model{{Name: "a b", Param: param}}, nil, "letters, digits"},
 		"UnknownRule":  {nil, []onnx.Rule{{Model: "span"}}, `no model "span"`},
 		"INT8":         {[]onnx.Model{{Name: "shuffle", Param: shuffle, Precision: onnx.INT8}}, nil, `precision "int8": onnxruntime runs a brought network in fp32`},
+		"ONNXScale":    {[]onnx.Model{{Name: "x3", ONNX: x3File}}, nil, "must make ×2 or ×4 of a tile of any size"},
+		"BothFiles":    {[]onnx.Model{{Name: "both", Param: shuffle, ONNX: x3File}}, nil, "both a Param and an ONNX file"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e, err := onnx.New(onnx.Options{Models: tc.models, Rules: tc.rules})

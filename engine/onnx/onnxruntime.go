@@ -52,8 +52,16 @@ func (*ONNXRuntime) Tile() int { return 128 }
 // thread pool for independent operators would only compete with it. The
 // memory pattern (one block planned for all of a run's intermediate
 // tensors) is off: it took a ×2 of a 1024² source from 357 to 432 MB at
-// its peak and was no faster.
+// its peak and was no faster. The model's one input and one output may
+// have any names (ncnn2onnx's are input and output).
 func (*ONNXRuntime) Load(model []byte, _ Precision, threads int) (Network, error) {
+	inputs, outputs, err := ort.GetInputOutputInfoWithONNXData(model)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	if len(inputs) != 1 || len(outputs) != 1 {
+		return nil, fmt.Errorf("onnx: the network has %d inputs and %d outputs, not one of each", len(inputs), len(outputs))
+	}
 	opts, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: session options: %w", err)
@@ -70,7 +78,7 @@ func (*ONNXRuntime) Load(model []byte, _ Precision, threads int) (Network, error
 			return nil, fmt.Errorf("onnx: session options: %w", err)
 		}
 	}
-	session, err := ort.NewDynamicAdvancedSessionWithONNXData(model, []string{"input"}, []string{"output"}, opts)
+	session, err := ort.NewDynamicAdvancedSessionWithONNXData(model, []string{inputs[0].Name}, []string{outputs[0].Name}, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -42,10 +42,11 @@ type fileConfig struct {
 }
 
 // fileNetwork is an onnx.Model: its ncnn .param file (the .bin beside
-// it), a path relative to the config file's directory.
+// it) or its ONNX file, a path relative to the config file's directory.
 type fileNetwork struct {
 	Name      string `json:"name"`
 	Param     string `json:"param"`
+	ONNX      string `json:"onnx"`
 	Published bool   `json:"published"`
 }
 
@@ -107,9 +108,11 @@ func loadConfig(path string) (fileConfig, error) {
 	if err := c.validate(); err != nil {
 		return fileConfig{}, fmt.Errorf("%s: %w", path, err)
 	}
-	for i, n := range c.Networks {
-		if n.Param != "" && !filepath.IsAbs(n.Param) {
-			c.Networks[i].Param = filepath.Join(filepath.Dir(path), n.Param)
+	for i := range c.Networks {
+		for _, file := range []*string{&c.Networks[i].Param, &c.Networks[i].ONNX} {
+			if *file != "" && !filepath.IsAbs(*file) {
+				*file = filepath.Join(filepath.Dir(path), *file)
+			}
 		}
 	}
 	return c, nil
@@ -121,8 +124,8 @@ func (c fileConfig) validate() error {
 	}
 	networks := map[string]bool{}
 	for i, n := range c.Networks {
-		if n.Name == "" || n.Param == "" {
-			return fmt.Errorf("networks[%d]: name and param are required", i)
+		if n.Name == "" || (n.Param == "") == (n.ONNX == "") {
+			return fmt.Errorf("networks[%d]: name is required, and one of param and onnx", i)
 		}
 		networks[n.Name] = true
 	}
@@ -237,7 +240,7 @@ func (p filePlan) plan(name string) upscale.Plan {
 func (c fileConfig) models() ([]onnx.Model, []onnx.Rule) {
 	var models []onnx.Model
 	for _, n := range c.Networks {
-		models = append(models, onnx.Model{Name: n.Name, Param: n.Param, Published: n.Published})
+		models = append(models, onnx.Model{Name: n.Name, Param: n.Param, ONNX: n.ONNX, Published: n.Published})
 	}
 	var rules []onnx.Rule
 	for _, r := range c.Rules {

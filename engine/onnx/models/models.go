@@ -36,6 +36,12 @@ func Load(name string) (*Network, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
+	return Parse(name, data)
+}
+
+// Parse reads the network of an ONNX file that ncnn2onnx made, named
+// name.
+func Parse(name string, data []byte) (*Network, error) {
 	file, err := onnxpb.Unmarshal(data)
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", name, err)
