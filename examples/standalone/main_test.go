@@ -45,6 +45,19 @@ func TestLoadConfig(t *testing.T) {
 			t.Errorf("loaded %+v", c)
 		}
 	})
+	t.Run("NetworkFilesBesideTheConfig", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "config.json")
+		os.WriteFile(path, []byte(`{"networks": [{"name": "a", "param": "a.param"}, {"name": "b", "onnx": "models/b.onnx"}, {"name": "c", "onnx": "/abs/c.onnx"}]}`), 0o600)
+		c, err := loadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models, _ := c.models()
+		if len(models) != 3 || models[0].Param != filepath.Join(dir, "a.param") || models[1].ONNX != filepath.Join(dir, "models/b.onnx") || models[2].ONNX != "/abs/c.onnx" {
+			t.Errorf("models %+v: want each file beside the config, an absolute one as it is", models)
+		}
+	})
 	valid := `"plans": {"free": {"monthlyImages": 10, "maxFileBytes": 100}}, "accounts": [{"id": "acme", "plan": "free"}]`
 	for _, tc := range []struct{ name, file, field string }{
 		{"UnknownPlan", `{"plans": {}, "accounts": [{"id": "acme", "plan": "gold"}]}`, "accounts[0].plan"},
@@ -59,6 +72,8 @@ func TestLoadConfig(t *testing.T) {
 		{"ShortKey", `{` + valid + `, "keys": [{"key": "short", "account": "acme"}]}`, "keys[0].key"},
 		{"DuplicateAccount", `{"plans": {"free": {}}, "accounts": [{"id": "a", "plan": "free"}, {"id": "a", "plan": "free"}]}`, "accounts[1].id"},
 		{"UnknownField", `{"plan": {}}`, `"plan"`},
+		{"NetworkWithoutFile", `{"networks": [{"name": "span"}]}`, "networks[0]: name is required, and one of param and onnx"},
+		{"NetworkWithTwoFiles", `{"networks": [{"name": "span", "param": "a.param", "onnx": "a.onnx"}]}`, "networks[0]: name is required, and one of param and onnx"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "config.json")
