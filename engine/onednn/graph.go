@@ -85,7 +85,8 @@ type layer struct {
 	in, out value
 	// convolution and transposed: a square kernel k, stride, padding pad
 	// (a transposed layer's are its phase convolution's: stride 1, no
-	// padding), weights [out][in][k][k], bias, and the activation act
+	// padding for a ConvTranspose, a pixel shuffle's own), weights
+	// [out][in][k][k], bias, and the activation act
 	// (a leaky ReLU's of slope). weights8 and wscale are the int8
 	// weights of the QDQ form, which weights dequantises.
 	k, stride, pad int
@@ -117,17 +118,21 @@ type layer struct {
 }
 
 // maxChannels bounds a value's channels: the loops stage a pixel's
-// values on their stack.
-const maxChannels = 4096
+// values on their stack, in runs of OD_MAX_CHANNELS.
+const maxChannels = C.OD_MAX_CHANNELS
 
 // compile reads an ONNX network of the operators cunet and upconv_7 use:
 // Conv and ConvTranspose with LeakyRelu or Relu after them,
 // squeeze-and-excitation blocks (GlobalAveragePool, two 1×1 Convs, Relu,
-// Sigmoid, Mul), and Adds of a cropping Slice; in its QDQ form, also the
-// pairs of QuantizeLinear and DequantizeLinear that quantise a tensor,
-// dequantised int8 weights, and the DepthToSpace of a Conv. Its output is
-// an image of 3 channels that the last layer makes. Anything else is an
-// error that names it.
+// Sigmoid, Mul), and Adds of a cropping Slice; of those the brought
+// networks use: a swish after a Conv, element-wise Add, Sub, Mul, Div,
+// Sigmoid and PRelu of values of one shape and constants (one value, or
+// one a channel), Concat of channels, a nearest Resize by a whole
+// factor, and the DepthToSpace (DCR or CRD) of a Conv; in its QDQ form,
+// also the pairs of QuantizeLinear and DequantizeLinear that quantise a
+// tensor and dequantised int8 weights. Its output is an image of 3
+// channels that the last layer makes. Anything else is an error that
+// names it.
 func compile(file *onnxpb.Model) (*graph, error) {
 	c := compiler{
 		inits:     map[string]*onnxpb.Tensor{},

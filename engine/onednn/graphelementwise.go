@@ -29,7 +29,7 @@ func (c *compiler) cropSum(n *onnxpb.Node) bool {
 
 // inlined reports whether n, an element-wise operator, is compiled into
 // the program of the element-wise operators that read it: when they are
-// its only readers, and it is not the network's output.
+// its only readers (the network's output has none).
 func (c *compiler) inlined(n *onnxpb.Node) bool {
 	readers := c.consumers[n.Outputs[0]]
 	return len(readers) > 0 && !slices.ContainsFunc(readers, func(m *onnxpb.Node) bool {
@@ -149,28 +149,29 @@ func (p *program) operand(name string) (int, error) {
 	if r, ok := p.registers[name]; ok {
 		return r, nil
 	}
-	if n := c.producer[name]; n != nil && stepOps[n.Op] != 0 && !c.done[n] && c.inlined(n) {
+	v, computed := c.values[name] // a layer's: an Add of a crop, say
+	if n := c.producer[name]; !computed && n != nil && stepOps[n.Op] != 0 && !c.done[n] && c.inlined(n) {
 		return p.node(n)
 	}
-	if v, ok := c.values[name]; ok {
+	if computed {
 		i := slices.Index(p.l.inputs, v)
 		if i < 0 {
 			p.l.inputs, i = append(p.l.inputs, v), len(p.l.inputs)
 		}
 		return p.step(name, C.od_step{op: C.OD_INPUT, a: C.int(i)}), nil
 	}
-	v, dims, err := c.floats(name)
+	constant, dims, err := c.floats(name)
 	if err != nil {
 		return 0, fmt.Errorf("%s is neither a value computed before nor a constant", name)
 	}
 	// NCHW broadcasting: one value, or one a channel ([C,1,1], [1,C,1,1]).
 	perChannel := len(dims) >= 3 && dims[len(dims)-1] == 1 && dims[len(dims)-2] == 1 &&
 		!slices.ContainsFunc(dims[:len(dims)-3], func(d int64) bool { return d != 1 })
-	if len(v) != 1 && !perChannel {
+	if len(constant) != 1 && !perChannel {
 		return 0, fmt.Errorf("constant %s of shape %v: want one value or one a channel", name, dims)
 	}
 	r := p.step(name, C.od_step{op: C.OD_CONSTANT})
-	p.constants[r] = v
+	p.constants[r] = constant
 	return r, nil
 }
 

@@ -250,8 +250,9 @@ static inline void store(const od_desc *d, void *p, size_t i, int n, const float
   }
 }
 
-// CHUNK is how many values a loop stages at once, on its thread's stack.
-enum { CHUNK = 4096 };
+// CHUNK is how many values a loop stages at once, on its thread's stack:
+// at least a pixel's.
+enum { CHUNK = OD_MAX_CHANNELS };
 
 // The loops are built twice, for AVX-512 and for any x86-64, and the
 // first call picks the one the CPU runs.
@@ -354,7 +355,7 @@ LOOP void od_squeeze_excite(int threads, const od_desc *src, const void *x, cons
 // polynomial the loops vectorise (Cephes' expf: e^x = 2^n · e^r, r in
 // ±ln2/2, with ln2 split in two for an exact r).
 static inline float exp_poly(float x) {
-  x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
+  x = x < -87.3f ? -87.3f : x > 88.37f ? 88.37f : x;
   float n = floorf(x * 1.44269504f + 0.5f);
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -370,16 +371,18 @@ static inline float exp_poly(float x) {
   return p * two;
 }
 
-LOOP void od_elementwise(int threads, const od_desc *in, const void *const *x,
-                         const od_desc *dst, void *y, int n, const od_step *steps,
-                         const float *consts) {
+LOOP int od_elementwise(int threads, const od_desc *in, const void *const *x,
+                        const od_desc *dst, void *y, int n, const od_step *steps,
+                        const float *consts) {
   int c = dst->c, per = CHUNK / c;
   size_t pixels = (size_t)dst->h * dst->w, runs = (pixels + per - 1) / per;
+  // A register per step and thread, of a run of per pixels; a
+  // constant's is filled once.
+  float *all = malloc(sizeof(float) * CHUNK * n * threads);
+  if (!all) return -1;
 #pragma omp parallel num_threads(threads)
   {
-    // A register per step, of a run of per pixels; a constant's is
-    // filled once.
-    float *regs = malloc(sizeof(float) * CHUNK * n);
+    float *regs = all + (size_t)omp_get_thread_num() * CHUNK * n;
     for (int i = 0; i < n; i++)
       if (steps[i].op == OD_CONSTANT)
         for (int p = 0; p < per; p++) memcpy(regs + i * CHUNK + p * c, consts + steps[i].a, sizeof(float) * c);
@@ -417,8 +420,9 @@ LOOP void od_elementwise(int threads, const od_desc *in, const void *const *x,
       }
       store(dst, y, first, m, regs + (size_t)(n - 1) * CHUNK);
     }
-    free(regs);
   }
+  free(all);
+  return 0;
 }
 
 LOOP void od_concat(int threads, int n, const od_desc *in, const void *const *x, const od_desc *dst,

@@ -13,6 +13,10 @@
 
 enum { OD_F32 = 0, OD_BF16 = 1, OD_U8 = 2 };
 
+// OD_MAX_CHANNELS bounds a tensor's channels: the loops stage runs of up
+// to this many values on their stack.
+enum { OD_MAX_CHANNELS = 4096 };
+
 typedef struct {
   int c, h, w;
   int dt;       // OD_F32, OD_BF16 or OD_U8
@@ -97,8 +101,9 @@ typedef struct {
 
 // od_elementwise writes to dst, at each pixel, the last register of the
 // program steps (n of them) on the inputs in[i] at x[i], each of dst's
-// shape.
-void od_elementwise(int threads, const od_desc *in, const void *const *x,
+// shape; 0 on success, -1 when it could not have memory for its
+// registers.
+int od_elementwise(int threads, const od_desc *in, const void *const *x,
                     const od_desc *dst, void *y, int n, const od_step *steps, const float *consts);
 
 // od_concat writes the n tensors in[i] at x[i], of dst's height and width,

@@ -379,7 +379,9 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 			if len(l.constants) > 0 {
 				constants = (*C.float)(&l.constants[0])
 			}
-			C.od_elementwise(threads, &descs[0], &xs[0], &p.descs[l.out], ptr(p.at[l.out]), C.int(len(l.steps)), &l.steps[0], constants)
+			if C.od_elementwise(threads, &descs[0], &xs[0], &p.descs[l.out], ptr(p.at[l.out]), C.int(len(l.steps)), &l.steps[0], constants) != 0 {
+				return fmt.Errorf("onednn: %s: out of memory", l.name)
+			}
 		case concat:
 			descs, xs := p.operands(l.inputs, ptr)
 			C.od_concat(threads, C.int(len(descs)), &descs[0], &xs[0], &p.descs[l.out], ptr(p.at[l.out]))
