@@ -34,9 +34,11 @@ type Model struct {
 	// ONNX is instead an ONNX file: one input, NCHW float32 RGB in 0-1 of
 	// any size, and one output, the same enlarged, in the operators the
 	// runtime runs (those ncnn2onnx writes for the layers internal/ncnn
-	// reads). Its scale and receptive field are read from its metadata
-	// (upscale.scale, upscale.halo, as ncnn2onnx writes them), or, where
-	// it has none, measured at New: ×2 or ×4, with its borders kept.
+	// reads). Its geometry is read from its metadata where it has
+	// upscale.scale (then also upscale.border, upscale.multiple,
+	// upscale.min_input, and upscale.halo for a network that keeps its
+	// borders, as ncnn2onnx writes them), or, where it has none, measured
+	// at New: ×2 or ×4, its borders kept, any size.
 	ONNX string
 	// Published lets callers ask for the network by Name (upscale.Params
 	// .Model). An unpublished network runs only where a Rule picks it.
@@ -100,8 +102,8 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 			return fmt.Errorf("%s: it enlarges ×%d; the engine makes passes of ×2 and ×4", where, n.Scale)
 		}
 		mod := &model{Network: n, precision: cmp.Or(m.Precision, FP32), runtime: rt}
-		if !slices.Contains(convertedPrecisions, mod.precision) || !slices.Contains(mod.runtime.Precisions(), mod.precision) {
-			return fmt.Errorf("%s: precision %q: %s runs a brought network in %s", where, m.Precision, mod.runtime.Name(), joinPrecisions(offeredFor(mod.runtime)))
+		if !slices.Contains(BroughtPrecisions, mod.precision) || !slices.Contains(mod.runtime.Precisions(), mod.precision) {
+			return fmt.Errorf("%s: precision %q: %s runs a brought network in %s", where, mod.precision, mod.runtime.Name(), joinPrecisions(offeredFor(mod.runtime)))
 		}
 		if err := e.check(mod); err != nil {
 			return fmt.Errorf("%s: %s cannot run it in %s: %w", where, mod.runtime.Name(), mod.precision, err)
@@ -183,13 +185,13 @@ func (e *Engine) check(mod *model) error {
 	return network.Run(context.Background(), in, inW, inH, out)
 }
 
-// convertedPrecisions are what a brought network runs in, as converted:
+// BroughtPrecisions are what a brought network runs in, as converted:
 // its float32 weights, which oneDNN's BF16 rounds as it runs them.
-var convertedPrecisions = []Precision{FP32, BF16}
+var BroughtPrecisions = []Precision{FP32, BF16}
 
 // offeredFor is what rt runs a brought network in.
 func offeredFor(rt Runtime) []Precision {
-	return slices.DeleteFunc(slices.Clone(rt.Precisions()), func(p Precision) bool { return !slices.Contains(convertedPrecisions, p) })
+	return slices.DeleteFunc(slices.Clone(rt.Precisions()), func(p Precision) bool { return !slices.Contains(BroughtPrecisions, p) })
 }
 
 // MeasureModel times m, a network to bring, on each of candidates (a
@@ -198,16 +200,21 @@ func offeredFor(rt Runtime) []Precision {
 // one of its operators) last, each with its error. The standalone runs
 // each brought network on its fastest.
 func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads int) ([]Timing, error) {
-	if len(candidates) == 0 {
-		return nil, errors.New("onnx: no candidates to measure")
+	// The network is read (an ONNX file's geometry measured) on the first
+	// runtime that can run it.
+	var n *models.Network
+	var err error
+	for _, c := range candidates {
+		if n, err = loadModel(ctx, c.Runtime, m); err == nil || ctx.Err() != nil {
+			break
+		}
 	}
-	n, err := loadModel(ctx, candidates[0].Runtime, m)
-	if err != nil {
-		return nil, err
+	if n == nil {
+		return nil, cmp.Or(err, errors.New("onnx: no candidates to measure"))
 	}
 	return measure(ctx, candidates, threads, func(c Candidate) (*model, error) {
-		if !slices.Contains(convertedPrecisions, c.Precision) {
-			return nil, fmt.Errorf("a brought network runs in %s, not %s", joinPrecisions(convertedPrecisions), c.Precision)
+		if !slices.Contains(BroughtPrecisions, c.Precision) {
+			return nil, fmt.Errorf("a brought network runs in %s, not %s", joinPrecisions(BroughtPrecisions), c.Precision)
 		}
 		return &model{Network: n}, nil
 	})

@@ -138,8 +138,8 @@ func TestBroughtPaceEstimated(t *testing.T) {
 // TestBroughtONNX: SPAN ×4 brought as an ONNX file (ncnn2onnx's
 // conversion, written out) makes the same pixels as brought from its ncnn
 // files: with the file's metadata read, and with none, its scale and
-// receptive field measured at New (×4 and 21 pixels, or its tiles would
-// not match).
+// receptive field measured at New (×4 and at least 21 pixels, or its
+// tiles would not match).
 func TestBroughtONNX(t *testing.T) {
 	dir := t.TempDir()
 	model, _, err := ncnn2onnx.Convert(onnxtest.SPAN(t, 4), "span", nil, nil)

@@ -39,12 +39,20 @@ func readONNX(ctx context.Context, rt Runtime, m Model) (*models.Network, error)
 	return n, nil
 }
 
+// haloMargin is how many pixels measureGeometry adds to the receptive
+// field it measures.
+const haloMargin = 2
+
 // measureGeometry measures a network that keeps its borders (its
 // convolutions padded) on rt: its scale, ×2 or ×4, the one whose result a
 // tile takes; and its receptive field, the farthest, in source pixels,
 // that a change to one pixel of a random tile moves the result (of two
 // such changes), on tiles of 64, 128, then 256 pixels until the field
-// fits inside one.
+// fits inside one, and haloMargin more.
+//
+// Where a change reaches its farthest only through the kernels' corner
+// taps it is small, and float32 may round it away: the margin covers
+// that. A halo too wide costs time; one too narrow would show seams.
 func measureGeometry(ctx context.Context, rt Runtime, data []byte) (scale, halo int, err error) {
 	network, err := rt.Load(data, FP32, 0)
 	if err != nil {
@@ -58,14 +66,20 @@ func measureGeometry(ctx context.Context, rt Runtime, data []byte) (scale, halo 
 			x[i] = rng.Float32()
 		}
 		if scale == 0 {
+			var errs []error
 			for _, s := range []int{2, 4} {
-				if network.Run(ctx, x, n, n, make([]float32, 3*s*s*n*n)) == nil {
+				err := network.Run(ctx, x, n, n, make([]float32, 3*s*s*n*n))
+				if err == nil {
 					scale = s
 					break
 				}
+				if ctx.Err() != nil {
+					return 0, 0, ctx.Err()
+				}
+				errs = append(errs, fmt.Errorf("×%d: %w", s, err))
 			}
 			if scale == 0 {
-				return 0, 0, errors.New("a network without upscale metadata must make ×2 or ×4 of a tile of any size, its borders kept (its convolutions padded); give upscale.scale, upscale.border, upscale.multiple and upscale.min_input in its metadata if it does not")
+				return 0, 0, fmt.Errorf("a network without upscale metadata must make ×2 or ×4 of a tile of any size, its borders kept (its convolutions padded); give upscale.scale, upscale.border, upscale.multiple and upscale.min_input in its metadata if it does not (%w)", errors.Join(errs...))
 			}
 		}
 		base := make([]float32, 3*scale*scale*n*n)
@@ -97,7 +111,7 @@ func measureGeometry(ctx context.Context, rt Runtime, data []byte) (scale, halo 
 			}
 		}
 		if !edge {
-			return scale, int(reach), nil
+			return scale, int(reach) + haloMargin, nil
 		}
 	}
 	return 0, 0, errors.New("its receptive field is wider than 256 pixels")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,8 +41,10 @@ func (c engineChoice) info() prometheus.Collector {
 // the fastest on one CPU is the slowest on another.
 //
 // The networks cfg brings each run on the runtime and precision measured
-// fastest on them (onnx.MeasureModel), of the same candidates in float32
-// or bfloat16.
+// fastest on them (onnx.MeasureModel), of the candidates in float32 or
+// bfloat16 that the flags allow, or of all of those when the flags allow
+// neither (-onnx-precision int8: a brought network has no INT8 form,
+// onnx.BroughtPrecisions).
 func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Logger) (upscale.Upscaler, engineChoice, error) {
 	if o.engine != "onnx" {
 		if len(cfg.Networks) > 0 {
@@ -88,8 +91,12 @@ func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Lo
 		logger.Info("engine: chose the fastest", "runtime", chosen.Runtime.Name(), "precision", chosen.Precision, "of", len(candidates), "took", time.Since(start).Round(time.Millisecond))
 	}
 	brought, rules := cfg.models()
+	broughtCandidates := slices.DeleteFunc(slices.Clone(candidates), func(c onnx.Candidate) bool { return !slices.Contains(onnx.BroughtPrecisions, c.Precision) })
+	if len(broughtCandidates) == 0 {
+		broughtCandidates = onnx.Candidates(runtimes, onnx.BroughtPrecisions)
+	}
 	for i, m := range brought {
-		fastest, err := fastestFor(ctx, candidates, m, logger)
+		fastest, err := fastestFor(ctx, broughtCandidates, m, logger)
 		if err != nil {
 			return nil, engineChoice{}, err
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/internal/quality"
+	"github.com/upscalekit/upscale/upscaletest"
 )
 
 // spanConfig is a config file that brings SPAN ch48 ×2 and ×4 for clean
@@ -211,5 +213,30 @@ func BenchmarkBroughtVersusCunet(b *testing.B) {
 				b.Logf("×%d of 1000×960: SPAN median %.2f s %v (%s); cunet median %.2f s %v (%s)", scale, median(times[0]), times[0], engines[0], median(times[1]), times[1], engines[1])
 			}
 		})
+	}
+}
+
+// TestBroughtUnderINT8Only: with -onnx-precision int8, which no brought
+// network has a form for, the standalone still starts, and runs its
+// brought networks in the float precisions (onnx.BroughtPrecisions)
+// rather than refusing them.
+func TestBroughtUnderINT8Only(t *testing.T) {
+	dir := t.TempDir()
+	// A ×2 network: a 1×1 convolution to 12 channels, shuffled.
+	param := filepath.Join(dir, "tiny.param")
+	os.WriteFile(param, []byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 c1 out 0=2\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "tiny.bin"), make([]byte, 4*(1+36+12)), 0o644)
+	o := options{engine: "onnx", onnxRuntime: "onnxruntime", onnxPrecision: "int8"}
+	e, choice, err := o.openEngine(context.Background(), fileConfig{Networks: []fileNetwork{{Name: "tiny", Param: param, Published: true}}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("-onnx-precision int8 with a brought network: %v; want it to start", err)
+	}
+	defer e.(io.Closer).Close()
+	if choice.precision != "int8" {
+		t.Errorf("cunet's precision %q, want int8 as the flag says", choice.precision)
+	}
+	img, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 16, 12), upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Model: "tiny", Format: upscale.FormatPNG})
+	if err != nil || img.Engine != "learned;passes=1;network=tiny;runtime=onnxruntime;precision=fp32" {
+		t.Errorf("asked for tiny: %q, %v; want it run in fp32", img.Engine, err)
 	}
 }
