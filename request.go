@@ -157,16 +157,16 @@ func (h *Handler) checkModel(p Params) error {
 		return Explain(ErrInvalidRequest, msgModelUnknown, p.Model, quotedList(names))
 	}
 	step := published[i].Scale
+	if powerOf(p.Scale, step) {
+		return nil
+	}
 	var fit []string
 	for _, s := range scales {
 		if powerOf(s, step) {
 			fit = append(fit, strconv.Itoa(s))
 		}
 	}
-	if !powerOf(p.Scale, step) {
-		return Explain(ErrInvalidRequest, msgModelScale, p.Model, step, strings.Join(fit, ", "))
-	}
-	return nil
+	return Explain(ErrInvalidRequest, msgModelScale, p.Model, step, strings.Join(fit, ", "))
 }
 
 // powerOf reports whether n is step, step², step³…

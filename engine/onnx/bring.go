@@ -128,6 +128,11 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 				return fmt.Errorf("onnx: Options.Rules[%d]: scale %d is not one of %v", i, s, upscale.Scales())
 			}
 		}
+		for _, d := range r.Denoise {
+			if !slices.Contains(upscale.DenoiseLevels(), d) {
+				return fmt.Errorf("onnx: Options.Rules[%d]: denoise %q is not one of %v", i, d, upscale.DenoiseLevels())
+			}
+		}
 		e.rules = append(e.rules, rule{Rule: r, arch: a})
 	}
 	return nil

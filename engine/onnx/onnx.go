@@ -117,8 +117,9 @@ type Options struct {
 	// the engine tries them: the first whose pass fits the time left
 	// makes it. Empty means CUNet, then UpConv7.
 	Architectures []Architecture
-	// Models are networks the operator brings, converted and checked on
-	// the runtime in New; they run in float32. None by default.
+	// Models are networks the operator brings, read and checked on their
+	// runtimes in New, each in its own precision (Model.Precision: FP32
+	// unless it says BF16). None by default.
 	Models []Model
 	// Rules pick Models for passes, before the Architectures; a pass no
 	// rule picks a network for is the Architectures'. None by default.
