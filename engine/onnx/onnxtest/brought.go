@@ -96,14 +96,7 @@ func MatchesReference(t *testing.T, rt onnx.Runtime, net *ncnn.Net, x []float32,
 		t.Fatal(err)
 	}
 	defer network.Close()
-	in := ncnn.NewBlob(3, h, w)
-	for i, v := range x {
-		in.Data[i] = float64(v)
-	}
-	want, err := net.Forward(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := reference(t, net, x, w, h)
 	got := make([]float32, len(want.Data))
 	if err := network.Run(context.Background(), x, w, h, got); err != nil {
 		t.Fatal(err)
@@ -114,4 +107,19 @@ func MatchesReference(t *testing.T, rt onnx.Runtime, net *ncnn.Net, x []float32,
 		}
 	}
 	return g
+}
+
+// reference is internal/ncnn's float64 result of net on x, 3 planes of
+// w × h.
+func reference(t *testing.T, net *ncnn.Net, x []float32, w, h int) *ncnn.Blob {
+	t.Helper()
+	in := ncnn.NewBlob(3, h, w)
+	for i, v := range x {
+		in.Data[i] = float64(v)
+	}
+	out, err := net.Forward(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -162,14 +162,7 @@ func testMatchesNCNN(t *testing.T, rt onnx.Runtime) {
 			// that its pooled statistics cover more than one position.
 			n := m.MinInput + 2*m.Multiple
 			x := randomTile(uint64(n), n, n)
-			in := ncnn.NewBlob(3, n, n)
-			for i, v := range x {
-				in.Data[i] = float64(v)
-			}
-			want, err := net.Forward(in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want := reference(t, net, x, n, n)
 			if o := m.OutputSize(n); want.C != 3 || want.H != o || want.W != o {
 				t.Fatalf("the ncnn original makes %d×%d×%d of %d², the metadata says 3×%d×%d", want.C, want.H, want.W, n, o, o)
 			}
