@@ -28,14 +28,20 @@ func (c *compiler) cropSum(n *onnxpb.Node) bool {
 }
 
 // inlined reports whether n, an element-wise operator, is compiled into
-// the program of the element-wise operators that read it: when they are
-// its only readers (the network's output has none).
+// the program of the one element-wise operator that reads it: when that
+// is its only reader (the network's output has none). A value two
+// programs read is made once, not in each: an INT8 twin's residual sum,
+// read by the next block's sum and scaled for its convolution, would
+// otherwise be made again by every later block, its program longer each
+// time.
 func (c *compiler) inlined(n *onnxpb.Node) bool {
 	readers := c.consumers[n.Outputs[0]]
-	return len(readers) > 0 && !slices.ContainsFunc(readers, func(m *onnxpb.Node) bool {
-		_, ok := stepOps[m.Op]
-		return !ok || c.done[m] || m.Op == "Add" && c.cropSum(m)
-	})
+	if len(readers) == 0 || slices.ContainsFunc(readers, func(m *onnxpb.Node) bool { return m != readers[0] }) {
+		return false
+	}
+	m := readers[0]
+	_, ok := stepOps[m.Op]
+	return ok && !c.done[m] && !(m.Op == "Add" && c.cropSum(m))
 }
 
 // swishOf returns the Mul of out and Sigmoid(out) when those two are all

@@ -3,6 +3,7 @@ package onednn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -280,4 +281,43 @@ func TestReleaseMemory(t *testing.T) {
 		t.Fatalf("%d idle arenas after ReleaseMemory, want 0", len(rt.arenas))
 	}
 	run()
+}
+
+// TestSharedValueMadeOnce: an element-wise result that two programs read
+// is made once, by its own layer, not again in each program (as an INT8
+// twin's residual sum is read by the next block's sum and scaled for its
+// convolution).
+func TestSharedValueMadeOnce(t *testing.T) {
+	weights := onnxpb.FloatTensor("w", []int64{3, 3, 3, 3}, make([]float32, 81))
+	image := []onnxpb.Value{{Name: "x", Type: onnxpb.Float, Dims: []onnxpb.Dim{{Size: 1}, {Size: 3}, {Param: "h"}, {Param: "w"}}}}
+	file := &onnxpb.Model{Graph: onnxpb.Graph{Nodes: []onnxpb.Node{
+		{Op: "Conv", Name: "c", Inputs: []string{"x", "w"}, Outputs: []string{"a"}},
+		{Op: "Sigmoid", Name: "shared", Inputs: []string{"a"}, Outputs: []string{"b"}},
+		{Op: "Mul", Name: "d", Inputs: []string{"b", "a"}, Outputs: []string{"d"}},
+		{Op: "Conv", Name: "cd", Inputs: []string{"d", "w"}, Outputs: []string{"d2"}},
+		{Op: "Add", Name: "e", Inputs: []string{"b", "a"}, Outputs: []string{"e"}},
+		{Op: "Conv", Name: "ce", Inputs: []string{"e", "w"}, Outputs: []string{"e2"}},
+		{Op: "Add", Name: "f", Inputs: []string{"d2", "e2"}, Outputs: []string{"f"}},
+		{Op: "Conv", Name: "out", Inputs: []string{"f", "w"}, Outputs: []string{"y"}},
+	}, Initializers: []onnxpb.Tensor{weights}, Inputs: image, Outputs: []onnxpb.Value{{Name: "y", Type: onnxpb.Float}}}}
+	g, err := compile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var programs []string
+	sigmoids := 0
+	for _, l := range g.layers {
+		if l.kind != elementwise {
+			continue
+		}
+		programs = append(programs, fmt.Sprintf("%s (%d steps)", l.name, len(l.steps)))
+		for _, s := range l.steps {
+			if s.op == stepOps["Sigmoid"] {
+				sigmoids++
+			}
+		}
+	}
+	if sigmoids != 1 || len(programs) != 4 {
+		t.Errorf("programs %v with %d sigmoids; want the shared sigmoid's, d's, e's and f's, one sigmoid in all", programs, sigmoids)
+	}
 }
