@@ -39,7 +39,8 @@ type typing struct {
 // a tile's time. A value made or read by a float32 convolution is
 // float32; else one a bfloat16 convolution makes or reads is bfloat16;
 // one a loop or an int8 convolution makes is uint8 where the network
-// quantises it, else of the float type.
+// quantises it and reads it only so, else of the float type (with a
+// uint8 copy for the int8 convolutions that read it).
 func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 	t := typing{conv: make([]int, len(g.layers)), dt: make([]int, len(g.values)), copy: make([]int, len(g.values))}
 	readers := make([]map[int]bool, len(g.values))
@@ -71,7 +72,7 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 		switch {
 		case info.image || madeBy[v] == f32 || readers[v][f32]:
 			t.dt[v] = f32
-		case madeBy[v] == bf16 || readers[v][bf16] || info.quant == nil:
+		case madeBy[v] == bf16 || readers[v][bf16] || info.quant == nil || info.floatRead:
 			t.dt[v] = floatType
 		default:
 			t.dt[v] = u8
@@ -101,7 +102,9 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 // float32, and ONNX Runtime's 33.99); these layers in bfloat16, with the
 // transposed convolution that makes the first U-Net's image in float32,
 // buy it back (33.95) for 8% of a tile's time, where the float32 layers
-// would cost 25% (BENCHMARKS.md).
+// would cost 25% (BENCHMARKS.md). They go by name: a brought network's
+// twin with layers of these names would run them in bfloat16 too, which
+// costs it speed, never accuracy.
 var keptInFloat = map[string]bool{"Convolution3": true, "Convolution4": true, "Convolution5": true, "Deconvolution4": true}
 
 // A plan runs a graph on tiles of one size: each value's shape and place

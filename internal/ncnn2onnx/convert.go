@@ -183,6 +183,9 @@ type converter struct {
 	quant         *Quantization
 	quantized     map[string]quantized
 	dequantizedAs map[string]string
+	// channelSteps are the steps each channel of a tensor in QDQ form
+	// was divided by (channelScaled), by the QDQ form's name.
+	channelSteps map[string][]float32
 	// folds are the products by a scalar folded into the convolution
 	// that alone reads them (foldProducts): the factor, by the
 	// convolution's name, and the products, skipped, by theirs.
@@ -200,7 +203,7 @@ func Convert(net *ncnn.Net, name string, metadata [][2]string, quant *Quantizati
 		return nil, Geometry{}, err
 	}
 	c := &converter{net: net, graph: onnxpb.Graph{Name: name}, cropEnds: map[*ncnn.Crop][2]int{}, alias: map[string]string{},
-		quant: quant, quantized: map[string]quantized{}, dequantizedAs: map[string]string{}}
+		quant: quant, quantized: map[string]quantized{}, dequantizedAs: map[string]string{}, channelSteps: map[string][]float32{}}
 	if err := c.measureCrops(g); err != nil {
 		return nil, Geometry{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -34,21 +35,79 @@ type Quantization struct {
 	// ranges are the calibrated ranges of the network's blobs, by ncnn
 	// name.
 	ranges map[string][2]float64
+	// floatRead are the blobs that a layer without an INT8 form reads,
+	// when a quantised convolution's result stays float for them (a
+	// brought network's swish, attention and concatenation): only what
+	// a quantised convolution reads is quantised. Nil for the waifu2x
+	// twins, whose recipe quantises every quantised layer's result.
+	floatRead map[string]bool
+	// net and tiles are what it was calibrated for and on.
+	net   *ncnn.Net
+	tiles []*ncnn.Blob
+	// channelRanges are the calibrated ranges of each channel of the
+	// blobs, by ncnn name, for a brought network: what a quantised
+	// convolution reads is scaled channel by channel to one range
+	// (channelScaled), and its weights the other way.
+	channelRanges map[string][][2]float64
+}
+
+// Quantized are the convolutions q quantises, in the network's order.
+func (q *Quantization) Quantized() []string {
+	var names []string
+	for _, l := range q.net.Layers {
+		if _, ok := l.Op.(*ncnn.Conv); ok && int8Form(l) && !q.float[l.Name] {
+			names = append(names, l.Name)
+		}
+	}
+	return names
+}
+
+// KeepingInFloat returns q with layers kept in float32 too.
+func (q *Quantization) KeepingInFloat(layers ...string) *Quantization {
+	k := *q
+	k.float = maps.Clone(q.float)
+	for _, l := range layers {
+		k.float[l] = true
+	}
+	if q.floatRead != nil {
+		k.floatRead = floatRead(q.net, k.float)
+	}
+	return &k
+}
+
+// Tiles are the calibration tiles, each 3 planes of float32 in 0-1 (a
+// network's input), side × side.
+func (q *Quantization) Tiles() (tiles [][]float32, side int) {
+	for _, b := range q.tiles {
+		x := make([]float32, len(b.Data))
+		for i, v := range b.Data {
+			x[i] = float32(v)
+		}
+		tiles = append(tiles, x)
+	}
+	return tiles, q.tiles[0].W
 }
 
 // NewQuantization calibrates net on side × side tiles of the PNG files of
 // dir (calibrationTiles), keeping the convolution layers named in float
-// (ncnn names) in float32.
+// (ncnn names) in float32. With float nil, as for a network an operator
+// brings, it keeps the convolutions that read or make the image
+// (imageConvolutions) and quantises only the inputs of the others.
 func NewQuantization(net *ncnn.Net, dir string, side int, float []string) (*Quantization, error) {
 	tiles, err := calibrationTiles(dir, side)
 	if err != nil {
 		return nil, err
 	}
-	ranges, err := calibrate(net, tiles)
+	ranges, channels, err := calibrate(net, tiles)
 	if err != nil {
 		return nil, err
 	}
-	q := &Quantization{float: map[string]bool{}, ranges: ranges}
+	q := &Quantization{float: map[string]bool{}, ranges: ranges, net: net, tiles: tiles}
+	if float == nil {
+		q.channelRanges = channels
+		q.float = imageConvolutions(net)
+		q.floatRead = floatRead(net, q.float)
+	}
 	for _, layer := range float {
 		if !slices.ContainsFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == layer }) {
 			return nil, fmt.Errorf("no layer %s to keep in float32", layer)
@@ -56,6 +115,97 @@ func NewQuantization(net *ncnn.Net, dir string, side int, float []string) (*Quan
 		q.float[layer] = true
 	}
 	return q, nil
+}
+
+// imageConvolutions are the convolutions that no other convolution
+// separates from the network's input or its output: they read the image
+// or make it, where INT8's steps would show, and are a small share of an
+// efficient network's arithmetic (SPAN's first and last: 5% of it).
+func imageConvolutions(net *ncnn.Net) map[string]bool {
+	producer, readers := map[string]ncnn.Layer{}, map[string][]ncnn.Layer{}
+	for _, l := range net.Layers {
+		for _, out := range l.Outputs {
+			producer[out] = l
+		}
+		for _, in := range l.Inputs {
+			readers[in] = append(readers[in], l)
+		}
+	}
+	edge, seen := map[string]bool{}, map[string]bool{}
+	// Each walk stops at the convolutions it meets.
+	var forward, backward func(blob string)
+	forward = func(blob string) {
+		for _, r := range readers[blob] {
+			if _, ok := r.Op.(*ncnn.Conv); ok {
+				edge[r.Name] = true
+			} else if !seen["f"+r.Name] {
+				seen["f"+r.Name] = true
+				for _, out := range r.Outputs {
+					forward(out)
+				}
+			}
+		}
+	}
+	backward = func(blob string) {
+		p, ok := producer[blob]
+		if !ok {
+			return
+		}
+		if _, ok := p.Op.(*ncnn.Conv); ok {
+			edge[p.Name] = true
+		} else if !seen["b"+p.Name] {
+			seen["b"+p.Name] = true
+			for _, in := range p.Inputs {
+				backward(in)
+			}
+		}
+	}
+	forward(net.Input)
+	backward(net.Output)
+	return edge
+}
+
+// floatRead are the blobs of net that a layer reads in float: one
+// without an INT8 form, or one of float (through Splits, which pass a
+// blob on).
+func floatRead(net *ncnn.Net, float map[string]bool) map[string]bool {
+	passedOn := map[string]string{} // a Split's output → its input
+	for _, l := range net.Layers {
+		if _, ok := l.Op.(ncnn.Split); ok {
+			for _, out := range l.Outputs {
+				passedOn[out] = l.Inputs[0]
+			}
+		}
+	}
+	read := map[string]bool{}
+	for _, l := range net.Layers {
+		if _, ok := l.Op.(ncnn.Split); ok || int8Form(l) && !float[l.Name] {
+			continue
+		}
+		for _, in := range l.Inputs {
+			for ; in != ""; in = passedOn[in] {
+				read[in] = true
+			}
+		}
+	}
+	return read
+}
+
+// int8Form reports whether l has a QDQ form (int8Layer's).
+func int8Form(l ncnn.Layer) bool {
+	switch op := l.Op.(type) {
+	case *ncnn.Conv:
+		// Activations none, or LeakyReLU with a positive slope; a
+		// transposed convolution whose kernel is its stride.
+		act := op.Act
+		return (act.Kind == ncnn.NoActivation || act.Kind == ncnn.LeakyReLU && act.Slope > 0) &&
+			(!op.Transposed || op.Kernel == op.Stride && op.Pad == 0)
+	case *ncnn.Crop, ncnn.ChannelScale, ncnn.GlobalAvgPool:
+		return true
+	case ncnn.Eltwise:
+		return op.Op == ncnn.Sum && len(l.Inputs) == 2
+	}
+	return false
 }
 
 // quantized is a tensor's uint8 quantisation: value = scale × (q − zero).
@@ -133,8 +283,9 @@ func decodePNG(file string) (image.Image, error) {
 // calibrate runs net on every tile and returns each blob's range (see
 // rangeTail). Tiles run in parallel; the result does not depend on their
 // order.
-func calibrate(net *ncnn.Net, tiles []*ncnn.Blob) (map[string][2]float64, error) {
+func calibrate(net *ncnn.Net, tiles []*ncnn.Blob) (map[string][2]float64, map[string][][2]float64, error) {
 	perTile := make([]map[string][2]float64, len(tiles))
+	perChannel := make([]map[string][][2]float64, len(tiles))
 	errs := make([]error, len(tiles))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -146,9 +297,13 @@ func calibrate(net *ncnn.Net, tiles []*ncnn.Blob) (map[string][2]float64, error)
 					errs[i] = err
 					continue
 				}
-				perTile[i] = map[string][2]float64{}
+				perTile[i], perChannel[i] = map[string][2]float64{}, map[string][][2]float64{}
 				for name, blob := range blobs {
 					perTile[i][name] = tails(blob.Data)
+					n := blob.H * blob.W
+					for ch := range blob.C {
+						perChannel[i][name] = append(perChannel[i][name], tails(blob.Data[ch*n:(ch+1)*n]))
+					}
 				}
 			}
 		})
@@ -159,17 +314,24 @@ func calibrate(net *ncnn.Net, tiles []*ncnn.Blob) (map[string][2]float64, error)
 	close(next)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ranges := map[string][2]float64{}
+	ranges, channels := map[string][2]float64{}, map[string][][2]float64{}
 	for name := range perTile[0] {
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, r := range perTile {
 			lo, hi = min(lo, r[name][0]), max(hi, r[name][1])
 		}
 		ranges[name] = [2]float64{lo, hi}
+		for ch := range perChannel[0][name] {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for _, r := range perChannel {
+				lo, hi = min(lo, r[name][ch][0]), max(hi, r[name][ch][1])
+			}
+			channels[name] = append(channels[name], [2]float64{lo, hi})
+		}
 	}
-	return ranges, nil
+	return ranges, channels, nil
 }
 
 // tails returns the values below and above which rangeTail of v lie.
@@ -196,10 +358,50 @@ func (c *converter) dequantized(tensor, blob string) (string, quantized, error) 
 		return "", quantized{}, fmt.Errorf("blob %s has no calibrated range", blob)
 	}
 	q := quantizedRange(r[0], r[1])
-	out := tensor + "_dq"
+	out, from := tensor+"_dq", tensor
+	if channels, ok := c.quant.channelRanges[blob]; ok {
+		// Each channel divided by its step: one uint8 range holds them
+		// all, as one scale could not (SPAN's run from a fraction of 1
+		// to 91 in one tensor).
+		var steps []float32
+		q, steps = channelScaled(channels)
+		inverse := make([]float32, len(steps))
+		for i, s := range steps {
+			inverse[i] = 1 / s
+		}
+		scaled := tensor + "_scaled"
+		c.node("Mul", tensor+"_scale", []string{tensor, c.weightFloat(tensor+"_steps", []int64{1, int64(len(steps)), 1, 1}, inverse...)}, scaled)
+		c.channelSteps[out] = steps
+		tensor = scaled
+	}
 	c.quantize(tensor, out, q)
-	c.dequantizedAs[tensor] = out
+	c.dequantizedAs[from] = out
 	return out, q, nil
+}
+
+// channelScaled chooses, for channels of the given ranges, the one
+// zero point z and each channel's step s (its value over s lies in
+// [−z, 255 − z]) that make the steps smallest for their ranges, summed;
+// the result is a quantisation of scale 1 and zero point z.
+func channelScaled(ranges [][2]float64) (quantized, []float32) {
+	stepsAt := func(z int) ([]float32, float64) {
+		steps, cost := make([]float32, len(ranges)), 0.0
+		for i, r := range ranges {
+			lo, hi := min(r[0], 0), max(r[1], 0)
+			s := max(hi/float64(255-z), -lo/float64(z), 1e-6)
+			steps[i] = float32(s)
+			cost += s / max(hi-lo, 1e-6)
+		}
+		return steps, cost
+	}
+	best, bestCost := 1, math.Inf(1)
+	for z := 1; z < 255; z++ {
+		if _, cost := stepsAt(z); cost < bestCost {
+			best, bestCost = z, cost
+		}
+	}
+	steps, _ := stepsAt(best)
+	return quantized{scale: 1, zero: uint8(best)}, steps
 }
 
 // quantize adds QuantizeLinear and DequantizeLinear from tensor in to out
@@ -226,13 +428,21 @@ type convolution struct {
 // as int8 (per output channel, symmetric) and its bias as int32 in the
 // product of the two scales, which is what ONNX Runtime runs as
 // QLinearConv. A LeakyReLU after it gets its own QDQ pair, which ONNX
-// Runtime runs as QLinearLeakyRelu.
-func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange [2]float64) error {
+// Runtime runs as QLinearLeakyRelu. Without quantizeOut its result
+// stays float32.
+func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange [2]float64, quantizeOut bool) error {
 	x, qx, err := c.dequantized(in, inBlob)
 	if err != nil {
 		return err
 	}
 	k := conv.kernel * conv.kernel
+	if steps, ok := c.channelSteps[x]; ok { // the input was divided by them
+		w := make([]float32, len(conv.weight))
+		for i, v := range conv.weight {
+			w[i] = v * steps[i/k%conv.in]
+		}
+		conv.weight = w
+	}
 	weights := make([]int8, len(conv.weight))
 	scales := make([]float32, conv.out)
 	for o := range conv.out {
@@ -272,6 +482,10 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 	}
 	s, p := int64(conv.stride), int64(conv.pad)
 	attrs := []onnxpb.Attr{onnxpb.Ints("kernel_shape", int64(conv.kernel), int64(conv.kernel)), onnxpb.Ints("strides", s, s), onnxpb.Ints("pads", p, p, p, p)}
+	if !quantizeOut {
+		c.activated("Conv", name, inputs, out, conv.act, attrs...)
+		return nil
+	}
 	switch conv.act.Kind {
 	case ncnn.NoActivation:
 		c.node("Conv", name, inputs, name+"_out", attrs...)
@@ -293,7 +507,7 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 // int8Layer adds l in INT8 when it has an INT8 form and quant does not
 // keep it in float32, and reports whether it did.
 func (c *converter) int8Layer(l ncnn.Layer, in []string, out string) (bool, error) {
-	if c.quant == nil || c.quant.float[l.Name] {
+	if c.quant == nil || c.quant.float[l.Name] || !int8Form(l) {
 		return false, nil
 	}
 	outRange, ok := c.quant.ranges[l.Outputs[0]]
@@ -302,15 +516,9 @@ func (c *converter) int8Layer(l ncnn.Layer, in []string, out string) (bool, erro
 	}
 	switch op := l.Op.(type) {
 	case *ncnn.Conv:
-		if act := op.Act; act.Kind != ncnn.NoActivation && (act.Kind != ncnn.LeakyReLU || act.Slope <= 0) {
-			return false, nil // int8Conv's forms: none, or LeakyReLU with a positive slope
-		}
 		conv := convolution{name: l.Name, in: op.In, out: op.Out, kernel: op.Kernel, stride: op.Stride, pad: op.Pad, weight: op.Weight, bias: op.Bias, act: op.Act}
 		if !op.Transposed {
-			return true, c.int8Conv(conv, in[0], l.Inputs[0], out, outRange)
-		}
-		if op.Kernel != op.Stride || op.Pad != 0 {
-			return false, nil
+			return true, c.int8Conv(conv, in[0], l.Inputs[0], out, outRange, !c.quant.floatRead[l.Outputs[0]])
 		}
 		// Each input pixel alone makes a k × k block of the output: a
 		// 1×1 convolution to k² × Out channels, then DepthToSpace, which
@@ -320,7 +528,7 @@ func (c *converter) int8Layer(l ncnn.Layer, in []string, out string) (bool, erro
 		conv.kernel, conv.stride, conv.out = 1, 1, op.Out*k*k
 		conv.weight, conv.bias = shuffled(op)
 		blocks := l.Name + "_blocks"
-		if err := c.int8Conv(conv, in[0], l.Inputs[0], blocks, outRange); err != nil {
+		if err := c.int8Conv(conv, in[0], l.Inputs[0], blocks, outRange, true); err != nil {
 			return true, err
 		}
 		c.node("DepthToSpace", l.Name+"_shuffle", []string{blocks}, l.Name+"_shuffled", onnxpb.Int("blocksize", int64(k)))

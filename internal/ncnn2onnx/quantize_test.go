@@ -2,6 +2,7 @@ package ncnn2onnx
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/upscalekit/upscale/internal/ncnn"
@@ -58,6 +59,70 @@ Deconvolution d 1 1 data out 0=2 1=2 3=2 5=1 6=24
 					t.Fatalf("(%d, %d, %d): deconvolution %v, shuffled 1×1 convolution %v", c, y, col, got, sum)
 				}
 			}
+		}
+	}
+}
+
+// TestBroughtQuantization: for a network an operator brings (no list of
+// layers to keep in float32), the convolutions that read or make the
+// image stay in float32 and the others are quantised; a quantised
+// convolution's result is quantised only where no float layer reads it;
+// and keeping one more in float32 makes what it reads, through a Split,
+// read in float.
+func TestBroughtQuantization(t *testing.T) {
+	net := parse(t, `9 10
+Input in 0 1 data
+Convolution a 1 1 data x1 0=3 1=1 6=9
+Split s 1 2 x1 x1a x1b
+Convolution b 1 1 x1a x2 0=3 1=1 6=9
+Swish w 1 1 x2 x3
+Convolution c 1 1 x3 x4 0=3 1=1 6=9
+Eltwise sum 2 1 x4 x1b x5 0=1
+Convolution d 1 1 x5 x6 0=12 1=1 6=36
+PixelShuffle ps 1 1 x6 out 0=2
+`, make([]float32, 3*10+37)...)
+	q, err := NewQuantization(net, "../../testdata/sr/Set5", 16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Quantized(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("quantised %v, want b and c: a reads the image and d makes it", got)
+	}
+	for blob, want := range map[string]bool{"data": true, "x2": true, "x4": false, "x5": true, "x1": false} {
+		if q.floatRead[blob] != want {
+			t.Errorf("%s read in float: %v, want %v", blob, q.floatRead[blob], want)
+		}
+	}
+	kept := q.KeepingInFloat("b")
+	if got := kept.Quantized(); !slices.Equal(got, []string{"c"}) || !kept.floatRead["x1"] || q.floatRead["x1"] || len(q.Quantized()) != 2 {
+		t.Errorf("b kept in float32: quantised %v, x1 read in float %v; want c alone, x1 read in float (through the Split), and q unchanged", got, kept.floatRead["x1"])
+	}
+}
+
+// TestChannelScaledCoversEachChannel: one zero point and a step per
+// channel hold each channel's range, and zero, in 256 steps; channels
+// that are never negative share the least zero point, so that each
+// keeps nearly all 255 steps above it.
+func TestChannelScaledCoversEachChannel(t *testing.T) {
+	for _, ranges := range [][][2]float64{
+		{{0, 1}, {-0.5, 91}, {-2, -1}, {0, 0}},
+		{{0, 1}, {0.2, 40}, {0, 0.001}},
+	} {
+		q, steps := channelScaled(ranges)
+		if q.scale != 1 {
+			t.Errorf("%v: scale %v, want 1 (the steps are the channels')", ranges, q.scale)
+		}
+		z := float64(q.zero)
+		nonNegative := true
+		for i, r := range ranges {
+			s := float64(steps[i])
+			if lo, hi := min(r[0], 0), max(r[1], 0); -lo > z*s*(1+1e-6) || hi > (255-z)*s*(1+1e-6) {
+				t.Errorf("%v: channel %d, %v, not held by steps of %v above zero point %v", ranges, i, r, s, z)
+			}
+			nonNegative = nonNegative && r[0] >= 0
+		}
+		if nonNegative && q.zero != 1 {
+			t.Errorf("%v: zero point %d for channels never negative, want 1", ranges, q.zero)
 		}
 	}
 }
