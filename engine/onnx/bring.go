@@ -48,8 +48,15 @@ type Model struct {
 	// MeasureModel times the candidates on the network itself.
 	Runtime Runtime
 	// Precision is its arithmetic, one the runtime offers: FP32 (the
-	// default) or BF16, on the network as converted.
+	// default) or BF16, on the network as converted, or INT8 on its
+	// twin.
 	Precision Precision
+	// INT8 is its INT8 twin, the ONNX file MakeTwin makes of Param
+	// (cmd/int8twin): the same network with the convolutions that
+	// quantise well in 8-bit integers, within 48 dB of float32 on its
+	// calibration tiles, or at least TwinFloor. Precision INT8 runs it;
+	// without a twin, INT8 is refused.
+	INT8 string
 }
 
 // A Rule picks a Model for a learned pass: the first Rule that matches a
@@ -93,18 +100,18 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 		case slices.Contains([]Architecture{CUNet, UpConv7}, Architecture(m.Name)) || byName[m.Name] != nil:
 			return fmt.Errorf("%s: the name is taken", where)
 		}
-		rt := cmp.Or[Runtime](m.Runtime, e.opts.Runtime)
-		n, err := loadModel(context.Background(), rt, m)
+		rt, precision := cmp.Or[Runtime](m.Runtime, e.opts.Runtime), cmp.Or(m.Precision, FP32)
+		if !slices.Contains(m.Precisions(), precision) || !slices.Contains(rt.Precisions(), precision) {
+			return fmt.Errorf("%s: precision %q: %s runs it in %s%s", where, precision, rt.Name(), joinPrecisions(m.offeredBy(rt)), m.withoutTwin(precision))
+		}
+		n, err := loadModel(context.Background(), rt, m, precision)
 		if err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		if n.Scale != 2 && n.Scale != 4 {
 			return fmt.Errorf("%s: it enlarges ×%d; the engine makes passes of ×2 and ×4", where, n.Scale)
 		}
-		mod := &model{Network: n, precision: cmp.Or(m.Precision, FP32), runtime: rt}
-		if !slices.Contains(BroughtPrecisions, mod.precision) || !slices.Contains(mod.runtime.Precisions(), mod.precision) {
-			return fmt.Errorf("%s: precision %q: %s runs a brought network in %s", where, mod.precision, mod.runtime.Name(), joinPrecisions(offeredFor(mod.runtime)))
-		}
+		mod := &model{Network: n, precision: precision, runtime: rt}
 		if err := e.check(mod); err != nil {
 			return fmt.Errorf("%s: %s cannot run it in %s: %w", where, mod.runtime.Name(), mod.precision, err)
 		}
@@ -144,31 +151,59 @@ type rule struct {
 	arch *arch
 }
 
-// loadModel reads m's network: its ncnn files converted in float32, or
-// its ONNX file, whose geometry rt measures if it does not say it.
-func loadModel(ctx context.Context, rt Runtime, m Model) (*models.Network, error) {
+// loadModel reads m's network for precision: for INT8 its twin, checked
+// against the network; else its ncnn files converted in float32, or its
+// ONNX file, whose geometry rt measures if it does not say it.
+func loadModel(ctx context.Context, rt Runtime, m Model, precision Precision) (*models.Network, error) {
+	n, err := loadFloat(ctx, rt, m)
+	if err != nil || precision != INT8 {
+		return n, err
+	}
+	twin, err := readONNX(ctx, rt, Model{Name: m.Name, ONNX: m.INT8})
+	if err != nil {
+		return nil, fmt.Errorf("its INT8 twin: %w", err)
+	}
+	if twin.Scale != n.Scale || twin.Margin() != n.Margin() {
+		return nil, fmt.Errorf("its INT8 twin %s enlarges ×%d reading %d pixels around, the network ×%d reading %d: a twin of another network", m.INT8, twin.Scale, twin.Margin(), n.Scale, n.Margin())
+	}
+	return twin, nil
+}
+
+// loadFloat reads m's network as loadModel does, in float32.
+func loadFloat(ctx context.Context, rt Runtime, m Model) (*models.Network, error) {
 	switch {
 	case m.Param != "" && m.ONNX != "":
 		return nil, errors.New("both a Param and an ONNX file: give one")
 	case m.ONNX != "":
 		return readONNX(ctx, rt, m)
-	case m.Param == "":
-		return nil, errors.New("no Param or ONNX file")
 	}
-	param, err := os.ReadFile(m.Param)
+	net, err := readNet(m.Param)
 	if err != nil {
 		return nil, err
 	}
-	binPath := strings.TrimSuffix(m.Param, filepath.Ext(m.Param)) + ".bin"
-	bin, err := os.ReadFile(binPath)
+	return convertNet(net, m, nil)
+}
+
+// readNet reads the ncnn network of a .param file and the .bin beside it.
+func readNet(paramPath string) (*ncnn.Net, error) {
+	if paramPath == "" {
+		return nil, errors.New("no Param or ONNX file")
+	}
+	param, err := os.ReadFile(paramPath)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := os.ReadFile(strings.TrimSuffix(paramPath, filepath.Ext(paramPath)) + ".bin")
 	if err != nil {
 		return nil, fmt.Errorf("its weights: %w", err)
 	}
-	net, err := ncnn.Parse(param, bin)
-	if err != nil {
-		return nil, err
-	}
-	onnx, g, err := ncnn2onnx.Convert(net, m.Name, [][2]string{{"upscale.source", m.Param}}, nil)
+	return ncnn.Parse(param, bin)
+}
+
+// convertNet converts m's network net, in INT8 with q, its metadata
+// naming m.Param as its source, and meta.
+func convertNet(net *ncnn.Net, m Model, q *ncnn2onnx.Quantization, meta ...[2]string) (*models.Network, error) {
+	onnx, g, err := ncnn2onnx.Convert(net, m.Name, append([][2]string{{"upscale.source", m.Param}}, meta...), q)
 	if err != nil {
 		return nil, err
 	}
@@ -191,12 +226,30 @@ func (e *Engine) check(mod *model) error {
 }
 
 // BroughtPrecisions are what a brought network runs in, as converted:
-// its float32 weights, which oneDNN's BF16 rounds as it runs them.
+// its float32 weights, which oneDNN's BF16 rounds as it runs them. One
+// with an INT8 twin (Model.INT8) runs in INT8 too.
 var BroughtPrecisions = []Precision{FP32, BF16}
 
-// offeredFor is what rt runs a brought network in.
-func offeredFor(rt Runtime) []Precision {
-	return slices.DeleteFunc(slices.Clone(rt.Precisions()), func(p Precision) bool { return !slices.Contains(BroughtPrecisions, p) })
+// Precisions are what m runs in: BroughtPrecisions, and INT8 with a twin.
+func (m Model) Precisions() []Precision {
+	if m.INT8 != "" {
+		return append(slices.Clone(BroughtPrecisions), INT8)
+	}
+	return BroughtPrecisions
+}
+
+// offeredBy is what rt runs m in.
+func (m Model) offeredBy(rt Runtime) []Precision {
+	return slices.DeleteFunc(slices.Clone(rt.Precisions()), func(p Precision) bool { return !slices.Contains(m.Precisions(), p) })
+}
+
+// withoutTwin explains, for INT8 asked of m without a twin, where one
+// comes from.
+func (m Model) withoutTwin(p Precision) string {
+	if p == INT8 && m.INT8 == "" {
+		return "; INT8 needs its INT8 twin (Model.INT8), which MakeTwin makes"
+	}
+	return ""
 }
 
 // MeasureModel times m, a network to bring, on each of candidates (a
@@ -210,18 +263,26 @@ func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads 
 	var n *models.Network
 	var err error
 	for _, c := range candidates {
-		if n, err = loadModel(ctx, c.Runtime, m); err == nil || ctx.Err() != nil {
+		if n, err = loadFloat(ctx, c.Runtime, m); err == nil || ctx.Err() != nil {
 			break
 		}
 	}
 	if n == nil {
 		return nil, cmp.Or(err, errors.New("onnx: no candidates to measure"))
 	}
+	var twin *models.Network
 	return measure(ctx, candidates, threads, func(c Candidate) (*model, error) {
-		if !slices.Contains(BroughtPrecisions, c.Precision) {
-			return nil, fmt.Errorf("a brought network runs in %s, not %s", joinPrecisions(BroughtPrecisions), c.Precision)
+		switch {
+		case !slices.Contains(m.Precisions(), c.Precision):
+			return nil, fmt.Errorf("it runs in %s, not %s%s", joinPrecisions(m.Precisions()), c.Precision, m.withoutTwin(c.Precision))
+		case c.Precision != INT8:
+			return &model{Network: n}, nil
+		case twin == nil:
+			if twin, err = loadModel(ctx, c.Runtime, m, INT8); err != nil {
+				return nil, err
+			}
 		}
-		return &model{Network: n}, nil
+		return &model{Network: twin}, nil
 	})
 }
 

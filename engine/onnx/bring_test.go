@@ -209,7 +209,7 @@ func TestBroughtRefusedAtStart(t *testing.T) {
 		"BadName":      {[]onnx.Model{{Name: "a b", Param: param}}, nil, "letters, digits"},
 		"UnknownRule":  {nil, []onnx.Rule{{Model: "span"}}, `no model "span"`},
 		"RuleDenoise":  {[]onnx.Model{{Name: "shuffle", Param: shuffle}}, []onnx.Rule{{Model: "shuffle", Denoise: []upscale.Denoise{"clean"}}}, `Options.Rules[0]: denoise "clean" is not one of`},
-		"INT8":         {[]onnx.Model{{Name: "shuffle", Param: shuffle, Precision: onnx.INT8}}, nil, `precision "int8": onnxruntime runs a brought network in fp32`},
+		"INT8":         {[]onnx.Model{{Name: "shuffle", Param: shuffle, Precision: onnx.INT8}}, nil, `precision "int8": onnxruntime runs it in fp32; INT8 needs its INT8 twin (Model.INT8)`},
 		"ONNXScale":    {[]onnx.Model{{Name: "x3", ONNX: x3File}}, nil, "must make ×2 or ×4 of a tile of any size"},
 		"BothFiles":    {[]onnx.Model{{Name: "both", Param: shuffle, ONNX: x3File}}, nil, "both a Param and an ONNX file"},
 	} {

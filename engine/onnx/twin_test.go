@@ -1,0 +1,206 @@
+package onnx_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onednn"
+	"github.com/upscalekit/upscale/engine/onnx"
+	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
+	"github.com/upscalekit/upscale/internal/ncnn2onnx"
+	"github.com/upscalekit/upscale/internal/onnxpb"
+	"github.com/upscalekit/upscale/internal/quality"
+)
+
+// calibrationDir is a directory of four Set14 images (a photo, a drawing,
+// a butterfly and a slide) to calibrate twins on.
+func calibrationDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"baboon", "comic", "monarch", "ppt3"} {
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), quality.SetFile(t, "Set14/"+name+".png"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// chain writes a network of three 1×1 convolutions of 3 channels each
+// (the last to 3 × scale², shuffled to ×scale) as name.param and .bin in
+// dir: the first scales each channel by a and adds b, the second scales
+// by c and adds d, the last repeats each channel into its scale² pixels.
+// The middle one alone is quantised by a twin, reading what the first
+// makes.
+func chain(t *testing.T, dir, name string, scale int, a, b, c, d float32) string {
+	t.Helper()
+	out := 3 * scale * scale
+	param := fmt.Sprintf("7767517\n5 5\nInput in 0 1 data\n"+
+		"Convolution first 1 1 data x1 0=3 1=1 5=1 6=9\n"+
+		"Convolution middle 1 1 x1 x2 0=3 1=1 5=1 6=9\n"+
+		"Convolution last 1 1 x2 x3 0=%d 1=1 5=1 6=%d\n"+
+		"PixelShuffle shuffle 1 1 x3 out 0=%d\n", out, 3*out, scale)
+	var bin []float32
+	diagonal := func(v, bias float32) {
+		bin = append(bin, 0) // ncnn's flag: float32 weights follow
+		for o := range 3 {
+			for i := range 3 {
+				bin = append(bin, map[bool]float32{true: v}[o == i])
+			}
+		}
+		bin = append(bin, bias, bias, bias)
+	}
+	diagonal(a, b)
+	diagonal(c, d)
+	bin = append(bin, 0)
+	for o := range out {
+		for i := range 3 {
+			bin = append(bin, map[bool]float32{true: 1}[o/(scale*scale) == i])
+		}
+	}
+	bin = append(bin, make([]float32, out)...)
+	path := filepath.Join(dir, name+".param")
+	if err := os.WriteFile(path, []byte(param), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := binary.Append(nil, binary.LittleEndian, bin)
+	if err := os.WriteFile(filepath.Join(dir, name+".bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func oneDNN(t *testing.T) onnx.Runtime {
+	t.Helper()
+	rt, err := onednn.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// TestMakeTwinSPAN: SPAN ×2's INT8 twin, calibrated on four Set14 images,
+// is within 48 dB of float32 on its calibration tiles, with its image
+// convolutions and as few others as that needs in float32, and records
+// both in its metadata; on photo tiles it was not calibrated on it stays
+// above the 42 dB floor. Brought with Precision INT8, the engine runs the
+// twin, names it in Image.Engine, and its tiles join as the float
+// network's do (a tiled result within 50 dB of the whole image's).
+func TestMakeTwinSPAN(t *testing.T) {
+	rt := oneDNN(t)
+	span := onnx.Model{Name: "span-x2", Param: filepath.Join(onnxtest.SPANDir(t), "spanx2_ch48.param")}
+	twin, err := onnx.MakeTwin(context.Background(), rt, span, calibrationDir(t), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SPAN ×2's twin: %.1f dB, %d convolutions in INT8, %d more in float32", twin.PSNR, len(twin.Quantized), len(twin.Float))
+	if twin.PSNR < 48 || len(twin.Quantized) == 0 || len(twin.Quantized)+len(twin.Float) != 20 {
+		t.Errorf("%.1f dB with %d of 20 quantisable convolutions in INT8 and %d kept; want at least 48 dB with some in INT8", twin.PSNR, len(twin.Quantized), len(twin.Float))
+	}
+	file, err := onnxpb.Unmarshal(twin.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := file.MetadataValue("upscale.int8_psnr"); v != fmt.Sprintf("%.1f", twin.PSNR) {
+		t.Errorf("upscale.int8_psnr %q, want %.1f", v, twin.PSNR)
+	}
+	if v, _ := file.MetadataValue("upscale.int8_float"); v != strings.Join(twin.Float, ",") {
+		t.Errorf("upscale.int8_float %q, want %q", v, strings.Join(twin.Float, ","))
+	}
+
+	converted, _, err := ncnn2onnx.Convert(onnxtest.SPAN(t, 2), "span", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floatNet, err := rt.Load(converted.Marshal(), onnx.FP32, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	int8Net, err := rt.Load(twin.Data, onnx.INT8, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := onnxtest.PhotoTileSide
+	for i, x := range onnxtest.PhotoTiles(t) {
+		want, got := make([]float32, 3*4*n*n), make([]float32, 3*4*n*n)
+		if err := floatNet.Run(context.Background(), x, n, n, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := int8Net.Run(context.Background(), x, n, n, got); err != nil {
+			t.Fatal(err)
+		}
+		if d := onnxtest.TilePSNR(got, want); d < onnx.TwinFloor {
+			t.Errorf("photo tile %d: %.1f dB from float32, under the %d dB floor", i, d, onnx.TwinFloor)
+		}
+	}
+
+	span.INT8 = filepath.Join(t.TempDir(), "spanx2.int8.onnx")
+	if err := os.WriteFile(span.INT8, twin.Data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	span.Precision, span.Runtime = onnx.INT8, rt
+	src := quality.Decode(t, quality.SetFile(t, "Set14/monarch.png")).Crop(300, 260).PNG(t)
+	opts := upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}
+	enlarge := func(tile int) upscale.Image {
+		e := onnx.NewTestEngine(t, onnx.Options{Tile: tile, Models: []onnx.Model{span}, Rules: []onnx.Rule{{Model: span.Name}}})
+		img, err := e.Upscale(context.Background(), src, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	whole, tiled := enlarge(1024), enlarge(100)
+	if want := "learned;passes=1;network=span-x2;runtime=onednn;precision=int8"; whole.Engine != want {
+		t.Errorf("Image.Engine %q, want %q", whole.Engine, want)
+	}
+	a, _, _ := quality.Luma(quality.Decode(t, whole.Data), 2)
+	b, _, _ := quality.Luma(quality.Decode(t, tiled.Data), 2)
+	if d := quality.PSNR(a, b); d < 50 {
+		t.Errorf("the twin in tiles of 100: %.1f dB from the whole image's result, want at least 50", d)
+	}
+}
+
+// TestMakeTwinRefused: a network whose INT8 twin cannot keep 42 dB (its
+// middle convolution reads 100 plus a hundredth of the image, which 256
+// steps of a uint8 cannot tell apart) is refused with a sentence saying
+// how far it got; so are a network with no convolution between those
+// that read and make the image, and one brought as an ONNX file. A
+// twin that keeps the image is made, and New refuses it as the twin of
+// a network of another scale.
+func TestMakeTwinRefused(t *testing.T) {
+	dir, calibration := t.TempDir(), calibrationDir(t)
+	rt := oneDNN(t)
+	lost := chain(t, dir, "lost", 2, 0.01, 100, 100, -1e4)
+	_, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "lost", Param: lost}, calibration, 32)
+	if err == nil || !strings.Contains(err.Error(), "dB from float32 with 0 of its 1 quantisable convolutions in float32, under the 42 dB a twin must keep") {
+		t.Errorf("a twin that loses the image: %v, want it refused under 42 dB", err)
+	}
+	shuffle := filepath.Join(dir, "shuffle.param")
+	os.WriteFile(shuffle, []byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 c1 out 0=2\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "shuffle.bin"), make([]byte, 4*(1+36+12)), 0o644)
+	if _, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "shuffle", Param: shuffle}, calibration, 32); err == nil || !strings.Contains(err.Error(), "no convolution between those that read and make the image") {
+		t.Errorf("a network of one convolution: %v, want it refused", err)
+	}
+	if _, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "file", ONNX: filepath.Join(dir, "x.onnx")}, calibration, 32); err == nil || !strings.Contains(err.Error(), "made from a network's ncnn files") {
+		t.Errorf("an ONNX file: %v, want it refused", err)
+	}
+
+	x4 := onnx.Model{Name: "x4", Param: chain(t, dir, "x4", 4, 1, 0, 1, 0)}
+	twin, err := onnx.MakeTwin(context.Background(), rt, x4, calibration, 32)
+	if err != nil || twin.PSNR < 48 || len(twin.Quantized) != 1 {
+		t.Fatalf("the twin of a network that keeps the image: %.1f dB, %d in INT8, %v; want 48 dB or more with its middle convolution in INT8", twin.PSNR, len(twin.Quantized), err)
+	}
+	x2 := onnx.Model{Name: "x2", Param: chain(t, dir, "x2", 2, 1, 0, 1, 0), INT8: filepath.Join(dir, "x4.int8.onnx"), Precision: onnx.INT8, Runtime: rt}
+	os.WriteFile(x2.INT8, twin.Data, 0o644)
+	if e, err := onnx.New(onnx.Options{Models: []onnx.Model{x2}}); err == nil || !strings.Contains(err.Error(), "a twin of another network") {
+		if err == nil {
+			e.Close()
+		}
+		t.Errorf("×2 with the twin of ×4: %v, want it refused", err)
+	}
+}
