@@ -42,11 +42,13 @@ type fileConfig struct {
 }
 
 // fileNetwork is an onnx.Model: its ncnn .param file (the .bin beside
-// it) or its ONNX file, a path relative to the config file's directory.
+// it) or its ONNX file, and its INT8 twin (cmd/int8twin's), each a path
+// relative to the config file's directory.
 type fileNetwork struct {
 	Name      string `json:"name"`
 	Param     string `json:"param"`
 	ONNX      string `json:"onnx"`
+	INT8      string `json:"int8"`
 	Published bool   `json:"published"`
 }
 
@@ -109,7 +111,7 @@ func loadConfig(path string) (fileConfig, error) {
 		return fileConfig{}, fmt.Errorf("%s: %w", path, err)
 	}
 	for i := range c.Networks {
-		for _, file := range []*string{&c.Networks[i].Param, &c.Networks[i].ONNX} {
+		for _, file := range []*string{&c.Networks[i].Param, &c.Networks[i].ONNX, &c.Networks[i].INT8} {
 			if *file != "" && !filepath.IsAbs(*file) {
 				*file = filepath.Join(filepath.Dir(path), *file)
 			}
@@ -240,7 +242,7 @@ func (p filePlan) plan(name string) upscale.Plan {
 func (c fileConfig) models() ([]onnx.Model, []onnx.Rule) {
 	var models []onnx.Model
 	for _, n := range c.Networks {
-		models = append(models, onnx.Model{Name: n.Name, Param: n.Param, ONNX: n.ONNX, Published: n.Published})
+		models = append(models, onnx.Model{Name: n.Name, Param: n.Param, ONNX: n.ONNX, INT8: n.INT8, Published: n.Published})
 	}
 	var rules []onnx.Rule
 	for _, r := range c.Rules {

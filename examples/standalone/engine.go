@@ -41,10 +41,11 @@ func (c engineChoice) info() prometheus.Collector {
 // the fastest on one CPU is the slowest on another.
 //
 // The networks cfg brings each run on the runtime and precision measured
-// fastest on them (onnx.MeasureModel), of the candidates in float32 or
-// bfloat16 that the flags allow, or of all of those when the flags allow
-// neither (-onnx-precision int8: a brought network has no INT8 form,
-// onnx.BroughtPrecisions).
+// fastest on them (onnx.MeasureModel), of the candidates the flags allow
+// that the network has a form for: float32 and bfloat16
+// (onnx.BroughtPrecisions), and INT8 where it has a twin. Where the flags
+// allow none of those (-onnx-precision int8 for a network without a
+// twin), it runs in the fastest float form.
 func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Logger) (upscale.Upscaler, engineChoice, error) {
 	if o.engine != "onnx" {
 		if len(cfg.Networks) > 0 {
@@ -91,12 +92,13 @@ func (o options) openEngine(ctx context.Context, cfg fileConfig, logger *slog.Lo
 		logger.Info("engine: chose the fastest", "runtime", chosen.Runtime.Name(), "precision", chosen.Precision, "of", len(candidates), "took", time.Since(start).Round(time.Millisecond))
 	}
 	brought, rules := cfg.models()
-	broughtCandidates := slices.DeleteFunc(slices.Clone(candidates), func(c onnx.Candidate) bool { return !slices.Contains(onnx.BroughtPrecisions, c.Precision) })
-	if len(broughtCandidates) == 0 {
-		broughtCandidates = onnx.Candidates(runtimes, onnx.BroughtPrecisions)
-	}
 	for i, m := range brought {
-		fastest, err := fastestFor(ctx, broughtCandidates, m, logger)
+		runs := m.Precisions()
+		own := slices.DeleteFunc(slices.Clone(candidates), func(c onnx.Candidate) bool { return !slices.Contains(runs, c.Precision) })
+		if len(own) == 0 {
+			own = onnx.Candidates(runtimes, onnx.BroughtPrecisions)
+		}
+		fastest, err := fastestFor(ctx, own, m, logger)
 		if err != nil {
 			return nil, engineChoice{}, err
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/engine/vips"
 	"github.com/upscalekit/upscale/internal/quality"
@@ -216,27 +217,45 @@ func BenchmarkBroughtVersusCunet(b *testing.B) {
 	}
 }
 
-// TestBroughtUnderINT8Only: with -onnx-precision int8, which no brought
-// network has a form for, the standalone still starts, and runs its
-// brought networks in the float precisions (onnx.BroughtPrecisions)
-// rather than refusing them.
+// TestBroughtUnderINT8Only: with -onnx-precision int8, the standalone
+// still starts, runs a brought network with an INT8 twin (networks[].int8)
+// in INT8, and one without in the float precisions
+// (onnx.BroughtPrecisions) rather than refusing it.
 func TestBroughtUnderINT8Only(t *testing.T) {
 	dir := t.TempDir()
 	// A ×2 network: a 1×1 convolution to 12 channels, shuffled.
 	param := filepath.Join(dir, "tiny.param")
 	os.WriteFile(param, []byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 c1 out 0=2\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "tiny.bin"), make([]byte, 4*(1+36+12)), 0o644)
-	o := options{engine: "onnx", onnxRuntime: "onnxruntime", onnxPrecision: "int8"}
-	e, choice, err := o.openEngine(context.Background(), fileConfig{Networks: []fileNetwork{{Name: "tiny", Param: param, Published: true}}}, slog.New(slog.DiscardHandler))
+	// Three, of which the middle one has an INT8 form in a twin.
+	twinned := filepath.Join(dir, "twinned.param")
+	os.WriteFile(twinned, []byte("7767517\n5 5\nInput in 0 1 data\nConvolution a 1 1 data x1 0=3 1=1 5=1 6=9\nConvolution b 1 1 x1 x2 0=3 1=1 5=1 6=9\nConvolution c 1 1 x2 x3 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 x3 out 0=2\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "twinned.bin"), make([]byte, 4*(2*(1+9+3)+1+36+12)), 0o644)
+	ort, err := onnx.NewONNXRuntime(onnx.DefaultLibrary())
 	if err != nil {
-		t.Fatalf("-onnx-precision int8 with a brought network: %v; want it to start", err)
+		t.Fatal(err)
+	}
+	twin, err := onnx.MakeTwin(context.Background(), ort, onnx.Model{Name: "twinned", Param: twinned}, quality.SetDir()+"/Set5", 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twinFile := filepath.Join(dir, "twinned.int8.onnx")
+	os.WriteFile(twinFile, twin.Data, 0o644)
+
+	o := options{engine: "onnx", onnxRuntime: "onnxruntime", onnxPrecision: "int8"}
+	networks := []fileNetwork{{Name: "tiny", Param: param, Published: true}, {Name: "twinned", Param: twinned, INT8: twinFile, Published: true}}
+	e, choice, err := o.openEngine(context.Background(), fileConfig{Networks: networks}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("-onnx-precision int8 with brought networks: %v; want it to start", err)
 	}
 	defer e.(io.Closer).Close()
 	if choice.precision != "int8" {
 		t.Errorf("cunet's precision %q, want int8 as the flag says", choice.precision)
 	}
-	img, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 16, 12), upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Model: "tiny", Format: upscale.FormatPNG})
-	if err != nil || img.Engine != "learned;passes=1;network=tiny;runtime=onnxruntime;precision=fp32" {
-		t.Errorf("asked for tiny: %q, %v; want it run in fp32", img.Engine, err)
+	for model, precision := range map[string]string{"tiny": "fp32", "twinned": "int8"} {
+		img, err := e.Upscale(context.Background(), upscaletest.TestImagePNG(t, 16, 12), upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Model: model, Format: upscale.FormatPNG})
+		if want := "learned;passes=1;network=" + model + ";runtime=onnxruntime;precision=" + precision; err != nil || img.Engine != want {
+			t.Errorf("asked for %s: %q, %v; want %q", model, img.Engine, err, want)
+		}
 	}
 }
