@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onednn"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/engine/vips"
@@ -161,6 +162,49 @@ func photo1000x960(tb testing.TB) []byte {
 	return img.Data
 }
 
+// withTwins writes, beside config, an INT8 twin of each of its networks
+// (onnx.MakeTwin on oneDNN, calibrated on four Set14 images) and a config
+// that names them, and returns its path.
+func withTwins(tb testing.TB, config string) string {
+	tb.Helper()
+	calibration := tb.TempDir()
+	for _, name := range []string{"baboon", "comic", "monarch", "ppt3"} {
+		os.WriteFile(filepath.Join(calibration, name+".png"), quality.SetFile(tb, "Set14/"+name+".png"), 0o644)
+	}
+	data, err := os.ReadFile(config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		tb.Fatal(err)
+	}
+	rt, err := onednn.New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := filepath.Dir(config)
+	for _, n := range cfg["networks"].([]any) {
+		network := n.(map[string]any)
+		name, param := network["name"].(string), filepath.Join(dir, network["param"].(string))
+		twin, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: name, Param: param}, calibration, 64)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Logf("%s's twin: %.1f dB from float32, %d convolutions in INT8, %d more in float32", name, twin.PSNR, len(twin.Quantized), len(twin.Float))
+		network["int8"] = name + ".int8.onnx"
+		if err := os.WriteFile(filepath.Join(dir, name+".int8.onnx"), twin.Data, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "twins.json")
+	data, _ = json.Marshal(cfg)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
 // median is the middle of v (the mean of the two middle ones).
 func median(v []float64) float64 {
 	s := slices.Sorted(slices.Values(v))
@@ -175,19 +219,23 @@ func median(v []float64) float64 {
 // cunet's. The targets: ×2 at most 0.65, ×4 at most 0.25. In
 // "default" the standalone chooses cunet's runtime and precision as it
 // does (oneDNN INT8 where it is fastest) and SPAN's among those that run
-// it (float32); in "ort-fp32" both run on ONNX Runtime in float32.
+// it (oneDNN bfloat16 where the CPU has AVX-512 BF16); in "twins" SPAN
+// has INT8 twins too (onnx.MakeTwin, calibrated on four Set14 images),
+// among which the standalone chooses as it does; in "ort-fp32" both run
+// on ONNX Runtime in float32.
 //
 //	go test -run '^$' -bench BroughtVersusCunet -benchtime 5x ./examples/standalone
 func BenchmarkBroughtVersusCunet(b *testing.B) {
 	bin := buildStandalone(b)
 	config := spanConfig(b, onnxtest.SPANDir(b), false) // the rest is cunet's
+	twins := withTwins(b, config)
 	src := photo1000x960(b)
 	for _, c := range []struct {
-		name  string
-		flags []string
-	}{{"default", nil}, {"ort-fp32", []string{"-onnx-runtime", "onnxruntime", "-onnx-precision", "fp32"}}} {
+		name, config string
+		flags        []string
+	}{{"default", config, nil}, {"twins", twins, nil}, {"ort-fp32", config, []string{"-onnx-runtime", "onnxruntime", "-onnx-precision", "fp32"}}} {
 		b.Run(c.name, func(b *testing.B) {
-			s := startStandalone(b, bin, append([]string{"-data", b.TempDir(), "-config", config, "-engine", "onnx", "-engine-timeout", "5m"}, c.flags...)...)
+			s := startStandalone(b, bin, append([]string{"-data", b.TempDir(), "-config", c.config, "-engine", "onnx", "-engine-timeout", "5m"}, c.flags...)...)
 			defer s.stop(b)
 			for _, scale := range []int{2, 4} {
 				span := fmt.Sprintf("span-x%d", scale)
