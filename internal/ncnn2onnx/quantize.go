@@ -131,37 +131,34 @@ func imageConvolutions(net *ncnn.Net) map[string]bool {
 			readers[in] = append(readers[in], l)
 		}
 	}
-	edge, seen := map[string]bool{}, map[string]bool{}
-	// Each walk stops at the convolutions it meets.
-	var forward, backward func(blob string)
-	forward = func(blob string) {
-		for _, r := range readers[blob] {
-			if _, ok := r.Op.(*ncnn.Conv); ok {
-				edge[r.Name] = true
-			} else if !seen["f"+r.Name] {
-				seen["f"+r.Name] = true
-				for _, out := range r.Outputs {
-					forward(out)
+	edge := map[string]bool{}
+	// walk goes from start to the layers next gives, marking the
+	// convolutions it meets and going on through the blobs along gives
+	// of any other.
+	walk := func(start string, next func(blob string) []ncnn.Layer, along func(ncnn.Layer) []string) {
+		seen := map[string]bool{}
+		var visit func(blob string)
+		visit = func(blob string) {
+			for _, l := range next(blob) {
+				if _, ok := l.Op.(*ncnn.Conv); ok {
+					edge[l.Name] = true
+				} else if !seen[l.Name] {
+					seen[l.Name] = true
+					for _, b := range along(l) {
+						visit(b)
+					}
 				}
 			}
 		}
+		visit(start)
 	}
-	backward = func(blob string) {
-		p, ok := producer[blob]
-		if !ok {
-			return
+	walk(net.Input, func(blob string) []ncnn.Layer { return readers[blob] }, func(l ncnn.Layer) []string { return l.Outputs })
+	walk(net.Output, func(blob string) []ncnn.Layer {
+		if p, ok := producer[blob]; ok {
+			return []ncnn.Layer{p}
 		}
-		if _, ok := p.Op.(*ncnn.Conv); ok {
-			edge[p.Name] = true
-		} else if !seen["b"+p.Name] {
-			seen["b"+p.Name] = true
-			for _, in := range p.Inputs {
-				backward(in)
-			}
-		}
-	}
-	forward(net.Input)
-	backward(net.Output)
+		return nil
+	}, func(l ncnn.Layer) []string { return l.Inputs })
 	return edge
 }
 
