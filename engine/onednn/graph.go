@@ -33,10 +33,8 @@ type valueInfo struct {
 	// whatever the precision.
 	image bool
 	// quant is how the network's QDQ form quantises the value, if it
-	// does; floatRead, that the form reads it in float too (a brought
-	// network's twin quantises only what its INT8 convolutions read).
-	quant     *quantization
-	floatRead bool
+	// does.
+	quant *quantization
 }
 
 // quantization maps a real value v to uint8 round(v / scale) + zp.
@@ -141,7 +139,6 @@ func compile(file *onnxpb.Model) (*graph, error) {
 		alias:     map[string]string{},
 		constants: map[string]dequantized{},
 		quant:     map[string]*quantization{},
-		floatRead: map[string]bool{},
 		producer:  map[string]*onnxpb.Node{},
 		consumers: map[string][]*onnxpb.Node{},
 		values:    map[string]value{},
@@ -207,7 +204,6 @@ type compiler struct {
 	alias     map[string]string        // a tensor → the one it stands for
 	constants map[string]dequantized   // DequantizeLinear of an initializer
 	quant     map[string]*quantization // how a tensor is quantised
-	floatRead map[string]bool          // a quantised tensor read in float too
 	producer  map[string]*onnxpb.Node
 	consumers map[string][]*onnxpb.Node
 	values    map[string]value
@@ -273,9 +269,6 @@ func (c *compiler) lookThrough(nodes []*onnxpb.Node) error {
 			if c.quant[x] == nil {
 				c.quant[x] = q
 			}
-			if len(consumers[n.Inputs[0]]) > 1 {
-				c.floatRead[x] = true
-			}
 			c.done[n] = true
 			for _, dq := range pairs {
 				c.alias[dq.Outputs[0]] = x
@@ -340,7 +333,7 @@ func (c *compiler) newValue(name string, channels int, image bool) (value, error
 	if channels > maxChannels {
 		return 0, fmt.Errorf("%s has %d channels, more than %d", name, channels, maxChannels)
 	}
-	c.g.values = append(c.g.values, valueInfo{name: name, channels: channels, image: image, quant: c.quant[name], floatRead: c.floatRead[name]})
+	c.g.values = append(c.g.values, valueInfo{name: name, channels: channels, image: image, quant: c.quant[name]})
 	v := value(len(c.g.values) - 1)
 	c.values[name] = v
 	return v, nil

@@ -39,8 +39,7 @@ type typing struct {
 // a tile's time. A value made or read by a float32 convolution is
 // float32; else one a bfloat16 convolution makes or reads is bfloat16;
 // one a loop or an int8 convolution makes is uint8 where the network
-// quantises it and reads it only so, else of the float type (with a
-// uint8 copy for the int8 convolutions that read it).
+// quantises it, else of the float type.
 func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 	t := typing{conv: make([]int, len(g.layers)), dt: make([]int, len(g.values)), copy: make([]int, len(g.values))}
 	readers := make([]map[int]bool, len(g.values))
@@ -72,7 +71,7 @@ func typeGraph(g *graph, floatType int, quantized bool) (typing, error) {
 		switch {
 		case info.image || madeBy[v] == f32 || readers[v][f32]:
 			t.dt[v] = f32
-		case madeBy[v] == bf16 || readers[v][bf16] || info.quant == nil || info.floatRead:
+		case madeBy[v] == bf16 || readers[v][bf16] || info.quant == nil:
 			t.dt[v] = floatType
 		default:
 			t.dt[v] = u8

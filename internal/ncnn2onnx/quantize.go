@@ -35,12 +35,6 @@ type Quantization struct {
 	// ranges are the calibrated ranges of the network's blobs, by ncnn
 	// name.
 	ranges map[string][2]float64
-	// floatRead are the blobs that a layer without an INT8 form reads,
-	// when a quantised convolution's result stays float for them (a
-	// brought network's swish, attention and concatenation): only what
-	// a quantised convolution reads is quantised. Nil for the waifu2x
-	// twins, whose recipe quantises every quantised layer's result.
-	floatRead map[string]bool
 	// net and tiles are what it was calibrated for and on.
 	net   *ncnn.Net
 	tiles []*ncnn.Blob
@@ -55,7 +49,7 @@ type Quantization struct {
 func (q *Quantization) Quantized() []string {
 	var names []string
 	for _, l := range q.net.Layers {
-		if _, ok := l.Op.(*ncnn.Conv); ok && int8Form(l) && !q.float[l.Name] {
+		if _, ok := l.Op.(*ncnn.Conv); ok && q.int8Form(l) && !q.float[l.Name] {
 			names = append(names, l.Name)
 		}
 	}
@@ -68,9 +62,6 @@ func (q *Quantization) KeepingInFloat(layers ...string) *Quantization {
 	k.float = maps.Clone(q.float)
 	for _, l := range layers {
 		k.float[l] = true
-	}
-	if q.floatRead != nil {
-		k.floatRead = floatRead(q.net, k.float)
 	}
 	return &k
 }
@@ -92,7 +83,9 @@ func (q *Quantization) Tiles() (tiles [][]float32, side int) {
 // dir (calibrationTiles), keeping the convolution layers named in float
 // (ncnn names) in float32. With float nil, as for a network an operator
 // brings, it keeps the convolutions that read or make the image
-// (imageConvolutions) and quantises only the inputs of the others.
+// (imageConvolutions) in float32 and quantises only what the others
+// read, each channel by a step of its own (channelScaled): their results,
+// and every other layer, stay float.
 func NewQuantization(net *ncnn.Net, dir string, side int, float []string) (*Quantization, error) {
 	tiles, err := calibrationTiles(dir, side)
 	if err != nil {
@@ -106,7 +99,6 @@ func NewQuantization(net *ncnn.Net, dir string, side int, float []string) (*Quan
 	if float == nil {
 		q.channelRanges = channels
 		q.float = imageConvolutions(net)
-		q.floatRead = floatRead(net, q.float)
 	}
 	for _, layer := range float {
 		if !slices.ContainsFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == layer }) {
@@ -162,45 +154,21 @@ func imageConvolutions(net *ncnn.Net) map[string]bool {
 	return edge
 }
 
-// floatRead are the blobs of net that a layer reads in float: one
-// without an INT8 form, or one of float (through Splits, which pass a
-// blob on).
-func floatRead(net *ncnn.Net, float map[string]bool) map[string]bool {
-	passedOn := map[string]string{} // a Split's output → its input
-	for _, l := range net.Layers {
-		if _, ok := l.Op.(ncnn.Split); ok {
-			for _, out := range l.Outputs {
-				passedOn[out] = l.Inputs[0]
-			}
-		}
-	}
-	read := map[string]bool{}
-	for _, l := range net.Layers {
-		if _, ok := l.Op.(ncnn.Split); ok || int8Form(l) && !float[l.Name] {
-			continue
-		}
-		for _, in := range l.Inputs {
-			for ; in != ""; in = passedOn[in] {
-				read[in] = true
-			}
-		}
-	}
-	return read
-}
-
-// int8Form reports whether l has a QDQ form (int8Layer's).
-func int8Form(l ncnn.Layer) bool {
+// int8Form reports whether l has a QDQ form (int8Layer's) under q. In a
+// brought network's only a convolution has one: what it reads is scaled
+// channel by channel, which only a convolution's weights undo.
+func (q *Quantization) int8Form(l ncnn.Layer) bool {
 	switch op := l.Op.(type) {
 	case *ncnn.Conv:
 		// Activations none, or LeakyReLU with a positive slope; a
 		// transposed convolution whose kernel is its stride.
 		act := op.Act
 		return (act.Kind == ncnn.NoActivation || act.Kind == ncnn.LeakyReLU && act.Slope > 0) &&
-			(!op.Transposed || op.Kernel == op.Stride && op.Pad == 0)
+			(!op.Transposed || q.channelRanges == nil && op.Kernel == op.Stride && op.Pad == 0)
 	case *ncnn.Crop, ncnn.ChannelScale, ncnn.GlobalAvgPool:
-		return true
+		return q.channelRanges == nil
 	case ncnn.Eltwise:
-		return op.Op == ncnn.Sum && len(l.Inputs) == 2
+		return q.channelRanges == nil && op.Op == ncnn.Sum && len(l.Inputs) == 2
 	}
 	return false
 }
@@ -425,8 +393,8 @@ type convolution struct {
 // as int8 (per output channel, symmetric) and its bias as int32 in the
 // product of the two scales, which is what ONNX Runtime runs as
 // QLinearConv. A LeakyReLU after it gets its own QDQ pair, which ONNX
-// Runtime runs as QLinearLeakyRelu. Without quantizeOut its result
-// stays float32.
+// Runtime runs as QLinearLeakyRelu. Without quantizeOut (a brought
+// network's) its result stays float32.
 func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange [2]float64, quantizeOut bool) error {
 	x, qx, err := c.dequantized(in, inBlob)
 	if err != nil {
@@ -504,7 +472,7 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 // int8Layer adds l in INT8 when it has an INT8 form and quant does not
 // keep it in float32, and reports whether it did.
 func (c *converter) int8Layer(l ncnn.Layer, in []string, out string) (bool, error) {
-	if c.quant == nil || c.quant.float[l.Name] || !int8Form(l) {
+	if c.quant == nil || c.quant.float[l.Name] || !c.quant.int8Form(l) {
 		return false, nil
 	}
 	outRange, ok := c.quant.ranges[l.Outputs[0]]
@@ -515,7 +483,7 @@ func (c *converter) int8Layer(l ncnn.Layer, in []string, out string) (bool, erro
 	case *ncnn.Conv:
 		conv := convolution{name: l.Name, in: op.In, out: op.Out, kernel: op.Kernel, stride: op.Stride, pad: op.Pad, weight: op.Weight, bias: op.Bias, act: op.Act}
 		if !op.Transposed {
-			return true, c.int8Conv(conv, in[0], l.Inputs[0], out, outRange, !c.quant.floatRead[l.Outputs[0]])
+			return true, c.int8Conv(conv, in[0], l.Inputs[0], out, outRange, c.quant.channelRanges == nil)
 		}
 		// Each input pixel alone makes a k × k block of the output: a
 		// 1×1 convolution to k² × Out channels, then DepthToSpace, which

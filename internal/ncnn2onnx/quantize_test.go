@@ -65,10 +65,10 @@ Deconvolution d 1 1 data out 0=2 1=2 3=2 5=1 6=24
 
 // TestBroughtQuantization: for a network an operator brings (no list of
 // layers to keep in float32), the convolutions that read or make the
-// image stay in float32 and the others are quantised; a quantised
-// convolution's result is quantised only where no float layer reads it;
-// and keeping one more in float32 makes what it reads, through a Split,
-// read in float.
+// image stay in float32 and only the others are quantised, not the sum
+// (what they read is scaled channel by channel, which only a
+// convolution's weights undo); KeepingInFloat keeps one more, and leaves
+// q as it was.
 func TestBroughtQuantization(t *testing.T) {
 	net := parse(t, `9 10
 Input in 0 1 data
@@ -88,14 +88,12 @@ PixelShuffle ps 1 1 x6 out 0=2
 	if got := q.Quantized(); !slices.Equal(got, []string{"b", "c"}) {
 		t.Errorf("quantised %v, want b and c: a reads the image and d makes it", got)
 	}
-	for blob, want := range map[string]bool{"data": true, "x2": true, "x4": false, "x5": true, "x1": false} {
-		if q.floatRead[blob] != want {
-			t.Errorf("%s read in float: %v, want %v", blob, q.floatRead[blob], want)
-		}
+	if i := slices.IndexFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == "sum" }); q.int8Form(net.Layers[i]) {
+		t.Error("the sum has an INT8 form in a brought network")
 	}
 	kept := q.KeepingInFloat("b")
-	if got := kept.Quantized(); !slices.Equal(got, []string{"c"}) || !kept.floatRead["x1"] || q.floatRead["x1"] || len(q.Quantized()) != 2 {
-		t.Errorf("b kept in float32: quantised %v, x1 read in float %v; want c alone, x1 read in float (through the Split), and q unchanged", got, kept.floatRead["x1"])
+	if got := kept.Quantized(); !slices.Equal(got, []string{"c"}) || len(q.Quantized()) != 2 {
+		t.Errorf("b kept in float32: quantised %v, and q %v; want c alone, and q unchanged", got, q.Quantized())
 	}
 }
 
@@ -123,6 +121,11 @@ func TestChannelScaledCoversEachChannel(t *testing.T) {
 		}
 		if nonNegative && q.zero != 1 {
 			t.Errorf("%v: zero point %d for channels never negative, want 1", ranges, q.zero)
+		}
+		for i, r := range ranges {
+			if nonNegative && r[1] > 0 && float64(steps[i]) > r[1]/250 {
+				t.Errorf("%v: channel %d, %v, in steps of %v: wider than its range needs", ranges, i, r, steps[i])
+			}
 		}
 	}
 }
