@@ -4,11 +4,11 @@
 //
 //	int8twin -calibration dir -o twin.onnx [-tile n] [-runtime onednn|onnxruntime] network.param
 //
-// The convolutions that read or make the image stay in float32; the
-// others are quantised (uint8 activations, a step per channel, int8
-// weights), and those whose quantisation costs most are kept in float32
-// until the twin's results on the calibration tiles are within 48 dB of
-// float32's, measured on the runtime named. A twin under 42 dB is refused
+// The convolutions that read or make the image stay in float; the others
+// are quantised (uint8 activations, a step per channel, int8 weights), and
+// those whose quantisation costs most are kept in float until the twin's
+// results on the calibration tiles are within 48 dB of float32's,
+// measured on the runtime named. A twin under 42 dB is refused
 // (onnx.MakeTwin). It prints the distance and the convolutions kept.
 package main
 
@@ -29,14 +29,14 @@ import (
 func main() {
 	out := flag.String("o", "", "write the twin to this `file`")
 	calibration := flag.String("calibration", "", "calibrate on the PNG files of this `directory`: images like those the network will enlarge")
-	tile := flag.Int("tile", 64, "the side of the calibration tiles, in pixels")
+	tile := flag.Int("tile", 64, "the side of the calibration tiles, in pixels (16 or more)")
 	runtime := flag.String("runtime", "onednn", "measure the twin on this `runtime`: onednn or onnxruntime")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: int8twin -calibration dir -o twin.onnx [-tile n] [-runtime onednn|onnxruntime] network.param")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if *out == "" || *calibration == "" || flag.NArg() != 1 {
+	if *out == "" || *calibration == "" || flag.NArg() != 1 || *tile < 16 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -70,7 +70,7 @@ func run(ctx context.Context, param, out, calibration string, tile int, runtime 
 	if err := os.WriteFile(out, twin.Data, 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("%s: %.1f dB from float32 on %s, %d convolutions in INT8, %d more kept in float32", out, twin.PSNR, rt.Name(), len(twin.Quantized), len(twin.Float))
+	fmt.Printf("%s: %.1f dB from float32 on %s, %d convolutions in INT8, %d more kept in float", out, twin.PSNR, rt.Name(), len(twin.Quantized), len(twin.Float))
 	if len(twin.Float) > 0 {
 		fmt.Printf(" (%s)", strings.Join(twin.Float, ", "))
 	}

@@ -3,6 +3,8 @@ package onnx
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"github.com/upscalekit/upscale/engine/onnx/models"
 	"github.com/upscalekit/upscale/internal/ncnn"
 	"github.com/upscalekit/upscale/internal/ncnn2onnx"
+	"github.com/upscalekit/upscale/internal/onnxpb"
 )
 
 // A Model is a super-resolution network the operator brings
@@ -159,12 +162,33 @@ func loadModel(ctx context.Context, rt Runtime, m Model, precision Precision) (*
 	if err != nil || precision != INT8 {
 		return n, err
 	}
+	return loadTwin(ctx, rt, m, n)
+}
+
+// loadTwin reads m's INT8 twin and checks it is n's, m's network read in
+// float32: of the same geometry, and for ncnn files made of those files
+// (MakeTwin records their digest).
+func loadTwin(ctx context.Context, rt Runtime, m Model, n *models.Network) (*models.Network, error) {
 	twin, err := readONNX(ctx, rt, Model{Name: m.Name, ONNX: m.INT8})
 	if err != nil {
 		return nil, fmt.Errorf("its INT8 twin: %w", err)
 	}
-	if twin.Scale != n.Scale || twin.Margin() != n.Margin() {
-		return nil, fmt.Errorf("its INT8 twin %s enlarges ×%d reading %d pixels around, the network ×%d reading %d: a twin of another network", m.INT8, twin.Scale, twin.Margin(), n.Scale, n.Margin())
+	if twin.Scale != n.Scale || twin.Border != n.Border || twin.Multiple != n.Multiple || twin.MinInput != n.MinInput || twin.Halo != n.Halo {
+		return nil, fmt.Errorf("its INT8 twin %s enlarges ×%d reading %d pixels around, the network ×%d reading %d: the twin of another network; make it again (cmd/int8twin)", m.INT8, twin.Scale, twin.Margin(), n.Scale, n.Margin())
+	}
+	if m.Param == "" {
+		return twin, nil
+	}
+	want, err := ncnnDigest(m.Param)
+	if err != nil {
+		return nil, err
+	}
+	file, err := onnxpb.Unmarshal(twin.Data)
+	if err != nil {
+		return nil, err
+	}
+	if got, _ := file.MetadataValue(twinOf); got != want {
+		return nil, fmt.Errorf("its INT8 twin %s was not made of %s and the .bin beside it as they are now; make it again (cmd/int8twin)", m.INT8, m.Param)
 	}
 	return twin, nil
 }
@@ -186,18 +210,38 @@ func loadFloat(ctx context.Context, rt Runtime, m Model) (*models.Network, error
 
 // readNet reads the ncnn network of a .param file and the .bin beside it.
 func readNet(paramPath string) (*ncnn.Net, error) {
-	if paramPath == "" {
-		return nil, errors.New("no Param or ONNX file")
-	}
-	param, err := os.ReadFile(paramPath)
+	param, bin, err := readNCNN(paramPath)
 	if err != nil {
 		return nil, err
 	}
-	bin, err := os.ReadFile(strings.TrimSuffix(paramPath, filepath.Ext(paramPath)) + ".bin")
-	if err != nil {
-		return nil, fmt.Errorf("its weights: %w", err)
-	}
 	return ncnn.Parse(param, bin)
+}
+
+// readNCNN reads a .param file and the .bin beside it.
+func readNCNN(paramPath string) (param, bin []byte, err error) {
+	if paramPath == "" {
+		return nil, nil, errors.New("no Param or ONNX file")
+	}
+	if param, err = os.ReadFile(paramPath); err != nil {
+		return nil, nil, err
+	}
+	if bin, err = os.ReadFile(strings.TrimSuffix(paramPath, filepath.Ext(paramPath)) + ".bin"); err != nil {
+		return nil, nil, fmt.Errorf("its weights: %w", err)
+	}
+	return param, bin, nil
+}
+
+// ncnnDigest is the SHA-256 of a .param file and the .bin beside it, in
+// hex: what a twin records it was made of (twinOf).
+func ncnnDigest(paramPath string) (string, error) {
+	param, bin, err := readNCNN(paramPath)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(param)
+	h.Write(bin)
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // convertNet converts m's network net, in INT8 with q, its metadata
@@ -232,10 +276,11 @@ var BroughtPrecisions = []Precision{FP32, BF16}
 
 // Precisions are what m runs in: BroughtPrecisions, and INT8 with a twin.
 func (m Model) Precisions() []Precision {
+	ps := slices.Clone(BroughtPrecisions)
 	if m.INT8 != "" {
-		return append(slices.Clone(BroughtPrecisions), INT8)
+		ps = append(ps, INT8)
 	}
-	return BroughtPrecisions
+	return ps
 }
 
 // offeredBy is what rt runs m in.
@@ -270,19 +315,23 @@ func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads 
 	if n == nil {
 		return nil, cmp.Or(err, errors.New("onnx: no candidates to measure"))
 	}
+	// A twin that is not the network's is the operator's mistake, not a
+	// runtime's: it fails the measure.
 	var twin *models.Network
+	if m.INT8 != "" && slices.ContainsFunc(candidates, func(c Candidate) bool { return c.Precision == INT8 }) {
+		if twin, err = loadTwin(ctx, candidates[0].Runtime, m, n); err != nil {
+			return nil, err
+		}
+	}
+	runs := m.Precisions()
 	return measure(ctx, candidates, threads, func(c Candidate) (*model, error) {
 		switch {
-		case !slices.Contains(m.Precisions(), c.Precision):
-			return nil, fmt.Errorf("it runs in %s, not %s%s", joinPrecisions(m.Precisions()), c.Precision, m.withoutTwin(c.Precision))
-		case c.Precision != INT8:
-			return &model{Network: n}, nil
-		case twin == nil:
-			if twin, err = loadModel(ctx, c.Runtime, m, INT8); err != nil {
-				return nil, err
-			}
+		case !slices.Contains(runs, c.Precision):
+			return nil, fmt.Errorf("it runs in %s, not %s%s", joinPrecisions(runs), c.Precision, m.withoutTwin(c.Precision))
+		case c.Precision == INT8:
+			return &model{Network: twin}, nil
 		}
-		return &model{Network: twin}, nil
+		return &model{Network: n}, nil
 	})
 }
 

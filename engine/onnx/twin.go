@@ -23,18 +23,25 @@ const TwinFloor = 42
 // so that INT8 costs a network's scores hundredths of a dB, not tenths.
 const twinTarget = 48
 
+// twinOf is the metadata key under which a twin records the digest of
+// the ncnn files it was made of (ncnnDigest).
+const twinOf = "upscale.int8_of"
+
 // A Twin is a brought network's INT8 twin (Model.INT8).
 type Twin struct {
 	// Data is the ONNX file, in ncnn2onnx's QDQ form. Its metadata
-	// records PSNR (upscale.int8_psnr) and Float (upscale.int8_float).
+	// records PSNR (upscale.int8_psnr), Float (upscale.int8_float) and
+	// the files it was made of (upscale.int8_of).
 	Data []byte
-	// Float are the convolutions kept in float32 beyond those that read
-	// or make the image (ncnn names), costliest in INT8 first.
+	// Float are the convolutions kept in float beyond those that read or
+	// make the image (ncnn names), costliest in INT8 first: float32, or
+	// bfloat16 where oneDNN runs INT8 on a CPU with it.
 	Float []string
-	// Quantized are the convolutions in INT8.
+	// Quantized are the convolutions in INT8, in the network's order.
 	Quantized []string
 	// PSNR is the least distance of its calibration tiles' results from
-	// float32's, in dB.
+	// float32's, in dB, on the runtime that made it (its float layers
+	// in bfloat16 where that runtime runs INT8 so).
 	PSNR float64
 }
 
@@ -42,10 +49,10 @@ type Twin struct {
 // on rt, calibrated on side × side tiles of the PNG files of dir
 // (ncnn2onnx.NewQuantization). Every convolution is quantised but those
 // that read or make the image, and those whose quantisation costs most:
-// each is measured quantised alone, and the worst are kept in float32,
-// one by one, until the tiles' results are within twinTarget dB of
-// float32's on rt. A twin still under TwinFloor is refused with an error
-// that says how far it got.
+// each is measured quantised alone, and the worst are kept in float, one
+// by one, until the tiles' results are within twinTarget dB of float32's
+// on rt. A twin still under TwinFloor is refused with an error that says
+// how far it got.
 //
 // Quantisation after training rounds what each convolution reads to 256
 // steps; networks whose activations span a wide range lose more than
@@ -55,19 +62,32 @@ func MakeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 		return Twin{}, errors.New("onnx: MakeTwin: a twin is made from a network's ncnn files (Model.Param)")
 	}
 	if !slices.Contains(rt.Precisions(), INT8) {
-		return Twin{}, fmt.Errorf("onnx: MakeTwin: %s runs no INT8 on this CPU", rt.Name())
+		return Twin{}, fmt.Errorf("onnx: MakeTwin: %s runs no INT8 on this CPU; try the other runtime", rt.Name())
 	}
-	net, err := readNet(m.Param)
+	twin, err := makeTwin(ctx, rt, m, dir, side)
 	if err != nil {
 		return Twin{}, fmt.Errorf("onnx: MakeTwin: %s: %w", m.Param, err)
 	}
+	return twin, nil
+}
+
+// makeTwin is MakeTwin's work, its errors not yet prefixed.
+func makeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (Twin, error) {
+	net, err := readNet(m.Param)
+	if err != nil {
+		return Twin{}, err
+	}
+	digest, err := ncnnDigest(m.Param)
+	if err != nil {
+		return Twin{}, err
+	}
 	q, err := ncnn2onnx.NewQuantization(net, dir, side, nil)
 	if err != nil {
-		return Twin{}, fmt.Errorf("onnx: MakeTwin: %w", err)
+		return Twin{}, err
 	}
 	quantized := q.Quantized()
 	if len(quantized) == 0 {
-		return Twin{}, fmt.Errorf("onnx: MakeTwin: %s has no convolution between those that read and make the image to quantise", m.Param)
+		return Twin{}, errors.New("no convolution between those that read and make the image to quantise")
 	}
 	float, err := convertNet(net, m, nil)
 	if err != nil {
@@ -98,8 +118,9 @@ func MakeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 	if err != nil {
 		return Twin{}, err
 	}
+	// NaN is never good enough: each bar is asked as "not at least".
 	var kept []string
-	if psnr < twinTarget {
+	if !(psnr >= twinTarget) && len(quantized) > 1 {
 		// Each convolution quantised alone, the costliest kept first.
 		alone := make(map[string]float64, len(quantized))
 		for _, c := range quantized {
@@ -107,23 +128,24 @@ func MakeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 				return Twin{}, err
 			}
 		}
-		slices.SortStableFunc(quantized, func(a, b string) int { return cmp.Compare(alone[a], alone[b]) })
-		for psnr < twinTarget && len(kept) < len(quantized)-1 {
-			kept = quantized[:len(kept)+1]
+		costliest := slices.SortedStableFunc(slices.Values(quantized), func(a, b string) int { return cmp.Compare(alone[a], alone[b]) })
+		for !(psnr >= twinTarget) && len(kept) < len(quantized)-1 {
+			kept = costliest[:len(kept)+1]
 			if psnr, err = distance(q.KeepingInFloat(kept...)); err != nil {
 				return Twin{}, err
 			}
 		}
 	}
-	if psnr < TwinFloor {
-		return Twin{}, fmt.Errorf("onnx: MakeTwin: %s: its INT8 twin is %.1f dB from float32 with %d of its %d quantisable convolutions in float32, under the %d dB a twin must keep; run it in float32 or bfloat16", m.Param, psnr, len(kept), len(quantized), TwinFloor)
+	if !(psnr >= TwinFloor) {
+		return Twin{}, fmt.Errorf("its INT8 twin is %.1f dB from float32 with %d of its %d quantisable convolutions kept in float, under the %d dB a twin must keep; run it in float32 or bfloat16", psnr, len(kept), len(quantized), TwinFloor)
 	}
-	twin, err := convertNet(net, m, q.KeepingInFloat(kept...),
+	final := q.KeepingInFloat(kept...)
+	twin, err := convertNet(net, m, final, [2]string{twinOf, digest},
 		[2]string{"upscale.int8_psnr", strconv.FormatFloat(psnr, 'f', 1, 64)}, [2]string{"upscale.int8_float", strings.Join(kept, ",")})
 	if err != nil {
 		return Twin{}, err
 	}
-	return Twin{Data: twin.Data, Float: slices.Clone(kept), Quantized: slices.Clone(quantized[len(kept):]), PSNR: psnr}, nil
+	return Twin{Data: twin.Data, Float: slices.Clone(kept), Quantized: final.Quantized(), PSNR: psnr}, nil
 }
 
 // runTiles runs n on rt in precision on each of tiles, side × side.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,50 +32,6 @@ func calibrationDir(t *testing.T) string {
 	return dir
 }
 
-// chain writes a network of three 1×1 convolutions of 3 channels each
-// (the last to 3 × scale², shuffled to ×scale) as name.param and .bin in
-// dir: the first scales each channel by a and adds b, the second scales
-// by c and adds d, the last repeats each channel into its scale² pixels.
-// The middle one alone is quantised by a twin, reading what the first
-// makes.
-func chain(t *testing.T, dir, name string, scale int, a, b, c, d float32) string {
-	t.Helper()
-	out := 3 * scale * scale
-	param := fmt.Sprintf("7767517\n5 5\nInput in 0 1 data\n"+
-		"Convolution first 1 1 data x1 0=3 1=1 5=1 6=9\n"+
-		"Convolution middle 1 1 x1 x2 0=3 1=1 5=1 6=9\n"+
-		"Convolution last 1 1 x2 x3 0=%d 1=1 5=1 6=%d\n"+
-		"PixelShuffle shuffle 1 1 x3 out 0=%d\n", out, 3*out, scale)
-	var bin []float32
-	diagonal := func(v, bias float32) {
-		bin = append(bin, 0) // ncnn's flag: float32 weights follow
-		for o := range 3 {
-			for i := range 3 {
-				bin = append(bin, map[bool]float32{true: v}[o == i])
-			}
-		}
-		bin = append(bin, bias, bias, bias)
-	}
-	diagonal(a, b)
-	diagonal(c, d)
-	bin = append(bin, 0)
-	for o := range out {
-		for i := range 3 {
-			bin = append(bin, map[bool]float32{true: 1}[o/(scale*scale) == i])
-		}
-	}
-	bin = append(bin, make([]float32, out)...)
-	path := filepath.Join(dir, name+".param")
-	if err := os.WriteFile(path, []byte(param), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := binary.Append(nil, binary.LittleEndian, bin)
-	if err := os.WriteFile(filepath.Join(dir, name+".bin"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func oneDNN(t *testing.T) onnx.Runtime {
 	t.Helper()
 	rt, err := onednn.New()
@@ -98,7 +55,7 @@ func TestMakeTwinSPAN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("SPAN ×2's twin: %.1f dB, %d convolutions in INT8, %d more in float32", twin.PSNR, len(twin.Quantized), len(twin.Float))
+	t.Logf("SPAN ×2's twin: %.1f dB, %d convolutions in INT8, %d more in float", twin.PSNR, len(twin.Quantized), len(twin.Float))
 	if twin.PSNR < 48 || len(twin.Quantized) == 0 || len(twin.Quantized)+len(twin.Float) != 20 {
 		t.Errorf("%.1f dB with %d of 20 quantisable convolutions in INT8 and %d kept; want at least 48 dB with some in INT8", twin.PSNR, len(twin.Quantized), len(twin.Float))
 	}
@@ -165,19 +122,58 @@ func TestMakeTwinSPAN(t *testing.T) {
 	}
 }
 
+// TestMakeTwinResidual: in a network with a residual sum and a swish
+// between its convolutions, only the inner convolutions are quantised
+// (the sum reads their float results: what a quantised convolution reads
+// is scaled channel by channel, which only its weights undo), and the
+// twin keeps 48 dB on its calibration tiles with both in INT8.
+func TestMakeTwinResidual(t *testing.T) {
+	dir := t.TempDir()
+	param := filepath.Join(dir, "residual.param")
+	os.WriteFile(param, []byte("7767517\n9 10\nInput in 0 1 data\n"+
+		"Convolution a 1 1 data x1 0=3 1=1 5=1 6=9\nSplit s 1 2 x1 x1a x1b\n"+
+		"Convolution b 1 1 x1a x2 0=3 1=1 5=1 6=9\nSwish w 1 1 x2 x3\n"+
+		"Convolution c 1 1 x3 x4 0=3 1=1 5=1 6=9\nEltwise sum 2 1 x4 x1b x5 0=1\n"+
+		"Convolution d 1 1 x5 x6 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 x6 out 0=2\n"), 0o644)
+	var bin []float32
+	for _, v := range []float32{1, 0.8, 0.5} { // a, b, c: each channel scaled by v, and a mix
+		bin = append(bin, 0)
+		for o := range 3 {
+			for i := range 3 {
+				bin = append(bin, map[bool]float32{true: v, false: 0.05}[o == i])
+			}
+		}
+		bin = append(bin, 0.02, -0.01, 0.03)
+	}
+	bin = append(bin, 0) // d repeats each channel into its four pixels, at 0.6
+	for o := range 12 {
+		for i := range 3 {
+			bin = append(bin, map[bool]float32{true: 0.6}[o/4 == i])
+		}
+	}
+	bin = append(bin, make([]float32, 12)...)
+	data, _ := binary.Append(nil, binary.LittleEndian, bin)
+	os.WriteFile(filepath.Join(dir, "residual.bin"), data, 0o644)
+	twin, err := onnx.MakeTwin(context.Background(), oneDNN(t), onnx.Model{Name: "residual", Param: param}, calibrationDir(t), 32)
+	if err != nil || twin.PSNR < 48 || !slices.Equal(twin.Quantized, []string{"b", "c"}) {
+		t.Errorf("twin %.1f dB, %v in INT8, %v; want 48 dB or more with b and c in INT8", twin.PSNR, twin.Quantized, err)
+	}
+}
+
 // TestMakeTwinRefused: a network whose INT8 twin cannot keep 42 dB (its
 // middle convolution reads 100 plus a hundredth of the image, which 256
 // steps of a uint8 cannot tell apart) is refused with a sentence saying
 // how far it got; so are a network with no convolution between those
-// that read and make the image, and one brought as an ONNX file. A
-// twin that keeps the image is made, and New refuses it as the twin of
-// a network of another scale.
+// that read and make the image, and one brought as an ONNX file. Twins
+// that keep the image are made, and New refuses one as the twin of a
+// network of another scale, or of the same shape with other weights;
+// MeasureModel refuses the first too.
 func TestMakeTwinRefused(t *testing.T) {
 	dir, calibration := t.TempDir(), calibrationDir(t)
 	rt := oneDNN(t)
-	lost := chain(t, dir, "lost", 2, 0.01, 100, 100, -1e4)
+	lost := onnxtest.Chain(t, dir, "lost", 2, 0.01, 100, 100, -1e4)
 	_, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "lost", Param: lost}, calibration, 32)
-	if err == nil || !strings.Contains(err.Error(), "dB from float32 with 0 of its 1 quantisable convolutions in float32, under the 42 dB a twin must keep") {
+	if err == nil || !strings.Contains(err.Error(), "dB from float32 with 0 of its 1 quantisable convolutions kept in float, under the 42 dB a twin must keep") {
 		t.Errorf("a twin that loses the image: %v, want it refused under 42 dB", err)
 	}
 	shuffle := filepath.Join(dir, "shuffle.param")
@@ -190,17 +186,34 @@ func TestMakeTwinRefused(t *testing.T) {
 		t.Errorf("an ONNX file: %v, want it refused", err)
 	}
 
-	x4 := onnx.Model{Name: "x4", Param: chain(t, dir, "x4", 4, 1, 0, 1, 0)}
+	x4 := onnx.Model{Name: "x4", Param: onnxtest.Chain(t, dir, "x4", 4, 1, 0, 1, 0)}
 	twin, err := onnx.MakeTwin(context.Background(), rt, x4, calibration, 32)
 	if err != nil || twin.PSNR < 48 || len(twin.Quantized) != 1 {
 		t.Fatalf("the twin of a network that keeps the image: %.1f dB, %d in INT8, %v; want 48 dB or more with its middle convolution in INT8", twin.PSNR, len(twin.Quantized), err)
 	}
-	x2 := onnx.Model{Name: "x2", Param: chain(t, dir, "x2", 2, 1, 0, 1, 0), INT8: filepath.Join(dir, "x4.int8.onnx"), Precision: onnx.INT8, Runtime: rt}
-	os.WriteFile(x2.INT8, twin.Data, 0o644)
-	if e, err := onnx.New(onnx.Options{Models: []onnx.Model{x2}}); err == nil || !strings.Contains(err.Error(), "a twin of another network") {
-		if err == nil {
-			e.Close()
+	twin2, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "x2", Param: onnxtest.Chain(t, dir, "x2", 2, 1, 0, 1, 0)}, calibration, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "x4.int8.onnx"), twin.Data, 0o644)
+	os.WriteFile(filepath.Join(dir, "x2.int8.onnx"), twin2.Data, 0o644)
+	for _, tc := range []struct{ name, param, twin, want string }{
+		{"OtherScale", "x2", "x4", "the twin of another network"},
+		// The same shape, other weights: its files' digest tells.
+		{"OtherWeights", "brighter", "x2", "was not made of"},
+	} {
+		if tc.param == "brighter" {
+			onnxtest.Chain(t, dir, "brighter", 2, 1.1, 0, 1, 0)
 		}
-		t.Errorf("×2 with the twin of ×4: %v, want it refused", err)
+		m := onnx.Model{Name: tc.param, Param: filepath.Join(dir, tc.param+".param"), INT8: filepath.Join(dir, tc.twin+".int8.onnx"), Precision: onnx.INT8, Runtime: rt}
+		if e, err := onnx.New(onnx.Options{Models: []onnx.Model{m}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if err == nil {
+				e.Close()
+			}
+			t.Errorf("%s: %v, want it refused as %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := onnx.MeasureModel(context.Background(), []onnx.Candidate{{Runtime: rt, Precision: onnx.INT8}}, onnx.Model{Name: "x2", Param: filepath.Join(dir, "x2.param"), INT8: filepath.Join(dir, "x4.int8.onnx")}, 0); err == nil || !strings.Contains(err.Error(), "the twin of another network") {
+		t.Errorf("MeasureModel with the twin of another network: %v, want it refused", err)
 	}
 }

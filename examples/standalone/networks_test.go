@@ -276,9 +276,7 @@ func TestBroughtUnderINT8Only(t *testing.T) {
 	os.WriteFile(param, []byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 c1 out 0=2\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "tiny.bin"), make([]byte, 4*(1+36+12)), 0o644)
 	// Three, of which the middle one has an INT8 form in a twin.
-	twinned := filepath.Join(dir, "twinned.param")
-	os.WriteFile(twinned, []byte("7767517\n5 5\nInput in 0 1 data\nConvolution a 1 1 data x1 0=3 1=1 5=1 6=9\nConvolution b 1 1 x1 x2 0=3 1=1 5=1 6=9\nConvolution c 1 1 x2 x3 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 x3 out 0=2\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "twinned.bin"), make([]byte, 4*(2*(1+9+3)+1+36+12)), 0o644)
+	twinned := onnxtest.Chain(t, dir, "twinned", 2, 1, 0, 1, 0)
 	ort, err := onnx.NewONNXRuntime(onnx.DefaultLibrary())
 	if err != nil {
 		t.Fatal(err)

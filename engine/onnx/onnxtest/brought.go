@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/upscalekit/upscale/engine/onnx"
@@ -122,4 +125,48 @@ func reference(t *testing.T, net *ncnn.Net, x []float32, w, h int) *ncnn.Blob {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Chain writes a network of three 1×1 convolutions of 3 channels each
+// (the last to 3 × scale², shuffled to ×scale) as name.param and .bin in
+// dir: the first scales each channel by a and adds b, the second scales
+// by c and adds d, the last repeats each channel into its scale² pixels.
+// The middle one alone is quantised by a twin, reading what the first
+// makes. It returns the .param file's path.
+func Chain(t testing.TB, dir, name string, scale int, a, b, c, d float32) string {
+	t.Helper()
+	out := 3 * scale * scale
+	param := fmt.Sprintf("7767517\n5 5\nInput in 0 1 data\n"+
+		"Convolution first 1 1 data x1 0=3 1=1 5=1 6=9\n"+
+		"Convolution middle 1 1 x1 x2 0=3 1=1 5=1 6=9\n"+
+		"Convolution last 1 1 x2 x3 0=%d 1=1 5=1 6=%d\n"+
+		"PixelShuffle shuffle 1 1 x3 out 0=%d\n", out, 3*out, scale)
+	var bin []float32
+	diagonal := func(v, bias float32) {
+		bin = append(bin, 0) // ncnn's flag: float32 weights follow
+		for o := range 3 {
+			for i := range 3 {
+				bin = append(bin, map[bool]float32{true: v}[o == i])
+			}
+		}
+		bin = append(bin, bias, bias, bias)
+	}
+	diagonal(a, b)
+	diagonal(c, d)
+	bin = append(bin, 0)
+	for o := range out {
+		for i := range 3 {
+			bin = append(bin, map[bool]float32{true: 1}[o/(scale*scale) == i])
+		}
+	}
+	bin = append(bin, make([]float32, out)...)
+	path := filepath.Join(dir, name+".param")
+	if err := os.WriteFile(path, []byte(param), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := binary.Append(nil, binary.LittleEndian, bin)
+	if err := os.WriteFile(filepath.Join(dir, name+".bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
