@@ -91,7 +91,7 @@ func NewQuantization(net *ncnn.Net, dir string, side int, float []string) (*Quan
 	if err != nil {
 		return nil, err
 	}
-	ranges, channels, err := calibrate(net, tiles)
+	ranges, channels, err := calibrate(net, tiles, float == nil)
 	if err != nil {
 		return nil, err
 	}
@@ -246,9 +246,9 @@ func decodePNG(file string) (image.Image, error) {
 }
 
 // calibrate runs net on every tile and returns each blob's range (see
-// rangeTail). Tiles run in parallel; the result does not depend on their
-// order.
-func calibrate(net *ncnn.Net, tiles []*ncnn.Blob) (map[string][2]float64, map[string][][2]float64, error) {
+// rangeTail), and with byChannel each of its channels' too. Tiles run in
+// parallel; the result does not depend on their order.
+func calibrate(net *ncnn.Net, tiles []*ncnn.Blob, byChannel bool) (map[string][2]float64, map[string][][2]float64, error) {
 	perTile := make([]map[string][2]float64, len(tiles))
 	perChannel := make([]map[string][][2]float64, len(tiles))
 	errs := make([]error, len(tiles))
@@ -265,6 +265,9 @@ func calibrate(net *ncnn.Net, tiles []*ncnn.Blob) (map[string][2]float64, map[st
 				perTile[i], perChannel[i] = map[string][2]float64{}, map[string][][2]float64{}
 				for name, blob := range blobs {
 					perTile[i][name] = tails(blob.Data)
+					if !byChannel {
+						continue
+					}
 					n := blob.H * blob.W
 					for ch := range blob.C {
 						perChannel[i][name] = append(perChannel[i][name], tails(blob.Data[ch*n:(ch+1)*n]))
