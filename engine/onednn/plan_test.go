@@ -23,24 +23,24 @@ func compiled(t *testing.T, arch onnx.Architecture, precision onnx.Precision) *g
 		t.Fatal(err)
 	}
 	file, err := onnxpb.Unmarshal(m.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := compile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return mustCompile(t, file, err)
 }
 
 // compiledSPAN compiles SPAN ch48 ×2, converted in float32.
 func compiledSPAN(t *testing.T) *graph {
 	t.Helper()
-	model, _, err := ncnn2onnx.Convert(onnxtest.SPAN(t, 2), "span", nil, nil)
+	file, _, err := ncnn2onnx.Convert(onnxtest.SPAN(t, 2), "span", nil, nil)
+	return mustCompile(t, file, err)
+}
+
+// mustCompile compiles file, failing t on err (reading it) or on
+// compile's.
+func mustCompile(t *testing.T, file *onnxpb.Model, err error) *graph {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := compile(model)
+	g, err := compile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,10 +300,7 @@ func TestSharedValueMadeOnce(t *testing.T) {
 		{Op: "Add", Name: "f", Inputs: []string{"d2", "e2"}, Outputs: []string{"f"}},
 		{Op: "Conv", Name: "out", Inputs: []string{"f", "w"}, Outputs: []string{"y"}},
 	}, Initializers: []onnxpb.Tensor{weights}, Inputs: image, Outputs: []onnxpb.Value{{Name: "y", Type: onnxpb.Float}}}}
-	g, err := compile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := mustCompile(t, file, nil)
 	var programs []string
 	sigmoids := 0
 	for _, l := range g.layers {
