@@ -119,7 +119,7 @@ type Options struct {
 	Architectures []Architecture
 	// Models are networks the operator brings, read and checked on their
 	// runtimes in New, each in its own precision (Model.Precision: FP32
-	// unless it says BF16). None by default.
+	// unless it says BF16, or INT8 on its twin). None by default.
 	Models []Model
 	// Rules pick Models for passes, before the Architectures; a pass no
 	// rule picks a network for is the Architectures'. None by default.
