@@ -112,7 +112,7 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 	out := px.Like(2*px.Width, 2*px.Height)
 	in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands}
 	o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands}
-	if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
+	if err := m.run(ctx, network, in, o, e.tileOf(m)); err != nil {
 		return nil, err
 	}
 	classical, err := e.codec.Encode(ctx, px, 2, upscale.Photo)

@@ -103,6 +103,23 @@ func TestTiling(t *testing.T) {
 	}
 }
 
+// TestTileSide: a network with a halo takes tiles of twice the runtime's
+// side by default and never under 12 halos; one without takes the
+// runtime's, or Options.Tile where set.
+func TestTileSide(t *testing.T) {
+	var rt *ONNXRuntime // tiles of 128
+	for _, tc := range []struct{ halo, size, want int }{
+		{0, 0, 128}, {0, 64, 64},
+		{21, 0, 256}, {21, 300, 300}, {21, 64, 252},
+		{34, 0, 408},
+	} {
+		m := &model{Network: &models.Network{Scale: 2, Halo: tc.halo, Multiple: 1, MinInput: 1}}
+		if got := m.tileSide(rt, tc.size); got != tc.want {
+			t.Errorf("halo %d, Options.Tile %d: tiles of %d, want %d", tc.halo, tc.size, got, tc.want)
+		}
+	}
+}
+
 // TestOpaqueAlphaStaysOpaque: an alpha band that is opaque everywhere
 // needs no pass of the network and comes back opaque.
 func TestOpaqueAlphaStaysOpaque(t *testing.T) {
@@ -383,7 +400,8 @@ func TestLighterNetworkBeforeInterpolation(t *testing.T) {
 	// cunet at a pace whose first pass of the ×4 is estimated at 18 s of
 	// the minute's 36 for learning, and its second, four times the work,
 	// at 72 s.
-	cunet.pace.set(18 / cunet.models[upscale.DenoiseNone].workOf(64, 48, 1, e.opts.Tile))
+	none := cunet.models[upscale.DenoiseNone]
+	cunet.pace.set(18 / none.workOf(64, 48, 1, e.tileOf(none)))
 	want := "learned;passes=1;network=cunet;runtime=onnxruntime;precision=int8, learned;passes=1;network=upconv7;runtime=onnxruntime;precision=int8"
 	if got := upscaleWithin(time.Minute); got != want {
 		t.Errorf("engine %q, want %q", got, want)

@@ -65,8 +65,8 @@ func (e *Engine) duration(h libvips.Header, opts upscale.Params) time.Duration {
 			if len(cs) == 0 {
 				continue
 			}
-			a := cs[0]
-			if s := a.models[level].workOf(w, height, h.Frames, e.opts.Tile) * a.pace.seconds(); slowest == nil || s > slowestSeconds {
+			a, m := cs[0], cs[0].models[level]
+			if s := m.workOf(w, height, h.Frames, e.tileOf(m)) * a.pace.seconds(); slowest == nil || s > slowestSeconds {
 				slowest, slowestSeconds = a, s
 			}
 		}

@@ -110,7 +110,7 @@ func timeCandidate(ctx context.Context, c Candidate, m *model, threads int) (flo
 	}
 	fastest := math.Inf(1)
 	for run := range measureRounds + 1 {
-		seconds, err := m.timeTile(ctx, network, c.Runtime.Tile())
+		seconds, err := m.timeTile(ctx, network, m.tileSide(c.Runtime, 0))
 		if err != nil {
 			return 0, err
 		}
@@ -127,7 +127,6 @@ const measureRounds = 3
 // timeTile runs network, m's, on one tile of size source pixels a side,
 // and returns the seconds it took per unit of work (model.work).
 func (m *model) timeTile(ctx context.Context, network Network, size int) (float64, error) {
-	size = m.tileSide(size)
 	t := m.tile(size, size, size)
 	inW, inH, outW, outH := m.tileInput(t)
 	in, out := make([]float32, 3*inW*inH), make([]float32, 3*outW*outH)

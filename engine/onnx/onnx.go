@@ -102,8 +102,10 @@ type Options struct {
 	// Threads is how many threads the runtime uses for one image. Zero
 	// means the number of CPUs.
 	Threads int
-	// Tile is the side of the tiles, in source pixels. Zero means the
-	// runtime's Tile().
+	// Tile is the side of the tiles, in source pixels; a network with a
+	// halo (a brought one that keeps its size) takes tiles of at least 12
+	// times its halo. Zero means the runtime's Tile(), and twice that for
+	// a network with a halo, which it reads again around every tile.
 	Tile int
 	// MemoryBudget caps what one image's learned passes may hold (see
 	// EstimateMemory): a pass that would hold more is done classically.
@@ -186,9 +188,6 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.Threads == 0 {
 		opts.Threads = runtime.NumCPU()
-	}
-	if opts.Tile == 0 {
-		opts.Tile = opts.Runtime.Tile()
 	}
 	if opts.MemoryBudget == 0 {
 		opts.MemoryBudget = DefaultMemoryBudget
@@ -362,7 +361,7 @@ func (e *Engine) fitting(ctx context.Context, px *libvips.Pixels, opts upscale.P
 		if err := e.measurePace(ctx, a, m); err != nil {
 			return nil, err
 		}
-		if a.fits(ctx, m.work(px, e.opts.Tile)*float64(networkRuns(px))) {
+		if a.fits(ctx, m.work(px, e.tileOf(m))*float64(networkRuns(px))) {
 			return a, nil
 		}
 	}
@@ -423,14 +422,15 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *mo
 		}
 	}
 	start := time.Now()
-	work := m.work(px, e.opts.Tile) * float64(len(layers))
+	tile := e.tileOf(m)
+	work := m.work(px, tile) * float64(len(layers))
 	for _, first := range layers {
 		grey := first != 0 || colour == 1
 		for k := range px.Frames { // an animation's frames each alone
 			from, to := px.Frame(k), out.Frame(k)
 			in := planes{pix: from.Pix, width: from.Width, height: from.Height, bands: from.Bands, first: first, grey: grey}
 			o := planes{pix: to.Pix, width: to.Width, height: to.Height, bands: to.Bands, first: first, grey: grey}
-			if err := m.run(ctx, network, in, o, e.opts.Tile); err != nil {
+			if err := m.run(ctx, network, in, o, tile); err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
 					// Cut short by the deadline: the whole pass would have
 					// taken longer than this, so the pace is at least that.
@@ -458,6 +458,9 @@ func opaque(px *libvips.Pixels) bool {
 func (e *Engine) open(m *model) (Network, error) {
 	return m.open(e.runtimeOf(m), cmp.Or(m.precision, e.opts.Precision), e.opts.Threads)
 }
+
+// tileOf is the side of m's tiles (model.tileSide).
+func (e *Engine) tileOf(m *model) int { return m.tileSide(e.runtimeOf(m), e.opts.Tile) }
 
 // runtimeOf is what runs m: its own runtime, or the engine's.
 func (e *Engine) runtimeOf(m *model) Runtime {

@@ -31,7 +31,7 @@ func (e *Engine) measurePace(ctx context.Context, a *arch, m *model) error {
 	}
 	var seconds float64
 	for range 2 { // the first makes what the runtime makes once per size
-		if seconds, err = m.timeTile(ctx, network, e.opts.Tile); err != nil {
+		if seconds, err = m.timeTile(ctx, network, e.tileOf(m)); err != nil {
 			return err
 		}
 	}
