@@ -1,7 +1,11 @@
 package libvips
 
 import (
+	"bytes"
+	"compress/zlib"
 	"context"
+	"encoding/binary"
+	"io"
 	"testing"
 	"time"
 
@@ -31,10 +35,14 @@ func BenchmarkEncoders(b *testing.B) {
 		name string
 		f    format
 	}{
-		{"png/level1", withSetting(pngFormat, func(f *format) { f.compression = 1 })},
-		{"png/level2", withSetting(pngFormat, func(f *format) { f.compression = 2 })},
-		{"png/level4", withSetting(pngFormat, func(f *format) { f.compression = 4 })},
-		{"png/level6", withSetting(pngFormat, func(f *format) { f.compression = 6 })},
+		{"png/level1-none", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 1, pngFilterNone })},
+		{"png/level1-up", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 1, pngFilterUp })},
+		{"png/level1-paeth", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 1, pngFilterPaeth })},
+		{"png/level2-paeth", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 2, pngFilterPaeth })},
+		{"png/level4-paeth", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 4, pngFilterPaeth })},
+		{"png/level6-none", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 6, pngFilterNone })},
+		{"png/level6-up", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 6, pngFilterUp })},
+		{"png/level6-paeth", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 6, pngFilterPaeth })},
 		{"jpeg/q90-444", withSetting(jpegFormat, func(f *format) { f.quality, f.subsample = 90, subsampleOff })},
 		{"jpeg/q90-420", withSetting(jpegFormat, func(f *format) { f.quality, f.subsample = 90, subsampleOn })},
 		{"jpeg/q85-420", withSetting(jpegFormat, func(f *format) { f.quality, f.subsample = 85, subsampleOn })},
@@ -108,4 +116,65 @@ func TestWebPEffortBySize(t *testing.T) {
 			t.Errorf("%d pixels: effort %d, want %d", tc.pixels, got, tc.want)
 		}
 	}
+}
+
+// TestPNGRowsFiltered: a PNG result's rows are each Paeth-filtered, which
+// makes an enlarged photo (Set14's baboon ×2) at least a tenth smaller
+// than unfiltered rows do.
+func TestPNGRowsFiltered(t *testing.T) {
+	r := recipeFor(upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	save := func(f format) []byte {
+		out, err := run(context.Background(), quality.SetFile(t, "Set14/baboon.png"), f, geometry{scale: 2}, r, bimg.ImageMetadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	filtered := save(pngFormat)
+	for i, row := range pngRows(t, filtered) {
+		if row[0] != 4 {
+			t.Fatalf("row %d: filter %d, want Paeth (4)", i, row[0])
+		}
+	}
+	unfiltered := save(withSetting(pngFormat, func(f *format) { f.filter = pngFilterNone }))
+	if 10*len(filtered) > 9*len(unfiltered) {
+		t.Errorf("%d bytes Paeth-filtered, %d unfiltered; want at least a tenth fewer", len(filtered), len(unfiltered))
+	}
+}
+
+// pngRows returns the rows of an 8-bit, non-interlaced PNG, each its
+// filter byte and its pixels' bytes.
+func pngRows(t *testing.T, data []byte) [][]byte {
+	t.Helper()
+	var idat []byte
+	var width, height, channels int
+	for p := 8; p+12 <= len(data); {
+		n := int(binary.BigEndian.Uint32(data[p:]))
+		kind, body := string(data[p+4:p+8]), data[p+8:p+8+n]
+		switch kind {
+		case "IHDR":
+			width, height = int(binary.BigEndian.Uint32(body)), int(binary.BigEndian.Uint32(body[4:]))
+			if depth, interlaced := body[8], body[12]; depth != 8 || interlaced != 0 {
+				t.Fatalf("a PNG of depth %d, interlace %d; want 8 and none", depth, interlaced)
+			}
+			channels = map[byte]int{0: 1, 2: 3, 4: 2, 6: 4}[body[9]]
+		case "IDAT":
+			idat = append(idat, body...)
+		}
+		p += 12 + n
+	}
+	r, err := zlib.NewReader(bytes.NewReader(idat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pixels, err := io.ReadAll(r)
+	rowBytes := 1 + width*channels
+	if err != nil || len(pixels) != height*rowBytes {
+		t.Fatalf("%d bytes of rows, %v; want %d rows of %d", len(pixels), err, height, rowBytes)
+	}
+	rows := make([][]byte, height)
+	for i := range rows {
+		rows[i] = pixels[i*rowBytes : (i+1)*rowBytes]
+	}
+	return rows
 }

@@ -120,6 +120,14 @@ func readLayout(src []byte) (layout, error) {
 
 // JPEG chroma subsampling modes: libvips's automatic choice (none from
 // quality 90 up), always 4:2:0, or never.
+// PNG row filters: none, or each row's bytes less the pixel's above (up)
+// or its Paeth predictor.
+const (
+	pngFilterNone  = C.VIPS_FOREIGN_PNG_FILTER_NONE
+	pngFilterUp    = C.VIPS_FOREIGN_PNG_FILTER_UP
+	pngFilterPaeth = C.VIPS_FOREIGN_PNG_FILTER_PAETH
+)
+
 const (
 	subsampleAuto = C.VIPS_FOREIGN_SUBSAMPLE_AUTO
 	subsampleOn   = C.VIPS_FOREIGN_SUBSAMPLE_ON
@@ -133,6 +141,7 @@ func (f format) saveParams(pixels int64) C.save_params {
 		quality:     C.int(f.quality),
 		subsample:   C.int(f.subsample),
 		compression: C.int(f.compression),
+		filter:      C.int(f.filter),
 		effort:      C.int(f.effortFor(pixels)),
 	}
 }

@@ -361,7 +361,7 @@ int save(VipsObject *ctx, VipsImage *in, int pages, const save_params *s, gint *
 		status = vips_jpegsave_target(x, VIPS_TARGET(target), "Q", s->quality, "subsample_mode", s->subsample, NULL);
 		break;
 	case SAVE_PNG:
-		status = vips_pngsave_target(x, VIPS_TARGET(target), "compression", s->compression, NULL);
+		status = vips_pngsave_target(x, VIPS_TARGET(target), "compression", s->compression, "filter", s->filter, NULL);
 		break;
 	case SAVE_GIF:
 		status = vips_gifsave_target(x, VIPS_TARGET(target), "effort", s->effort, NULL);

@@ -34,6 +34,7 @@ typedef struct {
 	int quality;     // JPEG and WebP
 	int subsample;   // a VipsForeignSubsample, JPEG
 	int compression; // PNG
+	int filter;      // a VipsForeignPngFilter, PNG
 	int effort;      // WebP, AVIF and GIF
 } save_params;
 
