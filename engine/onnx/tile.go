@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/engine/internal/libvips"
@@ -165,23 +167,40 @@ func (m *model) gather(in planes, x []float32, left, top, w, h int) {
 
 // scatter writes the part of one tile's result y (3 planes of w × h), cut
 // by cut on each side, that lies inside out, at (left, top), clipped to
-// 0-1 and rounded to 16 bits.
+// 0-1 and rounded to 16 bits. Its rows are shared among the CPUs, idle
+// between tiles: a tile of SPAN ×4's 2168×2088 took 11 ms on two against
+// 15 on one (BenchmarkScatter, AMD EPYC, 2 cores).
 func scatter(y []float32, w, h, cut int, out planes, left, top int) {
 	rows, cols := min(h-2*cut, out.height-top), min(w-2*cut, out.width-left)
-	for row := range rows {
-		dst := out.pix[((top+row)*out.width+left)*out.bands:]
-		for col := range cols {
-			i := (row+cut)*w + col + cut
+	r, g, b := y[:w*h], y[w*h:2*w*h], y[2*w*h:]
+	parallelRows(rows, func(from, to int) {
+		for row := from; row < to; row++ {
+			at := (row+cut)*w + cut
+			r, g, b := r[at:at+cols], g[at:at+cols], b[at:at+cols]
+			dst := out.pix[((top+row)*out.width+left)*out.bands+out.first:]
 			if out.grey {
-				v := (y[i] + y[w*h+i] + y[2*w*h+i]) / 3
-				dst[col*out.bands+out.first] = sample(v)
+				for col := range cols {
+					dst[col*out.bands] = sample((r[col] + g[col] + b[col]) / 3)
+				}
 				continue
 			}
-			for c := range 3 {
-				dst[col*out.bands+out.first+c] = sample(y[c*w*h+i])
+			for col := range cols {
+				px := dst[col*out.bands : col*out.bands+3]
+				px[0], px[1], px[2] = sample(r[col]), sample(g[col]), sample(b[col])
 			}
 		}
+	})
+}
+
+// parallelRows runs do on n rows in as many bands of rows as there are
+// CPUs, at once, and returns when all are done.
+func parallelRows(n int, do func(from, to int)) {
+	bands := min(runtime.GOMAXPROCS(0), n)
+	var wg sync.WaitGroup
+	for i := range bands {
+		wg.Go(func() { do(i*n/bands, (i+1)*n/bands) })
 	}
+	wg.Wait()
 }
 
 // sample is v, clipped to 0-1, as a 16-bit sample.
