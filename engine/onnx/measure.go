@@ -51,9 +51,10 @@ type Timing struct {
 // a runtime's fastest on one CPU is its slowest on another (on an AVX2
 // EPYC without VNNI, oneDNN in float32 took 1.8 times ONNX Runtime in
 // INT8). Each candidate in turn is loaded alone, so that measuring holds
-// one network at a time, and runs a tile of its runtime's size on threads
-// threads (zero: the number of CPUs): once, to make what the runtime makes
-// once per size, then measureRounds times, the fastest counting. It
+// one network at a time, and runs a tile of the size the engine gives the
+// network on that runtime (model.tileSide) on threads threads (zero: the
+// number of CPUs): once, to make what the runtime makes once per size,
+// then measureRounds times, the fastest counting. It
 // returns the timings fastest first, those that failed (a precision
 // offered that the runtime cannot build here) last, each with its error;
 // it stops with ctx's error once ctx is done. On a 2-core Intel Xeon with

@@ -77,7 +77,7 @@ const haloTiles = 12
 // otherwise rt's Tile(), or, for a network with a halo, twice that, for
 // the halo is read again around every tile. Never under haloTiles times
 // the halo. SPAN ×2 of a 1000×960 photo on oneDNN in bfloat16 took 2.11 s
-// in tiles of 512 against 2.56 s in tiles of 256, the halo adding 13% to
+// in tiles of 512 against 2.56 s in tiles of 256, the halo adding 18% to
 // the image's work rather than 37%, and the process's peak RSS rose from
 // 315 to 510 MiB (×4: 3.73 s against 4.01, 498 to 744 MiB; AMD EPYC,
 // AVX-512, 2 cores).
@@ -167,9 +167,10 @@ func (m *model) gather(in planes, x []float32, left, top, w, h int) {
 
 // scatter writes the part of one tile's result y (3 planes of w × h), cut
 // by cut on each side, that lies inside out, at (left, top), clipped to
-// 0-1 and rounded to 16 bits. Its rows are shared among the CPUs, idle
-// between tiles: a tile of SPAN ×4's 2168×2088 took 11 ms on two against
-// 15 on one (BenchmarkScatter, AMD EPYC, 2 cores).
+// 0-1 and rounded to 16 bits. Its rows are shared among GOMAXPROCS
+// goroutines, as the runtime's threads wait for the next tile: a tile of
+// SPAN ×4's 2168×2088 took 11 ms on two cores against 15 on one
+// (BenchmarkScatter, AMD EPYC).
 func scatter(y []float32, w, h, cut int, out planes, left, top int) {
 	rows, cols := min(h-2*cut, out.height-top), min(w-2*cut, out.width-left)
 	r, g, b := y[:w*h], y[w*h:2*w*h], y[2*w*h:]

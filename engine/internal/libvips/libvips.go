@@ -118,8 +118,6 @@ func readLayout(src []byte) (layout, error) {
 	return l, nil
 }
 
-// JPEG chroma subsampling modes: libvips's automatic choice (none from
-// quality 90 up), always 4:2:0, or never.
 // PNG row filters: none, or each row's bytes less the pixel's above (up)
 // or its Paeth predictor.
 const (
@@ -128,6 +126,8 @@ const (
 	pngFilterPaeth = C.VIPS_FOREIGN_PNG_FILTER_PAETH
 )
 
+// JPEG chroma subsampling modes: libvips's automatic choice (none from
+// quality 90 up), always 4:2:0, or never.
 const (
 	subsampleAuto = C.VIPS_FOREIGN_SUBSAMPLE_AUTO
 	subsampleOn   = C.VIPS_FOREIGN_SUBSAMPLE_ON
