@@ -60,6 +60,11 @@ type Model struct {
 	// calibration tiles, or at least TwinFloor. Precision INT8 runs it;
 	// without a twin, INT8 is refused.
 	INT8 string
+	// Tile is the side of its tiles, in source pixels, where its
+	// memory or its speed needs another than the engine's: zero means
+	// Options.Tile, or twice the runtime's Tile(). Never under 12 times
+	// its halo.
+	Tile int
 }
 
 // A Rule picks a Model for a learned pass: the first Rule that matches a
@@ -102,6 +107,8 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 			return fmt.Errorf("%s: a name is 1 to 64 letters, digits, '.', '_' or '-'", where)
 		case slices.Contains([]Architecture{CUNet, UpConv7}, Architecture(m.Name)) || byName[m.Name] != nil:
 			return fmt.Errorf("%s: the name is taken", where)
+		case m.Tile < 0:
+			return fmt.Errorf("%s: tile %d: a tile's side is a number of pixels, or 0 for the engine's", where, m.Tile)
 		}
 		rt, precision := cmp.Or[Runtime](m.Runtime, e.opts.Runtime), cmp.Or(m.Precision, FP32)
 		if !slices.Contains(m.Precisions(), precision) || !slices.Contains(rt.Precisions(), precision) {
@@ -114,7 +121,7 @@ func (e *Engine) bring(brought []Model, rules []Rule) error {
 		if n.Scale != 2 && n.Scale != 4 {
 			return fmt.Errorf("%s: it enlarges ×%d; the engine makes passes of ×2 and ×4", where, n.Scale)
 		}
-		mod := &model{Network: n, precision: precision, runtime: rt}
+		mod := &model{Network: n, precision: precision, runtime: rt, ownTile: m.Tile}
 		if err := e.check(mod); err != nil {
 			return fmt.Errorf("%s: %s cannot run it in %s: %w", where, mod.runtime.Name(), mod.precision, err)
 		}
@@ -329,9 +336,9 @@ func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads 
 		case !slices.Contains(runs, c.Precision):
 			return nil, fmt.Errorf("it runs in %s, not %s%s", joinPrecisions(runs), c.Precision, m.withoutTwin(c.Precision))
 		case c.Precision == INT8:
-			return &model{Network: twin}, nil
+			return &model{Network: twin, ownTile: m.Tile}, nil
 		}
-		return &model{Network: n}, nil
+		return &model{Network: n, ownTile: m.Tile}, nil
 	})
 }
 

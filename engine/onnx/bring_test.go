@@ -173,6 +173,21 @@ func TestBroughtONNX(t *testing.T) {
 
 }
 
+// TestBroughtTile: a brought network runs in tiles of its own Model.Tile
+// where set, else of Options.Tile, else the runtime's (ONNX Runtime's
+// 128, for a network without a halo).
+func TestBroughtTile(t *testing.T) {
+	dir := t.TempDir()
+	own, plain := onnxtest.Chain(t, dir, "own", 2, 1, 0, 1, 0), onnxtest.Chain(t, dir, "plain", 2, 1, 0, 1, 0)
+	models := []onnx.Model{{Name: "own", Param: own, Tile: 48}, {Name: "plain", Param: plain}}
+	for _, tc := range []struct{ engine, own, plain int }{{0, 48, 128}, {64, 48, 64}} {
+		e := onnx.NewTestEngine(t, onnx.Options{Precision: onnx.FP32, Tile: tc.engine, Models: models})
+		if got, gotPlain := e.TileOf("own"), e.TileOf("plain"); got != tc.own || gotPlain != tc.plain {
+			t.Errorf("Options.Tile %d: tiles of %d and %d, want %d (Model.Tile) and %d", tc.engine, got, gotPlain, tc.own, tc.plain)
+		}
+	}
+}
+
 // TestBroughtRefusedAtStart: a network that cannot run is refused by New
 // with a sentence that names it and why: an unknown layer by its type, a
 // missing file, a taken name, a rule naming no network, a precision a
@@ -212,6 +227,7 @@ func TestBroughtRefusedAtStart(t *testing.T) {
 		"INT8":         {[]onnx.Model{{Name: "shuffle", Param: shuffle, Precision: onnx.INT8}}, nil, `precision "int8": onnxruntime runs it in fp32; INT8 needs its INT8 twin (Model.INT8)`},
 		"ONNXScale":    {[]onnx.Model{{Name: "x3", ONNX: x3File}}, nil, "must make ×2 or ×4 of a tile of any size"},
 		"BothFiles":    {[]onnx.Model{{Name: "both", Param: shuffle, ONNX: x3File}}, nil, "both a Param and an ONNX file"},
+		"NegativeTile": {[]onnx.Model{{Name: "shuffle", Param: shuffle, Tile: -1}}, nil, `"shuffle": tile -1: a tile's side is a number of pixels`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e, err := onnx.New(onnx.Options{Models: tc.models, Rules: tc.rules})

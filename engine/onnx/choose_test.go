@@ -105,17 +105,19 @@ func TestTiling(t *testing.T) {
 
 // TestTileSide: a network with a halo takes tiles of twice the runtime's
 // side by default and never under 12 halos; one without takes the
-// runtime's, or Options.Tile where set.
+// runtime's; Options.Tile, and above it a brought network's Model.Tile,
+// set them.
 func TestTileSide(t *testing.T) {
 	var rt *ONNXRuntime // tiles of 128
-	for _, tc := range []struct{ halo, size, want int }{
-		{0, 0, 128}, {0, 64, 64},
-		{21, 0, 256}, {21, 300, 300}, {21, 64, 252},
-		{34, 0, 408},
+	for _, tc := range []struct{ halo, own, size, want int }{
+		{0, 0, 0, 128}, {0, 0, 64, 64},
+		{21, 0, 0, 256}, {21, 0, 300, 300}, {21, 0, 64, 252},
+		{34, 0, 0, 408},
+		{21, 400, 0, 400}, {21, 400, 300, 400}, {21, 100, 0, 252},
 	} {
-		m := &model{Network: &models.Network{Scale: 2, Halo: tc.halo, Multiple: 1, MinInput: 1}}
+		m := &model{Network: &models.Network{Scale: 2, Halo: tc.halo, Multiple: 1, MinInput: 1}, ownTile: tc.own}
 		if got := m.tileSide(rt, tc.size); got != tc.want {
-			t.Errorf("halo %d, Options.Tile %d: tiles of %d, want %d", tc.halo, tc.size, got, tc.want)
+			t.Errorf("halo %d, Model.Tile %d, Options.Tile %d: tiles of %d, want %d", tc.halo, tc.own, tc.size, got, tc.want)
 		}
 	}
 }

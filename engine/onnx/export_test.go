@@ -3,6 +3,7 @@ package onnx
 import (
 	"testing"
 
+	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -19,3 +20,14 @@ func NewTestEngine(t testing.TB, opts Options) *Engine {
 
 // newTestEngine is NewTestEngine with the default Options.
 func newTestEngine(t *testing.T) *Engine { return NewTestEngine(t, Options{}) }
+
+// TileOf is the side of the tiles the engine gives the brought network
+// named name, zero for none of that name.
+func (e *Engine) TileOf(name string) int {
+	for _, a := range e.brought {
+		if string(a.name) == name {
+			return e.tileOf(a.models[upscale.DenoiseNone])
+		}
+	}
+	return 0
+}

@@ -16,6 +16,7 @@ type model struct {
 	// engine's.
 	runtime   Runtime
 	precision Precision
+	ownTile   int // Model.Tile; zero for the engine's
 
 	mu      sync.Mutex
 	network Network

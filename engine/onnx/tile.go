@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -73,15 +74,16 @@ func (m *model) tile(w, h, size int) tiling {
 // cores).
 const haloTiles = 12
 
-// tileSide is the side of m's tiles on rt: size (Options.Tile) where set;
-// otherwise rt's Tile(), or, for a network with a halo, twice that, for
-// the halo is read again around every tile. Never under haloTiles times
-// the halo. SPAN ×2 of a 1000×960 photo on oneDNN in bfloat16 took 2.11 s
+// tileSide is the side of m's tiles on rt: its own (Model.Tile), else
+// size (Options.Tile), where set; otherwise rt's Tile(), or, for a
+// network with a halo, twice that, for the halo is read again around
+// every tile. Never under haloTiles times the halo. SPAN ×2 of a 1000×960 photo on oneDNN in bfloat16 took 2.11 s
 // in tiles of 512 against 2.56 s in tiles of 256, the halo adding 18% to
 // the image's work rather than 37%, and the process's peak RSS rose from
 // 315 to 510 MiB (×4: 3.73 s against 4.01, 498 to 744 MiB; AMD EPYC,
 // AVX-512, 2 cores).
 func (m *model) tileSide(rt Runtime, size int) int {
+	size = cmp.Or(m.ownTile, size)
 	if size == 0 {
 		size = rt.Tile()
 		if m.Halo > 0 {

@@ -43,13 +43,15 @@ type fileConfig struct {
 
 // fileNetwork is an onnx.Model: its ncnn .param file (the .bin beside
 // it) or its ONNX file, and its INT8 twin (cmd/int8twin's), each a path
-// relative to the config file's directory.
+// relative to the config file's directory, and the side of its tiles
+// where not the engine's (onnx.Model.Tile).
 type fileNetwork struct {
 	Name      string `json:"name"`
 	Param     string `json:"param"`
 	ONNX      string `json:"onnx"`
 	INT8      string `json:"int8"`
 	Published bool   `json:"published"`
+	Tile      int    `json:"tile"`
 }
 
 // fileRule is an onnx.Rule.
@@ -128,6 +130,9 @@ func (c fileConfig) validate() error {
 	for i, n := range c.Networks {
 		if n.Name == "" || (n.Param == "") == (n.ONNX == "") {
 			return fmt.Errorf("networks[%d]: name is required, and one of param and onnx", i)
+		}
+		if n.Tile < 0 {
+			return fmt.Errorf("networks[%d]: tile is a side in pixels, or 0 for the engine's", i)
 		}
 		networks[n.Name] = true
 	}
@@ -242,7 +247,7 @@ func (p filePlan) plan(name string) upscale.Plan {
 func (c fileConfig) models() ([]onnx.Model, []onnx.Rule) {
 	var models []onnx.Model
 	for _, n := range c.Networks {
-		models = append(models, onnx.Model{Name: n.Name, Param: n.Param, ONNX: n.ONNX, INT8: n.INT8, Published: n.Published})
+		models = append(models, onnx.Model{Name: n.Name, Param: n.Param, ONNX: n.ONNX, INT8: n.INT8, Published: n.Published, Tile: n.Tile})
 	}
 	var rules []onnx.Rule
 	for _, r := range c.Rules {

@@ -48,13 +48,13 @@ func TestLoadConfig(t *testing.T) {
 	t.Run("NetworkFilesBesideTheConfig", func(t *testing.T) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "config.json")
-		os.WriteFile(path, []byte(`{"networks": [{"name": "a", "param": "a.param", "int8": "a.int8.onnx"}, {"name": "b", "onnx": "models/b.onnx"}, {"name": "c", "onnx": "/abs/c.onnx"}]}`), 0o600)
+		os.WriteFile(path, []byte(`{"networks": [{"name": "a", "param": "a.param", "int8": "a.int8.onnx", "tile": 400}, {"name": "b", "onnx": "models/b.onnx"}, {"name": "c", "onnx": "/abs/c.onnx"}]}`), 0o600)
 		c, err := loadConfig(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		models, _ := c.models()
-		if len(models) != 3 || models[0].Param != filepath.Join(dir, "a.param") || models[0].INT8 != filepath.Join(dir, "a.int8.onnx") || models[1].ONNX != filepath.Join(dir, "models/b.onnx") || models[2].ONNX != "/abs/c.onnx" {
+		if len(models) != 3 || models[0].Param != filepath.Join(dir, "a.param") || models[0].INT8 != filepath.Join(dir, "a.int8.onnx") || models[0].Tile != 400 || models[1].Tile != 0 || models[1].ONNX != filepath.Join(dir, "models/b.onnx") || models[2].ONNX != "/abs/c.onnx" {
 			t.Errorf("models %+v: want each file beside the config, an absolute one as it is", models)
 		}
 	})
@@ -74,6 +74,7 @@ func TestLoadConfig(t *testing.T) {
 		{"UnknownField", `{"plan": {}}`, `"plan"`},
 		{"NetworkWithoutFile", `{"networks": [{"name": "span"}]}`, "networks[0]: name is required, and one of param and onnx"},
 		{"NetworkWithTwoFiles", `{"networks": [{"name": "span", "param": "a.param", "onnx": "a.onnx"}]}`, "networks[0]: name is required, and one of param and onnx"},
+		{"NegativeTile", `{"networks": [{"name": "span", "param": "a.param", "tile": -1}]}`, "networks[0]: tile is a side in pixels, or 0 for the engine's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "config.json")
