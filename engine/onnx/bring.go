@@ -60,10 +60,10 @@ type Model struct {
 	// calibration tiles, or at least TwinFloor. Precision INT8 runs it;
 	// without a twin, INT8 is refused.
 	INT8 string
-	// Tile is the side of its tiles, in source pixels, where its
-	// memory or its speed needs another than the engine's: zero means
-	// Options.Tile, or twice the runtime's Tile(). Never under 12 times
-	// its halo.
+	// Tile is the side of its tiles, in source pixels, where its memory
+	// or its speed needs another than the engine's. Zero means
+	// Options.Tile where set, else the runtime's Tile(), twice that for a
+	// network with a halo. Never under 12 times its halo.
 	Tile int
 }
 

@@ -42,8 +42,8 @@ type tiling struct {
 }
 
 // tile plans the tiles over a w × h image for m: along each axis, as few
-// tiles as keep each within size (tileSide's), all of one size, as small as covers the
-// image (a 512-pixel side in tiles of at most 160 takes four of 128, not
+// tiles as keep each within size (tileSide's), all of one size, as small
+// as covers the image (a 512-pixel side in tiles of at most 160 takes four of 128, not
 // four of 160 that overlap by a quarter). Tiles may overlap by a few
 // pixels, where the model's input size must be a multiple of
 // m.Multiple; a tile larger than a small image reads repeated edge
@@ -77,11 +77,11 @@ const haloTiles = 12
 // tileSide is the side of m's tiles on rt: its own (Model.Tile), else
 // size (Options.Tile), where set; otherwise rt's Tile(), or, for a
 // network with a halo, twice that, for the halo is read again around
-// every tile. Never under haloTiles times the halo. SPAN ×2 of a 1000×960 photo on oneDNN in bfloat16 took 2.11 s
-// in tiles of 512 against 2.56 s in tiles of 256, the halo adding 18% to
-// the image's work rather than 37%, and the process's peak RSS rose from
-// 315 to 510 MiB (×4: 3.73 s against 4.01, 498 to 744 MiB; AMD EPYC,
-// AVX-512, 2 cores).
+// every tile. Never under haloTiles times the halo. SPAN ×2 of a
+// 1000×960 photo on oneDNN in bfloat16 took 2.11 s in tiles of 512
+// against 2.56 s in tiles of 256, the halo adding 18% to the image's work
+// rather than 37%, and the process's peak RSS rose from 315 to 510 MiB
+// (×4: 3.73 s against 4.01, 498 to 744 MiB; AMD EPYC, AVX-512, 2 cores).
 func (m *model) tileSide(rt Runtime, size int) int {
 	size = cmp.Or(m.ownTile, size)
 	if size == 0 {
@@ -195,13 +195,13 @@ func scatter(y []float32, w, h, cut int, out planes, left, top int) {
 	})
 }
 
-// parallelRows runs do on n rows in as many bands of rows as there are
-// CPUs, at once, and returns when all are done.
+// parallelRows runs do on n rows split into as many runs of rows as
+// GOMAXPROCS, at once, and returns when all are done.
 func parallelRows(n int, do func(from, to int)) {
-	bands := min(runtime.GOMAXPROCS(0), n)
+	parts := min(runtime.GOMAXPROCS(0), n)
 	var wg sync.WaitGroup
-	for i := range bands {
-		wg.Go(func() { do(i*n/bands, (i+1)*n/bands) })
+	for i := range parts {
+		wg.Go(func() { do(i*n/parts, (i+1)*n/parts) })
 	}
 	wg.Wait()
 }

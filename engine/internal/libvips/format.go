@@ -56,9 +56,10 @@ var (
 	// in 246 ms against 10.70 MiB in 345 ms unfiltered at level 6 (the
 	// earlier choice; at 15 megapixels 17.7 MiB in 0.89 s against 37.4
 	// MiB in 1.42 s); Set14's comic and ppt3 enlarged to 2048² came out
-	// half and a third smaller too. Only the synthetic cel image, long runs of one
-	// colour, grew (0.238 MiB against 0.168). Higher levels bought 12%
-	// for 2.2 times the time (level 4), level 1 was as fast and 1% larger.
+	// half and a third smaller too. Only the synthetic cel image, long
+	// runs of one colour, grew (0.238 MiB against 0.168). Higher levels
+	// bought 12% for 2.2 times the time (level 4); level 1 was as fast and
+	// 1% larger.
 	pngFormat = format{contentType: "image/png", maxSide: 1 << 31, saver: savePNG, compression: 2, filter: pngFilterPaeth}
 	// WebP at quality 90, effort 4 (libvips's default): 1 dB of luma more
 	// than effort 2 on the photo for about a quarter of a second more;
