@@ -165,17 +165,17 @@ type rule struct {
 // against the network; else its ncnn files converted in float32, or its
 // ONNX file, whose geometry rt measures if it does not say it.
 func loadModel(ctx context.Context, rt Runtime, m Model, precision Precision) (*models.Network, error) {
-	n, err := loadFloat(ctx, rt, m)
+	n, digest, err := loadFloat(ctx, rt, m)
 	if err != nil || precision != INT8 {
 		return n, err
 	}
-	return loadTwin(ctx, rt, m, n)
+	return loadTwin(ctx, rt, m, n, digest)
 }
 
 // loadTwin reads m's INT8 twin and checks it is n's, m's network read in
-// float32: of the same geometry, and for ncnn files made of those files
-// (MakeTwin records their digest).
-func loadTwin(ctx context.Context, rt Runtime, m Model, n *models.Network) (*models.Network, error) {
+// float32: of the same geometry, and for ncnn files made of those files,
+// whose digest loadFloat read (MakeTwin records it).
+func loadTwin(ctx context.Context, rt Runtime, m Model, n *models.Network, digest string) (*models.Network, error) {
 	twin, err := readONNX(ctx, rt, Model{Name: m.Name, ONNX: m.INT8})
 	if err != nil {
 		return nil, fmt.Errorf("its INT8 twin: %w", err)
@@ -186,69 +186,56 @@ func loadTwin(ctx context.Context, rt Runtime, m Model, n *models.Network) (*mod
 	if m.Param == "" {
 		return twin, nil
 	}
-	want, err := ncnnDigest(m.Param)
-	if err != nil {
-		return nil, err
-	}
 	file, err := onnxpb.Unmarshal(twin.Data)
 	if err != nil {
 		return nil, err
 	}
-	if got, _ := file.MetadataValue(twinOf); got != want {
+	if got, _ := file.MetadataValue(twinOf); got != digest {
 		return nil, fmt.Errorf("its INT8 twin %s was not made of %s and the .bin beside it as they are now; make it again (cmd/int8twin)", m.INT8, m.Param)
 	}
 	return twin, nil
 }
 
-// loadFloat reads m's network as loadModel does, in float32.
-func loadFloat(ctx context.Context, rt Runtime, m Model) (*models.Network, error) {
+// loadFloat reads m's network as loadModel does, in float32, with the
+// digest of its ncnn files (readNet; empty for an ONNX file).
+func loadFloat(ctx context.Context, rt Runtime, m Model) (*models.Network, string, error) {
 	switch {
 	case m.Param != "" && m.ONNX != "":
-		return nil, errors.New("both a Param and an ONNX file: give one")
+		return nil, "", errors.New("both a Param and an ONNX file: give one")
 	case m.ONNX != "":
-		return readONNX(ctx, rt, m)
+		n, err := readONNX(ctx, rt, m)
+		return n, "", err
 	}
-	net, err := readNet(m.Param)
+	net, digest, err := readNet(m.Param)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return convertNet(net, m, nil)
+	n, err := convertNet(net, m, nil)
+	return n, digest, err
 }
 
-// readNet reads the ncnn network of a .param file and the .bin beside it.
-func readNet(paramPath string) (*ncnn.Net, error) {
-	param, bin, err := readNCNN(paramPath)
-	if err != nil {
-		return nil, err
-	}
-	return ncnn.Parse(param, bin)
-}
-
-// readNCNN reads a .param file and the .bin beside it.
-func readNCNN(paramPath string) (param, bin []byte, err error) {
+// readNet reads the ncnn network of a .param file and the .bin beside it,
+// and their SHA-256 in hex: what a twin records it was made of (twinOf).
+func readNet(paramPath string) (*ncnn.Net, string, error) {
 	if paramPath == "" {
-		return nil, nil, errors.New("no Param or ONNX file")
+		return nil, "", errors.New("no Param or ONNX file")
 	}
-	if param, err = os.ReadFile(paramPath); err != nil {
-		return nil, nil, err
-	}
-	if bin, err = os.ReadFile(strings.TrimSuffix(paramPath, filepath.Ext(paramPath)) + ".bin"); err != nil {
-		return nil, nil, fmt.Errorf("its weights: %w", err)
-	}
-	return param, bin, nil
-}
-
-// ncnnDigest is the SHA-256 of a .param file and the .bin beside it, in
-// hex: what a twin records it was made of (twinOf).
-func ncnnDigest(paramPath string) (string, error) {
-	param, bin, err := readNCNN(paramPath)
+	param, err := os.ReadFile(paramPath)
 	if err != nil {
-		return "", err
+		return nil, "", err
+	}
+	bin, err := os.ReadFile(strings.TrimSuffix(paramPath, filepath.Ext(paramPath)) + ".bin")
+	if err != nil {
+		return nil, "", fmt.Errorf("its weights: %w", err)
+	}
+	net, err := ncnn.Parse(param, bin)
+	if err != nil {
+		return nil, "", err
 	}
 	h := sha256.New()
 	h.Write(param)
 	h.Write(bin)
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return net, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // convertNet converts m's network net, in INT8 with q, its metadata
@@ -313,9 +300,10 @@ func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads 
 	// The network is read (an ONNX file's geometry measured) on the first
 	// runtime that can run it.
 	var n *models.Network
+	var digest string
 	var err error
 	for _, c := range candidates {
-		if n, err = loadFloat(ctx, c.Runtime, m); err == nil || ctx.Err() != nil {
+		if n, digest, err = loadFloat(ctx, c.Runtime, m); err == nil || ctx.Err() != nil {
 			break
 		}
 	}
@@ -326,7 +314,7 @@ func MeasureModel(ctx context.Context, candidates []Candidate, m Model, threads 
 	// runtime's: it fails the measure.
 	var twin *models.Network
 	if m.INT8 != "" && slices.ContainsFunc(candidates, func(c Candidate) bool { return c.Precision == INT8 }) {
-		if twin, err = loadTwin(ctx, candidates[0].Runtime, m, n); err != nil {
+		if twin, err = loadTwin(ctx, candidates[0].Runtime, m, n, digest); err != nil {
 			return nil, err
 		}
 	}

@@ -24,7 +24,7 @@ const TwinFloor = 42
 const twinTarget = 48
 
 // twinOf is the metadata key under which a twin records the digest of
-// the ncnn files it was made of (ncnnDigest).
+// the ncnn files it was made of (readNet).
 const twinOf = "upscale.int8_of"
 
 // A Twin is a brought network's INT8 twin (Model.INT8).
@@ -73,11 +73,7 @@ func MakeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 
 // makeTwin is MakeTwin's work, its errors not yet prefixed.
 func makeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (Twin, error) {
-	net, err := readNet(m.Param)
-	if err != nil {
-		return Twin{}, err
-	}
-	digest, err := ncnnDigest(m.Param)
+	net, digest, err := readNet(m.Param)
 	if err != nil {
 		return Twin{}, err
 	}
