@@ -35,6 +35,7 @@ func BenchmarkEncoders(b *testing.B) {
 		name string
 		f    format
 	}{
+		{"png/packed", packedPNG},
 		{"png/level1-none", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 1, pngFilterNone })},
 		{"png/level1-up", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 1, pngFilterUp })},
 		{"png/level1-paeth", withSetting(pngFormat, func(f *format) { f.compression, f.filter = 1, pngFilterPaeth })},
@@ -142,21 +143,23 @@ func TestPNGRowsFiltered(t *testing.T) {
 	}
 }
 
-// pngRows returns the rows of an 8-bit, non-interlaced PNG, each its
-// filter byte and its pixels' bytes.
+// pngRows returns the rows of an 8- or 16-bit, non-interlaced PNG, each
+// its filter byte and its pixels' bytes.
 func pngRows(t *testing.T, data []byte) [][]byte {
 	t.Helper()
 	var idat []byte
-	var width, height, channels int
+	var width, height, channels, sampleBytes int
 	for p := 8; p+12 <= len(data); {
 		n := int(binary.BigEndian.Uint32(data[p:]))
 		kind, body := string(data[p+4:p+8]), data[p+8:p+8+n]
 		switch kind {
 		case "IHDR":
 			width, height = int(binary.BigEndian.Uint32(body)), int(binary.BigEndian.Uint32(body[4:]))
-			if depth, interlaced := body[8], body[12]; depth != 8 || interlaced != 0 {
-				t.Fatalf("a PNG of depth %d, interlace %d; want 8 and none", depth, interlaced)
+			depth, interlaced := body[8], body[12]
+			if depth != 8 && depth != 16 || interlaced != 0 {
+				t.Fatalf("a PNG of depth %d, interlace %d; want 8 or 16 and none", depth, interlaced)
 			}
+			sampleBytes = int(depth) / 8
 			channels = map[byte]int{0: 1, 2: 3, 4: 2, 6: 4}[body[9]]
 		case "IDAT":
 			idat = append(idat, body...)
@@ -168,7 +171,7 @@ func pngRows(t *testing.T, data []byte) [][]byte {
 		t.Fatal(err)
 	}
 	pixels, err := io.ReadAll(r)
-	rowBytes := 1 + width*channels
+	rowBytes := 1 + width*channels*sampleBytes
 	if err != nil || len(pixels) != height*rowBytes {
 		t.Fatalf("%d bytes of rows, %v; want %d rows of %d", len(pixels), err, height, rowBytes)
 	}

@@ -216,7 +216,17 @@ func run(ctx context.Context, src []byte, f format, g geometry, r recipe, meta b
 	if C.upscale(unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)), C.int(g.frames), sequential(meta), &params, &save, cancelled, &out, &n) != 0 {
 		return nil, vipsError()
 	}
-	return takeBuffer(ctx, out, n)
+	return f.takeResult(ctx, out, n)
+}
+
+// takeResult makes the result of what the encoder wrote into out, in C
+// memory, which it frees: packed by packPNG where f says, else copied.
+func (f format) takeResult(ctx context.Context, out unsafe.Pointer, n C.size_t) ([]byte, error) {
+	if !f.packed {
+		return takeBuffer(ctx, out, n)
+	}
+	defer C.g_free(C.gpointer(out))
+	return packPNG(ctx, unsafe.Slice((*byte)(out), n))
 }
 
 // takeBuffer copies a buffer libvips allocated into Go memory, unless ctx
@@ -373,8 +383,11 @@ func cBool(b bool) C.int {
 }
 
 // encodePixels enlarges px by scale following r (1: not at all) and
-// encodes it as f says.
+// encodes it as f says, PNG as packedPNG.
 func encodePixels(ctx context.Context, px *Pixels, f format, g geometry, r recipe) ([]byte, error) {
+	if f.is(pngFormat) {
+		f = packedPNG
+	}
 	params, free := r.enlargeParams(g, nil, bimg.ImageMetadata{})
 	defer free()
 	save := f.saveParams(int64(g.size.X) * int64(g.size.Y))
@@ -387,7 +400,7 @@ func encodePixels(ctx context.Context, px *Pixels, f format, g geometry, r recip
 	if C.encode_pixels(in, &params, &save, cancelled, &out, &n) != 0 {
 		return nil, vipsError()
 	}
-	return takeBuffer(ctx, out, n)
+	return f.takeResult(ctx, out, n)
 }
 
 // measureNoise runs block_noise (noise.c) on px.
