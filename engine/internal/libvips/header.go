@@ -82,20 +82,22 @@ func (e *Engine) SourcePixels(src []byte) (int64, error) {
 	return h.DecodedPixels, err
 }
 
-// EncodedBytes bounds the size of h's result once encoded: the raw size
-// for PNG (photographs compress little losslessly), half of it for JPEG,
-// WebP and AVIF.
+// EncodedBytes bounds the size of h's result once encoded: for PNG the
+// raw size, a filter byte a row and a 256th for deflate's and PNG's
+// framing, the size of the stored rows libvips writes for Encode's
+// packPNG (photographs compress little losslessly anyway); half the raw
+// size for JPEG, WebP and AVIF.
 func (h Header) EncodedBytes() int64 {
 	raw := h.resultBytes()
 	if !h.PNG {
-		raw /= 2
+		return raw / 2
 	}
-	return raw
+	return raw + int64(h.Result.Y)*int64(h.Frames) + raw/256
 }
 
 // OutputBytes bounds what encoding h's result holds at its peak: the
 // encoded result twice (libvips' output buffer and its copy in Go
-// memory), the whole raw result where it is held (WholeResult), and a
+// memory, or for Encode's PNG, libvips's stored rows and packPNG's file), the whole raw result where it is held (WholeResult), and a
 // WebP frame's YUV planes: 100 MP of RGBA were estimated at 400 MB as if
 // streamed, and held 650.
 func (h Header) OutputBytes() int64 {

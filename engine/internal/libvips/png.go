@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"hash/adler32"
 	"hash/crc32"
+	"io"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -18,17 +20,17 @@ import (
 
 // Encode's PNG results are written in two steps. libvips writes the file
 // with every row unfiltered and stored (zlib level 0), which costs it
-// little; packPNG then Paeth-filters the rows and deflates them in parts,
-// a goroutine a part, keeping every other chunk libvips wrote (the
-// profile, the EXIF block libvips rebuilds, the resolution) byte for
-// byte. libvips filters and deflates on one thread: the 15-megapixel
+// little; packPNG then Paeth-filters the rows and deflates them in parts
+// on every core, keeping every other chunk libvips wrote (the profile,
+// the EXIF block libvips rebuilds, the resolution) byte for byte. libvips filters and deflates on one thread: the 15-megapixel
 // result of SPAN ×4 took it 0.9 s, a quarter of the request.
 
-// packLevel is the deflate level packPNG compresses at, klauspost's
-// level 2: on one core it deflated the Paeth-filtered rows of Set14's
-// baboon at 4000×3840 (46 MB) at 188 MB/s to 16.97 MiB, where
-// compress/flate's level 1 did 98 MB/s to 18.22 MiB and its level 2
-// 55 MB/s to 16.99 MiB.
+// packLevel is the deflate level packPNG compresses with LZ77's matches
+// at, klauspost's level 2: on one core it deflated the Paeth-filtered
+// rows of Set14's baboon at 4000×3840 (46 MB) at 188 MB/s to 16.97 MiB,
+// where compress/flate's level 1 did 98 MB/s to 18.22 MiB and its level
+// 2 55 MB/s to 16.99 MiB. Huffman codes alone (deflateMethod) did 588
+// MB/s to 15.27 MiB.
 const packLevel = 2
 
 // packPartBytes is about how many bytes of rows a part of packPNG's work
@@ -211,11 +213,11 @@ func (p *storedPNG) copyRows(dst []byte, at int) {
 }
 
 // packPNG rewrites file, a PNG as parseStoredPNG reads it, with each row
-// Paeth-filtered and the rows deflated at packLevel in parts of about
-// packPartBytes, as many at once as there are cores, every part but the
-// last ending on a sync flush so that the parts' blocks make one deflate
-// stream. The parts are cut by size alone, so a file packs to the same
-// bytes on any machine. Its other chunks stay as they are.
+// Paeth-filtered and the rows deflated in parts of about packPartBytes,
+// as many at once as there are cores, every part but the last ending on
+// a sync flush so that the parts' blocks make one deflate stream. The
+// parts are cut by size alone, so a file packs to the same bytes on any
+// machine. Its other chunks stay as they are.
 func packPNG(ctx context.Context, file []byte) ([]byte, error) {
 	p, err := parseStoredPNG(file)
 	if err != nil {
@@ -227,10 +229,10 @@ func packPNG(ctx context.Context, file []byte) ([]byte, error) {
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(packed)) {
 		wg.Go(func() {
-			var w *flate.Writer
+			var pk packer
 			for i := int(next.Add(1)) - 1; i < len(packed); i = int(next.Add(1)) - 1 {
 				from, to := i*rowsPerPart, min(p.height, (i+1)*rowsPerPart)
-				packed[i], w = p.pack(ctx, w, from, to, i == len(packed)-1)
+				packed[i] = pk.pack(ctx, p, from, to, i == len(packed)-1)
 			}
 		})
 	}
@@ -254,48 +256,103 @@ type packedPart struct {
 	err      error
 }
 
-// pack filters and deflates rows from to to with w, a writer of an
-// earlier part's (nil: none yet), and returns the writer for the next;
-// last ends the stream.
-func (p *storedPNG) pack(ctx context.Context, w *flate.Writer, from, to int, last bool) (packedPart, *flate.Writer) {
+// packer is one goroutine's means of packing parts: a part's filtered
+// rows, and a deflate writer for each method, reused from part to part.
+type packer struct {
+	rows    []byte
+	writers map[int]*flate.Writer
+}
+
+// pack filters rows from to to of p and deflates them by the method
+// deflateMethod picks for them; last ends the stream.
+func (pk *packer) pack(ctx context.Context, p *storedPNG, from, to int, last bool) packedPart {
 	stride := 1 + p.rowBytes
-	out := bytes.NewBuffer(make([]byte, 0, (to-from)*stride/2))
-	if w == nil {
-		var err error
-		if w, err = flate.NewWriter(out, packLevel); err != nil {
-			return packedPart{err: err}, nil
-		}
-	} else {
-		w.Reset(out)
-	}
-	sum := adler32.New()
-	up, row, filtered := make([]byte, stride), make([]byte, stride), make([]byte, stride)
+	pk.rows = slices.Grow(pk.rows[:0], (to-from)*stride)[:(to-from)*stride]
+	up, row := make([]byte, stride), make([]byte, stride)
 	if from > 0 {
 		p.copyRows(up, (from-1)*stride)
 	}
 	for y := from; y < to; y++ {
 		if err := ctx.Err(); err != nil {
-			return packedPart{err: err}, w
+			return packedPart{err: err}
 		}
 		p.copyRows(row, y*stride)
 		if row[0] != 0 {
-			return packedPart{err: fmt.Errorf("png: row %d has filter %d, want none", y, row[0])}, w
+			return packedPart{err: fmt.Errorf("png: row %d has filter %d, want none", y, row[0])}
 		}
+		filtered := pk.rows[(y-from)*stride:][:stride]
 		filtered[0] = 4 // Paeth
 		paethRow(filtered[1:], row[1:], up[1:], p.pixelBytes)
-		sum.Write(filtered)
-		if _, err := w.Write(filtered); err != nil {
-			return packedPart{err: err}, w
-		}
 		up, row = row, up
 	}
-	var err error
-	if last {
+	out := bytes.NewBuffer(make([]byte, 0, len(pk.rows)/2))
+	w, err := pk.writer(pk.deflateMethod(), out)
+	if err == nil {
+		_, err = w.Write(pk.rows)
+	}
+	if err == nil && last {
 		err = w.Close()
-	} else {
+	} else if err == nil {
 		err = w.Flush()
 	}
-	return packedPart{deflated: out.Bytes(), adler: sum.Sum32(), length: (to - from) * stride, err: err}, w
+	return packedPart{deflated: out.Bytes(), adler: adler32.Checksum(pk.rows), length: len(pk.rows), err: err}
+}
+
+// methodSample is how many bytes of a part's filtered rows deflateMethod
+// tries each method on.
+const methodSample = 256 << 10
+
+// deflateMethod picks how pk's rows are deflated, by deflating their first
+// methodSample bytes both ways and taking the smaller: Huffman codes alone
+// or LZ77's matches too (klauspost's level 2). A photo's filtered rows
+// seldom repeat, so matches cost more bits than they save: Huffman codes
+// alone made Set14's and Set5's photos at 2048² 0.5-17% smaller (baboon
+// 10%) and took a third of the time; long runs of one colour, as a cel
+// image or a chart has, are what matches are for (comic 10% smaller with
+// them, ppt3 45%). On those images, the first 256 KiB chose as the whole
+// did, except where the two came within 0.5% (face).
+func (pk *packer) deflateMethod() int {
+	sample := pk.rows[:min(len(pk.rows), methodSample)]
+	smallest, best := -1, 0
+	for _, method := range []int{flate.HuffmanOnly, packLevel} {
+		var n countingWriter
+		w, err := pk.writer(method, &n)
+		if err != nil {
+			continue
+		}
+		if _, err := w.Write(sample); err != nil || w.Close() != nil {
+			continue
+		}
+		if smallest < 0 || int(n) < smallest {
+			smallest, best = int(n), method
+		}
+	}
+	return best
+}
+
+// writer is pk's writer for method, writing to out.
+func (pk *packer) writer(method int, out io.Writer) (*flate.Writer, error) {
+	if w := pk.writers[method]; w != nil {
+		w.Reset(out)
+		return w, nil
+	}
+	w, err := flate.NewWriter(out, method)
+	if err != nil {
+		return nil, err
+	}
+	if pk.writers == nil {
+		pk.writers = make(map[int]*flate.Writer)
+	}
+	pk.writers[method] = w
+	return w, nil
+}
+
+// countingWriter counts what is written to it.
+type countingWriter int
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	*c += countingWriter(len(b))
+	return len(b), nil
 }
 
 // paethRow writes into dst each byte of row less its Paeth prediction

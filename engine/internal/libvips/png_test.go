@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/h2non/bimg"
+	"github.com/klauspost/compress/flate"
 
 	"github.com/upscalekit/upscale"
 	"github.com/upscalekit/upscale/internal/quality"
@@ -29,9 +30,9 @@ type storedSource struct {
 	samples                        []uint16
 }
 
-// newStoredSource makes a w×h image of smooth gradients with noise on
-// them, as an enlarged photo is, with a run of one colour, as a cel
-// image has.
+// newStoredSource makes a w×h image of smooth gradients, with noise on
+// them in its right half and its bottom half, as an enlarged photo has,
+// and a run of one colour at its top left, as a cel image has.
 func newStoredSource(w, h, channels, depth int) storedSource {
 	s := storedSource{w, h, channels, depth, make([]uint16, w*h*channels)}
 	rng := rand.New(rand.NewPCG(uint64(w), uint64(h*channels*depth)))
@@ -40,7 +41,7 @@ func newStoredSource(w, h, channels, depth int) storedSource {
 		for x := range w {
 			for c := range channels {
 				v := (x*(c+1)*7 + y*5) % (top + 1)
-				if x > w/2 {
+				if x > w/2 || y > h/2 {
 					v = min(top, max(0, v+rng.IntN(9)-4))
 				} else if y < h/4 {
 					v = top / 3
@@ -206,6 +207,24 @@ func notImageData(t *testing.T, file []byte) []byte {
 		at += 12 + n
 	}
 	return out
+}
+
+// TestDeflateMethod: a part's rows are deflated with LZ77's matches
+// where they repeat, as flat colour's filtered rows (zeros) do, and
+// with Huffman codes alone where they are a photo's small, unrepeating
+// residuals.
+func TestDeflateMethod(t *testing.T) {
+	pk := packer{rows: make([]byte, 1<<20)}
+	if got := pk.deflateMethod(); got != packLevel {
+		t.Errorf("flat colour: method %d, want level %d", got, packLevel)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range pk.rows {
+		pk.rows[i] = byte(int(rng.NormFloat64() * 3))
+	}
+	if got := pk.deflateMethod(); got != flate.HuffmanOnly {
+		t.Errorf("a photo's residuals: method %d, want Huffman codes alone (%d)", got, flate.HuffmanOnly)
+	}
 }
 
 // TestPackPNGRefuses: packPNG takes only what libvips writes at level 0,
