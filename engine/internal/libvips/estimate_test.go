@@ -33,9 +33,9 @@ func TestEstimateMemory(t *testing.T) {
 		opts upscale.Params
 		want int64
 	}{
-		{"PNG×2", rgb, upscale.Params{Scale: 2}, 2 * storedPNG(4*source, 60)},
-		{"PNG×4", rgb, upscale.Params{Scale: 4}, 2 * storedPNG(16*source, 120)},
-		{"PNG16", encodePNG(t, grey16), upscale.Params{Scale: 2}, 2 * storedPNG(4*40*30*2, 60)},
+		{"PNG×2", rgb, upscale.Params{Scale: 2}, 2 * storedPNGBytes(4*source, 60)},
+		{"PNG×4", rgb, upscale.Params{Scale: 4}, 2 * storedPNGBytes(16*source, 120)},
+		{"PNG16", encodePNG(t, grey16), upscale.Params{Scale: 2}, 2 * storedPNGBytes(4*40*30*2, 60)},
 		{"JPEG", jpg, upscale.Params{Scale: 2}, 2 * 4 * source / 2},
 		{"JPEGDenoised", jpg, upscale.Params{Scale: 2, Denoise: upscale.DenoiseMax}, 2*4*source/2 + source},
 		{"JPEGTurned", upscaletest.WithEXIFOrientation(jpg, 6), upscale.Params{Scale: 2}, 2*4*source/2 + source},
@@ -68,9 +68,9 @@ func TestEstimateMemory(t *testing.T) {
 	}
 }
 
-// storedPNG is the size of a PNG's raw rows with their filter bytes and
+// storedPNGBytes is the size of a PNG's raw rows with their filter bytes and
 // a 256th for the framing of rows stored uncompressed.
-func storedPNG(raw, rows int64) int64 { return raw + rows + raw/256 }
+func storedPNGBytes(raw, rows int64) int64 { return raw + rows + raw/256 }
 
 // TestEstimateWholeDecoders: an AVIF source is decoded whole by libheif
 // and its AVIF result encoded whole, so its estimate holds the raw source

@@ -97,9 +97,11 @@ func (h Header) EncodedBytes() int64 {
 
 // OutputBytes bounds what encoding h's result holds at its peak: the
 // encoded result twice (libvips' output buffer and its copy in Go
-// memory, or for Encode's PNG, libvips's stored rows and packPNG's file), the whole raw result where it is held (WholeResult), and a
-// WebP frame's YUV planes: 100 MP of RGBA were estimated at 400 MB as if
-// streamed, and held 650.
+// memory; for Encode's PNG, libvips's stored rows and packPNG's parts,
+// the rows freed before the parts are copied into the file, and deflate
+// makes rows at most a little larger), the whole raw result where it is
+// held (WholeResult), and a WebP frame's YUV planes: 100 MP of RGBA were
+// estimated at 400 MB as if streamed, and held 650.
 func (h Header) OutputBytes() int64 {
 	need := 2 * h.EncodedBytes()
 	if h.WholeResult {

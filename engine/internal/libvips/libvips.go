@@ -225,8 +225,12 @@ func (f format) takeResult(ctx context.Context, out unsafe.Pointer, n C.size_t) 
 	if !f.packed {
 		return takeBuffer(ctx, out, n)
 	}
-	defer C.g_free(C.gpointer(out))
-	return packPNG(ctx, unsafe.Slice((*byte)(out), n))
+	packed, err := packPNG(ctx, unsafe.Slice((*byte)(out), n))
+	C.g_free(C.gpointer(out)) // before the result is made: packed holds no reference into it
+	if err != nil {
+		return nil, err
+	}
+	return packed.layout(ctx)
 }
 
 // takeBuffer copies a buffer libvips allocated into Go memory, unless ctx

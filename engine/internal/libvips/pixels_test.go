@@ -83,8 +83,11 @@ func firstDifference(t *testing.T, a, b []byte) (x, y int, differ bool) {
 	t.Helper()
 	ia, _, errA := image.Decode(bytes.NewReader(a))
 	ib, _, errB := image.Decode(bytes.NewReader(b))
-	if errA != nil || errB != nil || ia.Bounds() != ib.Bounds() {
-		t.Fatalf("decode: %v, %v; bounds %v, %v", errA, errB, ia.Bounds(), ib.Bounds())
+	if errA != nil || errB != nil {
+		t.Fatalf("decode: %v, %v", errA, errB)
+	}
+	if ia.Bounds() != ib.Bounds() {
+		t.Fatalf("bounds %v, %v", ia.Bounds(), ib.Bounds())
 	}
 	for y := ia.Bounds().Min.Y; y < ia.Bounds().Max.Y; y++ {
 		for x := ia.Bounds().Min.X; x < ia.Bounds().Max.X; x++ {

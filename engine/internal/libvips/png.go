@@ -123,18 +123,21 @@ func (p *storedPNG) readHeader(ihdr []byte) error {
 	if channels == 0 || depth != 8 && depth != 16 || interlace != 0 {
 		return fmt.Errorf("png: colour type %d, depth %d, interlace %d", colour, depth, interlace)
 	}
-	if width == 0 || height == 0 || width > 1<<31 || height > 1<<31 {
+	p.height, p.pixelBytes = int(height), channels*int(depth)/8
+	// At most 2^46 bytes of rows (64 TiB), so that no count of them
+	// overflows.
+	stride := uint64(width)*uint64(p.pixelBytes) + 1
+	if width == 0 || height == 0 || uint64(height) > (1<<46)/stride {
 		return fmt.Errorf("png: %d×%d", width, height)
 	}
-	p.height, p.pixelBytes = int(height), channels*int(depth)/8
 	p.rowBytes = int(width) * p.pixelBytes
 	return nil
 }
 
 // readStored finds the rows in idat, the IDAT chunks' bodies: a zlib
-// header, then stored blocks, each a byte of header (zlib's stored
-// blocks start on a byte's boundary), LEN and its complement, and LEN
-// bytes of rows.
+// header, then stored blocks, each a byte of header (a stored block
+// after the zlib header or another stored block starts on a byte's
+// boundary), LEN and its complement, and LEN bytes of rows.
 func (p *storedPNG) readStored(idat [][]byte) error {
 	s := stream{chunks: idat}
 	var zlibHeader [2]byte
@@ -212,39 +215,49 @@ func (p *storedPNG) copyRows(dst []byte, at int) {
 	}
 }
 
-// packPNG rewrites file, a PNG as parseStoredPNG reads it, with each row
-// Paeth-filtered and the rows deflated in parts of about packPartBytes,
-// as many at once as there are cores, every part but the last ending on
-// a sync flush so that the parts' blocks make one deflate stream. The
-// parts are cut by size alone, so a file packs to the same bytes on any
-// machine. Its other chunks stay as they are.
-func packPNG(ctx context.Context, file []byte) ([]byte, error) {
+// packPNG packs the image data of file, a PNG as parseStoredPNG reads
+// it: each row Paeth-filtered and the rows deflated in parts of about
+// packPartBytes, as many at once as there are cores, every part but the
+// last ending on a sync flush so that the parts' blocks make one deflate
+// stream. The parts are cut by size alone, so a file packs to the same
+// bytes on any machine (with the same klauspost/compress). What it
+// returns holds no reference into file, whose memory the caller may free
+// before packedFile.layout makes the result.
+func packPNG(ctx context.Context, file []byte) (*packedFile, error) {
 	p, err := parseStoredPNG(file)
 	if err != nil {
 		return nil, err
 	}
 	rowsPerPart := max(1, packPartBytes/(1+p.rowBytes))
-	packed := make([]packedPart, (p.height+rowsPerPart-1)/rowsPerPart)
+	parts := make([]packedPart, (p.height+rowsPerPart-1)/rowsPerPart)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(packed)) {
+	for range min(runtime.GOMAXPROCS(0), len(parts)) {
 		wg.Go(func() {
 			var pk packer
-			for i := int(next.Add(1)) - 1; i < len(packed); i = int(next.Add(1)) - 1 {
+			for i := int(next.Add(1)) - 1; i < len(parts); i = int(next.Add(1)) - 1 {
 				from, to := i*rowsPerPart, min(p.height, (i+1)*rowsPerPart)
-				packed[i] = pk.pack(ctx, p, from, to, i == len(packed)-1)
+				parts[i] = pk.pack(ctx, p, from, to, i == len(parts)-1)
 			}
 		})
 	}
 	wg.Wait()
-	checksum := uint32(1) // adler32 of nothing
-	for _, part := range packed {
+	packed := &packedFile{before: bytes.Clone(p.before), after: bytes.Clone(p.after), parts: parts, checksum: 1} // adler32 of nothing
+	for _, part := range parts {
 		if part.err != nil {
 			return nil, part.err
 		}
-		checksum = adler32Join(checksum, part.adler, part.length)
+		packed.checksum = adler32Join(packed.checksum, part.adler, part.length)
 	}
-	return p.write(packed, checksum), nil
+	return packed, nil
+}
+
+// packedFile is a PNG's image data packed, with copies of the chunks
+// around it.
+type packedFile struct {
+	before, after []byte
+	parts         []packedPart
+	checksum      uint32 // adler32 of the filtered rows
 }
 
 // packedPart is a part of the rows, filtered and deflated: its bytes,
@@ -256,78 +269,103 @@ type packedPart struct {
 	err      error
 }
 
-// packer is one goroutine's means of packing parts: a part's filtered
-// rows, and a deflate writer for each method, reused from part to part.
+// packer is one goroutine's means of packing parts: the filtered rows
+// its methods are tried on, and a deflate writer for each method,
+// reused from part to part.
 type packer struct {
-	rows    []byte
+	sample  []byte
 	writers map[int]*flate.Writer
 }
 
 // pack filters rows from to to of p and deflates them by the method
-// deflateMethod picks for them; last ends the stream.
+// deflateMethod picks for their first methodSample bytes; last ends the
+// stream.
 func (pk *packer) pack(ctx context.Context, p *storedPNG, from, to int, last bool) packedPart {
 	stride := 1 + p.rowBytes
-	pk.rows = slices.Grow(pk.rows[:0], (to-from)*stride)[:(to-from)*stride]
 	up, row := make([]byte, stride), make([]byte, stride)
 	if from > 0 {
 		p.copyRows(up, (from-1)*stride)
 	}
-	for y := from; y < to; y++ {
+	filter := func(y int, dst []byte) error {
 		if err := ctx.Err(); err != nil {
-			return packedPart{err: err}
+			return err
 		}
 		p.copyRows(row, y*stride)
 		if row[0] != 0 {
-			return packedPart{err: fmt.Errorf("png: row %d has filter %d, want none", y, row[0])}
+			return fmt.Errorf("png: row %d has filter %d, want none", y, row[0])
 		}
-		filtered := pk.rows[(y-from)*stride:][:stride]
-		filtered[0] = 4 // Paeth
-		paethRow(filtered[1:], row[1:], up[1:], p.pixelBytes)
+		dst[0] = 4 // Paeth
+		paethRow(dst[1:], row[1:], up[1:], p.pixelBytes)
 		up, row = row, up
+		return nil
 	}
-	out := bytes.NewBuffer(make([]byte, 0, len(pk.rows)/2))
-	w, err := pk.writer(pk.deflateMethod(), out)
-	if err == nil {
-		_, err = w.Write(pk.rows)
+	sampleRows := min(to-from, max(1, methodSample/stride))
+	pk.sample = slices.Grow(pk.sample[:0], sampleRows*stride)[:sampleRows*stride]
+	for i := range sampleRows {
+		if err := filter(from+i, pk.sample[i*stride:][:stride]); err != nil {
+			return packedPart{err: err}
+		}
 	}
-	if err == nil && last {
+	method, sampleDeflated := pk.deflateMethod()
+	// Room for the part at the sample's ratio, so that it seldom grows.
+	out := bytes.NewBuffer(make([]byte, 0, sampleDeflated*(to-from)/sampleRows+64<<10))
+	w, err := pk.writer(method, out)
+	if err != nil {
+		return packedPart{err: err}
+	}
+	sum := adler32.New()
+	sum.Write(pk.sample)
+	if _, err := w.Write(pk.sample); err != nil {
+		return packedPart{err: err}
+	}
+	filtered := make([]byte, stride)
+	for y := from + sampleRows; y < to; y++ {
+		if err := filter(y, filtered); err != nil {
+			return packedPart{err: err}
+		}
+		sum.Write(filtered)
+		if _, err := w.Write(filtered); err != nil {
+			return packedPart{err: err}
+		}
+	}
+	if last {
 		err = w.Close()
-	} else if err == nil {
+	} else {
 		err = w.Flush()
 	}
-	return packedPart{deflated: out.Bytes(), adler: adler32.Checksum(pk.rows), length: len(pk.rows), err: err}
+	return packedPart{deflated: out.Bytes(), adler: sum.Sum32(), length: (to - from) * stride, err: err}
 }
 
-// methodSample is how many bytes of a part's filtered rows deflateMethod
-// tries each method on.
+// methodSample is how many bytes of a part's filtered rows (whole rows,
+// at least one) deflateMethod tries each method on.
 const methodSample = 256 << 10
 
-// deflateMethod picks how pk's rows are deflated, by deflating their first
-// methodSample bytes both ways and taking the smaller: Huffman codes alone
-// or LZ77's matches too (klauspost's level 2). A photo's filtered rows
-// seldom repeat, so matches cost more bits than they save: Huffman codes
-// alone made Set14's and Set5's photos at 2048² 0.5-17% smaller (baboon
-// 10%) and took a third of the time; long runs of one colour, as a cel
-// image or a chart has, are what matches are for (comic 10% smaller with
-// them, ppt3 45%). On those images, the first 256 KiB chose as the whole
-// did, except where the two came within 0.5% (face).
-func (pk *packer) deflateMethod() int {
-	sample := pk.rows[:min(len(pk.rows), methodSample)]
-	smallest, best := -1, 0
-	for _, method := range []int{flate.HuffmanOnly, packLevel} {
+// deflateMethod picks how a part is deflated, by deflating pk.sample,
+// its first rows filtered, both ways and taking the smaller, whose size
+// it returns too: Huffman codes alone or LZ77's matches as well
+// (klauspost's level 2). A photo's filtered rows seldom repeat, so
+// matches cost more bits than they save: Huffman codes alone made Set14's
+// and Set5's photos at 2048² 0.5-17% smaller (baboon 10%) and took a
+// third of the time; long runs of one colour, as a cel image or a chart
+// has, are what matches are for (comic 10% smaller with them, ppt3 45%).
+// On those images, the first 256 KiB chose as the whole did, except where
+// the two came within 0.5% (face).
+func (pk *packer) deflateMethod() (method, deflated int) {
+	method, deflated = packLevel, -1
+	for _, m := range []int{flate.HuffmanOnly, packLevel} {
 		var n countingWriter
-		w, err := pk.writer(method, &n)
+		w, err := pk.writer(m, &n)
 		if err != nil {
 			continue
 		}
-		if _, err := w.Write(sample); err != nil || w.Close() != nil {
+		if _, err := w.Write(pk.sample); err != nil || w.Close() != nil {
 			continue
 		}
-		if smallest < 0 || int(n) < smallest {
-			smallest, best = int(n), method
+		if deflated < 0 || int(n) < deflated {
+			method, deflated = m, int(n)
 		}
 	}
-	return best
+	return method, max(deflated, 0)
 }
 
 // writer is pk's writer for method, writing to out.
@@ -358,8 +396,9 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 // paethRow writes into dst each byte of row less its Paeth prediction
 // from the byte a pixel to the left, the byte above (in up) and the byte
 // above that one: the specification's predictor (whichever of the three
-// is nearest left + up - upLeft, left first on a tie, then up), without
-// branches, since a photo's bytes make them a coin's toss.
+// is nearest left + up - upLeft, left first on a tie, then up), written
+// for conditional moves rather than branches, which a photo's bytes make
+// a coin's toss: 83 ms for 46 MB on a core, against 144 ms with them.
 func paethRow(dst, row, up []byte, pixelBytes int) {
 	n := len(row)
 	dst, up = dst[:n], up[:n]
@@ -371,8 +410,8 @@ func paethRow(dst, row, up []byte, pixelBytes int) {
 	out, above = out[:len(cur)], above[:len(cur)]
 	for i, x := range cur {
 		a, b, c := int32(left[i]), int32(above[i]), int32(aboveLeft[i])
-		da, db := abs(b-c), abs(a-c)
-		dc := abs(a + b - 2*c)
+		da, db := abs32(b-c), abs32(a-c)
+		dc := abs32(a + b - 2*c)
 		p := a
 		if db < da {
 			da, p = db, b
@@ -384,7 +423,7 @@ func paethRow(dst, row, up []byte, pixelBytes int) {
 	}
 }
 
-func abs(x int32) int32 {
+func abs32(x int32) int32 {
 	sign := x >> 31
 	return (x ^ sign) - sign
 }
@@ -402,27 +441,31 @@ func adler32Join(first, second uint32, secondLength int) uint32 {
 	return uint32(b<<16 | a)
 }
 
-// write lays out the file: the chunks before, the zlib stream (its
-// header, the parts, the checksum) in IDAT chunks of up to idatMax
-// bytes, and the chunks after.
-func (p *storedPNG) write(packed []packedPart, checksum uint32) []byte {
+// layout makes the PNG: its signature, the chunks before, the zlib
+// stream (its header, the parts, the checksum) in IDAT chunks of up to
+// idatMax bytes, and the chunks after. It gives up once ctx is done:
+// copying into new memory is bound by the first touch of each page.
+func (pp *packedFile) layout(ctx context.Context) ([]byte, error) {
 	// CMF 0x78: deflate with a 32 KiB window; FLG 0x01: compressed
 	// "fastest" (FLEVEL 0), and FCHECK making the pair a multiple of 31.
 	const cmf, flg = 0x78, 0x01
 	zlib := [][]byte{{cmf, flg}}
-	for _, part := range packed {
+	for _, part := range pp.parts {
 		zlib = append(zlib, part.deflated)
 	}
-	zlib = append(zlib, binary.BigEndian.AppendUint32(nil, checksum))
+	zlib = append(zlib, binary.BigEndian.AppendUint32(nil, pp.checksum))
 	size := 0
 	for _, b := range zlib {
 		size += len(b)
 	}
 	chunks := (size + idatMax - 1) / idatMax
-	out := make([]byte, 0, len(pngSignature)+len(p.before)+size+12*chunks+len(p.after))
-	out = append(append(out, pngSignature...), p.before...)
+	out := make([]byte, 0, len(pngSignature)+len(pp.before)+size+12*chunks+len(pp.after))
+	out = append(append(out, pngSignature...), pp.before...)
 	s := stream{chunks: zlib}
 	for size > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		n := min(size, idatMax)
 		size -= n
 		out = binary.BigEndian.AppendUint32(out, uint32(n))
@@ -435,5 +478,5 @@ func (p *storedPNG) write(packed []packedPart, checksum uint32) []byte {
 		}
 		out = binary.BigEndian.AppendUint32(out, crc32.ChecksumIEEE(out[start:]))
 	}
-	return append(out, p.after...)
+	return append(out, pp.after...), nil
 }

@@ -12,6 +12,8 @@ import (
 	"image/color"
 	"image/png"
 	"math/rand/v2"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,9 +57,14 @@ func newStoredSource(w, h, channels, depth int) storedSource {
 
 // file is s as libvips writes it at level 0: IHDR, a chunk that must stay
 // where it is before the image data and one after, the rows unfiltered
-// and stored, in IDAT chunks of idatSize bytes, which the stored blocks'
-// headers and bodies cross.
+// and stored (Go's blocks of 65535 bytes), in IDAT chunks of idatSize
+// bytes.
 func (s storedSource) file(t testing.TB, idatSize int) []byte {
+	return storedFile(s.header(), s.stream(t), idatSize)
+}
+
+// stream is s's rows unfiltered, as a zlib stream of stored blocks.
+func (s storedSource) stream(t testing.TB) []byte {
 	t.Helper()
 	var rows bytes.Buffer
 	for y := range s.height {
@@ -77,13 +84,33 @@ func (s storedSource) file(t testing.TB, idatSize int) []byte {
 	}
 	zw.Write(rows.Bytes())
 	zw.Close()
-	file := appendChunk(bytes.Clone(pngSignature), "IHDR", s.header())
+	return z.Bytes()
+}
+
+// storedFile is a PNG of header (IHDR's body) and stream, its image data,
+// in IDAT chunks of idatSize bytes, between two text chunks.
+func storedFile(header, stream []byte, idatSize int) []byte {
+	file := appendChunk(bytes.Clone(pngSignature), "IHDR", header)
 	file = appendChunk(file, "tEXt", []byte("Comment\x00before"))
-	for data := z.Bytes(); len(data) > 0; data = data[min(idatSize, len(data)):] {
+	for data := stream; len(data) > 0; data = data[min(idatSize, len(data)):] {
 		file = appendChunk(file, "IDAT", data[:min(idatSize, len(data))])
 	}
 	file = appendChunk(file, "tEXt", []byte("Comment\x00after"))
 	return appendChunk(file, "IEND", nil)
+}
+
+// pack is packPNG's result for file.
+func pack(t testing.TB, file []byte) []byte {
+	t.Helper()
+	packed, err := packPNG(context.Background(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := packed.layout(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // header is the body of s's IHDR.
@@ -103,36 +130,43 @@ func appendChunk(file []byte, kind string, data []byte) []byte {
 // TestPackPNG: packPNG's file decodes (image/png checks every CRC and
 // the zlib checksum) to the samples of the stored one, in every kind of
 // PNG libvips writes, each row Paeth-filtered, the chunks around the image
-// data as they were, and the same bytes each time; a result of more
-// than packPartBytes of rows is deflated in parts that make one stream.
+// data as they were, and the same bytes each time and on one core as on
+// many; a result of more than packPartBytes of rows is deflated in parts
+// (LZ77 for the flat top, Huffman codes alone for the noisy bottom) that
+// make one stream. IDAT chunks of 1, 3 and 7 bytes, and of 65541 for the
+// large ones, split the stored blocks' headers between chunks.
 func TestPackPNG(t *testing.T) {
 	for _, tc := range []struct {
 		name                           string
 		width, height, channels, depth int
+		idatSize                       int
 	}{
-		{"grey", 37, 23, 1, 8},
-		{"grey16", 37, 23, 1, 16},
-		{"grey and alpha", 37, 23, 2, 8},
-		{"grey and alpha 16", 37, 23, 2, 16},
-		{"RGB", 37, 23, 3, 8},
-		{"RGB16", 37, 23, 3, 16},
-		{"RGBA", 37, 23, 4, 8},
-		{"RGBA16", 37, 23, 4, 16},
-		{"one pixel", 1, 1, 3, 8},
-		{"one column", 1, 300, 4, 16},
-		{"RGBA in parts", 1500, 1000, 4, 8},
-		{"RGBA16 in three parts", 1201, 1003, 4, 16},
+		{"grey", 37, 23, 1, 8, 1},
+		{"grey16", 37, 23, 1, 16, 3},
+		{"grey and alpha", 37, 23, 2, 8, 7},
+		{"grey and alpha 16", 37, 23, 2, 16, 1000},
+		{"RGB", 37, 23, 3, 8, 7},
+		{"RGB16", 37, 23, 3, 16, 3},
+		{"RGBA", 37, 23, 4, 8, 1},
+		{"RGBA16", 37, 23, 4, 16, 1000},
+		{"one pixel", 1, 1, 3, 8, 1},
+		{"one column", 1, 300, 4, 16, 7},
+		{"many stored blocks", 300, 300, 3, 8, 3},
+		{"RGBA in parts", 1500, 1000, 4, 8, 65541},
+		{"RGBA16 in three parts", 1201, 1003, 4, 16, 65541},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := newStoredSource(tc.width, tc.height, tc.channels, tc.depth)
-			stored := src.file(t, 1000)
-			packed, err := packPNG(context.Background(), stored)
-			if err != nil {
-				t.Fatal(err)
+			stored := src.file(t, tc.idatSize)
+			packed := pack(t, stored)
+			if again := pack(t, stored); !bytes.Equal(again, packed) {
+				t.Errorf("packed twice, the files differ")
 			}
-			again, err := packPNG(context.Background(), stored)
-			if err != nil || !bytes.Equal(again, packed) {
-				t.Errorf("packed twice, the files differ (%v)", err)
+			cores := runtime.GOMAXPROCS(1)
+			oneCore := pack(t, stored)
+			runtime.GOMAXPROCS(cores)
+			if !bytes.Equal(oneCore, packed) {
+				t.Errorf("packed on one core and on %d, the files differ", cores)
 			}
 			if got, want := notImageData(t, packed), notImageData(t, stored); !bytes.Equal(got, want) {
 				t.Errorf("the chunks other than IDAT are %q, want %q", got, want)
@@ -214,15 +248,15 @@ func notImageData(t *testing.T, file []byte) []byte {
 // with Huffman codes alone where they are a photo's small, unrepeating
 // residuals.
 func TestDeflateMethod(t *testing.T) {
-	pk := packer{rows: make([]byte, 1<<20)}
-	if got := pk.deflateMethod(); got != packLevel {
+	pk := packer{sample: make([]byte, methodSample)}
+	if got, _ := pk.deflateMethod(); got != packLevel {
 		t.Errorf("flat colour: method %d, want level %d", got, packLevel)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range pk.rows {
-		pk.rows[i] = byte(int(rng.NormFloat64() * 3))
+	for i := range pk.sample {
+		pk.sample[i] = byte(int(rng.NormFloat64() * 3))
 	}
-	if got := pk.deflateMethod(); got != flate.HuffmanOnly {
+	if got, _ := pk.deflateMethod(); got != flate.HuffmanOnly {
 		t.Errorf("a photo's residuals: method %d, want Huffman codes alone (%d)", got, flate.HuffmanOnly)
 	}
 }
@@ -231,42 +265,66 @@ func TestDeflateMethod(t *testing.T) {
 // and says what it found instead.
 func TestPackPNGRefuses(t *testing.T) {
 	src := newStoredSource(20, 10, 3, 8)
-	stored := src.file(t, 64)
-	deflated := quality.CelImage(2, 16).PNG(t)
+	stream := src.stream(t)
+	stored := storedFile(src.header(), stream, 64)
 	withHeader := func(set func(ihdr []byte)) []byte {
-		file := bytes.Clone(stored)
-		set(file[16:29])
-		binary.BigEndian.PutUint32(file[29:], crc32.ChecksumIEEE(file[12:29]))
-		return file
+		header := src.header()
+		set(header)
+		return storedFile(header, stream, 64)
 	}
+	withStream := func(set func(stream []byte) []byte) []byte {
+		return storedFile(src.header(), set(bytes.Clone(stream)), 64)
+	}
+	signature := func() []byte { return bytes.Clone(pngSignature) }
 	for _, tc := range []struct {
-		name, file string
-		want       string
+		name string
+		file []byte
+		want string
 	}{
-		{"not a PNG", "GIF89a", "no signature"},
-		{"deflated", string(deflated), "not stored"},
-		{"interlaced", string(withHeader(func(h []byte) { h[12] = 1 })), "interlace 1"},
-		{"a palette", string(withHeader(func(h []byte) { h[9] = 3 })), "colour type 3"},
-		{"taller than its rows", string(withHeader(func(h []byte) { h[7]++ })), "want 671"},
-		{"truncated", string(stored[:len(stored)-40]), "truncated"},
-		{"no image data", string(appendChunk(appendChunk(bytes.Clone(pngSignature), "IHDR", src.header()), "IEND", nil)), "no IDAT"},
+		{"not a PNG", []byte("GIF89a"), "no signature"},
+		{"deflated", quality.CelImage(2, 16).PNG(t), "not stored"},
+		{"interlaced", withHeader(func(h []byte) { h[12] = 1 }), "interlace 1"},
+		{"a palette", withHeader(func(h []byte) { h[9] = 3 }), "colour type 3"},
+		{"rows past 64 TiB", withHeader(func(h []byte) { copy(h, "\xff\xff\xff\xff\x00\x01\x00\x00") }), "4294967295×65536"},
+		{"rows past 64 TiB, the stride near 2^33", withHeader(func(h []byte) {
+			copy(h, "\x40\x00\x00\x00\x80\x00\x00\x00\x10\x06") // 2^30 × 2^31 RGBA16
+		}), "1073741824×2147483648"},
+		{"taller than its rows", withHeader(func(h []byte) { h[7]++ }), "want 671"},
+		{"a chunk cut short", stored[:len(stored)-40], "truncated chunk"},
+		{"image data cut short", withStream(func(s []byte) []byte { return s[:300] }), "truncated image data"},
+		{"no zlib header", withStream(func(s []byte) []byte { s[0] = 0; return s }), "no zlib header"},
+		{"a preset dictionary", withStream(func(s []byte) []byte { s[1] = 0x20 | (31 - 0x7820%31); return s }), "no zlib header"},
+		{"a length that does not check", withStream(func(s []byte) []byte { s[5]++; return s }), "does not check"},
+		{"a row filtered", withStream(func(s []byte) []byte { s[7] = 1; return s }), "row 0 has filter 1"},
+		{"no image data", appendChunk(appendChunk(signature(), "IHDR", src.header()), "IEND", nil), "no IDAT"},
+		{"IHDR not first", appendChunk(signature(), "tEXt", []byte("a\x00b")), "IHDR is not first"},
+		{"image data apart", appendChunk(appendChunk(appendChunk(appendChunk(signature(), "IHDR", src.header()),
+			"IDAT", stream[:10]), "tEXt", []byte("a\x00b")), "IDAT", stream[10:]), "IDAT chunks apart"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := packPNG(context.Background(), []byte(tc.file))
-			if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
+			_, err := packPNG(context.Background(), tc.file)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("packPNG: %v; want an error saying %q", err, tc.want)
 			}
 		})
 	}
 }
 
-// TestPackPNGCancelled: packPNG stops once its context is done.
+// TestPackPNGCancelled: packPNG, and laying out its result, stop once
+// their context is done.
 func TestPackPNGCancelled(t *testing.T) {
+	stored := newStoredSource(300, 200, 3, 8).file(t, 8192)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := packPNG(ctx, newStoredSource(300, 200, 3, 8).file(t, 8192))
-	if !errors.Is(err, context.Canceled) {
+	if _, err := packPNG(ctx, stored); !errors.Is(err, context.Canceled) {
 		t.Errorf("packPNG: %v; want context.Canceled", err)
+	}
+	packed, err := packPNG(context.Background(), stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := packed.layout(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("layout: %v; want context.Canceled", err)
 	}
 }
 
@@ -285,20 +343,16 @@ func TestAdler32Join(t *testing.T) {
 	}
 }
 
-// TestPaethRow: the predictor's choices and ties as the specification
-// orders them, in 1, 3 and 8 bytes a pixel.
+// TestPaethRow: paethRow predicts every byte as the specification does,
+// for every left, up and upLeft, ties included, and in rows of 1, 3 and 8
+// bytes a pixel, the first pixel's left and upLeft being zero.
 func TestPaethRow(t *testing.T) {
-	for _, tc := range []struct{ left, up, upLeft, want byte }{
-		{10, 20, 10, 20}, // p = 20: up
-		{20, 10, 10, 20}, // p = 20: left
-		{10, 10, 30, 10}, // p = -10: left and up tie, left first
-		{50, 10, 40, 10}, // p = 20: up (10 away) before upLeft (20)
-		{0, 0, 0, 0},
-		{255, 0, 128, 128}, // p = 127: upLeft
-		{0, 255, 255, 0},   // p = 0: left
-	} {
-		if got := specPaeth(tc.left, tc.up, tc.upLeft); got != tc.want {
-			t.Errorf("paeth(left %d, up %d, upLeft %d) = %d, want %d", tc.left, tc.up, tc.upLeft, got, tc.want)
+	dst := make([]byte, 2)
+	for i := range 1 << 24 {
+		left, up, upLeft := byte(i), byte(i>>8), byte(i>>16)
+		paethRow(dst, []byte{left, 0}, []byte{upLeft, up}, 1)
+		if want := specPaeth(left, up, upLeft); -dst[1] != want {
+			t.Fatalf("left %d, up %d, upLeft %d: predicted %d, want %d", left, up, upLeft, -dst[1], want)
 		}
 	}
 	for _, pixelBytes := range []int{1, 3, 8} {
