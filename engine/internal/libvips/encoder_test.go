@@ -160,7 +160,7 @@ func pngRows(t *testing.T, data []byte) [][]byte {
 				t.Fatalf("a PNG of depth %d, interlace %d; want 8 or 16 and none", depth, interlaced)
 			}
 			sampleBytes = int(depth) / 8
-			channels = map[byte]int{0: 1, 2: 3, 4: 2, 6: 4}[body[9]]
+			channels = pngChannels[body[9]]
 		case "IDAT":
 			idat = append(idat, body...)
 		}

@@ -45,6 +45,10 @@ const idatMax = 1 << 20
 
 var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 
+// pngChannels is the samples a pixel of each PNG colour type libvips
+// writes: grey, RGB, grey and alpha, RGBA (no palette).
+var pngChannels = map[byte]int{0: 1, 2: 3, 4: 2, 6: 4}
+
 // storedPNG is a PNG whose image data is deflate's stored blocks: its
 // rows, each a filter byte and the row's bytes, lie in the file whole,
 // in pieces between the blocks' headers and the chunks' framing.
@@ -120,7 +124,7 @@ func (p *storedPNG) readHeader(ihdr []byte) error {
 	}
 	width, height := binary.BigEndian.Uint32(ihdr), binary.BigEndian.Uint32(ihdr[4:])
 	depth, colour, interlace := ihdr[8], ihdr[9], ihdr[12]
-	channels := map[byte]int{0: 1, 2: 3, 4: 2, 6: 4}[colour]
+	channels := pngChannels[colour]
 	if channels == 0 || depth != 8 && depth != 16 || interlace != 0 {
 		return fmt.Errorf("png: colour type %d, depth %d, interlace %d", colour, depth, interlace)
 	}

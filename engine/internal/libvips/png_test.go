@@ -222,6 +222,52 @@ func notImageData(t *testing.T, file []byte) []byte {
 	return out
 }
 
+// TestEncodePacksPNG: Encode's PNG (a learned engine's result) goes
+// through packPNG, not libvips's encoder: its zlib stream starts with
+// packPNG's header (78 01; libvips writes 78 5e at level 2) and every row
+// is Paeth-filtered; Upscale's, from libvips alone, starts otherwise.
+func TestEncodePacksPNG(t *testing.T) {
+	src := quality.SetFile(t, "Set5/bird.png")
+	e := New(Options{})
+	px, err := e.Decode(context.Background(), src, upscale.Params{Scale: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	encoded, err := e.Encode(context.Background(), px, 2, upscale.Photo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upscaled, err := e.Upscale(context.Background(), src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := zlibHeader(t, encoded.Data); got != [2]byte{0x78, 0x01} {
+		t.Errorf("Encode's zlib header is % x, want packPNG's 78 01", got)
+	}
+	if got := zlibHeader(t, upscaled.Data); got == [2]byte{0x78, 0x01} {
+		t.Errorf("Upscale's zlib header is % x too: the test cannot tell the encoders apart", got)
+	}
+	for y, row := range pngRows(t, encoded.Data) {
+		if row[0] != 4 {
+			t.Fatalf("row %d: filter %d, want Paeth (4)", y, row[0])
+		}
+	}
+}
+
+// zlibHeader is the first two bytes of file's first IDAT chunk.
+func zlibHeader(t *testing.T, file []byte) [2]byte {
+	t.Helper()
+	for at := 8; at+12 <= len(file); {
+		n := int(binary.BigEndian.Uint32(file[at:]))
+		if string(file[at+4:at+8]) == "IDAT" && n >= 2 {
+			return [2]byte{file[at+8], file[at+9]}
+		}
+		at += 12 + n
+	}
+	t.Fatal("no IDAT")
+	return [2]byte{}
+}
+
 // TestDeflateMethod: a part's rows are deflated with LZ77's matches
 // where they repeat, as flat colour's filtered rows (zeros) do, and
 // with Huffman codes alone where they are a photo's small, unrepeating
