@@ -143,15 +143,17 @@ func TestSlowBodiesHoldNoPlace(t *testing.T) {
 	stalled.Wait()
 }
 
-// TestOverloadedByExpectedWait: once the engine is known to take 150 ms an
+// TestOverloadedByExpectedWait: once the engine is known to take 300 ms an
 // image, a request behind one other on a single slot expects to finish
-// after about 300 ms, past a 200 ms engine deadline, and is refused at
-// once instead of failing with 504 after waiting.
+// after about 600 ms, past a 500 ms engine deadline, and is refused at
+// once instead of failing with 504 after waiting. The 200 ms between one
+// image's time and the deadline is for a loaded machine under -race: CI
+// once took 50 ms more than the sleep for the image that times the engine.
 func TestOverloadedByExpectedWait(t *testing.T) {
 	e := newEnv(t, func(c *upscale.Config) {
-		c.Upscaler = slowUpscaler{took: 150 * time.Millisecond}
+		c.Upscaler = slowUpscaler{took: 300 * time.Millisecond}
 		c.Capacity.EngineConcurrency = 1
-		c.EngineTimeout = 200 * time.Millisecond
+		c.EngineTimeout = 500 * time.Millisecond
 	})
 	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree) // times the engine
 	first := make(chan *httptest.ResponseRecorder, 1)
