@@ -40,7 +40,9 @@ func (u *overrunningUpscaler) Upscale(ctx context.Context, src []byte, opts upsc
 // Readiness says the engine is stuck while the overrunning call holds its
 // only slot, and ready once it returns.
 func TestIdleEngineNeverRefuses(t *testing.T) {
-	u := &overrunningUpscaler{took: 400 * time.Millisecond, overrun: make(chan struct{}, 1), returned: make(chan struct{}, 4)}
+	// The overrun lasts 900 ms past the deadline: readiness is read in
+	// that time, however loaded the machine.
+	u := &overrunningUpscaler{took: time.Second, overrun: make(chan struct{}, 1), returned: make(chan struct{}, 4)}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
 		c.Capacity.EngineConcurrency = 1

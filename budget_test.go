@@ -158,24 +158,28 @@ func (u *releasingUpscaler) ReleaseMemory() { u.released.Add(1) }
 
 // TestIdleRelease: memory is given back once the handler has been idle for
 // IdleRelease, once per idle spell, and not while a request is in flight.
+// Both requests are in the engine before either answers, so the handler is
+// never idle between them however slowly the machine runs.
 func TestIdleRelease(t *testing.T) {
 	u := &releasingUpscaler{GatedUpscaler: upscaletest.GatedUpscaler{Entered: make(chan struct{}, 2), Gate: make(chan struct{}, 1)}}
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = u
+		c.Capacity.EngineConcurrency = 2
 		c.Capacity.IdleRelease = 50 * time.Millisecond
 	})
-	u.Gate <- struct{}{} // let the first request through
-	checkOK(t, e.post(keyPro, body(e.url("/small.png"))), upscale.PoolFree)
-	<-u.Entered
-	held := make(chan *httptest.ResponseRecorder, 1)
-	go func() { held <- e.post(keyPro, body(e.url("/small.png"))) }() // in flight past the first's idle wait
-	<-u.Entered
+	results := make(chan *httptest.ResponseRecorder, 2)
+	for range 2 {
+		go func() { results <- e.post(keyPro, body(e.url("/small.png"))) }()
+		<-u.Entered
+	}
+	u.Gate <- struct{}{} // one answers; the other stays in flight past the idle wait
+	checkOK(t, <-results, upscale.PoolFree)
 	time.Sleep(150 * time.Millisecond)
 	if got := u.released.Load(); got != 0 {
 		t.Fatalf("memory released %d times while a request was in flight", got)
 	}
 	close(u.Gate)
-	checkOK(t, <-held, upscale.PoolFree)
+	checkOK(t, <-results, upscale.PoolFree)
 	for deadline := time.Now().Add(5 * time.Second); u.released.Load() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("memory not released 5 s after the handler went idle")

@@ -155,9 +155,12 @@ func TestJobGivesUpItsTurnInTime(t *testing.T) {
 	var queue *deadlineQueue
 	e := newEnv(t, func(c *upscale.Config) {
 		c.Upscaler = slowUpscaler{took: 1500 * time.Millisecond} // it keeps its slot past a request's deadline
-		c.EngineTimeout, c.ChargeTimeout = 1600*time.Millisecond, 50*time.Millisecond
+		// A run waits its turn for 100 ms (2300 - 2000 - 200), and once
+		// it has the engine, has at least 2000 ms for the 1500 ms image:
+		// room for a loaded machine under -race.
+		c.EngineTimeout, c.ChargeTimeout = 2000*time.Millisecond, 200*time.Millisecond
 		c.Capacity.EngineConcurrency = 1
-		queue = &deadlineQueue{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now}), runTimeout: 1800 * time.Millisecond}
+		queue = &deadlineQueue{MemoryJobQueue: upscale.NewMemoryJobQueue(upscale.MemoryJobQueueOptions{Now: c.Now}), runTimeout: 2300 * time.Millisecond}
 		c.Jobs = queue
 	})
 	request := make(chan *httptest.ResponseRecorder, 1)

@@ -107,7 +107,9 @@ func TestEndToEnd(t *testing.T) {
 	}))
 	defer origin.Close()
 
-	srv := startStandalone(t, bin, "-data", t.TempDir(), "-drain-delay", "1s", "-metrics-addr", "127.0.0.1:0")
+	// The drain delay is room for a loaded machine to see /readyz turn
+	// and /livez stay before the listener closes.
+	srv := startStandalone(t, bin, "-data", t.TempDir(), "-drain-delay", "3s", "-metrics-addr", "127.0.0.1:0")
 	base, key, stderr, cmd, exited := srv.base, srv.key, &srv.stderr, srv.cmd, srv.exited
 	checkStatus(t, base+"/livez", http.StatusOK)
 	checkStatus(t, base+"/readyz", http.StatusOK)
@@ -122,7 +124,7 @@ func TestEndToEnd(t *testing.T) {
 	go func() { held <- upscaleVia(t, base, key, origin.URL+"/held.png", stderr) }()
 	<-heldArrived
 	cmd.Process.Signal(syscall.SIGTERM)
-	for deadline := time.Now().Add(time.Second); statusOf(t, base+"/readyz") != http.StatusServiceUnavailable; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Second); statusOf(t, base+"/readyz") != http.StatusServiceUnavailable; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("/readyz did not turn 503 after SIGTERM")
 		}
@@ -319,7 +321,7 @@ func encodeJPEG(t *testing.T, img image.Image) []byte {
 // TestUploadRefusedThroughTheServer: through the standalone, as curl
 // sends it (Expect: 100-continue), a 30 MB upload on the free plan is 400
 // image_too_large before its body is sent, and a HEIC that lies about its
-// size is 400 unsupported_image within a second; neither is charged.
+// size is 400 unsupported_image within seconds; neither is charged.
 func TestUploadRefusedThroughTheServer(t *testing.T) {
 	bin := buildStandalone(t)
 	data := t.TempDir()
@@ -357,8 +359,10 @@ func TestUploadRefusedThroughTheServer(t *testing.T) {
 			}
 			answer, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if took := time.Since(start); resp.StatusCode != tc.status || !strings.Contains(string(answer), `"`+tc.code+`"`) || took > time.Second {
-				t.Errorf("%d %s in %v; want %d %s within a second", resp.StatusCode, answer, took, tc.status, tc.code)
+			// Tens of milliseconds when idle; the bound is for a hang, with
+			// room for a loaded machine.
+			if took := time.Since(start); resp.StatusCode != tc.status || !strings.Contains(string(answer), `"`+tc.code+`"`) || took > 3*time.Second {
+				t.Errorf("%d %s in %v; want %d %s within 3 s", resp.StatusCode, answer, took, tc.status, tc.code)
 			}
 		})
 	}

@@ -72,14 +72,24 @@ func TestFailureBlamesTheEngineForAGoodFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole := time.Since(start)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	start = time.Now()
-	if err := decodeStrictly(ctx, large, meta, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("the strict decode of 16 MP past its deadline: %v, want context.DeadlineExceeded", err)
-	}
-	if stopped := time.Since(start); stopped > whole/2 {
-		t.Errorf("the strict decode stopped %v after it began, its deadline 20 ms in; the whole decode took %v", stopped, whole)
+	// A second try, should a loaded machine stall the first past the bound.
+	var ctx context.Context
+	for try := 1; ; try++ {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		start = time.Now()
+		if err := decodeStrictly(ctx, large, meta, 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the strict decode of 16 MP past its deadline: %v, want context.DeadlineExceeded", err)
+		}
+		stopped := time.Since(start)
+		if stopped <= whole/2 {
+			break
+		}
+		if try == 2 {
+			t.Errorf("the strict decode stopped %v after it began, its deadline 20 ms in; the whole decode took %v", stopped, whole)
+			break
+		}
 	}
 	if err := failure(ctx, large, meta, 1, errors.New("killed")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a failure past the deadline is %v, want context.DeadlineExceeded", err)
