@@ -356,10 +356,10 @@ func (h *Handler) releaseIfIdle() {
 	if h.inFlight.Load() != 0 {
 		return // the request that ends it will start the wait again
 	}
-	debug.FreeOSMemory()
 	if r, ok := h.cfg.Upscaler.(MemoryReleaser); ok {
 		r.ReleaseMemory()
 	}
+	debug.FreeOSMemory()
 }
 
 // upscale admits, authenticates and validates one request, then runs it:

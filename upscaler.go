@@ -261,10 +261,12 @@ func inspectSource(u Upscaler, src []byte, params Params) (SourceReport, error) 
 	return r, nil
 }
 
-// MemoryReleaser is an Upscaler that keeps memory outside the Go heap
-// (C allocators' arenas, say) and can give it back to the system. The
-// handler calls ReleaseMemory once it has been idle for
-// Config.Capacity.IdleRelease; engine/vips and engine/onnx implement it.
+// MemoryReleaser is an Upscaler that keeps memory between images (C
+// allocators' arenas, buffers it reuses) and can give it back to the
+// system. The handler calls ReleaseMemory once it has been idle for
+// Config.Capacity.IdleRelease, before it returns the Go heap's free pages,
+// so that Go memory the Upscaler drops goes back too; engine/vips and
+// engine/onnx implement it.
 type MemoryReleaser interface {
 	Upscaler
 	ReleaseMemory()

@@ -109,10 +109,10 @@ func (e *Engine) enlargeColourOnly(tb testing.TB, ctx context.Context, src []byt
 	if err != nil {
 		return nil, err
 	}
-	out := px.Like(2*px.Width, 2*px.Height)
+	out := px.Like(2*px.Width, 2*px.Height, make([]uint16, 4*px.Width*px.Height*px.Bands))
 	in := planes{pix: px.Pix, width: px.Width, height: px.Height, bands: px.Bands}
 	o := planes{pix: out.Pix, width: out.Width, height: out.Height, bands: out.Bands}
-	if err := m.run(ctx, network, in, o, e.tileOf(m)); err != nil {
+	if err := m.run(ctx, network, in, o, e.tileOf(m), &e.buffers); err != nil {
 		return nil, err
 	}
 	classical, err := e.codec.Encode(ctx, px, 2, upscale.Photo)

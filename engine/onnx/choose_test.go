@@ -187,7 +187,7 @@ func TestCancelBetweenTiles(t *testing.T) {
 	}
 	out := planes{pix: make([]uint16, 4*w*h*3), width: 2 * w, height: 2 * h, bands: 3}
 	ctx := &doneAfter{Context: context.Background(), n: 3, done: make(chan struct{})}
-	if err := m.run(ctx, network, in, out, tile); !errors.Is(err, context.Canceled) {
+	if err := m.run(ctx, network, in, out, tile, &buffers{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	written := 0

@@ -139,6 +139,7 @@ type Engine struct {
 	brought   []*arch                  // Options.Models, in their order
 	published []upscale.PublishedModel // those callers may ask for by name
 	rules     []rule                   // Options.Rules
+	buffers   buffers                  // kept between images
 }
 
 // An arch is one Architecture's networks on the engine's runtime, or a
@@ -203,6 +204,7 @@ func New(opts Options) (*Engine, error) {
 		opts.Architectures = []Architecture{CUNet, UpConv7}
 	}
 	e := &Engine{opts: opts, codec: libvips.New(opts.Vips), slots: make(chan struct{}, opts.Concurrency)}
+	e.buffers.limit = opts.MemoryBudget / keptShare
 	for _, name := range opts.Architectures {
 		if !slices.Contains([]Architecture{CUNet, UpConv7}, name) {
 			return nil, fmt.Errorf("onnx: Options.Architectures: %q is not %q or %q", name, CUNet, UpConv7)
@@ -268,10 +270,13 @@ func (e *Engine) SourcePixels(src []byte) (int64, error) {
 	return e.codec.SourcePixels(src)
 }
 
-// ReleaseMemory implements upscale.MemoryReleaser for the decoding and
-// encoding libvips does (engine/vips), and for the runtime's buffers when
-// it is a MemoryReleasingRuntime.
+// ReleaseMemory implements upscale.MemoryReleaser: it drops the buffers
+// kept between images (a quarter of Options.MemoryBudget at most), and
+// gives back the memory of the decoding and encoding libvips does
+// (engine/vips) and the runtime's buffers when it is a
+// MemoryReleasingRuntime.
 func (e *Engine) ReleaseMemory() {
+	e.buffers.release()
 	e.codec.ReleaseMemory()
 	if r, ok := e.opts.Runtime.(MemoryReleasingRuntime); ok {
 		r.ReleaseMemory()
@@ -284,8 +289,14 @@ func (e *Engine) ReleaseMemory() {
 // rest, and encodes the result.
 func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most int, opts upscale.Params, level upscale.Denoise) (upscale.Image, error) {
 	// Each pass is decided as it comes, at the pace the last one measured.
-	var ran []*arch // by pass
-	steps := 0      // ×2 steps made: a ×4 pass is two
+	var ran []*arch          // by pass
+	steps := 0               // ×2 steps made: a ×4 pass is two
+	var made *libvips.Pixels // the last pass's result, in a kept buffer until encoded
+	defer func() {
+		if made != nil {
+			keep(&e.buffers, &e.buffers.samples, made.Pix)
+		}
+	}()
 	for steps < most {
 		a, err := e.fitting(ctx, px, opts, level, scale>>steps, most-steps)
 		if a == nil || err != nil {
@@ -294,9 +305,14 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most
 			}
 			break
 		}
-		if px, err = e.enlarge(ctx, px, a, a.models[level]); err != nil {
+		next, err := e.enlarge(ctx, px, a, a.models[level])
+		if err != nil {
 			return upscale.Image{}, err
 		}
+		if made != nil { // read by this pass: done with
+			keep(&e.buffers, &e.buffers.samples, made.Pix)
+		}
+		px, made = next, next
 		level = upscale.DenoiseNone
 		ran = append(ran, a)
 		steps += bits.TrailingZeros(uint(a.scale()))
@@ -407,7 +423,8 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *mo
 	if err != nil {
 		return nil, err
 	}
-	out := px.Like(px.Width*m.Scale, px.Height*m.Scale)
+	w, h := px.Width*m.Scale, px.Height*m.Scale
+	out := px.Like(w, h, take(&e.buffers, &e.buffers.samples, w*h*px.Bands))
 	colour := px.Bands
 	if px.Alpha {
 		colour--
@@ -430,7 +447,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *mo
 			from, to := px.Frame(k), out.Frame(k)
 			in := planes{pix: from.Pix, width: from.Width, height: from.Height, bands: from.Bands, first: first, grey: grey}
 			o := planes{pix: to.Pix, width: to.Width, height: to.Height, bands: to.Bands, first: first, grey: grey}
-			if err := m.run(ctx, network, in, o, tile); err != nil {
+			if err := m.run(ctx, network, in, o, tile, &e.buffers); err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
 					// Cut short by the deadline: the whole pass would have
 					// taken longer than this, so the pace is at least that.

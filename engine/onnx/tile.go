@@ -125,10 +125,12 @@ func (m *model) tileInput(t tiling) (inW, inH, outW, outH int) {
 // run enlarges in by m.Scale into out with network, tile by tile.
 // Between tiles it checks ctx, and a tile under way is stopped once ctx
 // is done, so cancellation takes effect within one tile.
-func (m *model) run(ctx context.Context, network Network, in, out planes, tileSize int) error {
+func (m *model) run(ctx context.Context, network Network, in, out planes, tileSize int, b *buffers) error {
 	t := m.tile(in.width, in.height, tileSize)
 	inW, inH, outW, outH := m.tileInput(t)
-	x, y := make([]float32, 3*inW*inH), make([]float32, 3*outW*outH)
+	x, y := take(b, &b.planes, 3*inW*inH), take(b, &b.planes, 3*outW*outH)
+	defer keep(b, &b.planes, x)
+	defer keep(b, &b.planes, y)
 	cut := m.Halo * m.Scale
 	for _, ty := range t.ys {
 		for _, tx := range t.xs {

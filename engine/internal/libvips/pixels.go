@@ -52,12 +52,12 @@ type Pixels struct {
 	fit image.Point
 }
 
-// Like returns a Width × Height image of zero samples with the same bands,
-// frames and way of writing it as p.
-func (p *Pixels) Like(width, height int) *Pixels {
+// Like returns a width × height image with the same bands, frames and
+// way of writing it as p, whose samples are pix (width × height × Bands
+// of them).
+func (p *Pixels) Like(width, height int, pix []uint16) *Pixels {
 	out := *p
-	out.Width, out.Height = width, height
-	out.Pix = make([]uint16, width*height*p.Bands)
+	out.Width, out.Height, out.Pix = width, height, pix
 	return &out
 }
 

@@ -1,0 +1,119 @@
+package onnx
+
+import (
+	"context"
+	"image"
+	"image/color"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/internal/libvips"
+	"github.com/upscalekit/upscale/internal/quality"
+)
+
+// TestBuffersKeep: take gives the smallest kept buffer that holds what is
+// asked, else a new one; keep holds at most the limit, dropping the
+// oldest of the same kind first, and refuses a buffer larger than the
+// limit; release drops them all.
+func TestBuffersKeep(t *testing.T) {
+	b := &buffers{limit: 100 * 4}
+	small, large := make([]float32, 10), make([]float32, 50)
+	keep(b, &b.planes, large)
+	keep(b, &b.planes, small)
+	if got := take(b, &b.planes, 8); len(got) != 8 || &got[0] != &small[0] {
+		t.Errorf("8 values: a buffer of cap %d, want the kept 10", cap(got))
+	}
+	if got := take(b, &b.planes, 60); cap(got) != 60 || b.kept != 50*4 {
+		t.Errorf("60 values: cap %d with %d bytes kept; want a new one, the 50 still kept", cap(got), b.kept)
+	}
+	keep(b, &b.planes, small)
+	samples := make([]uint16, 150) // 300 bytes: the oldest float buffer goes first
+	keep(b, &b.samples, samples)
+	if len(b.planes) != 1 || &b.planes[0][0] != &small[0] || len(b.samples) != 1 || b.kept != 40+300 {
+		t.Errorf("after keeping 300 bytes of samples: %d float buffers, %d sample buffers, %d bytes; want the 10 floats and the samples, 340 bytes",
+			len(b.planes), len(b.samples), b.kept)
+	}
+	newer := make([]uint16, 150) // the older samples go, not the floats
+	keep(b, &b.samples, newer)
+	if len(b.planes) != 1 || len(b.samples) != 1 || &b.samples[0][0] != &newer[0] || b.kept != 340 {
+		t.Errorf("after keeping 300 bytes more of samples: %d float buffers, %d sample buffers, %d bytes; want the 10 floats and the newer samples, 340 bytes",
+			len(b.planes), len(b.samples), b.kept)
+	}
+	keep(b, &b.samples, make([]uint16, 201))
+	if len(b.samples) != 1 || b.kept != 340 {
+		t.Errorf("a buffer over the limit was kept: %d bytes", b.kept)
+	}
+	b.release()
+	if b.kept != 0 || len(b.planes)+len(b.samples) != 0 {
+		t.Errorf("after release: %d bytes in %d buffers", b.kept, len(b.planes)+len(b.samples))
+	}
+}
+
+// TestKeptBuffersCarryNothing: a pass made in buffers that other images
+// left, filled here with values no image has, makes the samples it makes
+// in fresh ones: every value of a kept buffer is written before it is
+// read. Each kind of image in turn: grey, colour, translucent, and with an
+// alpha band opaque everywhere (set, not run through the network).
+func TestKeptBuffersCarryNothing(t *testing.T) {
+	e := newTestEngine(t)
+	const w, h = 48, 40
+	grey, rgb, rgba := image.NewGray(image.Rect(0, 0, w, h)), image.NewNRGBA(image.Rect(0, 0, w, h)), image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			v := uint8(x*5 + y*3)
+			grey.SetGray(x, y, color.Gray{v})
+			rgb.SetNRGBA(x, y, color.NRGBA{v, 255 - v, uint8(x * y), 255})
+			rgba.SetNRGBA(x, y, color.NRGBA{255 - v, v, 40, uint8(y * 6)})
+		}
+	}
+	ctx, cunet := context.Background(), e.archs[0]
+	var sources []*libvips.Pixels
+	for _, img := range []image.Image{grey, rgb, rgba, rgba} {
+		src := quality.EncodePNG(t, img)
+		if len(sources) == 0 { // the whole of Upscale gives its buffers back too
+			if _, err := e.Upscale(ctx, src, upscale.Params{Scale: 2, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}); err != nil || e.buffers.kept == 0 {
+				t.Fatalf("after an image: %d bytes kept, %v; want its buffers kept", e.buffers.kept, err)
+			}
+		}
+		px, err := e.codec.Decode(ctx, src, upscale.Params{Scale: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, px)
+	}
+	opaque := sources[3]
+	for i := 3; i < len(opaque.Pix); i += 4 {
+		opaque.Pix[i] = math.MaxUint16
+	}
+	enlarge := func(px *libvips.Pixels) []uint16 {
+		out, err := e.enlarge(ctx, px, cunet, cunet.models[upscale.DenoiseNone])
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples := slices.Clone(out.Pix)
+		keep(&e.buffers, &e.buffers.samples, out.Pix) // as enlargeAll does once it is encoded
+		return samples
+	}
+	var fresh [][]uint16
+	for _, px := range sources {
+		e.ReleaseMemory()
+		fresh = append(fresh, enlarge(px))
+	}
+	for i, px := range sources {
+		for _, s := range e.buffers.samples {
+			for j := range s[:cap(s)] {
+				s[j] = 0x1234
+			}
+		}
+		for _, p := range e.buffers.planes {
+			for j := range p[:cap(p)] {
+				p[j] = float32(math.NaN())
+			}
+		}
+		if got := enlarge(px); !slices.Equal(got, fresh[i]) {
+			t.Errorf("image %d in kept buffers differs from its pass in fresh ones", i)
+		}
+	}
+}
