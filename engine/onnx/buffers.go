@@ -6,11 +6,11 @@ import (
 	"unsafe"
 )
 
-// keptShare is the part of Options.MemoryBudget the engine keeps in
-// buffers between images: a quarter, 256 MiB by default, which holds what
-// ×4 of a 1000×960 photo fills (the result's samples, 92 MB, and a tile's
-// planes, 58 MB).
-const keptShare = 4
+// The engine keeps Options.MemoryBudget / keptDivisor bytes of buffers
+// between images: a quarter, 256 MiB by default, which holds what ×4 of a
+// 1000×960 photo fills (the result's samples, 92 MB, and a tile's planes,
+// 58 MB).
+const keptDivisor = 4
 
 // buffers keeps the large buffers a learned pass fills (a tile's planes,
 // a pass's result samples) between images, up to limit bytes. A buffer
@@ -31,13 +31,15 @@ type buffers struct {
 }
 
 // take returns a buffer of n values from list (b.planes or b.samples):
-// the smallest kept one that holds them, else a new one.
+// the smallest kept one that holds them and is at most twice as large (a
+// small image does not take, and hold outside its grant, a large one's),
+// else a new one.
 func take[T float32 | uint16](b *buffers, list *[][]T, n int) []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	best := -1
 	for i, s := range *list {
-		if cap(s) >= n && (best < 0 || cap(s) < cap((*list)[best])) {
+		if cap(s) >= n && cap(s) <= 2*n && (best < 0 || cap(s) < cap((*list)[best])) {
 			best = i
 		}
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // TestBuffersKeep: take gives the smallest kept buffer that holds what is
-// asked, else a new one; keep holds at most the limit, dropping the
+// asked and is at most twice as large, else a new one; keep holds at most the limit, dropping the
 // oldest of the same kind first, and refuses a buffer larger than the
 // limit; release drops them all.
 func TestBuffersKeep(t *testing.T) {
@@ -27,6 +27,9 @@ func TestBuffersKeep(t *testing.T) {
 	}
 	if got := take(b, &b.planes, 60); cap(got) != 60 || b.kept != 50*4 {
 		t.Errorf("60 values: cap %d with %d bytes kept; want a new one, the 50 still kept", cap(got), b.kept)
+	}
+	if got := take(b, &b.planes, 24); cap(got) != 24 || b.kept != 50*4 {
+		t.Errorf("24 values: cap %d with %d bytes kept; want a new one, the 50 (over twice as large) still kept", cap(got), b.kept)
 	}
 	keep(b, &b.planes, small)
 	samples := make([]uint16, 150) // 300 bytes: the oldest float buffer goes first
@@ -54,10 +57,12 @@ func TestBuffersKeep(t *testing.T) {
 // TestKeptBuffersCarryNothing: a pass made in buffers that other images
 // left, filled here with values no image has, makes the samples it makes
 // in fresh ones: every value of a kept buffer is written before it is
-// read. Each kind of image in turn: grey, colour, translucent, and with an
-// alpha band opaque everywhere (set, not run through the network).
+// read. Each kind of image in turn, in tiles of 16 that overlap and clip
+// at the edges: grey, colour, translucent, with an alpha band opaque
+// everywhere (set, not run through the network), grey and alpha, and an
+// animation of two frames.
 func TestKeptBuffersCarryNothing(t *testing.T) {
-	e := newTestEngine(t)
+	e := NewTestEngine(t, Options{Tile: 16})
 	const w, h = 48, 40
 	grey, rgb, rgba := image.NewGray(image.Rect(0, 0, w, h)), image.NewNRGBA(image.Rect(0, 0, w, h)), image.NewNRGBA(image.Rect(0, 0, w, h))
 	for y := range h {
@@ -69,6 +74,10 @@ func TestKeptBuffersCarryNothing(t *testing.T) {
 		}
 	}
 	ctx, cunet := context.Background(), e.archs[0]
+	m := cunet.models[upscale.DenoiseNone]
+	if tiles := m.tile(w, h, e.tileOf(m)); len(tiles.xs) < 2 || len(tiles.ys) < 2 {
+		t.Fatalf("tiles at %v across, %v down: want several each way", tiles.xs, tiles.ys)
+	}
 	var sources []*libvips.Pixels
 	for _, img := range []image.Image{grey, rgb, rgba, rgba} {
 		src := quality.EncodePNG(t, img)
@@ -83,12 +92,22 @@ func TestKeptBuffersCarryNothing(t *testing.T) {
 		}
 		sources = append(sources, px)
 	}
+	// Grey and alpha, and two frames: no PNG of Go's makes them.
+	greyAlpha := &libvips.Pixels{Width: w, Height: h, Frames: 1, Bands: 2, Alpha: true, Pix: make([]uint16, w*h*2)}
+	frames := &libvips.Pixels{Width: w, Height: 2 * h, Frames: 2, Bands: 3, Pix: slices.Concat(sources[1].Pix, sources[1].Pix)}
+	for i := range greyAlpha.Pix {
+		greyAlpha.Pix[i] = uint16(i * 97)
+	}
+	for i := range frames.Pix[len(frames.Pix)/2:] {
+		frames.Pix[len(frames.Pix)/2+i] ^= 0x5555 // the second frame unlike the first
+	}
+	sources = append(sources, greyAlpha, frames)
 	opaque := sources[3]
 	for i := 3; i < len(opaque.Pix); i += 4 {
 		opaque.Pix[i] = math.MaxUint16
 	}
 	enlarge := func(px *libvips.Pixels) []uint16 {
-		out, err := e.enlarge(ctx, px, cunet, cunet.models[upscale.DenoiseNone])
+		out, err := e.enlarge(ctx, px, cunet, m)
 		if err != nil {
 			t.Fatal(err)
 		}

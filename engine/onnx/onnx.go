@@ -204,7 +204,7 @@ func New(opts Options) (*Engine, error) {
 		opts.Architectures = []Architecture{CUNet, UpConv7}
 	}
 	e := &Engine{opts: opts, codec: libvips.New(opts.Vips), slots: make(chan struct{}, opts.Concurrency)}
-	e.buffers.limit = opts.MemoryBudget / keptShare
+	e.buffers.limit = opts.MemoryBudget / keptDivisor
 	for _, name := range opts.Architectures {
 		if !slices.Contains([]Architecture{CUNet, UpConv7}, name) {
 			return nil, fmt.Errorf("onnx: Options.Architectures: %q is not %q or %q", name, CUNet, UpConv7)
@@ -417,7 +417,8 @@ const learnedShare = 0.6
 // image, so both take the same edges (BenchmarkAlpha: on Set5 cut out by
 // an anti-aliased disc, alpha 46.4 dB and the image over grey 41.0 dB,
 // against 33.3 and 38.6 with alpha enlarged classically). An alpha that is
-// opaque everywhere stays so without a pass.
+// opaque everywhere stays so without a pass. The result's samples are a
+// kept buffer's: the caller gives them back (keep) once nothing reads them.
 func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *model) (*libvips.Pixels, error) {
 	network, err := e.open(m)
 	if err != nil {
@@ -453,6 +454,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *mo
 					// taken longer than this, so the pace is at least that.
 					a.pace.atLeast(time.Since(start).Seconds() / work)
 				}
+				keep(&e.buffers, &e.buffers.samples, out.Pix) // run has returned: nothing writes it
 				return nil, err
 			}
 		}

@@ -54,7 +54,7 @@ type Pixels struct {
 
 // Like returns a width × height image with the same bands, frames and
 // way of writing it as p, whose samples are pix (width × height × Bands
-// of them).
+// of them), used as they are: the caller writes every one.
 func (p *Pixels) Like(width, height int, pix []uint16) *Pixels {
 	out := *p
 	out.Width, out.Height, out.Pix = width, height, pix
