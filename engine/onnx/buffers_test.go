@@ -1,11 +1,14 @@
 package onnx
 
 import (
+	"bytes"
 	"context"
 	"image"
 	"image/color"
 	"math"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/upscalekit/upscale"
@@ -134,5 +137,39 @@ func TestKeptBuffersCarryNothing(t *testing.T) {
 		if got := enlarge(px); !slices.Equal(got, fresh[i]) {
 			t.Errorf("image %d in kept buffers differs from its pass in fresh ones", i)
 		}
+	}
+}
+
+// TestKeptBuffersShared: images enlarged at once, each ×4 in two passes
+// (whose first result is given back once the second has read it), share
+// the kept buffers and come out as each does alone.
+func TestKeptBuffersShared(t *testing.T) {
+	e := NewTestEngine(t, Options{Concurrency: 3, Tile: 16})
+	opts := upscale.Params{Scale: 4, ImageType: upscale.Anime, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}
+	var sources, alone [][]byte
+	for i := range 3 {
+		img := image.NewNRGBA(image.Rect(0, 0, 32, 24))
+		for j := range img.Pix {
+			img.Pix[j] = uint8(j*(i+3) + i*40)
+		}
+		src := quality.EncodePNG(t, img)
+		e.ReleaseMemory()
+		out, err := e.Upscale(context.Background(), src, opts)
+		if err != nil || !strings.HasPrefix(out.Engine, "learned;passes=2;") {
+			t.Fatalf("image %d alone: %q, %v; want two learned passes", i, out.Engine, err)
+		}
+		sources, alone = append(sources, src), append(alone, out.Data)
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i, src := range sources {
+			wg.Go(func() {
+				out, err := e.Upscale(context.Background(), src, opts)
+				if err != nil || !bytes.Equal(out.Data, alone[i]) {
+					t.Errorf("round %d, image %d among others: %v, or not what it makes alone", round, i, err)
+				}
+			})
+		}
+		wg.Wait()
 	}
 }
