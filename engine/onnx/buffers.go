@@ -30,6 +30,14 @@ type buffers struct {
 	limit   int64
 }
 
+// takePlanes and takeSamples return a buffer of n float32 planes' values
+// or 16-bit samples (take); keepPlanes and keepSamples give one back
+// (keep).
+func (b *buffers) takePlanes(n int) []float32 { return take(b, &b.planes, n) }
+func (b *buffers) takeSamples(n int) []uint16 { return take(b, &b.samples, n) }
+func (b *buffers) keepPlanes(s []float32)     { keep(b, &b.planes, s) }
+func (b *buffers) keepSamples(s []uint16)     { keep(b, &b.samples, s) }
+
 // take returns a buffer of n values from list (b.planes or b.samples):
 // the smallest kept one that holds them and is at most twice as large (a
 // small image does not take, and hold outside its grant, a large one's),

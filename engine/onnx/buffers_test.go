@@ -23,31 +23,31 @@ import (
 func TestBuffersKeep(t *testing.T) {
 	b := &buffers{limit: 100 * 4}
 	small, large := make([]float32, 10), make([]float32, 50)
-	keep(b, &b.planes, large)
-	keep(b, &b.planes, small)
-	if got := take(b, &b.planes, 8); len(got) != 8 || &got[0] != &small[0] {
+	b.keepPlanes(large)
+	b.keepPlanes(small)
+	if got := b.takePlanes(8); len(got) != 8 || &got[0] != &small[0] {
 		t.Errorf("8 values: a buffer of cap %d, want the kept 10", cap(got))
 	}
-	if got := take(b, &b.planes, 60); cap(got) != 60 || b.kept != 50*4 {
+	if got := b.takePlanes(60); cap(got) != 60 || b.kept != 50*4 {
 		t.Errorf("60 values: cap %d with %d bytes kept; want a new one, the 50 still kept", cap(got), b.kept)
 	}
-	if got := take(b, &b.planes, 24); cap(got) != 24 || b.kept != 50*4 {
+	if got := b.takePlanes(24); cap(got) != 24 || b.kept != 50*4 {
 		t.Errorf("24 values: cap %d with %d bytes kept; want a new one, the 50 (over twice as large) still kept", cap(got), b.kept)
 	}
-	keep(b, &b.planes, small)
+	b.keepPlanes(small)
 	samples := make([]uint16, 150) // 300 bytes: the oldest float buffer goes first
-	keep(b, &b.samples, samples)
+	b.keepSamples(samples)
 	if len(b.planes) != 1 || &b.planes[0][0] != &small[0] || len(b.samples) != 1 || b.kept != 40+300 {
 		t.Errorf("after keeping 300 bytes of samples: %d float buffers, %d sample buffers, %d bytes; want the 10 floats and the samples, 340 bytes",
 			len(b.planes), len(b.samples), b.kept)
 	}
 	newer := make([]uint16, 150) // the older samples go, not the floats
-	keep(b, &b.samples, newer)
+	b.keepSamples(newer)
 	if len(b.planes) != 1 || len(b.samples) != 1 || &b.samples[0][0] != &newer[0] || b.kept != 340 {
 		t.Errorf("after keeping 300 bytes more of samples: %d float buffers, %d sample buffers, %d bytes; want the 10 floats and the newer samples, 340 bytes",
 			len(b.planes), len(b.samples), b.kept)
 	}
-	keep(b, &b.samples, make([]uint16, 201))
+	b.keepSamples(make([]uint16, 201))
 	if len(b.samples) != 1 || b.kept != 340 {
 		t.Errorf("a buffer over the limit was kept: %d bytes", b.kept)
 	}
@@ -115,7 +115,7 @@ func TestKeptBuffersCarryNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		samples := slices.Clone(out.Pix)
-		keep(&e.buffers, &e.buffers.samples, out.Pix) // as enlargeAll does once it is encoded
+		e.buffers.keepSamples(out.Pix) // as enlargeAll does once it is encoded
 		return samples
 	}
 	var fresh [][]uint16

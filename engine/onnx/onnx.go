@@ -294,7 +294,7 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most
 	var made *libvips.Pixels // the last pass's result, in a kept buffer until encoded
 	defer func() {
 		if made != nil {
-			keep(&e.buffers, &e.buffers.samples, made.Pix)
+			e.buffers.keepSamples(made.Pix)
 		}
 	}()
 	for steps < most {
@@ -310,7 +310,7 @@ func (e *Engine) enlargeAll(ctx context.Context, px *libvips.Pixels, scale, most
 			return upscale.Image{}, err
 		}
 		if made != nil { // read by this pass: done with
-			keep(&e.buffers, &e.buffers.samples, made.Pix)
+			e.buffers.keepSamples(made.Pix)
 		}
 		px, made = next, next
 		level = upscale.DenoiseNone
@@ -425,7 +425,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *mo
 		return nil, err
 	}
 	w, h := px.Width*m.Scale, px.Height*m.Scale
-	out := px.Like(w, h, take(&e.buffers, &e.buffers.samples, w*h*px.Bands))
+	out := px.Like(w, h, e.buffers.takeSamples(w*h*px.Bands))
 	colour := px.Bands
 	if px.Alpha {
 		colour--
@@ -454,7 +454,7 @@ func (e *Engine) enlarge(ctx context.Context, px *libvips.Pixels, a *arch, m *mo
 					// taken longer than this, so the pace is at least that.
 					a.pace.atLeast(time.Since(start).Seconds() / work)
 				}
-				keep(&e.buffers, &e.buffers.samples, out.Pix) // run has returned: nothing writes it
+				e.buffers.keepSamples(out.Pix) // run has returned: nothing writes it
 				return nil, err
 			}
 		}

@@ -128,9 +128,9 @@ func (m *model) tileInput(t tiling) (inW, inH, outW, outH int) {
 func (m *model) run(ctx context.Context, network Network, in, out planes, tileSize int, b *buffers) error {
 	t := m.tile(in.width, in.height, tileSize)
 	inW, inH, outW, outH := m.tileInput(t)
-	x, y := take(b, &b.planes, 3*inW*inH), take(b, &b.planes, 3*outW*outH)
-	defer keep(b, &b.planes, x)
-	defer keep(b, &b.planes, y)
+	x, y := b.takePlanes(3*inW*inH), b.takePlanes(3*outW*outH)
+	defer b.keepPlanes(x)
+	defer b.keepPlanes(y)
 	cut := m.Halo * m.Scale
 	for _, ty := range t.ys {
 		for _, tx := range t.xs {
