@@ -130,12 +130,12 @@ func readTiles(b *testing.B, dir string, arch onnx.Architecture, n int) [][]floa
 	return tiles
 }
 
-// lowestPSNR is the lowest onnxtest.TilePSNR of got's tiles against
+// lowestPSNR is the lowest onnx.TilePSNR of got's tiles against
 // want's; +Inf when they are identical.
 func lowestPSNR(got, want [][]float32) float64 {
 	lowest := math.Inf(1)
 	for i := range want {
-		lowest = min(lowest, onnxtest.TilePSNR(got[i], want[i]))
+		lowest = min(lowest, onnx.TilePSNR(got[i], want[i]))
 	}
 	return lowest
 }

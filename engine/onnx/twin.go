@@ -106,7 +106,7 @@ func makeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 		}
 		least := math.Inf(1)
 		for i := range got {
-			least = min(least, tilePSNR(got[i], want[i]))
+			least = min(least, TilePSNR(got[i], want[i]))
 		}
 		return least, nil
 	}
@@ -162,15 +162,17 @@ func runTiles(ctx context.Context, rt Runtime, n *models.Network, precision Prec
 	return out, nil
 }
 
-// tilePSNR is the PSNR of got against want, both clipped to 0-1.
-func tilePSNR(got, want []float32) float64 {
+// TilePSNR is the PSNR of got against want, a network's results as
+// planes of float32, both clipped to 0-1: the distance from float32 that
+// a Twin's PSNR and TwinFloor are in.
+func TilePSNR(got, want []float32) float64 {
 	var sum float64
-	for i := range got {
+	for i := range want {
 		d := float64(min(max(got[i], 0), 1)) - float64(min(max(want[i], 0), 1))
 		sum += d * d
 	}
 	if sum == 0 {
 		return math.Inf(1)
 	}
-	return 10 * math.Log10(float64(len(got))/sum)
+	return 10 * math.Log10(float64(len(want))/sum)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,7 +92,7 @@ func TestMakeTwinSPAN(t *testing.T) {
 		if err := int8Net.Run(context.Background(), x, n, n, got); err != nil {
 			t.Fatal(err)
 		}
-		if d := onnxtest.TilePSNR(got, want); d < onnx.TwinFloor {
+		if d := onnx.TilePSNR(got, want); d < onnx.TwinFloor {
 			t.Errorf("photo tile %d: %.1f dB from float32, under the %d dB floor", i, d, onnx.TwinFloor)
 		}
 	}
@@ -215,5 +216,21 @@ func TestMakeTwinRefused(t *testing.T) {
 	}
 	if _, err := onnx.MeasureModel(context.Background(), []onnx.Candidate{{Runtime: rt, Precision: onnx.INT8}}, onnx.Model{Name: "x2", Param: filepath.Join(dir, "x2.param"), INT8: filepath.Join(dir, "x4.int8.onnx")}, 0); err == nil || !strings.Contains(err.Error(), "the twin of another network") {
 		t.Errorf("MeasureModel with the twin of another network: %v, want it refused", err)
+	}
+}
+
+// TestTilePSNR: the distance a twin is held to reads results clipped to
+// 0-1, as the image they make is, and is infinite for the same results.
+func TestTilePSNR(t *testing.T) {
+	want := []float32{0, 0.25, 0.5, 1}
+	if d := onnx.TilePSNR(slices.Clone(want), want); !math.IsInf(d, 1) {
+		t.Errorf("the same results: %v dB, want +Inf", d)
+	}
+	if d := onnx.TilePSNR([]float32{-0.5, 0.25, 0.5, 1.5}, want); !math.IsInf(d, 1) {
+		t.Errorf("results apart only outside 0-1: %v dB, want +Inf", d)
+	}
+	// Every value 0.01 off: a mean squared error of 1e-4, 40 dB.
+	if d := onnx.TilePSNR([]float32{0.01, 0.26, 0.49, 0.99}, want); math.Abs(d-40) > 1e-3 {
+		t.Errorf("every value 0.01 off: %.4f dB, want 40", d)
 	}
 }

@@ -223,17 +223,6 @@ func PhotoTiles(t testing.TB) [][]float32 {
 	return tiles
 }
 
-// TilePSNR is the PSNR of got against want, both clipped to 0-1.
-func TilePSNR(got, want []float32) float64 {
-	clip := func(v float32) float64 { return float64(min(max(v, 0), 1)) }
-	var sum float64
-	for i := range want {
-		d := clip(got[i]) - clip(want[i])
-		sum += d * d
-	}
-	return 10 * math.Log10(float64(len(want))/sum)
-}
-
 // testPrecisions holds each network in every other precision close to
 // float32, and not float32, on tiles of photographs and a drawing: 45-70
 // dB, and 42-70 for upconv7's INT8 twin, which quantises nearly all of
@@ -258,7 +247,7 @@ func testPrecisions(t *testing.T, rt onnx.Runtime) {
 				for i, x := range tiles {
 					want := r.run(t, arch, level, onnx.FP32, x, PhotoTileSide, PhotoTileSide)
 					got := r.run(t, arch, level, precision, x, PhotoTileSide, PhotoTileSide)
-					psnr := TilePSNR(got, want)
+					psnr := onnx.TilePSNR(got, want)
 					if psnr < floor || psnr > 70 {
 						t.Errorf("tile %d: %s %.2f dB from float32, want %.0f to 70 (close, and not float32)", i, precision, psnr, floor)
 					}
