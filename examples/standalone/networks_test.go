@@ -221,8 +221,10 @@ func median(v []float64) float64 {
 // does (oneDNN INT8 where it is fastest) and SPAN's among those that run
 // it (oneDNN bfloat16 where the CPU has AVX-512 BF16); in "twins" SPAN
 // has INT8 twins too (onnx.MakeTwin, calibrated on four Set14 images),
-// among which the standalone chooses as it does; in "ort-fp32" both run
-// on ONNX Runtime in float32.
+// among which the standalone chooses as it does; in "onednn" the same,
+// on oneDNN alone (which ONEDNN_MAX_CPU_ISA caps to stand for an older
+// CPU class: ONNX Runtime has no such cap); in "ort-fp32" both run on
+// ONNX Runtime in float32.
 //
 //	go test -run '^$' -bench BroughtVersusCunet -benchtime 5x ./examples/standalone
 func BenchmarkBroughtVersusCunet(b *testing.B) {
@@ -233,7 +235,7 @@ func BenchmarkBroughtVersusCunet(b *testing.B) {
 	for _, c := range []struct {
 		name, config string
 		flags        []string
-	}{{"default", config, nil}, {"twins", twins, nil}, {"ort-fp32", config, []string{"-onnx-runtime", "onnxruntime", "-onnx-precision", "fp32"}}} {
+	}{{"default", config, nil}, {"twins", twins, nil}, {"onednn", twins, []string{"-onnx-runtime", "onednn"}}, {"ort-fp32", config, []string{"-onnx-runtime", "onnxruntime", "-onnx-precision", "fp32"}}} {
 		b.Run(c.name, func(b *testing.B) {
 			s := startStandalone(b, bin, append([]string{"-data", b.TempDir(), "-config", c.config, "-engine", "onnx", "-engine-timeout", "5m"}, c.flags...)...)
 			defer s.stop(b)
