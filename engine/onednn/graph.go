@@ -88,13 +88,17 @@ type layer struct {
 	// padding for a ConvTranspose, a pixel shuffle's own), weights
 	// [out][in][k][k], bias, and the activation act
 	// (a leaky ReLU's of slope). weights8 and wscale are the int8
-	// weights of the QDQ form, which weights dequantises.
+	// weights of the QDQ form, which weights dequantises. convolution:
+	// post multiplies each channel after the activation (a Mul by a
+	// value a channel fused: a brought network's twin scales what a
+	// quantised convolution reads so), or is nil.
 	k, stride, pad int
 	weights, bias  []float32
 	weights8       []int8
 	wscale         []float32
 	act            activation
 	slope          float32
+	post           []float32
 	// transposed: the stride spread (s) and where the first phase lands
 	// (offset), and the phase convolution's output; upsample: its
 	// factor (s).

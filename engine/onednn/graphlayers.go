@@ -124,11 +124,33 @@ func (c *compiler) conv(n *onnxpb.Node) error {
 		l.kind, l.s = transposed, s
 		return c.spread(&l, out, d2s.Outputs[0], outC/(s*s))
 	}
+	out, l.post = c.channelProduct(out, outC)
 	if l.out, err = c.newValue(out, outC, outC == 3); err != nil {
 		return err
 	}
 	c.g.layers = append(c.g.layers, l)
 	return nil
+}
+
+// channelProduct fuses the Mul by a constant of a value a channel that is
+// the only consumer of out, an output of channels channels, marking it
+// done: it returns the product's name and the constant. Else it returns
+// out and nil.
+func (c *compiler) channelProduct(out string, channels int) (string, []float32) {
+	mul := c.only(out)
+	if mul == nil || mul.Op != "Mul" || len(mul.Inputs) != 2 {
+		return out, nil
+	}
+	factor := mul.Inputs[1]
+	if mul.Inputs[1] == out {
+		factor = mul.Inputs[0]
+	}
+	v, dims, err := c.floats(factor)
+	if err != nil || len(v) != channels || !slices.Equal(dims, []int64{1, int64(channels), 1, 1}) {
+		return out, nil
+	}
+	c.done[mul] = true
+	return mul.Outputs[0], v
 }
 
 // toDCR reorders the output channels of l, a convolution whose result a

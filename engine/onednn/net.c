@@ -54,6 +54,8 @@ struct od_conv {
   dnnl_primitive_t prim;
   dnnl_stream_t stream;
   dnnl_memory_t src, weights, bias, dst;
+  dnnl_memory_t post;  // the multipliers of the last post-op, or NULL
+  int post_index;      // that post-op's place in the chain
 };
 
 void od_conv_free(od_conv *c) {
@@ -64,13 +66,14 @@ void od_conv_free(od_conv *c) {
   if (c->weights) dnnl_memory_destroy(c->weights);
   if (c->bias) dnnl_memory_destroy(c->bias);
   if (c->dst) dnnl_memory_destroy(c->dst);
+  if (c->post) dnnl_memory_destroy(c->post);
   free(c);
 }
 
 od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, int pad,
                      const float *weights, const int8_t *weights8, const float *wscale,
-                     const float *bias, int act, float slope, int threads, char *impl,
-                     size_t impllen, char *err, size_t errlen) {
+                     const float *bias, int act, float slope, const float *post, int threads,
+                     char *impl, size_t impllen, char *err, size_t errlen) {
   od_conv *c = calloc(1, sizeof *c);
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
@@ -114,22 +117,36 @@ od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, 
     zp = dst->zp;
     if (dst->dt == OD_U8 && zp) TRY(dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &zp));
   }
+  TRY(dnnl_post_ops_create(&ops));
+  // Where the result is divided by a uint8 dst's scale after the
+  // activation rather than in the output scales above.
+  float after = quantized && dst->dt == OD_U8 && act == OD_SWISH ? 1 / dst->scale : 1;
   if (act == OD_LEAKY_RELU) {
     // oneDNN's relu with a negative slope is a leaky ReLU; with a uint8
     // dst it applies to the result over dst's scale, which is the same
     // (a leaky ReLU commutes with positive scales).
-    TRY(dnnl_post_ops_create(&ops));
     TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, slope, 0.0f));
-    TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
   } else if (act == OD_SWISH) {
     // Swish does not commute with scales: it applies to the result, and
-    // a linear step after it divides by a uint8 dst's scale.
-    TRY(dnnl_post_ops_create(&ops));
+    // a step after it divides by a uint8 dst's scale.
     TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f));
-    if (quantized && dst->dt == OD_U8)
-      TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_linear, 1 / dst->scale, 0.0f));
-    TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
   }
+  if (post) {
+    // The multipliers, with the division by dst's scale, as one binary
+    // post-op of a value a channel.
+    dnnl_memory_desc_t post_md;
+    dnnl_dims_t post_dims = {1, oc, 1, 1};
+    float *m = NULL;
+    TRY(dnnl_memory_desc_init_by_tag(&post_md, 4, post_dims, dnnl_f32, dnnl_nhwc));
+    TRY(dnnl_post_ops_append_binary(ops, dnnl_binary_mul, &post_md));
+    TRY(dnnl_memory_create(&c->post, &post_md, engine, DNNL_MEMORY_ALLOCATE));
+    TRY(dnnl_memory_get_data_handle(c->post, (void **)&m));
+    for (int o = 0; o < oc; o++) m[o] = post[o] * after;
+    c->post_index = dnnl_post_ops_len(ops) - 1;
+  } else if (after != 1) {
+    TRY(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_linear, after, 0.0f));
+  }
+  if (dnnl_post_ops_len(ops) > 0) TRY(dnnl_primitive_attr_set_post_ops(attr, ops));
   dnnl_convolution_desc_t d;
   TRY(dnnl_convolution_forward_desc_init(&d, dnnl_forward_inference, dnnl_convolution_direct,
                                          &src_md, &weights_md, bias ? &bias_md : NULL, &dst_md,
@@ -181,11 +198,15 @@ int od_conv_run(od_conv *c, int threads, void *src, void *dst, char *err, size_t
   omp_set_num_threads(threads);
   TRY(dnnl_memory_set_data_handle(c->src, src));
   TRY(dnnl_memory_set_data_handle(c->dst, dst));
-  dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, c->src},
-                            {DNNL_ARG_WEIGHTS, c->weights},
-                            {DNNL_ARG_DST, c->dst},
-                            {DNNL_ARG_BIAS, c->bias}};
-  TRY(dnnl_primitive_execute(c->prim, c->stream, c->bias ? 4 : 3, args));
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, c->src},
+                             {DNNL_ARG_WEIGHTS, c->weights},
+                             {DNNL_ARG_DST, c->dst}};
+  int n = 3;
+  if (c->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, c->bias};
+  if (c->post)
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(c->post_index) | DNNL_ARG_SRC_1,
+                                  c->post};
+  TRY(dnnl_primitive_execute(c->prim, c->stream, n, args));
   TRY(dnnl_stream_wait(c->stream));
   return 0;
 fail:

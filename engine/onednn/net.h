@@ -47,7 +47,8 @@ enum { OD_NO_ACT = 0, OD_LEAKY_RELU = 1, OD_SWISH = 2 };
 
 // od_conv_new makes a convolution from src to dst with a square kernel k,
 // stride and zero padding pad on every side, bias (dst->c floats, or
-// NULL) and the activation act after it (OD_LEAKY_RELU's of slope). With a float src
+// NULL), the activation act after it (OD_LEAKY_RELU's of slope) and then
+// each output channel o multiplied by post[o] (post NULL: by 1). With a float src
 // (either float type), weights are float32 [dst->c][src->c][k][k]; with a
 // uint8 src, they are int8 weights8 of the same layout, standing for
 // weights8 × wscale[o] for output channel o, and dst may be of any type.
@@ -56,8 +57,8 @@ enum { OD_NO_ACT = 0, OD_LEAKY_RELU = 1, OD_SWISH = 2 };
 // oneDNN chose. NULL on failure, with err saying why.
 od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, int pad,
                      const float *weights, const int8_t *weights8, const float *wscale,
-                     const float *bias, int act, float slope, int threads, char *impl,
-                     size_t impllen, char *err, size_t errlen);
+                     const float *bias, int act, float slope, const float *post, int threads,
+                     char *impl, size_t impllen, char *err, size_t errlen);
 // od_conv_run runs c from src to dst, laid out as c's descriptions say; 0
 // on success.
 int od_conv_run(od_conv *c, int threads, void *src, void *dst, char *err, size_t errlen);

@@ -311,9 +311,13 @@ func (p *plan) makeConvolutions() error {
 		if l.bias != nil {
 			bias = (*C.float)(&l.bias[0])
 		}
+		var post *C.float
+		if l.post != nil {
+			post = (*C.float)(&l.post[0])
+		}
 		var impl, msg [256]C.char
 		conv := C.od_conv_new(&src, &dst, C.int(l.k), C.int(l.stride), C.int(l.pad), weights, weights8, wscale,
-			bias, C.int(l.act), C.float(l.slope), C.int(p.threads), &impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
+			bias, C.int(l.act), C.float(l.slope), post, C.int(p.threads), &impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
 		if conv == nil {
 			return fmt.Errorf("onednn: %s: %s", l.name, C.GoString(&msg[0]))
 		}
