@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/internal/ncnn2onnx"
 	"github.com/upscalekit/upscale/internal/onnxpb"
-	"github.com/upscalekit/upscale/internal/quality"
 	"github.com/upscalekit/upscale/upscaletest"
 )
 
@@ -334,13 +331,7 @@ func TestSharedValueMadeOnce(t *testing.T) {
 // with the multipliers left out, both measured 29-33 dB.
 func TestChannelProductFused(t *testing.T) {
 	net := onnxtest.SPAN(t, 2)
-	dir := t.TempDir()
-	for _, name := range []string{"baboon", "comic", "monarch", "ppt3"} {
-		if err := os.WriteFile(filepath.Join(dir, name+".png"), quality.SetFile(t, "Set14/"+name+".png"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	q, err := ncnn2onnx.NewQuantization(net, dir, 64, nil)
+	q, err := ncnn2onnx.NewQuantization(net, onnxtest.CalibrationDir(t), 64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,19 +20,6 @@ import (
 	"github.com/upscalekit/upscale/internal/quality"
 )
 
-// calibrationDir is a directory of four Set14 images (a photo, a drawing,
-// a butterfly and a slide) to calibrate twins on.
-func calibrationDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"baboon", "comic", "monarch", "ppt3"} {
-		if err := os.WriteFile(filepath.Join(dir, name+".png"), quality.SetFile(t, "Set14/"+name+".png"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 func oneDNN(t *testing.T) onnx.Runtime {
 	t.Helper()
 	rt, err := onednn.New()
@@ -54,7 +41,7 @@ func oneDNN(t *testing.T) onnx.Runtime {
 func TestMakeTwinSPAN(t *testing.T) {
 	rt := oneDNN(t)
 	span := onnx.Model{Name: "span-x2", Param: filepath.Join(onnxtest.SPANDir(t), "spanx2_ch48.param")}
-	twin, err := onnx.MakeTwin(context.Background(), rt, span, calibrationDir(t), 64)
+	twin, err := onnx.MakeTwin(context.Background(), rt, span, onnxtest.CalibrationDir(t), 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +151,7 @@ func TestMakeTwinResidual(t *testing.T) {
 	bin = append(bin, make([]float32, 12)...)
 	data, _ := binary.Append(nil, binary.LittleEndian, bin)
 	os.WriteFile(filepath.Join(dir, "residual.bin"), data, 0o644)
-	twin, err := onnx.MakeTwin(context.Background(), oneDNN(t), onnx.Model{Name: "residual", Param: param}, calibrationDir(t), 32)
+	twin, err := onnx.MakeTwin(context.Background(), oneDNN(t), onnx.Model{Name: "residual", Param: param}, onnxtest.CalibrationDir(t), 32)
 	if err != nil || twin.PSNR < 48 || !slices.Equal(twin.Quantized, []string{"b", "c"}) {
 		t.Errorf("twin %.1f dB, %v in INT8, %v; want 48 dB or more with b and c in INT8", twin.PSNR, twin.Quantized, err)
 	}
@@ -179,7 +166,7 @@ func TestMakeTwinResidual(t *testing.T) {
 // network of another scale, or of the same shape with other weights;
 // MeasureModel refuses the first too.
 func TestMakeTwinRefused(t *testing.T) {
-	dir, calibration := t.TempDir(), calibrationDir(t)
+	dir, calibration := t.TempDir(), onnxtest.CalibrationDir(t)
 	rt := oneDNN(t)
 	lost := onnxtest.Chain(t, dir, "lost", 2, 0.01, 100, 100, -1e4)
 	_, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "lost", Param: lost}, calibration, 32)

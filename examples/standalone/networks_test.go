@@ -167,10 +167,7 @@ func photo1000x960(tb testing.TB) []byte {
 // that names them, and returns its path.
 func withTwins(tb testing.TB, config string) string {
 	tb.Helper()
-	calibration := tb.TempDir()
-	for _, name := range []string{"baboon", "comic", "monarch", "ppt3"} {
-		os.WriteFile(filepath.Join(calibration, name+".png"), quality.SetFile(tb, "Set14/"+name+".png"), 0o644)
-	}
+	calibration := onnxtest.CalibrationDir(tb)
 	data, err := os.ReadFile(config)
 	if err != nil {
 		tb.Fatal(err)

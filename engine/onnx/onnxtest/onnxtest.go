@@ -223,6 +223,20 @@ func PhotoTiles(t testing.TB) [][]float32 {
 	return tiles
 }
 
+// CalibrationDir is a directory of four Set14 images (a photo, a drawing,
+// a butterfly and a slide) to calibrate INT8 twins on (onnx.MakeTwin,
+// ncnn2onnx.NewQuantization).
+func CalibrationDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"baboon", "comic", "monarch", "ppt3"} {
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), quality.SetFile(t, "Set14/"+name+".png"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 // testPrecisions holds each network in every other precision close to
 // float32, and not float32, on tiles of photographs and a drawing: 45-70
 // dB, and 42-70 for upconv7's INT8 twin, which quantises nearly all of
