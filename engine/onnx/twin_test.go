@@ -32,11 +32,13 @@ func oneDNN(t *testing.T) onnx.Runtime {
 // TestMakeTwinSPAN: SPAN ×2's INT8 twin, calibrated on four Set14 images,
 // is within 48 dB of float32 on its calibration tiles, with its image
 // convolutions and as few others as that needs in float32, and records
-// both in its metadata; on photo tiles it was not calibrated on it stays
+// both in its metadata; its weights rounded against what they read keep
+// at least 14 of the 20 others in INT8 (16 measured; rounded each to its
+// nearest step, 7). On photo tiles it was not calibrated on it stays
 // above the 42 dB floor. Brought with Precision INT8, the engine runs the
 // twin, names it in Image.Engine, its tiles join as the float network's
 // do (a tiled result within 50 dB of the whole image's), and it scores
-// Set5 ×2 at least as issue 56 asks of SPAN (37.70 dB; 37.85 measured,
+// Set5 ×2 at least as issue 56 asks of SPAN (37.70 dB; 37.83 measured,
 // float32's 37.87).
 func TestMakeTwinSPAN(t *testing.T) {
 	rt := oneDNN(t)
@@ -46,8 +48,8 @@ func TestMakeTwinSPAN(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("SPAN ×2's twin: %.1f dB, %d convolutions in INT8, %d more in float", twin.PSNR, len(twin.Quantized), len(twin.Float))
-	if twin.PSNR < 48 || len(twin.Quantized) == 0 || len(twin.Quantized)+len(twin.Float) != 20 {
-		t.Errorf("%.1f dB with %d of 20 quantisable convolutions in INT8 and %d kept; want at least 48 dB with some in INT8", twin.PSNR, len(twin.Quantized), len(twin.Float))
+	if twin.PSNR < 48 || len(twin.Quantized) < 14 || len(twin.Quantized)+len(twin.Float) != 20 {
+		t.Errorf("%.1f dB with %d of 20 quantisable convolutions in INT8 and %d kept; want at least 48 dB with at least 14 in INT8", twin.PSNR, len(twin.Quantized), len(twin.Float))
 	}
 	file, err := onnxpb.Unmarshal(twin.Data)
 	if err != nil {

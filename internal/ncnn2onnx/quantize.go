@@ -43,6 +43,33 @@ type Quantization struct {
 	// convolution reads is scaled channel by channel to one range
 	// (channelScaled), and its weights the other way.
 	channelRanges map[string][][2]float64
+	// grams are, for a brought network, the second moments of the
+	// patches each convolution between those that read and make the
+	// image reads (patchGram), over the calibration tiles, by layer name:
+	// what its weights are rounded against (roundedWeights).
+	grams map[string][]float64
+	// rounded keeps each convolution's rounded weights, which depend on
+	// nothing else quantised, for every twin made of q and its
+	// KeepingInFloat copies.
+	rounded *roundings
+}
+
+// roundings are convolutions' rounded int8 weights, by layer name.
+type roundings struct {
+	mu      sync.Mutex
+	weights map[string][]int8
+}
+
+// of returns the weights of layer, rounded by round the first time.
+func (r *roundings) of(layer string, round func() []int8) []int8 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.weights[layer]
+	if !ok {
+		w = round()
+		r.weights[layer] = w
+	}
+	return w
 }
 
 // Quantized are the convolutions q quantises, in the network's order.
@@ -84,21 +111,26 @@ func (q *Quantization) Tiles() (tiles [][]float32, side int) {
 // (ncnn names) in float32. With float nil, as for a network an operator
 // brings, it keeps the convolutions that read or make the image
 // (imageConvolutions) in float32 and quantises only what the others
-// read, each channel by a step of its own (channelScaled): their results,
+// read, each channel by a step of its own (channelScaled), and rounds
+// their weights against what they read (roundedWeights): their results,
 // and every other layer, stay float.
 func NewQuantization(net *ncnn.Net, dir string, side int, float []string) (*Quantization, error) {
 	tiles, err := calibrationTiles(dir, side)
 	if err != nil {
 		return nil, err
 	}
-	ranges, channels, err := calibrate(net, tiles, float == nil)
+	q := &Quantization{float: map[string]bool{}, net: net, tiles: tiles}
+	brought := float == nil
+	if brought {
+		q.float = imageConvolutions(net)
+	}
+	ranges, channels, grams, err := calibrate(net, tiles, brought, q.float)
 	if err != nil {
 		return nil, err
 	}
-	q := &Quantization{float: map[string]bool{}, ranges: ranges, net: net, tiles: tiles}
-	if float == nil {
-		q.channelRanges = channels
-		q.float = imageConvolutions(net)
+	q.ranges = ranges
+	if brought {
+		q.channelRanges, q.grams, q.rounded = channels, grams, &roundings{weights: map[string][]int8{}}
 	}
 	for _, layer := range float {
 		if !slices.ContainsFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == layer }) {
@@ -246,13 +278,20 @@ func decodePNG(file string) (image.Image, error) {
 }
 
 // calibrate runs net on every tile and returns each blob's range (see
-// rangeTail), and with byChannel each of its channels' too. Tiles run in
-// parallel; the result does not depend on their order.
-func calibrate(net *ncnn.Net, tiles []*ncnn.Blob, byChannel bool) (map[string][2]float64, map[string][][2]float64, error) {
+// rangeTail), and with byChannel each of its channels' too and the patch
+// Grams (patchGram) of the convolutions not kept in float, summed over
+// the tiles. Tiles run in parallel; the result does not depend on their
+// order.
+func calibrate(net *ncnn.Net, tiles []*ncnn.Blob, byChannel bool, float map[string]bool) (map[string][2]float64, map[string][][2]float64, map[string][]float64, error) {
 	perTile := make([]map[string][2]float64, len(tiles))
 	perChannel := make([]map[string][][2]float64, len(tiles))
 	errs := make([]error, len(tiles))
 	next := make(chan int)
+	grams, tileGrams, summed := map[string][]float64{}, make(chan indexedGrams), make(chan struct{})
+	go func() {
+		sumGrams(grams, tileGrams)
+		close(summed)
+	}()
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
@@ -260,8 +299,18 @@ func calibrate(net *ncnn.Net, tiles []*ncnn.Blob, byChannel bool) (map[string][2
 				blobs, err := net.Blobs(tiles[i])
 				if err != nil {
 					errs[i] = err
+					tileGrams <- indexedGrams{i, nil}
 					continue
 				}
+				g := map[string][]float64{}
+				for _, l := range net.Layers {
+					if conv, ok := l.Op.(*ncnn.Conv); ok && byChannel && !conv.Transposed && !float[l.Name] {
+						d := conv.In * conv.Kernel * conv.Kernel
+						g[l.Name] = make([]float64, d*d)
+						patchGram(g[l.Name], conv, blobs[l.Inputs[0]])
+					}
+				}
+				tileGrams <- indexedGrams{i, g}
 				perTile[i], perChannel[i] = map[string][2]float64{}, map[string][][2]float64{}
 				for name, blob := range blobs {
 					perTile[i][name] = tails(blob.Data)
@@ -281,8 +330,10 @@ func calibrate(net *ncnn.Net, tiles []*ncnn.Blob, byChannel bool) (map[string][2
 	}
 	close(next)
 	wg.Wait()
+	close(tileGrams)
+	<-summed
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ranges, channels := map[string][2]float64{}, map[string][][2]float64{}
 	for name := range perTile[0] {
@@ -299,7 +350,36 @@ func calibrate(net *ncnn.Net, tiles []*ncnn.Blob, byChannel bool) (map[string][2
 			channels[name] = append(channels[name], [2]float64{lo, hi})
 		}
 	}
-	return ranges, channels, nil
+	return ranges, channels, grams, nil
+}
+
+// indexedGrams are the patch Grams of calibration tile i, by layer name.
+type indexedGrams struct {
+	i     int
+	grams map[string][]float64
+}
+
+// sumGrams adds the tiles' Grams into sums in the tiles' order, whatever
+// order they come in, so that the sums are the same bytes on every run:
+// a tile's are kept only until those before it are in.
+func sumGrams(sums map[string][]float64, tiles <-chan indexedGrams) {
+	early, next := map[int]map[string][]float64{}, 0
+	for t := range tiles {
+		early[t.i] = t.grams
+		for g, ok := early[next]; ok; g, ok = early[next] {
+			for name, v := range g {
+				if sum, ok := sums[name]; ok {
+					for j := range sum {
+						sum[j] += v[j]
+					}
+				} else {
+					sums[name] = v
+				}
+			}
+			delete(early, next)
+			next++
+		}
+	}
 }
 
 // tails returns the values below and above which rangeTail of v lie.
@@ -404,7 +484,8 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 		return err
 	}
 	k := conv.kernel * conv.kernel
-	if steps, ok := c.channelSteps[x]; ok { // the input was divided by them
+	steps, scaled := c.channelSteps[x]
+	if scaled { // the input was divided by them
 		w := make([]float32, len(conv.weight))
 		for i, v := range conv.weight {
 			w[i] = v * steps[i/k%conv.in]
@@ -423,6 +504,20 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 		for i, w := range channel {
 			weights[o*conv.in*k+i] = int8(math.Round(float64(w / scales[o])))
 		}
+	}
+	if gram, ok := c.quant.grams[conv.name]; ok && scaled {
+		weights = c.quant.rounded.of(conv.name, func() []int8 {
+			// The patches as the convolution reads them: divided by the
+			// steps.
+			d := conv.in * k
+			g := make([]float64, d*d)
+			for i := range d {
+				for j := i; j < d; j++ {
+					g[i*d+j] = gram[i*d+j] / (float64(steps[i/k]) * float64(steps[j/k]))
+				}
+			}
+			return roundedWeights(conv.weight, d, scales, g)
+		})
 	}
 	dims := []int64{int64(conv.out), int64(conv.in), int64(conv.kernel), int64(conv.kernel)}
 	name := conv.name

@@ -1,6 +1,7 @@
 package ncnn2onnx
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -67,7 +68,8 @@ Deconvolution d 1 1 data out 0=2 1=2 3=2 5=1 6=24
 // layers to keep in float32), the convolutions that read or make the
 // image stay in float32 and only the others are quantised, not the sum
 // (what they read is scaled channel by channel, which only a
-// convolution's weights undo); KeepingInFloat keeps one more, and leaves
+// convolution's weights undo), and only theirs have the Grams their
+// weights are rounded against; KeepingInFloat keeps one more, and leaves
 // q as it was.
 func TestBroughtQuantization(t *testing.T) {
 	net := parse(t, `9 10
@@ -87,6 +89,9 @@ PixelShuffle ps 1 1 x6 out 0=2
 	}
 	if got := q.Quantized(); !slices.Equal(got, []string{"b", "c"}) {
 		t.Errorf("quantised %v, want b and c: a reads the image and d makes it", got)
+	}
+	if got := slices.Sorted(maps.Keys(q.grams)); !slices.Equal(got, []string{"b", "c"}) || len(q.grams["b"]) != 3*3 {
+		t.Errorf("Grams of %v (b's of %d values), want b's and c's, 3 × 3 each", got, len(q.grams["b"]))
 	}
 	if i := slices.IndexFunc(net.Layers, func(l ncnn.Layer) bool { return l.Name == "sum" }); q.int8Form(net.Layers[i]) {
 		t.Error("the sum has an INT8 form in a brought network")
