@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/internal/onnxpb"
 )
@@ -18,7 +19,7 @@ func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	param := onnxtest.Chain(t, dir, "net", 2, 1, 0, 1, 0)
 	out := filepath.Join(dir, "net.int8.onnx")
-	if err := run(context.Background(), param, out, "../../testdata/sr/Set5", 16, "onednn"); err != nil {
+	if err := run(context.Background(), param, out, "onednn", onnx.TwinOptions{Calibration: "../../testdata/sr/Set5", Tile: 16}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(out)
@@ -34,7 +35,7 @@ func TestRun(t *testing.T) {
 	} else if psnr, err := strconv.ParseFloat(v, 64); err != nil || psnr < 48 {
 		t.Errorf("upscale.int8_psnr %q, want 48 dB or more for a network that keeps the image", v)
 	}
-	if err := run(context.Background(), param, out, "../../testdata/sr/Set5", 16, "tflite"); err == nil || !strings.Contains(err.Error(), "want onednn or onnxruntime") {
+	if err := run(context.Background(), param, out, "tflite", onnx.TwinOptions{Calibration: "../../testdata/sr/Set5", Tile: 16}); err == nil || !strings.Contains(err.Error(), "want onednn or onnxruntime") {
 		t.Errorf("-runtime tflite: %v, want it refused", err)
 	}
 }

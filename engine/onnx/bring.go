@@ -56,8 +56,9 @@ type Model struct {
 	Precision Precision
 	// INT8 is its INT8 twin, the ONNX file MakeTwin makes of Param
 	// (cmd/int8twin): the same network with the convolutions that
-	// quantise well in 8-bit integers, within 48 dB of float32 on its
-	// calibration tiles, or at least TwinFloor. Precision INT8 runs it;
+	// quantise well in 8-bit integers, within its target of float32 on
+	// its calibration tiles (TwinOptions.Target, 48 dB by default), or
+	// at least TwinFloor. Precision INT8 runs it;
 	// without a twin, INT8 is refused.
 	INT8 string
 	// Tile is the side of its tiles, in source pixels, where its memory

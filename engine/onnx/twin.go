@@ -18,10 +18,29 @@ import (
 // an INT8 twin's calibration tiles have: below it a twin is refused.
 const TwinFloor = 42
 
-// twinTarget is the distance MakeTwin keeps convolutions in float32 to
-// reach: above the floor, as the waifu2x twins are (cunet's 53-57 dB),
-// so that INT8 costs a network's scores hundredths of a dB, not tenths.
-const twinTarget = 48
+// DefaultTwinTarget is the distance from float32 MakeTwin keeps
+// convolutions in float to reach unless told another: above the floor,
+// as the waifu2x twins are (cunet's 53-57 dB), so that INT8 costs a
+// network's scores hundredths of a dB, not tenths.
+const DefaultTwinTarget = 48
+
+// TwinOptions are what MakeTwin calibrates a twin on, and how near
+// float32 it keeps it.
+type TwinOptions struct {
+	// Calibration is a directory of PNG images like those the network
+	// will enlarge.
+	Calibration string
+	// Tile is the side of the calibration tiles, in pixels (16 or more;
+	// ncnn2onnx.NewQuantization). Zero means 64.
+	Tile int
+	// Target is the distance from float32, in dB, that MakeTwin keeps
+	// convolutions in float to reach: at least TwinFloor. Zero means
+	// DefaultTwinTarget. A lower target leaves more in INT8, faster and
+	// further from float32: SPAN ×2's twin at 42 has all 20 of its inner
+	// convolutions in INT8 (44.9 dB) and scores Set5 ×2 0.10 dB under
+	// the one at 48 (docs/engines.md).
+	Target float64
+}
 
 // twinOf is the metadata key under which a twin records the digest of
 // the ncnn files it was made of (readNet).
@@ -46,25 +65,29 @@ type Twin struct {
 }
 
 // MakeTwin makes the INT8 twin of m's network (its ncnn files, m.Param)
-// on rt, calibrated on side × side tiles of the PNG files of dir
+// on rt, calibrated on tiles of the PNG files of opts.Calibration
 // (ncnn2onnx.NewQuantization). Every convolution is quantised but those
 // that read or make the image, and those whose quantisation costs most:
 // each is measured quantised alone, and the worst are kept in float, one
-// by one, until the tiles' results are within twinTarget dB of float32's
-// on rt. A twin still under TwinFloor is refused with an error that says
-// how far it got.
+// by one, until the tiles' results are within opts.Target dB of
+// float32's on rt. A twin still under TwinFloor is refused with an error
+// that says how far it got, as is a Target under it.
 //
 // Quantisation after training rounds what each convolution reads to 256
 // steps; networks whose activations span a wide range lose more than
 // others (docs/engines.md measures SPAN's and Real-ESRGAN's).
-func MakeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (Twin, error) {
+func MakeTwin(ctx context.Context, rt Runtime, m Model, opts TwinOptions) (Twin, error) {
 	if m.Param == "" {
 		return Twin{}, errors.New("onnx: MakeTwin: a twin is made from a network's ncnn files (Model.Param)")
+	}
+	opts.Tile, opts.Target = cmp.Or(opts.Tile, 64), cmp.Or(opts.Target, DefaultTwinTarget)
+	if !(opts.Target >= TwinFloor) {
+		return Twin{}, fmt.Errorf("onnx: MakeTwin: a target of %g dB is under the %d dB a twin must keep", opts.Target, TwinFloor)
 	}
 	if !slices.Contains(rt.Precisions(), INT8) {
 		return Twin{}, fmt.Errorf("onnx: MakeTwin: %s runs no INT8 on this CPU; try the other runtime", rt.Name())
 	}
-	twin, err := makeTwin(ctx, rt, m, dir, side)
+	twin, err := makeTwin(ctx, rt, m, opts)
 	if err != nil {
 		return Twin{}, fmt.Errorf("onnx: MakeTwin: %s: %w", m.Param, err)
 	}
@@ -72,12 +95,12 @@ func MakeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 }
 
 // makeTwin is MakeTwin's work, its errors not yet prefixed.
-func makeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (Twin, error) {
+func makeTwin(ctx context.Context, rt Runtime, m Model, opts TwinOptions) (Twin, error) {
 	net, digest, err := readNet(m.Param)
 	if err != nil {
 		return Twin{}, err
 	}
-	q, err := ncnn2onnx.NewQuantization(net, dir, side, nil)
+	q, err := ncnn2onnx.NewQuantization(net, opts.Calibration, opts.Tile, nil)
 	if err != nil {
 		return Twin{}, err
 	}
@@ -116,7 +139,7 @@ func makeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 	}
 	// NaN is never good enough: each bar is asked as "not at least".
 	var kept []string
-	if !(psnr >= twinTarget) && len(quantized) > 1 {
+	if !(psnr >= opts.Target) && len(quantized) > 1 {
 		// Each convolution quantised alone, the costliest kept first.
 		alone := make(map[string]float64, len(quantized))
 		for _, c := range quantized {
@@ -125,7 +148,7 @@ func makeTwin(ctx context.Context, rt Runtime, m Model, dir string, side int) (T
 			}
 		}
 		costliest := slices.SortedStableFunc(slices.Values(quantized), func(a, b string) int { return cmp.Compare(alone[a], alone[b]) })
-		for !(psnr >= twinTarget) && len(kept) < len(quantized)-1 {
+		for !(psnr >= opts.Target) && len(kept) < len(quantized)-1 {
 			kept = costliest[:len(kept)+1]
 			if psnr, err = distance(q.KeepingInFloat(kept...)); err != nil {
 				return Twin{}, err

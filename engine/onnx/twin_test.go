@@ -34,8 +34,9 @@ func oneDNN(t *testing.T) onnx.Runtime {
 // convolutions and as few others as that needs in float32, and records
 // both in its metadata; its weights rounded against what they read keep
 // at least 14 of the 20 others in INT8 (16 measured; rounded each to its
-// nearest step, 7). On photo tiles it was not calibrated on it stays
-// above the 42 dB floor. Brought with Precision INT8, the engine runs the
+// nearest step, 7); made with the floor as its target, every one of them
+// (44.9 dB). On photo tiles it was not calibrated on it stays above the
+// 42 dB floor. Brought with Precision INT8, the engine runs the
 // twin, names it in Image.Engine, its tiles join as the float network's
 // do (a tiled result within 50 dB of the whole image's), and it scores
 // Set5 ×2 at least as issue 56 asks of SPAN (37.70 dB; 37.83 measured,
@@ -43,13 +44,20 @@ func oneDNN(t *testing.T) onnx.Runtime {
 func TestMakeTwinSPAN(t *testing.T) {
 	rt := oneDNN(t)
 	span := onnx.Model{Name: "span-x2", Param: filepath.Join(onnxtest.SPANDir(t), "spanx2_ch48.param")}
-	twin, err := onnx.MakeTwin(context.Background(), rt, span, onnxtest.CalibrationDir(t), 64)
+	twin, err := onnx.MakeTwin(context.Background(), rt, span, onnx.TwinOptions{Calibration: onnxtest.CalibrationDir(t), Tile: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("SPAN ×2's twin: %.1f dB, %d convolutions in INT8, %d more in float", twin.PSNR, len(twin.Quantized), len(twin.Float))
 	if twin.PSNR < 48 || len(twin.Quantized) < 14 || len(twin.Quantized)+len(twin.Float) != 20 {
 		t.Errorf("%.1f dB with %d of 20 quantisable convolutions in INT8 and %d kept; want at least 48 dB with at least 14 in INT8", twin.PSNR, len(twin.Quantized), len(twin.Float))
+	}
+	fast, err := onnx.MakeTwin(context.Background(), rt, span, onnx.TwinOptions{Calibration: onnxtest.CalibrationDir(t), Tile: 64, Target: onnx.TwinFloor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(fast.PSNR >= onnx.TwinFloor) || len(fast.Quantized) != 20 {
+		t.Errorf("with a target of %d dB: %.1f dB with %d of 20 in INT8; want all 20, at least %d dB", onnx.TwinFloor, fast.PSNR, len(fast.Quantized), onnx.TwinFloor)
 	}
 	file, err := onnxpb.Unmarshal(twin.Data)
 	if err != nil {
@@ -153,7 +161,7 @@ func TestMakeTwinResidual(t *testing.T) {
 	bin = append(bin, make([]float32, 12)...)
 	data, _ := binary.Append(nil, binary.LittleEndian, bin)
 	os.WriteFile(filepath.Join(dir, "residual.bin"), data, 0o644)
-	twin, err := onnx.MakeTwin(context.Background(), oneDNN(t), onnx.Model{Name: "residual", Param: param}, onnxtest.CalibrationDir(t), 32)
+	twin, err := onnx.MakeTwin(context.Background(), oneDNN(t), onnx.Model{Name: "residual", Param: param}, onnx.TwinOptions{Calibration: onnxtest.CalibrationDir(t), Tile: 32})
 	if err != nil || twin.PSNR < 48 || !slices.Equal(twin.Quantized, []string{"b", "c"}) {
 		t.Errorf("twin %.1f dB, %v in INT8, %v; want 48 dB or more with b and c in INT8", twin.PSNR, twin.Quantized, err)
 	}
@@ -163,7 +171,8 @@ func TestMakeTwinResidual(t *testing.T) {
 // middle convolution reads 100 plus a hundredth of the image, which 256
 // steps of a uint8 cannot tell apart) is refused with a sentence saying
 // how far it got; so are a network with no convolution between those
-// that read and make the image, and one brought as an ONNX file. Twins
+// that read and make the image, one brought as an ONNX file, and a
+// target under the floor. Twins
 // that keep the image are made, and New refuses one as the twin of a
 // network of another scale, or of the same shape with other weights;
 // MeasureModel refuses the first too.
@@ -171,26 +180,29 @@ func TestMakeTwinRefused(t *testing.T) {
 	dir, calibration := t.TempDir(), onnxtest.CalibrationDir(t)
 	rt := oneDNN(t)
 	lost := onnxtest.Chain(t, dir, "lost", 2, 0.01, 100, 100, -1e4)
-	_, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "lost", Param: lost}, calibration, 32)
+	_, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "lost", Param: lost}, onnx.TwinOptions{Calibration: calibration, Tile: 32})
 	if err == nil || !strings.Contains(err.Error(), "dB from float32 with 0 of its 1 quantisable convolutions kept in float, under the 42 dB a twin must keep") {
 		t.Errorf("a twin that loses the image: %v, want it refused under 42 dB", err)
 	}
 	shuffle := filepath.Join(dir, "shuffle.param")
 	os.WriteFile(shuffle, []byte("7767517\n3 3\nInput in 0 1 data\nConvolution c 1 1 data c1 0=12 1=1 5=1 6=36\nPixelShuffle ps 1 1 c1 out 0=2\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "shuffle.bin"), make([]byte, 4*(1+36+12)), 0o644)
-	if _, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "shuffle", Param: shuffle}, calibration, 32); err == nil || !strings.Contains(err.Error(), "no convolution between those that read and make the image") {
+	if _, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "shuffle", Param: shuffle}, onnx.TwinOptions{Calibration: calibration, Tile: 32}); err == nil || !strings.Contains(err.Error(), "no convolution between those that read and make the image") {
 		t.Errorf("a network of one convolution: %v, want it refused", err)
 	}
-	if _, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "file", ONNX: filepath.Join(dir, "x.onnx")}, calibration, 32); err == nil || !strings.Contains(err.Error(), "made from a network's ncnn files") {
+	if _, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "file", ONNX: filepath.Join(dir, "x.onnx")}, onnx.TwinOptions{Calibration: calibration, Tile: 32}); err == nil || !strings.Contains(err.Error(), "made from a network's ncnn files") {
 		t.Errorf("an ONNX file: %v, want it refused", err)
+	}
+	if _, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "lost", Param: lost}, onnx.TwinOptions{Calibration: calibration, Tile: 32, Target: 41.5}); err == nil || !strings.Contains(err.Error(), "a target of 41.5 dB is under the 42 dB a twin must keep") {
+		t.Errorf("a target of 41.5 dB: %v, want it refused", err)
 	}
 
 	x4 := onnx.Model{Name: "x4", Param: onnxtest.Chain(t, dir, "x4", 4, 1, 0, 1, 0)}
-	twin, err := onnx.MakeTwin(context.Background(), rt, x4, calibration, 32)
+	twin, err := onnx.MakeTwin(context.Background(), rt, x4, onnx.TwinOptions{Calibration: calibration, Tile: 32})
 	if err != nil || twin.PSNR < 48 || len(twin.Quantized) != 1 {
 		t.Fatalf("the twin of a network that keeps the image: %.1f dB, %d in INT8, %v; want 48 dB or more with its middle convolution in INT8", twin.PSNR, len(twin.Quantized), err)
 	}
-	twin2, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "x2", Param: onnxtest.Chain(t, dir, "x2", 2, 1, 0, 1, 0)}, calibration, 32)
+	twin2, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: "x2", Param: onnxtest.Chain(t, dir, "x2", 2, 1, 0, 1, 0)}, onnx.TwinOptions{Calibration: calibration, Tile: 32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,9 +163,9 @@ func photo1000x960(tb testing.TB) []byte {
 }
 
 // withTwins writes, beside config, an INT8 twin of each of its networks
-// (onnx.MakeTwin on oneDNN, calibrated on four Set14 images) and a config
-// that names them, and returns its path.
-func withTwins(tb testing.TB, config string) string {
+// (onnx.MakeTwin on oneDNN to target dB from float32, calibrated on four
+// Set14 images) and a config that names them, and returns its path.
+func withTwins(tb testing.TB, config string, target float64) string {
 	tb.Helper()
 	calibration := onnxtest.CalibrationDir(tb)
 	data, err := os.ReadFile(config)
@@ -184,17 +184,18 @@ func withTwins(tb testing.TB, config string) string {
 	for _, n := range cfg["networks"].([]any) {
 		network := n.(map[string]any)
 		name, param := network["name"].(string), filepath.Join(dir, network["param"].(string))
-		twin, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: name, Param: param}, calibration, 64)
+		twin, err := onnx.MakeTwin(context.Background(), rt, onnx.Model{Name: name, Param: param}, onnx.TwinOptions{Calibration: calibration, Tile: 64, Target: target})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Logf("%s's twin: %.1f dB from float32, %d convolutions in INT8, %d more in float32", name, twin.PSNR, len(twin.Quantized), len(twin.Float))
-		network["int8"] = name + ".int8.onnx"
-		if err := os.WriteFile(filepath.Join(dir, name+".int8.onnx"), twin.Data, 0o644); err != nil {
+		tb.Logf("%s's twin to %g dB: %.1f dB from float32, %d convolutions in INT8, %d more in float32", name, target, twin.PSNR, len(twin.Quantized), len(twin.Float))
+		file := fmt.Sprintf("%s.int8-%g.onnx", name, target)
+		network["int8"] = file
+		if err := os.WriteFile(filepath.Join(dir, file), twin.Data, 0o644); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	path := filepath.Join(dir, "twins.json")
+	path := filepath.Join(dir, fmt.Sprintf("twins-%g.json", target))
 	data, _ = json.Marshal(cfg)
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		tb.Fatal(err)
@@ -218,7 +219,9 @@ func median(v []float64) float64 {
 // does (oneDNN INT8 where it is fastest) and SPAN's among those that run
 // it (oneDNN bfloat16 where the CPU has AVX-512 BF16); in "twins" SPAN
 // has INT8 twins too (onnx.MakeTwin, calibrated on four Set14 images),
-// among which the standalone chooses as it does; in "onednn" the same,
+// among which the standalone chooses as it does; in "twins-42" the same
+// with twins made to the 42 dB floor (int8twin -target 42: all of
+// SPAN's inner convolutions in INT8); in "onednn" the same as "twins",
 // on oneDNN alone (which ONEDNN_MAX_CPU_ISA caps to stand for an older
 // CPU class: ONNX Runtime has no such cap); in "ort-fp32" both run on
 // ONNX Runtime in float32.
@@ -227,14 +230,18 @@ func median(v []float64) float64 {
 func BenchmarkBroughtVersusCunet(b *testing.B) {
 	bin := buildStandalone(b)
 	config := spanConfig(b, onnxtest.SPANDir(b), false) // the rest is cunet's
-	twins := withTwins(b, config)
 	src := photo1000x960(b)
 	for _, c := range []struct {
-		name, config string
-		flags        []string
-	}{{"default", config, nil}, {"twins", twins, nil}, {"onednn", twins, []string{"-onnx-runtime", "onednn"}}, {"ort-fp32", config, []string{"-onnx-runtime", "onnxruntime", "-onnx-precision", "fp32"}}} {
+		name  string
+		twins float64 // their target, or 0 for none
+		flags []string
+	}{{"default", 0, nil}, {"twins", onnx.DefaultTwinTarget, nil}, {"twins-42", onnx.TwinFloor, nil}, {"onednn", onnx.DefaultTwinTarget, []string{"-onnx-runtime", "onednn"}}, {"ort-fp32", 0, []string{"-onnx-runtime", "onnxruntime", "-onnx-precision", "fp32"}}} {
 		b.Run(c.name, func(b *testing.B) {
-			s := startStandalone(b, bin, append([]string{"-data", b.TempDir(), "-config", c.config, "-engine", "onnx", "-engine-timeout", "5m"}, c.flags...)...)
+			config := config
+			if c.twins != 0 {
+				config = withTwins(b, config, c.twins)
+			}
+			s := startStandalone(b, bin, append([]string{"-data", b.TempDir(), "-config", config, "-engine", "onnx", "-engine-timeout", "5m"}, c.flags...)...)
 			defer s.stop(b)
 			for _, scale := range []int{2, 4} {
 				span := fmt.Sprintf("span-x%d", scale)
@@ -280,7 +287,7 @@ func TestBroughtUnderINT8Only(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	twin, err := onnx.MakeTwin(context.Background(), ort, onnx.Model{Name: "twinned", Param: twinned}, quality.SetDir()+"/Set5", 32)
+	twin, err := onnx.MakeTwin(context.Background(), ort, onnx.Model{Name: "twinned", Param: twinned}, onnx.TwinOptions{Calibration: quality.SetDir() + "/Set5", Tile: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
