@@ -88,9 +88,9 @@ type layer struct {
 	// padding for a ConvTranspose, a pixel shuffle's own), weights
 	// [out][in][k][k], bias, and the activation act
 	// (a leaky ReLU's of slope). weights8 and wscale are the int8
-	// weights of the QDQ form, which weights dequantises. convolution:
-	// post multiplies each channel after the activation (a Mul by a
-	// value a channel fused: a brought network's twin scales what a
+	// weights of the QDQ form, which weights dequantises. convolution and
+	// concat: post multiplies each channel, after the activation (a Mul
+	// by a value a channel fused: a brought network's twin scales what a
 	// quantised convolution reads so), or is nil.
 	k, stride, pad int
 	weights, bias  []float32

@@ -197,8 +197,14 @@ func (c *compiler) concat(n *onnxpb.Node) error {
 		channels += c.g.values[v].channels
 	}
 	l.in = l.inputs[0]
+	// An INT8 twin scales the concatenation channel by channel for the
+	// convolution that reads it: done here, as the channels are copied,
+	// the result is written as that convolution's uint8 with no pass
+	// between.
+	out, post := c.channelProduct(n.Outputs[0], channels)
+	l.post = post
 	var err error
-	if l.out, err = c.newValue(n.Outputs[0], channels, false); err != nil {
+	if l.out, err = c.newValue(out, channels, false); err != nil {
 		return err
 	}
 	c.g.layers = append(c.g.layers, l)

@@ -132,11 +132,11 @@ func (c *compiler) conv(n *onnxpb.Node) error {
 	return nil
 }
 
-// channelProduct fuses, into the convolution whose result is out (of
-// channels channels), the Mul that alone reads out when its other operand
-// is a constant of one value a channel ([1, channels, 1, 1]): it marks the
-// Mul done and returns the product's name and the constant. Otherwise it
-// returns out and nil.
+// channelProduct fuses, into the layer whose result is out (of channels
+// channels: a convolution or a concat), the Mul that alone reads out when
+// its other operand is a constant of one value a channel ([1, channels,
+// 1, 1]): it marks the Mul done and returns the product's name and the
+// constant. Otherwise it returns out and nil.
 func (c *compiler) channelProduct(out string, channels int) (string, []float32) {
 	mul := c.only(out)
 	if mul == nil || mul.Op != "Mul" || len(mul.Inputs) != 2 {

@@ -456,7 +456,7 @@ LOOP int od_elementwise(int threads, const od_desc *in, const void *const *x,
 }
 
 LOOP void od_concat(int threads, int n, const od_desc *in, const void *const *x, const od_desc *dst,
-                    void *y) {
+                    void *y, const float *post) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int r = 0; r < dst->h; r++) {
     float v[CHUNK];
@@ -466,6 +466,8 @@ LOOP void od_concat(int threads, int n, const od_desc *in, const void *const *x,
         load(&in[i], x[i], at(&in[i], r, q), in[i].c, v + off);
         off += in[i].c;
       }
+      if (post)
+        for (int o = 0; o < dst->c; o++) v[o] *= post[o];
       store(dst, y, at(dst, r, q), dst->c, v);
     }
   }

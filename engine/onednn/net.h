@@ -108,9 +108,10 @@ int od_elementwise(int threads, const od_desc *in, const void *const *x,
                     const od_desc *dst, void *y, int n, const od_step *steps, const float *consts);
 
 // od_concat writes the n tensors in[i] at x[i], of dst's height and width,
-// side by side along the channels of dst.
+// side by side along the channels of dst, each channel o multiplied by
+// post[o] (post NULL: by 1).
 void od_concat(int threads, int n, const od_desc *in, const void *const *x, const od_desc *dst,
-               void *y);
+               void *y, const float *post);
 
 // od_upsample writes to dst src enlarged s times by nearest neighbours:
 // dst's pixel (r, q) is src's (r / s, q / s).

@@ -311,13 +311,9 @@ func (p *plan) makeConvolutions() error {
 		if l.bias != nil {
 			bias = (*C.float)(&l.bias[0])
 		}
-		var post *C.float
-		if l.post != nil {
-			post = (*C.float)(&l.post[0])
-		}
 		var impl, msg [256]C.char
 		conv := C.od_conv_new(&src, &dst, C.int(l.k), C.int(l.stride), C.int(l.pad), weights, weights8, wscale,
-			bias, C.int(l.act), C.float(l.slope), post, C.int(p.threads), &impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
+			bias, C.int(l.act), C.float(l.slope), l.postFactors(), C.int(p.threads), &impl[0], C.size_t(len(impl)), &msg[0], C.size_t(len(msg)))
 		if conv == nil {
 			return fmt.Errorf("onednn: %s: %s", l.name, C.GoString(&msg[0]))
 		}
@@ -390,7 +386,7 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 			}
 		case concat:
 			descs, xs := p.operands(l.inputs, ptr)
-			C.od_concat(threads, C.int(len(descs)), &descs[0], &xs[0], &p.descs[l.out], ptr(p.at[l.out]))
+			C.od_concat(threads, C.int(len(descs)), &descs[0], &xs[0], &p.descs[l.out], ptr(p.at[l.out]), l.postFactors())
 		case upsample:
 			C.od_upsample(threads, &p.descs[l.in], x, C.int(l.s), &p.descs[l.out], ptr(p.at[l.out]))
 		case export:
@@ -453,4 +449,12 @@ func (b *blocks) give(off int) {
 			return
 		}
 	}
+}
+
+// postFactors are l.post for C: nil where l has none.
+func (l *layer) postFactors() *C.float {
+	if l.post == nil {
+		return nil
+	}
+	return (*C.float)(&l.post[0])
 }

@@ -324,7 +324,9 @@ func TestSharedValueMadeOnce(t *testing.T) {
 // by a value a channel before its QuantizeLinear). Where that Mul alone
 // reads a convolution's result, the product is fused into the
 // convolution, so that in INT8 one int8 convolution writes the next one's
-// uint8 input itself, with no pass between. The fused multipliers hold in
+// uint8 input itself, with no pass between; and into the Concat, which
+// then writes the uint8 the 1×1 convolution after it reads. The fused
+// multipliers hold in
 // every precision: on photo tiles the twin run in float32 (its weights
 // quantised, what it reads not: 52-59 dB from the float network here) and
 // in INT8 (46-52 dB) stays above the floor a twin must keep; with the
@@ -341,9 +343,16 @@ func TestChannelProductFused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fused := 0
+	fused, concats := 0, 0
 	for i, l := range g.layers {
 		if l.post == nil {
+			continue
+		}
+		if l.kind == concat {
+			concats++
+			if types.dt[l.out] != u8 || types.copy[l.out] != -1 {
+				t.Errorf("%s: writes type %d (copied to %d), want uint8, read as it is", l.name, types.dt[l.out], types.copy[l.out])
+			}
 			continue
 		}
 		fused++
@@ -351,8 +360,8 @@ func TestChannelProductFused(t *testing.T) {
 			t.Errorf("%s: runs in type %d and writes type %d (copied to %d), want uint8 from uint8, read as it is", l.name, types.conv[i], types.dt[l.out], types.copy[l.out])
 		}
 	}
-	if fused != 11 {
-		t.Errorf("%d convolutions carry a fused product, want 11 (the first two of each block's three, but the sixth's first, whose result the Concat reads too)", fused)
+	if fused != 11 || concats != 1 {
+		t.Errorf("%d convolutions and %d concats carry a fused product, want 11 (the first two of each block's three, but the sixth's first, whose result the Concat reads too) and the Concat", fused, concats)
 	}
 
 	rt, err := New()
