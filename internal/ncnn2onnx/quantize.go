@@ -492,24 +492,20 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 		}
 		conv.weight = w
 	}
-	weights := make([]int8, len(conv.weight))
+	d := conv.in * k // the weights of an output channel
 	scales := make([]float32, conv.out)
 	for o := range conv.out {
-		channel := conv.weight[o*conv.in*k : (o+1)*conv.in*k]
 		var peak float32
-		for _, w := range channel {
+		for _, w := range conv.weight[o*d : (o+1)*d] {
 			peak = max(peak, float32(math.Abs(float64(w))))
 		}
 		scales[o] = max(peak/127, 1e-12)
-		for i, w := range channel {
-			weights[o*conv.in*k+i] = int8(math.Round(float64(w / scales[o])))
-		}
 	}
+	var weights []int8
 	if gram, ok := c.quant.grams[conv.name]; ok && scaled {
 		weights = c.quant.rounded.of(conv.name, func() []int8 {
 			// The patches as the convolution reads them: divided by the
 			// steps.
-			d := conv.in * k
 			g := make([]float64, d*d)
 			for i := range d {
 				for j := i; j < d; j++ {
@@ -518,6 +514,11 @@ func (c *converter) int8Conv(conv convolution, in, inBlob, out string, outRange 
 			}
 			return roundedWeights(conv.weight, d, scales, g)
 		})
+	} else {
+		weights = make([]int8, len(conv.weight))
+		for i, w := range conv.weight {
+			weights[i] = int8(math.Round(float64(w / scales[i/d])))
+		}
 	}
 	dims := []int64{int64(conv.out), int64(conv.in), int64(conv.kernel), int64(conv.kernel)}
 	name := conv.name

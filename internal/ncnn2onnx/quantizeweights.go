@@ -22,14 +22,42 @@ import (
 // patchGram adds to gram (d × d, row-major, d = conv.In·k², its upper
 // triangle) the products of every k × k patch of x that conv reads
 // (zero beyond x's edges) with itself: the second moments of what each
-// of its results is made of, in the order of its weights.
+// of its results is made of, in the order of its weights. Patches are
+// added four at a time, which reads and writes gram a quarter as often.
 func patchGram(gram []float64, conv *ncnn.Conv, x *ncnn.Blob) {
 	k, d := conv.Kernel, conv.In*conv.Kernel*conv.Kernel
 	outH := (x.H+2*conv.Pad-k)/conv.Stride + 1
 	outW := (x.W+2*conv.Pad-k)/conv.Stride + 1
-	patch := make([]float64, d)
+	const batch = 4
+	var patches [batch][]float64
+	for b := range patches {
+		patches[b] = make([]float64, d)
+	}
+	n := 0 // patches gathered
+	add := func() {
+		for b := n; b < batch; b++ {
+			clear(patches[b])
+		}
+		p0, p1, p2, p3 := patches[0], patches[1], patches[2], patches[3]
+		for i := range d {
+			a0, a1, a2, a3 := p0[i], p1[i], p2[i], p3[i]
+			if a0 == 0 && a1 == 0 && a2 == 0 && a3 == 0 {
+				continue
+			}
+			row := gram[i*d+i : (i+1)*d]
+			q0, q1, q2, q3 := p0[i:i+len(row)], p1[i:i+len(row)], p2[i:i+len(row)], p3[i:i+len(row)]
+			for j := range row {
+				// The conversions keep each product rounded on its own,
+				// so that no machine fuses one into a sum and the twin
+				// is the same bytes everywhere.
+				row[j] += float64(a0*q0[j]) + float64(a1*q1[j]) + float64(a2*q2[j]) + float64(a3*q3[j])
+			}
+		}
+		n = 0
+	}
 	for oy := range outH {
 		for ox := range outW {
+			patch := patches[n]
 			for c := range conv.In {
 				for ky := range k {
 					for kx := range k {
@@ -42,19 +70,13 @@ func patchGram(gram []float64, conv *ncnn.Conv, x *ncnn.Blob) {
 					}
 				}
 			}
-			for i, vi := range patch {
-				if vi == 0 {
-					continue
-				}
-				row, rest := gram[i*d+i:(i+1)*d], patch[i:]
-				for j := range row {
-					// The conversion keeps the product rounded on its own,
-					// so that no machine fuses it into the sum and the
-					// twin is the same bytes everywhere.
-					row[j] += float64(vi * rest[j])
-				}
+			if n++; n == batch {
+				add()
 			}
 		}
+	}
+	if n > 0 {
+		add()
 	}
 }
 
