@@ -44,7 +44,8 @@ func oneDNN(t *testing.T) onnx.Runtime {
 func TestMakeTwinSPAN(t *testing.T) {
 	rt := oneDNN(t)
 	span := onnx.Model{Name: "span-x2", Param: filepath.Join(onnxtest.SPANDir(t), "spanx2_ch48.param")}
-	twin, err := onnx.MakeTwin(context.Background(), rt, span, onnx.TwinOptions{Calibration: onnxtest.CalibrationDir(t), Tile: 64})
+	twinOpts := onnx.TwinOptions{Calibration: onnxtest.CalibrationDir(t), Tile: 64}
+	twin, err := onnx.MakeTwin(context.Background(), rt, span, twinOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,8 @@ func TestMakeTwinSPAN(t *testing.T) {
 	if twin.PSNR < 48 || len(twin.Quantized) < 14 || len(twin.Quantized)+len(twin.Float) != 20 {
 		t.Errorf("%.1f dB with %d of 20 quantisable convolutions in INT8 and %d kept; want at least 48 dB with at least 14 in INT8", twin.PSNR, len(twin.Quantized), len(twin.Float))
 	}
-	fast, err := onnx.MakeTwin(context.Background(), rt, span, onnx.TwinOptions{Calibration: onnxtest.CalibrationDir(t), Tile: 64, Target: onnx.TwinFloor})
+	twinOpts.Target = onnx.TwinFloor
+	fast, err := onnx.MakeTwin(context.Background(), rt, span, twinOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
