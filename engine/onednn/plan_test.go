@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -316,6 +317,63 @@ func TestSharedValueMadeOnce(t *testing.T) {
 	}
 	if sigmoids != 1 || len(programs) != 4 {
 		t.Errorf("programs %v with %d sigmoids; want the shared sigmoid's, d's, e's and f's, one sigmoid in all", programs, sigmoids)
+	}
+}
+
+// TestQuantisedAsONNXDoes: a value a loop writes in uint8 for an int8
+// convolution is ONNX's QuantizeLinear of it, saturate(round(v / scale)
+// + zero point), rounded half to even: ties, values that saturate either
+// way, and values far beyond. The network copies the image into 4
+// channels (1×1, in float32), doubles it (a loop, which writes the
+// quantised value), and reads it back with int8 weights that copy 3 of
+// the 4 channels, so its result is scale × (q − zero point).
+func TestQuantisedAsONNXDoes(t *testing.T) {
+	const scale, zero = 0.5, 10
+	spread := make([]float32, 12) // 3 → 4 channels: the fourth is the first again
+	copied := make([]int8, 12)    // 4 → 3
+	for i := range 3 {
+		spread[i*3+i], copied[i*4+i] = 1, 1
+	}
+	spread[9] = 1
+	image := []onnxpb.Value{{Name: "x", Type: onnxpb.Float, Dims: []onnxpb.Dim{{Size: 1}, {Size: 3}, {Param: "h"}, {Param: "w"}}}}
+	file := &onnxpb.Model{Graph: onnxpb.Graph{Nodes: []onnxpb.Node{
+		{Op: "Conv", Name: "spread", Inputs: []string{"x", "w0"}, Outputs: []string{"a"}},
+		{Op: "Mul", Name: "double", Inputs: []string{"a", "two"}, Outputs: []string{"m"}},
+		{Op: "QuantizeLinear", Name: "q", Inputs: []string{"m", "scale", "zero"}, Outputs: []string{"q"}},
+		{Op: "DequantizeLinear", Name: "dq", Inputs: []string{"q", "scale", "zero"}, Outputs: []string{"d"}},
+		{Op: "DequantizeLinear", Name: "dqw", Inputs: []string{"w1q", "wscale", "wzero"}, Outputs: []string{"w1"}},
+		{Op: "Conv", Name: "copy", Inputs: []string{"d", "w1"}, Outputs: []string{"y"}},
+	}, Initializers: []onnxpb.Tensor{
+		onnxpb.FloatTensor("w0", []int64{4, 3, 1, 1}, spread),
+		onnxpb.FloatTensor("two", []int64{1}, []float32{2}),
+		onnxpb.FloatTensor("scale", nil, []float32{scale}),
+		onnxpb.Uint8Tensor("zero", nil, []uint8{zero}),
+		onnxpb.Int8Tensor("w1q", []int64{3, 4, 1, 1}, copied),
+		onnxpb.FloatTensor("wscale", []int64{3}, []float32{1, 1, 1}),
+		onnxpb.Int8Tensor("wzero", []int64{3}, []int8{0, 0, 0}),
+	}, Inputs: image, Outputs: []onnxpb.Value{{Name: "y", Type: onnxpb.Float}}}}
+	rt, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := rt.Load(file.Marshal(), onnx.INT8, 2)
+	upscaletest.Opened(t, n, err)
+	// 2v / scale + zero = 4v + 10: ties at v = k/4 + 1/8, 0 below v =
+	// -2.5, 255 from 61.25.
+	values := []float32{0, 0.125, 0.375, -0.125, -0.375, 1.625, -2.5, -2.625, -3, -1e9, 61.125, 61.25, 61.375, 100, 1e9, 3.3, -2.4}
+	const w, h = 17, 3
+	x, y := make([]float32, 3*w*h), make([]float32, 3*w*h)
+	for i := range x {
+		x[i] = values[i%len(values)]
+	}
+	if err := n.Run(context.Background(), x, w, h, y); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range x {
+		q := math.Max(0, math.Min(255, math.RoundToEven(float64(2*v)/scale)+zero))
+		if want := scale * (q - zero); float64(y[i]) != want {
+			t.Errorf("%g doubled and quantised by %g from %d: read back as %g, want %g", v, scale, zero, y[i], want)
+		}
 	}
 }
 
