@@ -92,8 +92,24 @@ func TestMemoryBudgetIsNeverExceeded(t *testing.T) {
 	waitForMemoryBack(t, e.handler)
 }
 
-// waitForMemoryBack waits for every grant to be given back, which the
-// engine's goroutine does just after its request has its answer.
+// TestMemoryBackWithTheAnswer: once a request has its answer, the memory
+// and the slot its engine held are back (Handler.Load says so), not
+// given back a moment later by the engine's goroutine.
+func TestMemoryBackWithTheAnswer(t *testing.T) {
+	e := newBudgetEnv(t, &hungryUpscaler{need: 10_000}, 1<<20)
+	e.putAccount(upscale.Account{ID: "pro", Plan: proPlan, Credits: 100})
+	for i := range 30 {
+		if w := e.post(keyPro, body(e.url("/small.png"))); w.Code != http.StatusOK {
+			t.Fatalf("status %d, want 200: %s", w.Code, w.Body)
+		}
+		if load := e.handler.Load(); load.MemoryInUse != 0 || load.InEngine != 0 {
+			t.Fatalf("after answer %d: %d bytes granted and %d images in the engine, want none", i, load.MemoryInUse, load.InEngine)
+		}
+	}
+}
+
+// waitForMemoryBack waits for every grant to be given back, which an
+// engine that outlived its request does when it returns.
 func waitForMemoryBack(t *testing.T, h *upscale.Handler) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); h.Load().MemoryInUse != 0; time.Sleep(time.Millisecond) {

@@ -113,16 +113,21 @@ func (h *Handler) runUpscaler(ctx context.Context, slot *slot, src []byte, param
 	memory.Share()
 	go func() {
 		engineStart := time.Now()
-		defer func() { h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart)) }()
-		defer memory.Done()
-		defer slot.done()
-		defer func() {
-			if v := recover(); v != nil { // on this goroutine a panic would end the process
-				done <- result{err: panicError(v)}
-			}
+		var res result
+		func() {
+			defer func() {
+				if v := recover(); v != nil { // on this goroutine a panic would end the process
+					res = result{err: panicError(v)}
+				}
+			}()
+			res.img, res.err = h.cfg.Upscaler.Upscale(ctx, src, params)
 		}()
-		img, err := h.cfg.Upscaler.Upscale(ctx, src, params)
-		done <- result{img, err}
+		h.cfg.Metrics.StepDone(StepEngine, time.Since(engineStart))
+		// The slot and the memory go back before the answer, so that
+		// whoever has the answer sees them back (Handler.Load).
+		slot.done()
+		memory.Done()
+		done <- res
 	}()
 	select {
 	case res := <-done:
