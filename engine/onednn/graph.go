@@ -119,6 +119,9 @@ type layer struct {
 	inputs    []value
 	steps     []C.od_step
 	constants []float32
+	// elementwise: gate, when the program is a gated sum (gateOf), runs
+	// it in place of the steps.
+	gate *gate
 }
 
 // maxChannels bounds a value's channels: the loops stage a pixel's

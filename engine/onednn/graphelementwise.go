@@ -113,6 +113,7 @@ func (c *compiler) elementwise(n *onnxpb.Node) error {
 		}
 	}
 	p.l.in = p.l.inputs[0]
+	p.l.gate = gateOf(p.l.steps)
 	var err error
 	// The network's mean taken off its input and the like are its image.
 	if p.l.out, err = c.newValue(n.Outputs[0], channels, image && channels == 3); err != nil {
@@ -140,6 +141,43 @@ func (p *program) node(n *onnxpb.Node) (int, error) {
 		}
 	}
 	return p.step(n.Outputs[0], C.od_step{op: op, a: C.int(operands[0]), b: C.int(operands[1])}), nil
+}
+
+// A gate is a program that makes (a + b) × (sigmoid(a) − c), c a
+// constant (SPAN's attention), which od_gate runs in one loop: a and b
+// are the inputs it reads (indices into the layer's), c where its
+// constant's values start.
+type gate struct{ a, b, c int }
+
+// gateOf returns the gate that steps are, whatever order they come in,
+// or nil.
+func gateOf(steps []C.od_step) *gate {
+	if len(steps) != 7 {
+		return nil
+	}
+	product := steps[len(steps)-1]
+	if product.op != C.OD_MUL {
+		return nil
+	}
+	for _, pair := range [][2]C.int{{product.a, product.b}, {product.b, product.a}} {
+		sum, difference := steps[pair[0]], steps[pair[1]]
+		if sum.op != C.OD_ADD || difference.op != C.OD_SUB {
+			continue
+		}
+		sigmoid, constant := steps[difference.a], steps[difference.b]
+		if sigmoid.op != C.OD_SIGMOID || constant.op != C.OD_CONSTANT {
+			continue
+		}
+		a, b := sum.a, sum.b
+		if b == sigmoid.a {
+			a, b = b, a
+		}
+		if a != sigmoid.a || steps[a].op != C.OD_INPUT || steps[b].op != C.OD_INPUT {
+			continue
+		}
+		return &gate{a: int(steps[a].a), b: int(steps[b].a), c: int(constant.a)}
+	}
+	return nil
 }
 
 func (p *program) step(name string, s C.od_step) int {

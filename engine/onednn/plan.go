@@ -377,6 +377,10 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 				(*C.float)(&l.w1[0]), (*C.float)(&l.b1[0]), C.int(l.hidden), (*C.float)(&l.w2[0]), (*C.float)(&l.b2[0]))
 		case elementwise:
 			descs, xs := p.operands(l.inputs, ptr)
+			if gt := l.gate; gt != nil {
+				C.od_gate(threads, &descs[gt.a], xs[gt.a], &descs[gt.b], xs[gt.b], (*C.float)(&l.constants[gt.c]), &p.descs[l.out], ptr(p.at[l.out]))
+				break
+			}
 			var constants *C.float
 			if len(l.constants) > 0 {
 				constants = (*C.float)(&l.constants[0])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -377,6 +378,116 @@ func TestQuantisedAsONNXDoes(t *testing.T) {
 	}
 }
 
+// TestGateRunsAsItsProgram: a program that makes (a + b) × (sigmoid(a)
+// − k), SPAN's attention, in whatever order its operators come, runs in
+// od_gate's one loop and makes the same bits as the program's steps,
+// in float32 and in bfloat16; a program that differs from it anywhere
+// runs as steps.
+func TestGateRunsAsItsProgram(t *testing.T) {
+	weights := func(name string, seed int) onnxpb.Tensor {
+		w := make([]float32, 12)
+		for i := range w {
+			w[i] = float32((i*7+seed)%11-5) / 2
+		}
+		return onnxpb.FloatTensor(name, []int64{4, 3, 1, 1}, w)
+	}
+	model := func(attention ...onnxpb.Node) *onnxpb.Model {
+		nodes := append([]onnxpb.Node{
+			{Op: "Conv", Name: "ca", Inputs: []string{"x", "wa"}, Outputs: []string{"a"}},
+			{Op: "Conv", Name: "cb", Inputs: []string{"x", "wb"}, Outputs: []string{"b"}},
+		}, attention...)
+		nodes = append(nodes, onnxpb.Node{Op: "Conv", Name: "out", Inputs: []string{"m", "wo"}, Outputs: []string{"y"}})
+		image := []onnxpb.Value{{Name: "x", Type: onnxpb.Float, Dims: []onnxpb.Dim{{Size: 1}, {Size: 3}, {Param: "h"}, {Param: "w"}}}}
+		return &onnxpb.Model{Graph: onnxpb.Graph{Nodes: nodes, Initializers: []onnxpb.Tensor{
+			weights("wa", 1), weights("wb", 4),
+			onnxpb.FloatTensor("wo", []int64{3, 4, 1, 1}, []float32{1, 0, 0, 0.5, 0, 1, 0, -0.5, 0, 0, 1, 0.25}),
+			onnxpb.FloatTensor("k", []int64{1, 4, 1, 1}, []float32{0.5, 0.25, -1, 2}),
+			onnxpb.FloatTensor("half", []int64{1}, []float32{0.5}),
+		}, Inputs: image, Outputs: []onnxpb.Value{{Name: "y", Type: onnxpb.Float}}}}
+	}
+	sigmoid := onnxpb.Node{Op: "Sigmoid", Name: "s", Inputs: []string{"a"}, Outputs: []string{"s"}}
+	gated := map[string][]onnxpb.Node{
+		"SPAN's order": {
+			{Op: "Add", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
+			{Op: "Sub", Name: "d", Inputs: []string{"s", "k"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"e", "d"}, Outputs: []string{"m"}},
+		},
+		"the sigmoid of the sum's second operand": {
+			{Op: "Add", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}},
+			{Op: "Sigmoid", Name: "s", Inputs: []string{"b"}, Outputs: []string{"s"}},
+			{Op: "Sub", Name: "d", Inputs: []string{"s", "k"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"e", "d"}, Outputs: []string{"m"}},
+		},
+		"operands swapped, one constant": {
+			sigmoid, {Op: "Sub", Name: "d", Inputs: []string{"s", "half"}, Outputs: []string{"d"}},
+			{Op: "Add", Name: "e", Inputs: []string{"b", "a"}, Outputs: []string{"e"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"d", "e"}, Outputs: []string{"m"}},
+		},
+	}
+	steps := map[string][]onnxpb.Node{
+		"the constant first": {
+			{Op: "Add", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
+			{Op: "Sub", Name: "d", Inputs: []string{"k", "s"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"e", "d"}, Outputs: []string{"m"}},
+		},
+		"a difference for the sum": {
+			{Op: "Sub", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
+			{Op: "Sub", Name: "d", Inputs: []string{"s", "k"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"e", "d"}, Outputs: []string{"m"}},
+		},
+	}
+	rt, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const w, h = 29, 7
+	x := make([]float32, 3*w*h)
+	for i := range x {
+		x[i] = float32(i%37)/3 - 6
+	}
+	run := func(g *graph, floatType int) []float32 {
+		types, err := typeGraph(g, floatType, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := make([]float32, 3*w*h)
+		if err := (&network{rt: rt, g: g, t: types, threads: 2}).Run(context.Background(), x, w, h, y); err != nil {
+			t.Fatal(err)
+		}
+		return y
+	}
+	gates := func(g *graph) (n int) {
+		for _, l := range g.layers {
+			if l.gate != nil {
+				n++
+			}
+		}
+		return n
+	}
+	for name, nodes := range gated {
+		g := mustCompile(t, model(nodes...), nil)
+		if gates(g) != 1 {
+			t.Errorf("%s: %d gates, want 1", name, gates(g))
+			continue
+		}
+		asSteps := *g
+		asSteps.layers = slices.Clone(g.layers)
+		for i := range asSteps.layers {
+			asSteps.layers[i].gate = nil
+		}
+		for _, floatType := range []int{f32, bf16} {
+			if got, want := run(g, floatType), run(&asSteps, floatType); !slices.Equal(got, want) {
+				t.Errorf("%s, type %d: the gate's result differs from its program's", name, floatType)
+			}
+		}
+	}
+	for name, nodes := range steps {
+		if g := mustCompile(t, model(nodes...), nil); gates(g) != 0 {
+			t.Errorf("%s: %d gates, want none", name, gates(g))
+		}
+	}
+}
+
 // TestChannelProductFused: an INT8 twin of SPAN ×2 with every inner
 // convolution quantised scales what each reads channel by channel (a Mul
 // by a value a channel before its QuantizeLinear). Where that Mul alone
@@ -420,6 +531,15 @@ func TestChannelProductFused(t *testing.T) {
 	}
 	if fused != 11 || concats != 1 {
 		t.Errorf("%d convolutions and %d concats carry a fused product, want 11 (the first two of each block's three, but the sixth's first, whose result the Concat reads too) and the Concat", fused, concats)
+	}
+	gates := 0
+	for _, l := range g.layers {
+		if l.gate != nil {
+			gates++
+		}
+	}
+	if gates != 5 {
+		t.Errorf("%d attention passes run as gates, want 5: each block's but the last's, which the scaling for conv_2 alone reads and so takes into its program", gates)
 	}
 
 	rt, err := New()
