@@ -144,18 +144,33 @@ func (p *program) node(n *onnxpb.Node) (int, error) {
 }
 
 // A gate is a program that makes (a + b) × (sigmoid(a) − c), c a
-// constant (SPAN's attention), which od_gate runs in one loop: a and b
-// are the inputs it reads (indices into the layer's), c where its
-// constant's values start.
-type gate struct{ a, b, c int }
+// constant (SPAN's attention), times post, a constant, where the program
+// goes on to scale it for the convolution that reads it; od_gate runs it
+// in one loop. a and b are the inputs it reads (indices into the
+// layer's), c and post where their constants' values start (post -1 for
+// none).
+type gate struct{ a, b, c, post int }
 
 // gateOf returns the gate that steps are, whatever order they come in,
 // or nil.
 func gateOf(steps []C.od_step) *gate {
-	if len(steps) != 7 {
+	root, post := len(steps)-1, -1
+	switch len(steps) {
+	case 7:
+	case 9:
+		scaled := steps[root]
+		product, constant := scaled.a, scaled.b
+		if steps[product].op == C.OD_CONSTANT {
+			product, constant = constant, product
+		}
+		if scaled.op != C.OD_MUL || steps[constant].op != C.OD_CONSTANT {
+			return nil
+		}
+		root, post = int(product), int(steps[constant].a)
+	default:
 		return nil
 	}
-	product := steps[len(steps)-1]
+	product := steps[root]
 	if product.op != C.OD_MUL {
 		return nil
 	}
@@ -175,7 +190,7 @@ func gateOf(steps []C.od_step) *gate {
 		if a != sigmoid.a || steps[a].op != C.OD_INPUT || steps[b].op != C.OD_INPUT {
 			continue
 		}
-		return &gate{a: int(steps[a].a), b: int(steps[b].a), c: int(constant.a)}
+		return &gate{a: int(steps[a].a), b: int(steps[b].a), c: int(constant.a), post: post}
 	}
 	return nil
 }

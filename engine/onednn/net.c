@@ -408,11 +408,29 @@ static inline float exp_poly(float x) {
 // 24 passes each, the builds alternating; AMD EPYC, AVX-512, 2 threads).
 enum { RUN = 1024 };
 
+// runs splits d's pixels into runs of per pixels, per the most whole
+// pixels in RUN values (one at least), for the loops that work a run at
+// a time; it returns how many there are.
+static inline size_t runs(const od_desc *d, int *per) {
+  *per = d->c < RUN ? RUN / d->c : 1;
+  return ((size_t)d->h * d->w + *per - 1) / *per;
+}
+
+// run_values is how many values run k of n, of per pixels of d, holds
+// (the last may be short), and sets first to where it starts.
+static inline int run_values(const od_desc *d, int per, size_t k, size_t n, size_t *first) {
+  *first = k * per * (size_t)d->c;
+  return (int)((k + 1 < n ? (size_t)per : (size_t)d->h * d->w - k * per) * d->c);
+}
+
+static inline float sigmoid(float x) { return 1 / (1 + exp_poly(-x)); }
+
 LOOP int od_elementwise(int threads, const od_desc *in, const void *const *x,
                         const od_desc *dst, void *y, int n, const od_step *steps,
                         const float *consts) {
-  int c = dst->c, per = c < RUN ? RUN / c : 1, run = per * c;
-  size_t pixels = (size_t)dst->h * dst->w, runs = (pixels + per - 1) / per;
+  int c = dst->c, per;
+  size_t count = runs(dst, &per);
+  int run = per * c;
   // A register per step and thread, of a run of per pixels; a
   // constant's is filled once.
   float *all = malloc(sizeof(float) * run * n * threads);
@@ -424,9 +442,9 @@ LOOP int od_elementwise(int threads, const od_desc *in, const void *const *x,
       if (steps[i].op == OD_CONSTANT)
         for (int p = 0; p < per; p++) memcpy(regs + i * run + p * c, consts + steps[i].a, sizeof(float) * c);
 #pragma omp for schedule(static)
-    for (size_t k = 0; k < runs; k++) {
-      size_t first = k * per * (size_t)c;
-      int m = (int)((k + 1 < runs ? (size_t)per : pixels - k * per) * c);
+    for (size_t k = 0; k < count; k++) {
+      size_t first;
+      int m = run_values(dst, per, k, count, &first);
       for (int i = 0; i < n; i++) {
         const od_step *s = &steps[i];
         float *out = regs + (size_t)i * run;
@@ -448,7 +466,7 @@ LOOP int od_elementwise(int threads, const od_desc *in, const void *const *x,
             for (int j = 0; j < m; j++) out[j] = a[j] / b[j];
             break;
           case OD_SIGMOID:
-            for (int j = 0; j < m; j++) out[j] = 1 / (1 + exp_poly(-a[j]));
+            for (int j = 0; j < m; j++) out[j] = sigmoid(a[j]);
             break;
           case OD_PRELU:
             for (int j = 0; j < m; j++) out[j] = a[j] > 0 ? a[j] : a[j] * b[j];
@@ -467,21 +485,24 @@ LOOP int od_elementwise(int threads, const od_desc *in, const void *const *x,
 // six steps took 5.2-5.5 ms (the least of 16, caches flushed between;
 // AMD EPYC, AVX-512, 2 threads), with the same results.
 LOOP void od_gate(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
-                  const float *c, const od_desc *dst, void *y) {
-  int ch = dst->c, per = ch < RUN ? RUN / ch : 1;
-  size_t pixels = (size_t)dst->h * dst->w, runs = (pixels + per - 1) / per;
+                  const float *c, const float *post, const od_desc *dst, void *y) {
+  int ch = dst->c, per;
+  size_t count = runs(dst, &per);
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t k = 0; k < runs; k++) {
+  for (size_t k = 0; k < count; k++) {
     float u[CHUNK], v[CHUNK];
-    size_t first = k * per * (size_t)ch;
-    int m = (int)((k + 1 < runs ? (size_t)per : pixels - k * per) * ch);
+    size_t first;
+    int m = run_values(dst, per, k, count, &first);
     load(a, x, first, m, u);
     load(b, z, first, m, v);
     for (int p = 0; p < m; p += ch)
       for (int o = 0; o < ch; o++) {
         float s = u[p + o];
-        u[p + o] = (s + v[p + o]) * (1 / (1 + exp_poly(-s)) - c[o]);
+        u[p + o] = (s + v[p + o]) * (sigmoid(s) - c[o]);
       }
+    if (post)
+      for (int p = 0; p < m; p += ch)
+        for (int o = 0; o < ch; o++) u[p + o] *= post[o];
     store(dst, y, first, m, u);
   }
 }

@@ -108,10 +108,12 @@ int od_elementwise(int threads, const od_desc *in, const void *const *x,
                     const od_desc *dst, void *y, int n, const od_step *steps, const float *consts);
 
 // od_gate writes to dst, at each value of channel o, (a + b) ×
-// (sigmoid(a) − c[o]), a and b of dst's shape: SPAN's attention, the
-// program od_elementwise would run in six steps, in one loop.
+// (sigmoid(a) − c[o]) × post[o] (post NULL: by 1), a and b of dst's
+// shape: SPAN's attention, and the scaling for the convolution that reads
+// it, the program od_elementwise would run in six steps (eight), in one
+// loop.
 void od_gate(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
-             const float *c, const od_desc *dst, void *y);
+             const float *c, const float *post, const od_desc *dst, void *y);
 
 // od_concat writes the n tensors in[i] at x[i], of dst's height and width,
 // side by side along the channels of dst, each channel o multiplied by

@@ -378,7 +378,11 @@ func (p *plan) run(ctx context.Context, base unsafe.Pointer, in, out []float32) 
 		case elementwise:
 			descs, xs := p.operands(l.inputs, ptr)
 			if gt := l.gate; gt != nil {
-				C.od_gate(threads, &descs[gt.a], xs[gt.a], &descs[gt.b], xs[gt.b], (*C.float)(&l.constants[gt.c]), &p.descs[l.out], ptr(p.at[l.out]))
+				var post *C.float
+				if gt.post >= 0 {
+					post = (*C.float)(&l.constants[gt.post])
+				}
+				C.od_gate(threads, &descs[gt.a], xs[gt.a], &descs[gt.b], xs[gt.b], (*C.float)(&l.constants[gt.c]), post, &p.descs[l.out], ptr(p.at[l.out]))
 				break
 			}
 			var constants *C.float

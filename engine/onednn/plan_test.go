@@ -379,10 +379,10 @@ func TestQuantisedAsONNXDoes(t *testing.T) {
 }
 
 // TestGateRunsAsItsProgram: a program that makes (a + b) × (sigmoid(a)
-// − k), SPAN's attention, in whatever order its operators come, runs in
-// od_gate's one loop and makes the same bits as the program's steps,
-// in float32 and in bfloat16; a program that differs from it anywhere
-// runs as steps.
+// − k), SPAN's attention, in whatever order its operators come, and
+// optionally then scales each channel, runs in od_gate's one loop and
+// makes the same bits as the program's steps, in float32 and in
+// bfloat16; a program that differs from it anywhere runs as steps.
 func TestGateRunsAsItsProgram(t *testing.T) {
 	weights := func(name string, seed int) onnxpb.Tensor {
 		w := make([]float32, 12)
@@ -403,6 +403,7 @@ func TestGateRunsAsItsProgram(t *testing.T) {
 			onnxpb.FloatTensor("wo", []int64{3, 4, 1, 1}, []float32{1, 0, 0, 0.5, 0, 1, 0, -0.5, 0, 0, 1, 0.25}),
 			onnxpb.FloatTensor("k", []int64{1, 4, 1, 1}, []float32{0.5, 0.25, -1, 2}),
 			onnxpb.FloatTensor("half", []int64{1}, []float32{0.5}),
+			onnxpb.FloatTensor("f", []int64{1, 4, 1, 1}, []float32{0.75, 3, -0.125, 1.5}),
 		}, Inputs: image, Outputs: []onnxpb.Value{{Name: "y", Type: onnxpb.Float}}}}
 	}
 	sigmoid := onnxpb.Node{Op: "Sigmoid", Name: "s", Inputs: []string{"a"}, Outputs: []string{"s"}}
@@ -423,6 +424,18 @@ func TestGateRunsAsItsProgram(t *testing.T) {
 			{Op: "Add", Name: "e", Inputs: []string{"b", "a"}, Outputs: []string{"e"}},
 			{Op: "Mul", Name: "m", Inputs: []string{"d", "e"}, Outputs: []string{"m"}},
 		},
+		"then scaled": {
+			{Op: "Add", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
+			{Op: "Sub", Name: "d", Inputs: []string{"s", "k"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "g", Inputs: []string{"e", "d"}, Outputs: []string{"g"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"g", "f"}, Outputs: []string{"m"}},
+		},
+		"then scaled, the scale first": {
+			{Op: "Add", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
+			{Op: "Sub", Name: "d", Inputs: []string{"s", "half"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "g", Inputs: []string{"d", "e"}, Outputs: []string{"g"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"f", "g"}, Outputs: []string{"m"}},
+		},
 	}
 	steps := map[string][]onnxpb.Node{
 		"the constant first": {
@@ -434,6 +447,18 @@ func TestGateRunsAsItsProgram(t *testing.T) {
 			{Op: "Sub", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
 			{Op: "Sub", Name: "d", Inputs: []string{"s", "k"}, Outputs: []string{"d"}},
 			{Op: "Mul", Name: "m", Inputs: []string{"e", "d"}, Outputs: []string{"m"}},
+		},
+		"the difference scaled, not the product": {
+			{Op: "Add", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
+			{Op: "Sub", Name: "d", Inputs: []string{"s", "k"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "g", Inputs: []string{"d", "f"}, Outputs: []string{"g"}},
+			{Op: "Mul", Name: "m", Inputs: []string{"e", "g"}, Outputs: []string{"m"}},
+		},
+		"then shifted": {
+			{Op: "Add", Name: "e", Inputs: []string{"a", "b"}, Outputs: []string{"e"}}, sigmoid,
+			{Op: "Sub", Name: "d", Inputs: []string{"s", "k"}, Outputs: []string{"d"}},
+			{Op: "Mul", Name: "g", Inputs: []string{"e", "d"}, Outputs: []string{"g"}},
+			{Op: "Add", Name: "m", Inputs: []string{"g", "f"}, Outputs: []string{"m"}},
 		},
 	}
 	rt, err := New()
@@ -538,8 +563,8 @@ func TestChannelProductFused(t *testing.T) {
 			gates++
 		}
 	}
-	if gates != 5 {
-		t.Errorf("%d attention passes run as gates, want 5: each block's but the last's, which the scaling for conv_2 alone reads and so takes into its program", gates)
+	if gates != 6 {
+		t.Errorf("%d attention passes run as gates, want 6: each block's, the last's with the scaling for conv_2 that alone reads it", gates)
 	}
 
 	rt, err := New()
