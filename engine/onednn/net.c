@@ -71,7 +71,7 @@ void od_conv_free(od_conv *c) {
 }
 
 od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, int pad,
-                     const float *weights, const int8_t *weights8, const float *wscale,
+                     int pad_top, int pad_bottom, const float *weights, const int8_t *weights8, const float *wscale,
                      const float *bias, int act, float slope, const float *post, int threads,
                      char *impl, size_t impllen, char *err, size_t errlen) {
   od_conv *c = calloc(1, sizeof *c);
@@ -89,7 +89,7 @@ od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, 
   int oc = dst->c, quantized = src->dt == OD_U8;
   dnnl_memory_desc_t src_md, dst_md, weights_md, user_weights_md, bias_md;
   dnnl_dims_t weights_dims = {oc, src->c, k, k}, bias_dims = {oc};
-  dnnl_dims_t strides = {stride, stride}, pads = {pad, pad};
+  dnnl_dims_t strides = {stride, stride}, pads_before = {pad_top, pad}, pads_after = {pad_bottom, pad};
   dnnl_data_type_t weights_type = quantized ? dnnl_s8 : src->dt == OD_BF16 ? dnnl_bf16 : dnnl_f32;
   TRY(describe(&src_md, src));
   TRY(describe(&dst_md, dst));
@@ -150,7 +150,7 @@ od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, 
   dnnl_convolution_desc_t d;
   TRY(dnnl_convolution_forward_desc_init(&d, dnnl_forward_inference, dnnl_convolution_direct,
                                          &src_md, &weights_md, bias ? &bias_md : NULL, &dst_md,
-                                         strides, pads, pads));
+                                         strides, pads_before, pads_after));
   TRY(dnnl_primitive_desc_create(&pd, &d, attr, engine, NULL));
   const char *name = NULL;
   TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name));
@@ -310,13 +310,13 @@ LOOP void od_convert(int threads, const od_desc *src, const void *x, const od_de
 }
 
 LOOP void od_depth_to_space(int threads, const od_desc *src, const void *x, int s, int offset,
-                       const od_desc *dst, void *y, const od_desc *skip, const void *z, int top,
-                       int left) {
+                       int row_offset, const od_desc *dst, void *y, const od_desc *skip,
+                       const void *z, int top, int left) {
   int c = dst->c;
 #pragma omp parallel for collapse(2) num_threads(threads) schedule(static)
   for (int r = 0; r < src->h; r++)
     for (int qy = 0; qy < s; qy++) {
-      int oy = s * r + qy + offset;
+      int oy = s * r + qy + row_offset;
       if (oy < 0 || oy >= dst->h) continue;
       float v[CHUNK], add[CHUNK];
       for (int q = 0; q < src->w; q++)
@@ -538,8 +538,7 @@ LOOP void od_upsample(int threads, const od_desc *src, const void *x, int s, con
 }
 
 LOOP void od_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
-               int top, int left, float *out) {
-  size_t plane = (size_t)a->h * a->w;
+               int top, int left, float *out, size_t plane) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int r = 0; r < a->h; r++)
     for (int q = 0; q < a->w; q++) {

@@ -46,7 +46,9 @@ typedef struct od_conv od_conv;
 enum { OD_NO_ACT = 0, OD_LEAKY_RELU = 1, OD_SWISH = 2 };
 
 // od_conv_new makes a convolution from src to dst with a square kernel k,
-// stride and zero padding pad on every side, bias (dst->c floats, or
+// stride and zero padding pad left and right, pad_top above and
+// pad_bottom below (a band of a padded convolution's rows takes its
+// padding only where it meets the tensor's edge), bias (dst->c floats, or
 // NULL), the activation act after it (OD_LEAKY_RELU's of slope) and then
 // each output channel o multiplied by post[o] (post NULL: by 1). With a float src
 // (either float type), weights are float32 [dst->c][src->c][k][k]; with a
@@ -56,7 +58,7 @@ enum { OD_NO_ACT = 0, OD_LEAKY_RELU = 1, OD_SWISH = 2 };
 // The primitive runs on threads threads. impl receives the implementation
 // oneDNN chose. NULL on failure, with err saying why.
 od_conv *od_conv_new(const od_desc *src, const od_desc *dst, int k, int stride, int pad,
-                     const float *weights, const int8_t *weights8, const float *wscale,
+                     int pad_top, int pad_bottom, const float *weights, const int8_t *weights8, const float *wscale,
                      const float *bias, int act, float slope, const float *post, int threads,
                      char *impl, size_t impllen, char *err, size_t errlen);
 // od_conv_run runs c from src to dst, laid out as c's descriptions say; 0
@@ -75,12 +77,12 @@ void od_convert(int threads, const od_desc *src, const void *x, const od_desc *d
 
 // od_depth_to_space spreads the channels of src over the pixels of dst:
 // src's channel (qy × s + qx) × dst->c + o at (r, q) is dst's channel o at
-// (s × r + qy + offset, s × q + qx + offset); values that fall outside dst
-// are dropped. With skip, the value of skip at top, left from each of
+// (s × r + qy + row_offset, s × q + qx + offset); values that fall outside
+// dst are dropped. With skip, the value of skip at top, left from each of
 // dst's is added to it.
 void od_depth_to_space(int threads, const od_desc *src, const void *x, int s, int offset,
-                       const od_desc *dst, void *y, const od_desc *skip, const void *z, int top,
-                       int left);
+                       int row_offset, const od_desc *dst, void *y, const od_desc *skip,
+                       const void *z, int top, int left);
 
 // od_squeeze_excite writes to dst each channel of src scaled by
 // sigmoid(w2 · relu(w1 · mean + b1) + b2), where mean is the channels'
@@ -125,9 +127,10 @@ void od_concat(int threads, int n, const od_desc *in, const void *const *x, cons
 // dst's pixel (r, q) is src's (r / s, q / s).
 void od_upsample(int threads, const od_desc *src, const void *x, int s, const od_desc *dst, void *y);
 
-// od_export writes to out, 3 planes of a's h × w float32: a, of 3
-// channels, plus the window of b at top, left when z is not NULL.
+// od_export writes to out, 3 planes of plane float32 each, a's h × w
+// values from the first of each: a, of 3 channels, plus the window of b
+// at top, left when z is not NULL.
 void od_export(int threads, const od_desc *a, const void *x, const od_desc *b, const void *z,
-               int top, int left, float *out);
+               int top, int left, float *out, size_t plane);
 
 #endif

@@ -197,13 +197,21 @@ type network struct {
 const keptPlans = 2
 
 func (n *network) Run(ctx context.Context, in []float32, w, h int, out []float32) error {
+	return n.RunInner(ctx, in, w, h, out, 0)
+}
+
+// RunInner implements onnx.InnerNetwork: its plan makes, of each value,
+// only the rows that the result's rows past margin read (plan.needRows).
+// It leaves the result's columns near its edges made, for a band of
+// columns is not a dense tensor oneDNN runs fast on.
+func (n *network) RunInner(ctx context.Context, in []float32, w, h int, out []float32, margin int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if len(in) != 3*w*h {
 		return fmt.Errorf("onednn: %d samples for a %d×%d tile", len(in), w, h)
 	}
-	p, err := n.plan(w, h)
+	p, err := n.plan(w, h, max(margin, 0))
 	if err != nil {
 		return err
 	}
@@ -220,18 +228,18 @@ func (n *network) Run(ctx context.Context, in []float32, w, h int, out []float32
 	return p.run(ctx, a.base, in, out)
 }
 
-// plan takes an idle plan for w × h tiles, or makes one.
-func (n *network) plan(w, h int) (*plan, error) {
+// plan takes an idle plan for w × h tiles and margin, or makes one.
+func (n *network) plan(w, h, margin int) (*plan, error) {
 	n.mu.Lock()
 	for i, p := range n.idle {
-		if p.w == w && p.h == h {
+		if p.w == w && p.h == h && p.margin == margin {
 			n.idle = append(n.idle[:i], n.idle[i+1:]...)
 			n.mu.Unlock()
 			return p, nil
 		}
 	}
 	n.mu.Unlock()
-	return newPlan(n.g, n.t, w, h, n.threads)
+	return newPlan(n.g, n.t, w, h, margin, n.threads)
 }
 
 // keep makes p idle, and frees the plans past keptPlans.

@@ -600,3 +600,66 @@ func TestChannelProductFused(t *testing.T) {
 		}
 	}
 }
+
+// TestInnerRowsLeftOut: SPAN ×2 on a tile whose result's first and last
+// 42 rows (its halo of 21 source rows, doubled) are left out makes, of
+// each 3×3 convolution's value, one row fewer above and below than the
+// convolution before it reads: from all but the input's first and last
+// row (conv_1) to the 2 × 21 fewer that the pixel shuffle spreads over
+// the rows kept (the upsampler). Run so, it leaves the result's rows in
+// the margin as they were and makes the rest as Run does
+// (onnxtest.InnerMatches).
+func TestInnerRowsLeftOut(t *testing.T) {
+	g := compiledSPAN(t)
+	types, err := typeGraph(g, f32, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const w, h, margin = 50, 46, 42
+	p, err := newPlan(g, types, w, h, margin, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.free()
+	var made []int // rows made by each 3×3 convolution
+	for _, l := range g.layers {
+		switch {
+		case l.kind == convolution && l.k == 3:
+			made = append(made, p.rows[l.out].end-p.rows[l.out].first)
+		case l.kind == transposed:
+			made = append(made, p.rows[l.phase].end-p.rows[l.phase].first)
+		}
+	}
+	if len(made) != 21 {
+		t.Fatalf("%d 3×3 convolutions, want SPAN's 21", len(made))
+	}
+	for i, rows := range made {
+		if want := h - 2*(i+1); rows != want {
+			t.Errorf("3×3 convolution %d makes %d rows, want %d: %v", i+1, rows, want, made)
+		}
+	}
+
+	rt, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &network{rt: rt, g: g, t: types, threads: 2}
+	x := onnxtest.PhotoCrop(t, w, h)
+	want, got := make([]float32, 3*4*w*h), make([]float32, 3*4*w*h)
+	if err := n.Run(context.Background(), x, w, h, want); err != nil {
+		t.Fatal(err)
+	}
+	left := float32(math.NaN())
+	for i := range got {
+		got[i] = left
+	}
+	if err := n.RunInner(context.Background(), x, w, h, got, margin); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if row := i / (2 * w) % (2 * h); (row < margin || row >= 2*h-margin) != math.IsNaN(float64(v)) {
+			t.Fatalf("result row %d of %d with a margin of %d: %v", row, 2*h, margin, v)
+		}
+	}
+	onnxtest.InnerMatches(t, n, x, w, h, want, 2*w)
+}

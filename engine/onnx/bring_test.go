@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/upscalekit/upscale"
+	"github.com/upscalekit/upscale/engine/onednn"
 	"github.com/upscalekit/upscale/engine/onnx"
 	"github.com/upscalekit/upscale/engine/onnx/onnxtest"
 	"github.com/upscalekit/upscale/internal/ncnn"
@@ -34,30 +35,42 @@ func spanModels(t *testing.T) ([]onnx.Model, []onnx.Rule) {
 // in tiles (of 252 source pixels, twelve times SPAN's halo, the least its
 // tiles are, then of 300 and 400) into exactly what one tile over the
 // whole image makes (the tiles read SPAN's receptive field, 21 pixels,
-// around them), ×4 in one pass, and Image.Engine names the network.
+// around them), ×4 in one pass, and Image.Engine names the network: on
+// ONNX Runtime, and on oneDNN, whose networks leave out the rows of the
+// halo that the tiling drops (onnx.InnerNetwork).
 func TestBroughtTiledEqualsWhole(t *testing.T) {
 	brought, rules := spanModels(t)
 	src := quality.Decode(t, quality.SetFile(t, "Set14/monarch.png")).Crop(560, 420).PNG(t)
-	for _, scale := range []int{2, 4} {
-		opts := upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}
-		enlarge := func(tile int) upscale.Image {
-			e := onnx.NewTestEngine(t, onnx.Options{Precision: onnx.FP32, Tile: tile, Models: brought, Rules: rules})
-			img, err := e.Upscale(context.Background(), src, opts)
-			if err != nil {
-				t.Fatal(err)
+	dnn, err := onednn.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range []onnx.Runtime{nil, dnn} {
+		name := "onnxruntime"
+		if rt != nil {
+			name = rt.Name()
+		}
+		for _, scale := range []int{2, 4} {
+			opts := upscale.Params{Scale: scale, ImageType: upscale.Photo, Denoise: upscale.DenoiseNone, Format: upscale.FormatPNG}
+			enlarge := func(tile int) upscale.Image {
+				e := onnx.NewTestEngine(t, onnx.Options{Runtime: rt, Precision: onnx.FP32, Tile: tile, Models: brought, Rules: rules})
+				img, err := e.Upscale(context.Background(), src, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return img
 			}
-			return img
-		}
-		whole := enlarge(1024)
-		want := "learned;passes=1;network=span-x" + map[int]string{2: "2", 4: "4"}[scale] + ";runtime=onnxruntime;precision=fp32"
-		if whole.Engine != want {
-			t.Errorf("×%d: Image.Engine %q, want %q", scale, whole.Engine, want)
-		}
-		for _, tile := range []int{64, 300, 400} {
-			if tiled := enlarge(tile); string(tiled.Data) != string(whole.Data) {
-				a, _, _ := quality.Luma(quality.Decode(t, whole.Data), scale)
-				b, _, _ := quality.Luma(quality.Decode(t, tiled.Data), scale)
-				t.Errorf("×%d in tiles of %d: %.1f dB from the whole image's result, want the same pixels", scale, tile, quality.PSNR(a, b))
+			whole := enlarge(1024)
+			want := "learned;passes=1;network=span-x" + map[int]string{2: "2", 4: "4"}[scale] + ";runtime=" + name + ";precision=fp32"
+			if whole.Engine != want {
+				t.Errorf("%s ×%d: Image.Engine %q, want %q", name, scale, whole.Engine, want)
+			}
+			for _, tile := range []int{64, 300, 400} {
+				if tiled := enlarge(tile); string(tiled.Data) != string(whole.Data) {
+					a, _, _ := quality.Luma(quality.Decode(t, whole.Data), scale)
+					b, _, _ := quality.Luma(quality.Decode(t, tiled.Data), scale)
+					t.Errorf("%s ×%d in tiles of %d: %.1f dB from the whole image's result, want the same pixels", name, scale, tile, quality.PSNR(a, b))
+				}
 			}
 		}
 	}

@@ -40,3 +40,14 @@ type Network interface {
 	// Close releases the network.
 	Close() error
 }
+
+// An InnerNetwork can leave out the edges of a tile's result, which the
+// engine drops around the tiles of a network with a halo: a padded
+// network's layers then need not make the halo's share of their values
+// that nothing kept reads.
+type InnerNetwork interface {
+	Network
+	// RunInner is Run, but makes only the samples of out at least margin
+	// from its edges, and may leave the others as they were.
+	RunInner(ctx context.Context, in []float32, w, h int, out []float32, margin int) error
+}

@@ -138,7 +138,7 @@ func (m *model) run(ctx context.Context, network Network, in, out planes, tileSi
 				return err
 			}
 			m.gather(in, x, tx-m.Margin(), ty-m.Margin(), inW, inH)
-			if err := network.Run(ctx, x, inW, inH, y); err != nil {
+			if err := runTile(ctx, network, x, inW, inH, y, cut); err != nil {
 				if ctxErr := ctx.Err(); ctxErr != nil {
 					return ctxErr
 				}
@@ -148,6 +148,15 @@ func (m *model) run(ctx context.Context, network Network, in, out planes, tileSi
 		}
 	}
 	return nil
+}
+
+// runTile runs network on one tile, x of w × h, into y, whose edges of
+// cut samples the caller drops: an InnerNetwork leaves them out.
+func runTile(ctx context.Context, network Network, x []float32, w, h int, y []float32, cut int) error {
+	if inner, ok := network.(InnerNetwork); ok && cut > 0 {
+		return inner.RunInner(ctx, x, w, h, y, cut)
+	}
+	return network.Run(ctx, x, w, h, y)
 }
 
 // gather fills x (3 planes of w × h) with in's pixels from (left, top),

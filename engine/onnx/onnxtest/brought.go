@@ -109,7 +109,36 @@ func MatchesReference(t *testing.T, rt onnx.Runtime, net *ncnn.Net, x []float32,
 			t.Fatalf("output %d: %v, want %v", i, got[i], v)
 		}
 	}
+	InnerMatches(t, network, x, w, h, got, want.W)
 	return g
+}
+
+// InnerMatches holds network, where it is an onnx.InnerNetwork, to
+// making with RunInner what Run made (want, of outW samples a row) on x,
+// a w × h tile, at least margin from the result's edges, for margins from
+// one sample to all but the middle row: the same bits.
+func InnerMatches(t *testing.T, network onnx.Network, x []float32, w, h int, want []float32, outW int) {
+	t.Helper()
+	inner, ok := network.(onnx.InnerNetwork)
+	if !ok {
+		return
+	}
+	outH := len(want) / 3 / outW
+	for _, margin := range []int{1, outH / 4, (outH - 1) / 2} {
+		got := make([]float32, len(want))
+		if err := inner.RunInner(context.Background(), x, w, h, got, margin); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range want {
+			row, col := i/outW%outH, i%outW
+			if row < margin || row >= outH-margin || col < margin || col >= outW-margin {
+				continue
+			}
+			if math.Float32bits(got[i]) != math.Float32bits(v) {
+				t.Fatalf("RunInner with a margin of %d, plane %d at %d,%d: %v, want Run's %v", margin, i/(outW*outH), col, row, got[i], v)
+			}
+		}
+	}
 }
 
 // reference is internal/ncnn's float64 result of net on x, 3 planes of

@@ -62,6 +62,7 @@ func TestRuntime(t *testing.T, rt onnx.Runtime) {
 	t.Run("BroughtLayers", func(t *testing.T) { testBroughtLayers(t, rt) })
 	t.Run("Precisions", func(t *testing.T) { testPrecisions(t, rt) })
 	t.Run("TileSizes", func(t *testing.T) { testTileSizes(t, rt) })
+	t.Run("Inner", func(t *testing.T) { testInner(t, rt) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, rt) })
 	t.Run("Refuses", func(t *testing.T) { testRefuses(t, rt) })
 	t.Run("Engine", func(t *testing.T) { testEngine(t, rt) })
@@ -286,6 +287,24 @@ func testTileSizes(t *testing.T, rt onnx.Runtime) {
 				t.Errorf("a 42² tile gave a different result after tiles of other sizes")
 			}
 		})
+	}
+}
+
+// testInner: where rt's networks are onnx.InnerNetworks, each engine
+// network in each precision makes with RunInner what Run makes away from
+// the result's edges (InnerMatches): squeeze-and-excitation, and
+// transposed convolutions that add crops of values before them. The
+// brought networks' layers are held to it in BroughtLayers.
+func testInner(t *testing.T, rt onnx.Runtime) {
+	r := newTileRunner(t, rt)
+	const side = 72
+	x := randomTile(11, side, side)
+	for _, precision := range rt.Precisions() {
+		for _, arch := range architectures {
+			n, m := r.network(t, arch, upscale.DenoiseNone, precision)
+			want := r.run(t, arch, upscale.DenoiseNone, precision, x, side, side)
+			InnerMatches(t, n, x, side, side, want, m.OutputSize(side))
+		}
 	}
 }
 
