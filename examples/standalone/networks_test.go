@@ -64,18 +64,31 @@ func spanConfig(t testing.TB, dir string, rules bool) string {
 }
 
 // TestBroughtNetworksThroughTheServer: the standalone with SPAN brought
-// for clean photos, as docs/engines.md configures it, on the runtime and
-// precision it measures fastest (oneDNN BF16 where the CPU has AVX-512
-// BF16), scores through its
+// for clean photos, as docs/engines.md configures it, scores through its
 // HTTP API (each low-resolution image uploaded as a clean photo, the
 // result fetched from its link) what the issue asks: Set5 ×2 ≥ 37.70,
 // Set14 ×2 ≥ 33.12, and ×4 in one pass Set5 ≥ 31.80 and Set14 ≥ 28.05;
 // Upscale-Engine names SPAN; a model the server does not publish is 400
-// naming those it does.
+// naming those it does. "default" runs SPAN on the runtime and precision
+// the standalone measures fastest (oneDNN BF16 where the CPU has AVX-512
+// BF16); "twins-42" in INT8 on oneDNN, with twins made to the 42 dB floor
+// (every inner convolution in INT8): BenchmarkBroughtVersusCunet's
+// fastest configuration, held here to the same scores.
 func TestBroughtNetworksThroughTheServer(t *testing.T) {
-	t.Parallel() // 72 images through the engine
+	t.Parallel() // 72 images through the engine, twice
 	bin := buildStandalone(t)
-	s := startStandalone(t, bin, "-data", t.TempDir(), "-config", spanConfig(t, onnxtest.SPANDir(t), true), "-engine", "onnx")
+	config := spanConfig(t, onnxtest.SPANDir(t), true)
+	t.Run("default", func(t *testing.T) { scoreThroughServer(t, bin, config, "") })
+	t.Run("twins-42", func(t *testing.T) {
+		scoreThroughServer(t, bin, withTwins(t, config, onnx.TwinFloor), ";runtime=onednn;precision=int8", "-onnx-runtime", "onednn", "-onnx-precision", "int8")
+	})
+}
+
+// scoreThroughServer starts bin with config and flags and holds what it
+// makes of Set5 and Set14 to the issue's scores, every result SPAN's in
+// one pass, its Upscale-Engine ending with engine where that is given.
+func scoreThroughServer(t *testing.T, bin, config, engine string, flags ...string) {
+	s := startStandalone(t, bin, append([]string{"-data", t.TempDir(), "-config", config, "-engine", "onnx"}, flags...)...)
 	defer s.stop(t)
 	engines := map[string]bool{}
 	enlarge := func(scale int, fields ...string) func(src []byte) ([]byte, error) {
@@ -109,9 +122,9 @@ func TestBroughtNetworksThroughTheServer(t *testing.T) {
 		}
 	}
 	t.Logf("Upscale-Engine: %v", engines)
-	for engine := range engines {
-		if !strings.HasPrefix(engine, "learned;passes=1;network=span-x") {
-			t.Errorf("Upscale-Engine %q: want one pass of SPAN for every clean photo", engine)
+	for got := range engines {
+		if !strings.HasPrefix(got, "learned;passes=1;network=span-x") || !strings.HasSuffix(got, engine) {
+			t.Errorf("Upscale-Engine %q: want one pass of SPAN for every clean photo, ending %q", got, engine)
 		}
 	}
 	if _, err := enlarge(2, "model", "esrgan")(quality.LoadSet(t, "Set5")[0].PNG(t)); err == nil || !strings.Contains(err.Error(), `"span-x2", "span-x4"`) {
