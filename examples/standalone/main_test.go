@@ -177,10 +177,15 @@ func checkStatus(t *testing.T, url string, want int) {
 // test shares.
 var scratch string
 
-// standaloneBinary is the binary buildStandalone builds, once per test
-// process: every test runs the same code, and linking it took seconds per
-// test.
-var standaloneBinary struct {
+// binaries are the binaries the tests build, by package, each once per
+// test process: every test runs the same code, and linking the
+// standalone took seconds per test.
+var binaries struct {
+	sync.Mutex
+	built map[string]*binary
+}
+
+type binary struct {
 	once sync.Once
 	path string
 	err  error
@@ -188,16 +193,29 @@ var standaloneBinary struct {
 
 // buildStandalone returns the path of the package's binary, built on
 // its first call; a test must not change the file.
-func buildStandalone(t testing.TB) string {
+func buildStandalone(t testing.TB) string { return buildBinary(t, ".", "standalone") }
+
+// buildBinary returns the path of the command pkg (a directory), built
+// as name, without the race detector, on its first call.
+func buildBinary(t testing.TB, pkg, name string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	b := &standaloneBinary
+	binaries.Lock()
+	if binaries.built == nil {
+		binaries.built = map[string]*binary{}
+	}
+	b := binaries.built[pkg]
+	if b == nil {
+		b = &binary{}
+		binaries.built[pkg] = b
+	}
+	binaries.Unlock()
 	b.once.Do(func() {
-		b.path = filepath.Join(scratch, "standalone")
-		if out, err := exec.Command("go", "build", "-o", b.path, ".").CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build: %v\n%s", err, out)
+		b.path = filepath.Join(scratch, name)
+		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
 	if b.err != nil {
